@@ -1,0 +1,253 @@
+// Package broker runs the embedded NATS server, the mesh's bus: accounts and
+// permissions given as configuration text, JetStream on a file store that
+// syncs every write, TLS with a certificate from the mesh's CA.
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Account is the bus account every mesh user belongs to.
+const Account = "MESH"
+
+// Config is what the bus needs to start.
+type Config struct {
+	// Listen is host:port; port 0 takes a free port.
+	Listen string
+	// StoreDir is where JetStream keeps its files.
+	StoreDir string
+	// TLS is the server side of the bus's TLS. Clients hand-shake TLS first.
+	TLS *tls.Config
+	// Users are the bus's users at start; SetUsers replaces them later.
+	Users []User
+}
+
+// User is one bus user, identified by its nkey. A user with Full set may do
+// anything in the mesh account (the controller); any other may do only what
+// Publish and Subscribe allow, and nothing if both are empty.
+type User struct {
+	NKey      string
+	Full      bool
+	Publish   []string
+	Subscribe []string
+}
+
+// Server is the embedded bus.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	ready chan struct{}
+
+	mu    sync.Mutex
+	ns    *server.Server
+	users []User
+	port  int
+}
+
+// New checks cfg and starts nothing.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	host, port, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("bus address %q: %w (want host:port, e.g. 0.0.0.0:4222)", cfg.Listen, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return nil, fmt.Errorf("bus address %q: port %q is not a number from 0 to 65535", cfg.Listen, port)
+	}
+	if host == "" {
+		return nil, fmt.Errorf("bus address %q: no host (use 0.0.0.0 for every address)", cfg.Listen)
+	}
+	if cfg.StoreDir == "" {
+		return nil, errors.New("bus: no JetStream store directory")
+	}
+	if cfg.TLS == nil {
+		return nil, errors.New("bus: no TLS configuration")
+	}
+	for _, u := range cfg.Users {
+		if err := u.check(); err != nil {
+			return nil, err
+		}
+	}
+	return &Server{cfg: cfg, log: log, ready: make(chan struct{}), users: cfg.Users}, nil
+}
+
+func (u User) check() error {
+	if !strings.HasPrefix(u.NKey, "U") || len(u.NKey) != 56 {
+		return fmt.Errorf("bus user %q: not a user nkey", u.NKey)
+	}
+	for _, s := range append(append([]string(nil), u.Publish...), u.Subscribe...) {
+		if s == "" || strings.ContainsAny(s, " \t\r\n\"'\\") {
+			return fmt.Errorf("bus user %s: subject %q is not a plain subject", u.NKey, s)
+		}
+	}
+	return nil
+}
+
+// Ready is closed once the bus accepts connections.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Run starts the bus and blocks until ctx ends, then shuts it down.
+func (s *Server) Run(ctx context.Context) error {
+	host, portText, _ := net.SplitHostPort(s.cfg.Listen)
+	port, _ := strconv.Atoi(portText)
+	// nats-server reports a port it cannot bind through its logger only;
+	// bind it once here so the error is ours to return.
+	l, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("bind bus address %s: %w", s.cfg.Listen, err)
+	}
+	if port == 0 {
+		port = l.Addr().(*net.TCPAddr).Port
+	}
+	l.Close()
+
+	s.mu.Lock()
+	opts, err := s.options(host, port, s.users)
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("start bus: %w", err)
+	}
+	ns.SetLoggerV2(logger{s.log}, false, false, false)
+	go ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return fmt.Errorf("start bus on %s: not ready for connections after 30s", s.cfg.Listen)
+	}
+	s.mu.Lock()
+	s.ns, s.port = ns, port
+	s.mu.Unlock()
+	close(s.ready)
+	s.log.Info("bus ready", "addr", s.Addr())
+
+	<-ctx.Done()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	return nil
+}
+
+// Addr is the address the bus bound, host:port. It is empty before Ready.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ns == nil {
+		return ""
+	}
+	return s.ns.Addr().String()
+}
+
+// NATS is the running server, for in-process connections
+// (nats.InProcessServer). It is nil before Ready.
+func (s *Server) NATS() *server.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ns
+}
+
+// SetUsers replaces the bus's users: the accounts are given again as
+// configuration text and the server reloads them. Before Run it only records
+// them.
+func (s *Server) SetUsers(users []User) error {
+	for _, u := range users {
+		if err := u.check(); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ns == nil {
+		s.users = users
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(s.cfg.Listen)
+	opts, err := s.options(host, s.port, users)
+	if err != nil {
+		return err
+	}
+	if err := s.ns.ReloadOptions(opts); err != nil {
+		return fmt.Errorf("reload bus users: %w", err)
+	}
+	s.users = users
+	return nil
+}
+
+// options composes the server's options: the accounts and JetStream as
+// configuration text (an account built in Go code loses JetStream at the
+// first reload), the rest in Go.
+func (s *Server) options(host string, port int, users []User) (*server.Options, error) {
+	opts := &server.Options{}
+	text := ConfigText(s.cfg.StoreDir, users)
+	if err := opts.ProcessConfigString(text); err != nil {
+		return nil, fmt.Errorf("bus configuration: %w", err)
+	}
+	opts.Host = host
+	opts.Port = port
+	opts.NoSigs = true
+	opts.NoLog = false
+	opts.MaxPayload = 4 << 20
+	opts.TLS = true
+	opts.TLSConfig = s.cfg.TLS
+	opts.TLSHandshakeFirst = true
+	opts.TLSTimeout = 5
+	opts.ServerName = "mesh-bus"
+	return opts, nil
+}
+
+// ConfigText is the bus's configuration as nats-server reads it: JetStream
+// with every write synced, a system account no user holds, and the mesh
+// account with JetStream enabled and its users.
+func ConfigText(storeDir string, users []User) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n  sync_interval: always\n}\n", strconv.Quote(storeDir))
+	b.WriteString("system_account: SYS\n")
+	b.WriteString("accounts {\n  SYS {\n    users: []\n  }\n")
+	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n    users: [\n", Account)
+	for _, u := range users {
+		fmt.Fprintf(&b, "      { nkey: %s", strconv.Quote(u.NKey))
+		if !u.Full {
+			fmt.Fprintf(&b, ", permissions: { publish: { allow: %s }, subscribe: { allow: %s } }",
+				list(u.Publish), list(u.Subscribe))
+		}
+		b.WriteString(" }\n")
+	}
+	b.WriteString("    ]\n  }\n}\n")
+	return b.String()
+}
+
+// list renders subjects as a configuration list. An empty list allows
+// nothing: nats-server reads an empty allow list as "allow all", so it is
+// given a subject no one publishes.
+func list(subjects []string) string {
+	if len(subjects) == 0 {
+		return `["_NOTHING_"]`
+	}
+	q := make([]string, len(subjects))
+	for i, s := range subjects {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// logger hands nats-server's lines to slog. Its notices are start-up and
+// connection chatter, so they go to debug.
+type logger struct{ log *slog.Logger }
+
+func (l logger) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l logger) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l logger) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l logger) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l logger) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l logger) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }

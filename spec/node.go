@@ -1,0 +1,55 @@
+package spec
+
+import "time"
+
+// Heartbeat is what a host publishes every few seconds on
+// mesh.node.<node>.heartbeat.
+type Heartbeat struct {
+	Node       string    `json:"node"`
+	Time       time.Time `json:"time"`
+	AppliedSeq uint64    `json:"applied_seq"`
+	// HostVersion is the SHA-256 of the running executable, hex: the same
+	// digest an upgrade uses as the binary's path.
+	HostVersion string `json:"host_version"`
+	Protocol    int    `json:"protocol"`
+}
+
+// Facts is what a host reports about its machine, at start and daily, on
+// mesh.node.<node>.facts. A field the host could not read is empty or zero
+// and named in Errors.
+type Facts struct {
+	Node         string    `json:"node"`
+	Time         time.Time `json:"time"`
+	Arch         string    `json:"arch"`
+	OS           string    `json:"os"`
+	Kernel       string    `json:"kernel"`
+	Distro       string    `json:"distro"`
+	DistroVer    string    `json:"distro_version"`
+	CPUModel     string    `json:"cpu_model"`
+	Cores        int       `json:"cores"`
+	MemoryBytes  uint64    `json:"memory_bytes"`
+	DiskBytes    uint64    `json:"disk_bytes"`
+	DiskFree     uint64    `json:"disk_free_bytes"`
+	Virtual      string    `json:"virtual"` // "physical", or the hypervisor or container kind
+	UptimeSecond int64     `json:"uptime_seconds"`
+	Hostname     string    `json:"hostname"`
+	Errors       []string  `json:"errors,omitempty"`
+}
+
+// Node is a node as the operator API shows it.
+type Node struct {
+	Name    string    `json:"name"`
+	Address string    `json:"address"`
+	Joined  time.Time `json:"joined"`
+	// LastHeard is when the controller last received a heartbeat; nil if
+	// never. Heard is the age of that heartbeat when the answer was made.
+	LastHeard   *time.Time `json:"last_heard"`
+	HeardAgo    string     `json:"heard_ago,omitempty"`
+	HostVersion string     `json:"host_version,omitempty"`
+	Protocol    int        `json:"protocol,omitempty"`
+	// ProtocolKnown is false when the host speaks a protocol this controller
+	// does not: shown as such, not as broken.
+	ProtocolKnown bool   `json:"protocol_known"`
+	AppliedSeq    uint64 `json:"applied_seq"`
+	Facts         *Facts `json:"facts"`
+}

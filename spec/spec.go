@@ -1,0 +1,32 @@
+// Package spec holds the messages the controller, the hosts and the CLI
+// exchange: each message is one type, defined once, imported by every side.
+// It depends on the standard library only.
+package spec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Protocol is the version of the messages in this package. A host sends it in
+// every heartbeat; a controller shows a host whose protocol it does not speak
+// as such rather than as broken.
+const Protocol = 1
+
+// Decode reads exactly one JSON value into v and refuses unknown fields and
+// trailing data: a field one side sends and the other ignores is how the seeds
+// lost one.
+func Decode(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("trailing data after the JSON value")
+	}
+	return nil
+}

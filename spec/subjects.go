@@ -1,0 +1,76 @@
+package spec
+
+import "strings"
+
+// Subjects on the bus. Every subject a node may touch is derived here, and the
+// permissions the broker enforces come from the same functions, so the two
+// cannot drift apart.
+const (
+	// APIPrefix starts every operator API subject: mesh.api.v1.<verb>.
+	APIPrefix = "mesh.api.v1."
+	// EnrolSubject is the one subject a joining host's enrolment user may publish.
+	EnrolSubject = "mesh.enrol"
+	// OperatorInbox is the inbox prefix of operator clients (nats.go CustomInboxPrefix).
+	OperatorInbox = "_OPERATOR"
+)
+
+// API verbs.
+const (
+	VerbNodeList = "node.list"
+	VerbNodeShow = "node.show"
+)
+
+// Kinds of message a node publishes under its own subjects.
+const (
+	KindHeartbeat = "heartbeat"
+	KindFacts     = "facts"
+)
+
+// APISubject is the subject an operator calls for verb.
+func APISubject(verb string) string { return APIPrefix + verb }
+
+// NodeSubject is the subject on which node publishes a message of kind.
+func NodeSubject(node, kind string) string { return "mesh.node." + node + "." + kind }
+
+// NodeFromSubject returns the node and kind of a mesh.node.<node>.<kind>
+// subject, and false for any other subject.
+func NodeFromSubject(subject string) (node, kind string, ok bool) {
+	rest, found := strings.CutPrefix(subject, "mesh.node.")
+	if !found {
+		return "", "", false
+	}
+	node, kind, found = strings.Cut(rest, ".")
+	if !found || node == "" || kind == "" {
+		return "", "", false
+	}
+	return node, kind, true
+}
+
+// NodeInbox is the inbox prefix of node's bus connection.
+func NodeInbox(node string) string { return "_INBOX." + node }
+
+// Permissions are what one bus user may publish and subscribe to. Anything
+// not listed is denied.
+type Permissions struct {
+	Publish   []string
+	Subscribe []string
+}
+
+// NodePermissions is everything node may do on the bus: publish under its
+// own subjects and receive replies on its own inbox. It holds no $JS.API
+// permission: only the controller creates consumers.
+func NodePermissions(node string) Permissions {
+	return Permissions{
+		Publish:   []string{"mesh.node." + node + ".>"},
+		Subscribe: []string{NodeInbox(node) + ".>"},
+	}
+}
+
+// OperatorPermissions is everything the operator's credential may do: call
+// the API and receive its replies.
+func OperatorPermissions() Permissions {
+	return Permissions{
+		Publish:   []string{APIPrefix + ">"},
+		Subscribe: []string{OperatorInbox + ".>"},
+	}
+}

@@ -1,0 +1,136 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// Node is a node as the store keeps it.
+type Node struct {
+	Name        string
+	Address     string
+	NKey        string // the public key of the node's bus credential
+	Joined      time.Time
+	LastHeard   time.Time // zero if never heard
+	HostVersion string
+	Protocol    int
+	AppliedSeq  uint64
+	Facts       *spec.Facts // nil if none received
+}
+
+// AddNode records a new node. A node of that name already present is refused.
+func (db *DB) AddNode(ctx context.Context, n Node) error {
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO nodes (name, address, nkey, joined_at) VALUES (?, ?, ?, ?)`,
+			n.Name, n.Address, n.NKey, formatTime(n.Joined))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record node %q: %w", n.Name, err)
+	}
+	return nil
+}
+
+// RecordHeartbeat records that node was heard at, with what its heartbeat says.
+func (db *DB) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error {
+	return db.updateNode(ctx, hb.Node, "record heartbeat of node %q: %w",
+		`UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ? WHERE name = ?`,
+		formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, hb.Node)
+}
+
+// RecordFacts records what node reported about its machine.
+func (db *DB) RecordFacts(ctx context.Context, f spec.Facts, at time.Time) error {
+	body, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("record facts of node %q: %w", f.Node, err)
+	}
+	return db.updateNode(ctx, f.Node, "record facts of node %q: %w",
+		`UPDATE nodes SET facts = ?, facts_at = ? WHERE name = ?`, string(body), formatTime(at), f.Node)
+}
+
+func (db *DB) updateNode(ctx context.Context, node, format, query string, args ...any) error {
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf(format, node, err)
+	}
+	return nil
+}
+
+const nodeColumns = `name, address, nkey, joined_at, last_heard, host_version, protocol, applied_seq, facts`
+
+func scanNode(row interface{ Scan(...any) error }) (Node, error) {
+	var n Node
+	var joined string
+	var heard, facts sql.NullString
+	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts); err != nil {
+		return Node{}, err
+	}
+	var err error
+	if n.Joined, err = parseTime(joined); err != nil {
+		return Node{}, fmt.Errorf("joined_at: %w", err)
+	}
+	if heard.Valid {
+		if n.LastHeard, err = parseTime(heard.String); err != nil {
+			return Node{}, fmt.Errorf("last_heard: %w", err)
+		}
+	}
+	if facts.Valid {
+		n.Facts = new(spec.Facts)
+		if err := json.Unmarshal([]byte(facts.String), n.Facts); err != nil {
+			return Node{}, fmt.Errorf("facts: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// Node returns the node called name, or an error wrapping ErrNotFound.
+func (db *DB) Node(ctx context.Context, name string) (Node, error) {
+	n, err := scanNode(db.sql.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Node{}, fmt.Errorf("read node %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return Node{}, fmt.Errorf("read node %q: %w", name, err)
+	}
+	return n, nil
+}
+
+// Nodes returns every node, by name.
+func (db *DB) Nodes(ctx context.Context) ([]Node, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("read nodes: %w", err)
+	}
+	defer rows.Close()
+	var ns []Node
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read nodes: %w", err)
+		}
+		ns = append(ns, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read nodes: %w", err)
+	}
+	return ns, nil
+}
