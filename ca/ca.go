@@ -235,3 +235,6 @@ func serial() *big.Int {
 	}
 	return n
 }
+
+// RootPEM is cert, PEM-encoded.
+func RootPEM(cert *x509.Certificate) []byte { return certPEM(cert.Raw) }

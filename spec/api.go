@@ -32,3 +32,7 @@ type Addrs struct {
 	HTTP string `json:"http,omitempty"`
 	DNS  string `json:"dns,omitempty"`
 }
+
+// BusTLSName is the name the bus's certificate carries and every client
+// verifies, whatever address it dialled.
+const BusTLSName = "mesh-bus"

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"github.com/urfave/cli/v2"
+)
+
+// operator is the CLI's connection to a mesh's controller. The CLI never
+// opens the store: it calls the controller over the bus.
+type operator struct {
+	nc  *nats.Conn
+	bus string
+}
+
+func dialOperator(c *cli.Context) (*operator, error) {
+	dir := c.String("dir")
+	addrs, err := readAddrs(dir)
+	if err != nil {
+		return nil, err
+	}
+	creds, err := readOperatorCreds(dir)
+	if err != nil {
+		return nil, err
+	}
+	key, err := nkeys.FromSeed([]byte(creds.Seed))
+	if err != nil {
+		return nil, fmt.Errorf("the operator credential in %s: %w", dir, err)
+	}
+	root, err := ca.ParseCert([]byte(creds.CARoot))
+	if err != nil {
+		return nil, fmt.Errorf("the mesh root in the operator credential: %w", err)
+	}
+	pub, _ := key.PublicKey()
+	bus := dialable(addrs.Bus)
+	nc, err := nats.Connect("nats://"+bus,
+		nats.Name("operator"),
+		nats.Nkey(pub, key.Sign),
+		nats.Secure(ca.ClientTLS(root, spec.BusTLSName)),
+		nats.TLSHandshakeFirst(),
+		nats.CustomInboxPrefix(spec.OperatorInbox),
+		nats.Timeout(5*time.Second),
+		nats.NoReconnect(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("reach the mesh's bus at %s: %w (is the controller running? mesh controller --dir %s)", bus, err, dir)
+	}
+	return &operator{nc: nc, bus: bus}, nil
+}
+
+func (o *operator) Close() { o.nc.Close() }
+
+// call asks the controller to do verb with req and decodes its result into res.
+func (o *operator) call(verb string, req, res any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode %s request: %w", verb, err)
+	}
+	msg, err := o.nc.Request(spec.APISubject(verb), body, 15*time.Second)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%s: no controller answers on the bus at %s", verb, o.bus)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", verb, err)
+	}
+	var reply spec.Reply
+	if err := spec.Decode(msg.Data, &reply); err != nil {
+		return fmt.Errorf("%s: the controller's reply: %w", verb, err)
+	}
+	if reply.Error != "" {
+		return errors.New(reply.Error)
+	}
+	if err := spec.Decode(reply.Result, res); err != nil {
+		return fmt.Errorf("%s: the controller's result: %w", verb, err)
+	}
+	return nil
+}
+
+// callCmd dials the operator API, makes one call and closes.
+func callCmd(c *cli.Context, verb string, req, res any) error {
+	op, err := dialOperator(c)
+	if err != nil {
+		return err
+	}
+	defer op.Close()
+	return op.call(verb, req, res)
+}

@@ -1,0 +1,467 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/mesh-fleet/mesh/broker"
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/mesh"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nkeys"
+	"github.com/urfave/cli/v2"
+)
+
+// The state directory's layout (DESIGN.md, "The state directory").
+const (
+	addrsFile     = "addrs.json"
+	operatorCreds = "operator.creds"
+	controllerDir = "controller"
+	hostDir       = "host"
+)
+
+func logFlag() cli.Flag {
+	return &cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"}
+}
+
+func newLogger(c *cli.Context) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", c.String("log-level"))
+	}
+	return slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level})), nil
+}
+
+func genesisCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "genesis",
+		Usage: "create a mesh on this machine and run its controller and host",
+		Description: `Creates the state directory (0700): the store, the signing key, the CA, the
+operator's credential, and this machine's host as the mesh's first node.
+Then runs the controller and the host in the foreground until SIGINT or
+SIGTERM. Run it again later with mesh controller --dir D.
+
+Example:
+   mesh genesis --dir /var/lib/mesh --mesh home --node alpha`,
+		Flags: []cli.Flag{
+			dirFlag(),
+			&cli.StringFlag{Name: "mesh", Usage: "the mesh's name (a DNS label)", Required: true},
+			&cli.StringFlag{Name: "node", Usage: "this machine's node name (a DNS label)", Required: true},
+			&cli.StringFlag{Name: "bus", Value: "0.0.0.0:4222", Usage: "where the bus listens, host:port (port 0: any free port, kept from then on)"},
+			&cli.StringFlag{Name: "http", Value: "127.0.0.1:8480", Usage: "where /healthz, /metrics and /roots.pem listen, host:port (port 0: any free port)"},
+			&cli.StringFlag{Name: "address", Usage: "where other nodes reach this one (default: the machine's primary address)"},
+			logFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 0, "no arguments"); err != nil {
+				return err
+			}
+			log, err := newLogger(c)
+			if err != nil {
+				return err
+			}
+			dir := c.String("dir")
+			meshName, node := c.String("mesh"), c.String("node")
+			if err := spec.CheckName("mesh", meshName); err != nil {
+				return usagef("--mesh: %v", err)
+			}
+			if err := spec.CheckName("node", node); err != nil {
+				return usagef("--node: %v", err)
+			}
+			address := c.String("address")
+			if address == "" {
+				address = primaryAddress()
+			} else if net.ParseIP(address) == nil {
+				return usagef("--address %q is not an IP address", address)
+			}
+			if err := refuseExisting(dir); err != nil {
+				return err
+			}
+			// Bind each address once before anything is written, so an address
+			// that cannot be bound changes nothing on disk; a port 0 becomes the
+			// port kept from then on.
+			busAddr, err := claimPort("--bus", c.String("bus"))
+			if err != nil {
+				return err
+			}
+			httpAddr, err := claimPort("--http", c.String("http"))
+			if err != nil {
+				return err
+			}
+			if err := create(c.Context, dir, meshName, node, address, busAddr); err != nil {
+				return err
+			}
+			return serve(c.Context, log, dir, spec.Addrs{Bus: busAddr, HTTP: httpAddr})
+		},
+	}
+}
+
+func controllerCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "controller",
+		Usage: "run an existing mesh again: its controller and its host",
+		Description: `Runs the mesh kept in --dir on the addresses it bound before (from
+D/addrs.json), so hosts find the bus again with no action.
+
+Example:
+   mesh controller --dir /var/lib/mesh`,
+		Flags: []cli.Flag{dirFlag(), logFlag()},
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 0, "no arguments"); err != nil {
+				return err
+			}
+			log, err := newLogger(c)
+			if err != nil {
+				return err
+			}
+			dir := c.String("dir")
+			ok, err := mesh.IsMesh(filepath.Join(dir, controllerDir))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("%s holds no mesh: create one with mesh genesis --dir %s --mesh NAME --node NAME", dir, dir)
+			}
+			addrs, err := readAddrs(dir)
+			if err != nil {
+				return err
+			}
+			return serve(c.Context, log, dir, addrs)
+		},
+	}
+}
+
+// refuseExisting refuses a directory that already holds a mesh, or anything.
+func refuseExisting(dir string) error {
+	ok, err := mesh.IsMesh(filepath.Join(dir, controllerDir))
+	if err != nil {
+		return err
+	}
+	if ok {
+		return fmt.Errorf("%s already holds a mesh: run it again with mesh controller --dir %s", dir, dir)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", dir, err)
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("%s is not empty and holds no mesh: give genesis an empty or new directory", dir)
+	}
+	return nil
+}
+
+// claimPort checks that addr can be bound, and turns a port 0 into a free port.
+func claimPort(flag, addr string) (string, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", usagef("%s %q: %v (want host:port)", flag, addr, err)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("%s %s cannot be bound: %w (choose another with %s)", flag, addr, err, flag)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// create writes a new mesh into dir; on failure it removes what it wrote.
+func create(ctx context.Context, dir, meshName, node, address, busAddr string) (err error) {
+	made := false
+	if _, statErr := os.Stat(dir); errors.Is(statErr, os.ErrNotExist) {
+		made = true
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		if made {
+			os.RemoveAll(dir)
+			return
+		}
+		for _, name := range []string{controllerDir, hostDir, operatorCreds, addrsFile} {
+			os.RemoveAll(filepath.Join(dir, name))
+		}
+	}()
+	g, err := mesh.Create(ctx, mesh.GenesisConfig{
+		Dir: filepath.Join(dir, controllerDir), Mesh: meshName, Node: node, Address: address, Now: time.Now(),
+	})
+	if err != nil {
+		return err
+	}
+	root := string(ca.RootPEM(g.Root))
+	if err := writeOperatorCreds(dir, operatorFile{Mesh: meshName, Seed: string(g.OperatorSeed), CARoot: root}); err != nil {
+		return err
+	}
+	return host.Init(filepath.Join(dir, hostDir), host.State{
+		Mesh:    meshName,
+		Node:    node,
+		Bus:     []string{"nats://" + dialable(busAddr)},
+		CAPin:   ca.Pin(g.Root),
+		CARoot:  root,
+		SignKey: base64.StdEncoding.EncodeToString(g.SignPub),
+	}, g.NodeSeed)
+}
+
+// serve runs a mesh's parts in start order (store, CA, bus, controller,
+// host), each ready before the next starts, until SIGINT or SIGTERM; then
+// stops them in reverse, the store last.
+func serve(parent context.Context, log *slog.Logger, dir string, addrs spec.Addrs) error {
+	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctlDir := filepath.Join(dir, controllerDir)
+
+	db, err := store.Open(ctx, filepath.Join(ctlDir, mesh.DBFile))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	auth, err := ca.Load(filepath.Join(ctlDir, mesh.CADir))
+	if err != nil {
+		return err
+	}
+	busHost, _, _ := net.SplitHostPort(addrs.Bus)
+	cert, err := auth.IssueServer(busNames(), busIPs(busHost), 365*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	ctlKey, err := nkeys.CreateUser()
+	if err != nil {
+		return fmt.Errorf("generate the controller's bus key: %w", err)
+	}
+	ctlPub, _ := ctlKey.PublicKey()
+	users, err := mesh.Users(ctx, db, ctlPub)
+	if err != nil {
+		return err
+	}
+	bus, err := broker.New(broker.Config{
+		Listen:   addrs.Bus,
+		StoreDir: filepath.Join(ctlDir, mesh.JSDir),
+		TLS:      &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		Users:    users,
+	}, log.With("component", "bus"))
+	if err != nil {
+		return err
+	}
+	agent, err := host.New(host.Config{Dir: filepath.Join(dir, hostDir)}, log.With("component", "host"))
+	if err != nil {
+		return err
+	}
+	ctl, err := mesh.New(mesh.Config{
+		HTTPListen: addrs.HTTP,
+		Key:        ctlKey,
+		Parts:      []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "host", Ready: agent.Ready()}},
+	}, log.With("component", "controller"), mesh.Deps{DB: db, CA: auth, Bus: bus})
+	if err != nil {
+		return err
+	}
+
+	parts := []part{
+		{"bus", bus.Run, bus.Ready()},
+		{"controller", ctl.Run, ctl.Ready()},
+		{"host", agent.Run, agent.Ready()},
+	}
+	runErr := runInOrder(ctx, log, parts, func() error {
+		addrs.Bus, addrs.HTTP = bus.Addr(), ctl.HTTPAddr()
+		if err := writeAddrs(dir, addrs); err != nil {
+			return err
+		}
+		log.Info("mesh ready", "bus", addrs.Bus, "http", addrs.HTTP, "node", agent.Node())
+		return nil
+	})
+	if err := db.Close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("close store: %w", err)
+	}
+	return runErr
+}
+
+type part struct {
+	name  string
+	run   func(context.Context) error
+	ready <-chan struct{}
+}
+
+// runInOrder starts parts one by one, each once the one before is ready,
+// calls started when all are, and runs until ctx ends or a part fails; then
+// it stops them in reverse order, waiting for each.
+func runInOrder(ctx context.Context, log *slog.Logger, parts []part, started func() error) error {
+	type running struct {
+		cancel context.CancelFunc
+		done   chan error
+	}
+	var live []running
+	failed := make(chan error, len(parts))
+	var firstErr error
+	stopAll := func() {
+		for i := len(live) - 1; i >= 0; i-- {
+			live[i].cancel()
+			if err := <-live[i].done; err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	for _, p := range parts {
+		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan error, 1)
+		go func() {
+			err := p.run(pctx)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", p.name, err)
+				failed <- err
+			}
+			done <- err
+		}()
+		live = append(live, running{cancel, done})
+		select {
+		case <-p.ready:
+		case err := <-failed:
+			firstErr = err
+			stopAll()
+			return firstErr
+		case <-ctx.Done():
+			stopAll()
+			return firstErr
+		}
+	}
+	if err := started(); err != nil {
+		firstErr = err
+		stopAll()
+		return firstErr
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+	case err := <-failed:
+		firstErr = err
+	}
+	stopAll()
+	return firstErr
+}
+
+func busNames() []string {
+	names := []string{spec.BusTLSName, "localhost"}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		names = append(names, h)
+	}
+	return names
+}
+
+// busIPs are the addresses the bus's certificate names: the listen address,
+// or every address of the machine when it listens on all.
+func busIPs(listenHost string) []net.IP {
+	ip := net.ParseIP(listenHost)
+	if ip != nil && !ip.IsUnspecified() {
+		return []net.IP{ip}
+	}
+	ips := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
+			ips = append(ips, n.IP)
+		}
+	}
+	return ips
+}
+
+// dialable turns a listen address into one a client on this machine can dial.
+func dialable(addr string) string {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+		h = "127.0.0.1"
+	}
+	return net.JoinHostPort(h, p)
+}
+
+// primaryAddress is the machine's first global unicast IPv4 address on an
+// interface that is up, or loopback when it has none.
+func primaryAddress() string {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return "127.0.0.1"
+	}
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
+				return n.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}
+
+func readAddrs(dir string) (spec.Addrs, error) {
+	var a spec.Addrs
+	body, err := os.ReadFile(filepath.Join(dir, addrsFile))
+	if err != nil {
+		return a, fmt.Errorf("read the mesh's addresses: %w (is %s a mesh's state directory?)", err, dir)
+	}
+	if err := spec.Decode(body, &a); err != nil {
+		return a, fmt.Errorf("read %s: %w", filepath.Join(dir, addrsFile), err)
+	}
+	if a.Bus == "" {
+		return a, fmt.Errorf("%s names no bus address", filepath.Join(dir, addrsFile))
+	}
+	return a, nil
+}
+
+func writeAddrs(dir string, a spec.Addrs) error {
+	body, _ := json.MarshalIndent(a, "", "  ")
+	if err := host.WriteFileAtomic(filepath.Join(dir, addrsFile), append(body, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", addrsFile, err)
+	}
+	return nil
+}
+
+// operatorFile is D/operator.creds: the operator's bus credential and the
+// root that the bus's certificate must chain to.
+type operatorFile struct {
+	Mesh   string `json:"mesh"`
+	Seed   string `json:"seed"`
+	CARoot string `json:"ca_root"`
+}
+
+func writeOperatorCreds(dir string, f operatorFile) error {
+	body, _ := json.MarshalIndent(f, "", "  ")
+	if err := host.WriteFileAtomic(filepath.Join(dir, operatorCreds), append(body, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", operatorCreds, err)
+	}
+	return nil
+}
+
+func readOperatorCreds(dir string) (operatorFile, error) {
+	var f operatorFile
+	path := filepath.Join(dir, operatorCreds)
+	body, err := os.ReadFile(path)
+	if err != nil {
+		return f, fmt.Errorf("read the operator credential: %w (is %s a mesh's state directory? --dir or MESH_DIR names it)", err, dir)
+	}
+	if err := spec.Decode(body, &f); err != nil {
+		return f, fmt.Errorf("read %s: %w", path, err)
+	}
+	return f, nil
+}
+

@@ -1,0 +1,190 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// Config is what the agent needs.
+type Config struct {
+	// Dir is the host's directory (D/host), holding its state and credential.
+	Dir string
+	// HeartbeatEvery and FactsEvery are how often the agent reports; zero
+	// means every 10 s and daily.
+	HeartbeatEvery time.Duration
+	FactsEvery     time.Duration
+	// Executable is the running binary, whose SHA-256 is the host version;
+	// empty means os.Executable.
+	Executable string
+}
+
+// Agent is the host's agent.
+type Agent struct {
+	cfg   Config
+	log   *slog.Logger
+	ready chan struct{}
+
+	state State
+	key   nkeys.KeyPair
+}
+
+// New reads the host's state and credential and starts nothing.
+func New(cfg Config, log *slog.Logger) (*Agent, error) {
+	st, seed, err := ReadState(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	key, err := nkeys.FromSeed(seed)
+	if err != nil {
+		return nil, fmt.Errorf("node credential in %s: %w", cfg.Dir, err)
+	}
+	if len(st.Bus) == 0 {
+		return nil, fmt.Errorf("host state in %s names no bus address", cfg.Dir)
+	}
+	if cfg.HeartbeatEvery <= 0 {
+		cfg.HeartbeatEvery = 10 * time.Second
+	}
+	if cfg.FactsEvery <= 0 {
+		cfg.FactsEvery = 24 * time.Hour
+	}
+	return &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key}, nil
+}
+
+// Node is the node this agent is.
+func (a *Agent) Node() string { return a.state.Node }
+
+// Ready is closed once the agent's first heartbeat reached the bus.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// Run connects to the bus (reconnecting for ever) and reports until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	version, err := executableDigest(a.cfg.Executable)
+	if err != nil {
+		return err
+	}
+	root, err := ca.ParseCert([]byte(a.state.CARoot))
+	if err != nil {
+		return fmt.Errorf("the mesh root in the host state: %w", err)
+	}
+	if ca.Pin(root) != a.state.CAPin {
+		return fmt.Errorf("the mesh root in the host state does not match its pin %s", a.state.CAPin)
+	}
+	pub, _ := a.key.PublicKey()
+	nc, err := nats.Connect(strings.Join(a.state.Bus, ","),
+		nats.Name("host "+a.state.Node),
+		nats.Nkey(pub, a.key.Sign),
+		nats.Secure(ca.ClientTLS(root, spec.BusTLSName)),
+		nats.TLSHandshakeFirst(),
+		nats.CustomInboxPrefix(spec.NodeInbox(a.state.Node)),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				a.log.Warn("bus connection lost", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { a.log.Info("bus connection back", "url", nc.ConnectedUrl()) }),
+	)
+	if err != nil {
+		return fmt.Errorf("connect to the bus at %v: %w", a.state.Bus, err)
+	}
+	defer nc.Close()
+
+	heartbeat := time.NewTicker(a.cfg.HeartbeatEvery)
+	defer heartbeat.Stop()
+	facts := time.NewTicker(a.cfg.FactsEvery)
+	defer facts.Stop()
+
+	sendFacts := func() {
+		f := GatherFacts()
+		f.Node, f.Time = a.state.Node, time.Now().UTC()
+		if err := publish(nc, spec.NodeSubject(a.state.Node, spec.KindFacts), f); err != nil {
+			a.log.Warn("facts not sent", "err", err)
+		}
+	}
+	sendHeartbeat := func() error {
+		return publish(nc, spec.NodeSubject(a.state.Node, spec.KindHeartbeat), spec.Heartbeat{
+			Node: a.state.Node, Time: time.Now().UTC(), AppliedSeq: a.state.AppliedSeq,
+			HostVersion: version, Protocol: spec.Protocol,
+		})
+	}
+	sendFacts()
+	// Ready once a heartbeat has reached the bus; until then, retry it at the
+	// reconnect pace rather than the heartbeat's.
+	for {
+		err := sendHeartbeat()
+		if err == nil {
+			err = nc.FlushTimeout(5 * time.Second)
+		}
+		if err == nil {
+			break
+		}
+		a.log.Debug("first heartbeat not through yet", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+	close(a.ready)
+	a.log.Info("host ready", "node", a.state.Node, "bus", nc.ConnectedUrl(), "version", version[:12])
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-heartbeat.C:
+			if err := sendHeartbeat(); err != nil && !errors.Is(err, nats.ErrConnectionReconnecting) {
+				a.log.Warn("heartbeat not sent", "err", err)
+			}
+		case <-facts.C:
+			sendFacts()
+		}
+	}
+}
+
+func publish(nc *nats.Conn, subject string, v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", subject, err)
+	}
+	return nc.Publish(subject, body)
+}
+
+// executableDigest is the hex SHA-256 of the binary at path (or of the
+// running one): the host version, the same digest that names a delivered
+// binary's path.
+func executableDigest(path string) (string, error) {
+	if path == "" {
+		p, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("find the running executable: %w", err)
+		}
+		path = p
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("read the running executable: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("read the running executable: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

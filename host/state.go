@@ -1,0 +1,124 @@
+// Package host is the agent every node runs: it holds the node's own bus
+// credential, reports heartbeats and facts, and (later) receives, verifies
+// and applies the node's declarations.
+package host
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// Files under the host's directory (D/host).
+const (
+	StateFile = "state.json"
+	CredsFile = "node.creds"
+)
+
+// State is what a host must never forget. It is written atomically and its
+// directory synced.
+type State struct {
+	Mesh string `json:"mesh"`
+	Node string `json:"node"`
+	// Bus is where the controller's bus is reached (nats URLs).
+	Bus []string `json:"bus"`
+	// CAPin is the pin of the mesh's root ("sha256:..."), and CARoot the
+	// root itself, PEM, checked against the pin when it was first received.
+	CAPin  string `json:"ca_pin"`
+	CARoot string `json:"ca_root"`
+	// SignKey is the controller's ed25519 public key, base64, that every
+	// declaration must be signed with.
+	SignKey    string `json:"sign_key"`
+	AppliedSeq uint64 `json:"applied_seq"`
+}
+
+// ReadState reads the host's state and seed from dir.
+func ReadState(dir string) (State, []byte, error) {
+	var st State
+	body, err := os.ReadFile(filepath.Join(dir, StateFile))
+	if err != nil {
+		return State{}, nil, fmt.Errorf("read host state: %w", err)
+	}
+	if err := spec.Decode(body, &st); err != nil {
+		return State{}, nil, fmt.Errorf("read host state %s: %w", filepath.Join(dir, StateFile), err)
+	}
+	seed, err := os.ReadFile(filepath.Join(dir, CredsFile))
+	if err != nil {
+		return State{}, nil, fmt.Errorf("read node credential: %w", err)
+	}
+	return st, []byte(strings.TrimSpace(string(seed))), nil
+}
+
+// Init makes dir (0700) a host's directory: its credential (0600) and its
+// state. A dir that already holds a state is refused.
+func Init(dir string, st State, seed []byte) error {
+	if err := spec.CheckName("node", st.Node); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, StateFile)); err == nil {
+		return fmt.Errorf("%s already holds a host's state", dir)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("look for a host state in %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create host directory: %w", err)
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, CredsFile), append(append([]byte(nil), seed...), '\n'), 0o600); err != nil {
+		return fmt.Errorf("write node credential: %w", err)
+	}
+	return WriteState(dir, st)
+}
+
+// WriteState writes st to dir atomically.
+func WriteState(dir string, st State) error {
+	body, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode host state: %w", err)
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, StateFile), append(body, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write host state: %w", err)
+	}
+	return nil
+}
+
+// WriteFileAtomic writes data to a temporary file beside path, syncs it,
+// renames it over path and syncs the directory: a reader sees the old file
+// or the new one, and a running program keeps the inode it opened.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // a no-op once renamed
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

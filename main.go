@@ -1,0 +1,130 @@
+// Command mesh runs a fleet of your own machines: `mesh genesis` creates a
+// mesh on the first one, and the other commands run and operate it. This
+// file and its siblings are the CLI's wiring only.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
+
+// usageError is a mistake in how a command was called: exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// Exit codes scripts can rely on.
+const (
+	exitOK    = 0
+	exitFail  = 1 // the command ran and failed
+	exitUsage = 2 // the command was called wrongly; nothing was done
+)
+
+func run(args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	err := app.Run(args)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "mesh: %v\n", err)
+	var u usageError
+	if errors.As(err, &u) || isFlagError(err) {
+		return exitUsage
+	}
+	return exitFail
+}
+
+// isFlagError recognises urfave/cli's own complaints about flags.
+func isFlagError(err error) bool {
+	s := err.Error()
+	return strings.HasPrefix(s, "flag provided but not defined") ||
+		strings.HasPrefix(s, "invalid value") ||
+		strings.Contains(s, "flag needs an argument") ||
+		strings.HasPrefix(s, "Required flag")
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:  "mesh",
+		Usage: "run a fleet of your own machines",
+		Description: `mesh genesis creates a mesh on this machine: the bus, the store, the CA and
+the controller, and this machine's own host. Other machines join with
+mesh host --join TOKEN. Every other command talks to the controller over the
+bus, using the operator credential in the state directory.
+
+Flags go before arguments: mesh node show --json web1.`,
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		HideVersion:          true,
+		EnableBashCompletion: false,
+		ExitErrHandler:       func(*cli.Context, error) {}, // run decides the exit code
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usageError{err.Error()}
+		},
+		Commands: []*cli.Command{
+			genesisCommand(),
+			controllerCommand(),
+			nodeCommand(),
+		},
+	}
+	for _, c := range app.Commands {
+		guard(c)
+	}
+	return app
+}
+
+// guard makes every command refuse an argument that looks like a flag (urfave/cli
+// stops reading flags at the first argument, so it would be taken as an
+// argument silently) and a usage mistake exit 2.
+func guard(c *cli.Command) {
+	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError{err.Error()} }
+	if c.Action != nil {
+		action := c.Action
+		c.Action = func(ctx *cli.Context) error {
+			args := ctx.Args().Slice()
+			for i, a := range args {
+				if strings.HasPrefix(a, "-") && len(a) > 1 {
+					name := ctx.Command.HelpName
+					if i == 0 {
+						return usagef("%q is not a flag of %s: see %s --help", a, name, name)
+					}
+					return usagef("flag %s comes after the argument %q: flags go before arguments (%s %s %s)",
+						a, args[0], name, a, strings.Join(args[:i], " "))
+				}
+			}
+			return action(ctx)
+		}
+	}
+	for _, sub := range c.Subcommands {
+		guard(sub)
+	}
+}
+
+func dirFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:    "dir",
+		Usage:   "the mesh's state directory",
+		EnvVars: []string{"MESH_DIR"},
+		Value:   "/var/lib/mesh",
+	}
+}
+
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
+}
+
+func wantArgs(c *cli.Context, n int, names string) error {
+	if c.NArg() != n {
+		return usagef("%s takes %s; got %d argument(s): see %s --help", c.Command.HelpName, names, c.NArg(), c.Command.HelpName)
+	}
+	return nil
+}

@@ -1,0 +1,110 @@
+package mesh
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
+)
+
+// errBadRequest marks an error that is the caller's: it is answered, and
+// not logged as the controller's failure.
+var errBadRequest = errors.New("bad request")
+
+// callerError is an answer about what the caller asked for (no such node):
+// the message alone, marked as the caller's.
+type callerError string
+
+func (e callerError) Error() string        { return string(e) }
+func (e callerError) Is(target error) bool { return target == errBadRequest }
+
+func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg) {
+	c.metrics.apiCalls.Add(1)
+	verb := strings.TrimPrefix(m.Subject, spec.APIPrefix)
+	result, err := c.call(ctx, verb, m.Data)
+	var reply spec.Reply
+	if err != nil {
+		c.metrics.apiErrors.Add(1)
+		reply.Error = err.Error()
+		if !errors.Is(err, errBadRequest) {
+			c.log.Error("api call failed", "verb", verb, "err", err)
+		}
+	} else if reply.Result, err = json.Marshal(result); err != nil {
+		reply = spec.Reply{Error: fmt.Sprintf("encode %s result: %v", verb, err)}
+	}
+	body, _ := json.Marshal(reply)
+	if err := m.Respond(body); err != nil {
+		c.log.Warn("api reply not sent", "verb", verb, "err", err)
+	}
+}
+
+func decodeRequest(verb string, data []byte, v any) error {
+	if err := spec.Decode(data, v); err != nil {
+		return callerError(fmt.Sprintf("%s: malformed request: %v", verb, err))
+	}
+	return nil
+}
+
+func (c *Controller) call(ctx context.Context, verb string, data []byte) (any, error) {
+	switch verb {
+	case spec.VerbNodeList:
+		var req spec.NodeListRequest
+		if err := decodeRequest(verb, data, &req); err != nil {
+			return nil, err
+		}
+		nodes, err := c.deps.DB.Nodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res := spec.NodeListResult{Nodes: []spec.Node{}}
+		now := c.cfg.Now()
+		for _, n := range nodes {
+			res.Nodes = append(res.Nodes, nodeView(n, now))
+		}
+		return res, nil
+	case spec.VerbNodeShow:
+		var req spec.NodeShowRequest
+		if err := decodeRequest(verb, data, &req); err != nil {
+			return nil, err
+		}
+		if err := spec.CheckName("node", req.Name); err != nil {
+			return nil, callerError(err.Error())
+		}
+		n, err := c.deps.DB.Node(ctx, req.Name)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, callerError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Name))
+		}
+		if err != nil {
+			return nil, err
+		}
+		return spec.NodeShowResult{Node: nodeView(n, c.cfg.Now())}, nil
+	default:
+		return nil, callerError(fmt.Sprintf("unknown verb %q: this controller speaks protocol %d", verb, spec.Protocol))
+	}
+}
+
+// nodeView is a stored node as the operator sees it.
+func nodeView(n store.Node, now time.Time) spec.Node {
+	v := spec.Node{
+		Name:          n.Name,
+		Address:       n.Address,
+		Joined:        n.Joined.UTC(),
+		HostVersion:   n.HostVersion,
+		Protocol:      n.Protocol,
+		ProtocolKnown: n.Protocol == spec.Protocol,
+		AppliedSeq:    n.AppliedSeq,
+		Facts:         n.Facts,
+	}
+	if !n.LastHeard.IsZero() {
+		t := n.LastHeard.UTC()
+		v.LastHeard = &t
+		v.HeardAgo = now.Sub(n.LastHeard).Round(time.Second).String()
+	}
+	return v
+}

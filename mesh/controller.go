@@ -1,0 +1,193 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mesh-fleet/mesh/broker"
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// Part is one part of the process whose readiness /healthz reports.
+type Part struct {
+	Name  string
+	Ready <-chan struct{}
+}
+
+// Config is what the controller needs.
+type Config struct {
+	// HTTPListen is host:port of /healthz, /metrics and /roots.pem; port 0
+	// takes a free port.
+	HTTPListen string
+	// Key is the controller's own bus user, composed into the bus's users.
+	Key nkeys.KeyPair
+	// Parts are the other parts of the process; /healthz is ready only when
+	// every one of them and the controller are.
+	Parts []Part
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Deps are the parts the controller uses.
+type Deps struct {
+	DB  *store.DB
+	CA  *ca.Authority
+	Bus *broker.Server
+}
+
+// Controller runs the operator API and listens to the nodes.
+type Controller struct {
+	cfg   Config
+	log   *slog.Logger
+	deps  Deps
+	ready chan struct{}
+
+	mu       sync.Mutex
+	httpAddr string
+
+	metrics metrics
+}
+
+// New checks cfg and starts nothing.
+func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
+	if deps.DB == nil || deps.CA == nil || deps.Bus == nil {
+		return nil, errors.New("controller: store, CA and bus are all required")
+	}
+	if cfg.Key == nil {
+		return nil, errors.New("controller: no bus key")
+	}
+	if _, _, err := net.SplitHostPort(cfg.HTTPListen); err != nil {
+		return nil, fmt.Errorf("http address %q: %w (want host:port, e.g. 127.0.0.1:8480)", cfg.HTTPListen, err)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once the controller answers the API and HTTP.
+func (c *Controller) Ready() <-chan struct{} { return c.ready }
+
+// HTTPAddr is the address the HTTP listener bound; empty before Ready.
+func (c *Controller) HTTPAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.httpAddr
+}
+
+// Run serves until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	select {
+	case <-c.deps.Bus.Ready():
+	case <-ctx.Done():
+		return nil
+	}
+	l, err := net.Listen("tcp", c.cfg.HTTPListen)
+	if err != nil {
+		return fmt.Errorf("bind http address %s: %w", c.cfg.HTTPListen, err)
+	}
+	pub, err := c.cfg.Key.PublicKey()
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("controller bus key: %w", err)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(c.deps.Bus.NATS()),
+		nats.Nkey(pub, c.cfg.Key.Sign), nats.Name("controller"))
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("connect controller to the bus: %w", err)
+	}
+	defer nc.Close()
+
+	subs := []struct {
+		subject, queue string
+		handle         nats.MsgHandler
+	}{
+		{spec.APIPrefix + ">", "api", func(m *nats.Msg) { c.serveAPI(ctx, m) }},
+		{spec.NodeSubject("*", spec.KindHeartbeat), "", func(m *nats.Msg) { c.onHeartbeat(ctx, m) }},
+		{spec.NodeSubject("*", spec.KindFacts), "", func(m *nats.Msg) { c.onFacts(ctx, m) }},
+	}
+	for _, s := range subs {
+		if _, err := nc.QueueSubscribe(s.subject, s.queue, s.handle); err != nil {
+			l.Close()
+			return fmt.Errorf("subscribe to %s: %w", s.subject, err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		l.Close()
+		return fmt.Errorf("subscribe controller: %w", err)
+	}
+
+	srv := &http.Server{Handler: c.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Serve(l) }()
+	c.mu.Lock()
+	c.httpAddr = l.Addr().String()
+	c.mu.Unlock()
+	close(c.ready)
+	c.log.Info("controller ready", "http", l.Addr().String())
+
+	select {
+	case <-ctx.Done():
+	case err := <-httpDone:
+		return fmt.Errorf("http listener: %w", err)
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(shutdown)
+	nc.Drain()
+	return nil
+}
+
+func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
+	c.metrics.heartbeats.Add(1)
+	node, _, _ := spec.NodeFromSubject(m.Subject)
+	var hb spec.Heartbeat
+	if err := spec.Decode(m.Data, &hb); err != nil {
+		c.log.Warn("heartbeat refused", "node", node, "err", err)
+		return
+	}
+	if hb.Node != node {
+		c.log.Warn("heartbeat refused: it names another node than its subject", "node", node, "names", hb.Node)
+		return
+	}
+	if err := c.deps.DB.RecordHeartbeat(ctx, hb, c.cfg.Now()); err != nil {
+		c.log.Error("heartbeat not recorded", "node", node, "err", err)
+	}
+}
+
+func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
+	node, _, _ := spec.NodeFromSubject(m.Subject)
+	var f spec.Facts
+	if err := spec.Decode(m.Data, &f); err != nil {
+		c.log.Warn("facts refused", "node", node, "err", err)
+		return
+	}
+	if f.Node != node {
+		c.log.Warn("facts refused: they name another node than their subject", "node", node, "names", f.Node)
+		return
+	}
+	if err := c.deps.DB.RecordFacts(ctx, f, c.cfg.Now()); err != nil {
+		c.log.Error("facts not recorded", "node", node, "err", err)
+		return
+	}
+	c.log.Debug("facts recorded", "node", node)
+}
+
+// metrics are the controller's counters, shown on /metrics.
+type metrics struct {
+	heartbeats atomic.Uint64
+	apiCalls   atomic.Uint64
+	apiErrors  atomic.Uint64
+}

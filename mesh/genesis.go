@@ -1,0 +1,127 @@
+// Package mesh is the control plane: nodes, the operator API, the HTTP
+// listener, and (later) modules, composition and push.
+package mesh
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nkeys"
+)
+
+// Paths of the controller's files under its directory (D/controller).
+const (
+	DBFile      = "mesh.db"
+	SignKeyFile = "sign.key"
+	CADir       = "ca"
+	JSDir       = "js"
+)
+
+// GenesisConfig is what creating a mesh needs.
+type GenesisConfig struct {
+	Dir     string // the controller's directory, D/controller; must not exist
+	Mesh    string
+	Node    string // the first node: this machine
+	Address string // where other nodes reach the first node
+	Now     time.Time
+}
+
+// Genesis is what creating a mesh hands back to the caller, who places the
+// operator's and the first node's credentials.
+type Genesis struct {
+	OperatorSeed []byte
+	NodeSeed     []byte
+	Root         *x509.Certificate
+	SignPub      ed25519.PublicKey
+}
+
+// Create makes a new mesh in cfg.Dir: the store (with the mesh, its operator
+// and its first node recorded), the signing key and the CA. On failure it
+// removes what it made.
+func Create(ctx context.Context, cfg GenesisConfig) (g Genesis, err error) {
+	if err := spec.CheckName("mesh", cfg.Mesh); err != nil {
+		return Genesis{}, err
+	}
+	if err := spec.CheckName("node", cfg.Node); err != nil {
+		return Genesis{}, err
+	}
+	if _, err := os.Stat(cfg.Dir); err == nil {
+		return Genesis{}, fmt.Errorf("%s already exists: this directory already holds a mesh", cfg.Dir)
+	}
+	if err := os.Mkdir(cfg.Dir, 0o700); err != nil {
+		return Genesis{}, fmt.Errorf("create controller directory: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(cfg.Dir)
+		}
+	}()
+
+	auth, err := ca.Create(filepath.Join(cfg.Dir, CADir), cfg.Mesh, cfg.Now)
+	if err != nil {
+		return Genesis{}, err
+	}
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return Genesis{}, fmt.Errorf("generate signing key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return Genesis{}, fmt.Errorf("encode signing key: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.Dir, SignKeyFile), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return Genesis{}, fmt.Errorf("write signing key: %w", err)
+	}
+
+	op, err := nkeys.CreateUser()
+	if err != nil {
+		return Genesis{}, fmt.Errorf("generate operator key: %w", err)
+	}
+	node, err := nkeys.CreateUser()
+	if err != nil {
+		return Genesis{}, fmt.Errorf("generate node key: %w", err)
+	}
+	opPub, _ := op.PublicKey()
+	nodePub, _ := node.PublicKey()
+
+	db, err := store.Open(ctx, filepath.Join(cfg.Dir, DBFile))
+	if err != nil {
+		return Genesis{}, err
+	}
+	defer db.Close()
+	if err := db.CreateMesh(ctx, store.Mesh{Name: cfg.Mesh, Created: cfg.Now}, store.Operator{Name: "operator", NKey: opPub}); err != nil {
+		return Genesis{}, err
+	}
+	if err := db.AddNode(ctx, store.Node{Name: cfg.Node, Address: cfg.Address, NKey: nodePub, Joined: cfg.Now}); err != nil {
+		return Genesis{}, err
+	}
+	if err := db.Close(); err != nil {
+		return Genesis{}, fmt.Errorf("close store: %w", err)
+	}
+	opSeed, _ := op.Seed()
+	nodeSeed, _ := node.Seed()
+	return Genesis{OperatorSeed: opSeed, NodeSeed: nodeSeed, Root: auth.Root(), SignPub: pub}, nil
+}
+
+// IsMesh reports whether dir (D/controller) holds a mesh's store.
+func IsMesh(dir string) (bool, error) {
+	_, err := os.Stat(filepath.Join(dir, DBFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look for a mesh in %s: %w", dir, err)
+	}
+	return true, nil
+}

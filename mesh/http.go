@@ -1,0 +1,103 @@
+package mesh
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func (c *Controller) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", c.healthz)
+	mux.HandleFunc("GET /metrics", c.serveMetrics)
+	mux.HandleFunc("GET /roots.pem", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/x-pem-file")
+		w.Write(c.deps.CA.RootsPEM())
+	})
+	return mux
+}
+
+// notReady names the parts that are not ready, the controller included.
+func (c *Controller) notReady() []string {
+	var names []string
+	parts := append([]Part{{Name: "controller", Ready: c.ready}}, c.cfg.Parts...)
+	for _, p := range parts {
+		select {
+		case <-p.Ready:
+		default:
+			names = append(names, p.Name)
+		}
+	}
+	return names
+}
+
+func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if waiting := c.notReady(); len(waiting) > 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: %s\n", strings.Join(waiting, ", "))
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+func (c *Controller) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	var b strings.Builder
+	gauge := func(name, help string, v float64) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n%s %s\n", name, help, name, name, strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	counter := func(name, help string, v uint64) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
+	}
+	ready := 1.0
+	if len(c.notReady()) > 0 {
+		ready = 0
+	}
+	gauge("mesh_ready", "1 when every part of the process is ready.", ready)
+	if nodes, err := c.deps.DB.Nodes(ctx); err == nil {
+		heard := 0
+		for _, n := range nodes {
+			if !n.LastHeard.IsZero() && c.cfg.Now().Sub(n.LastHeard) < time.Minute {
+				heard++
+			}
+		}
+		gauge("mesh_nodes", "Nodes in the mesh.", float64(len(nodes)))
+		gauge("mesh_nodes_heard", "Nodes heard from in the last minute.", float64(heard))
+		gauge("mesh_store_up", "1 when the store answered this scrape.", 1)
+	} else {
+		gauge("mesh_store_up", "1 when the store answered this scrape.", 0)
+	}
+	counter("mesh_heartbeats_total", "Heartbeats received.", c.metrics.heartbeats.Load())
+	counter("mesh_api_calls_total", "Operator API calls answered.", c.metrics.apiCalls.Load())
+	counter("mesh_api_errors_total", "Operator API calls answered with an error.", c.metrics.apiErrors.Load())
+	gauge("go_goroutines", "Goroutines in the process.", float64(runtime.NumGoroutine()))
+	if rss, ok := residentBytes(); ok {
+		gauge("process_resident_memory_bytes", "Resident memory of the process.", float64(rss))
+	}
+	w.Write([]byte(b.String()))
+}
+
+// residentBytes reads the process's resident set from /proc.
+func residentBytes() (uint64, bool) {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, false
+	}
+	pages, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return pages * uint64(os.Getpagesize()), true
+}

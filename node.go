@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/urfave/cli/v2"
+)
+
+func nodeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "node",
+		Usage: "list and show the mesh's nodes",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "list",
+				Usage: "list every node: address, when it was last heard, its host version",
+				Description: `Example:
+   mesh node list
+   mesh node list --json | jq '.[] | select(.last_heard == null) | .name'`,
+				Flags: []cli.Flag{dirFlag(), jsonFlag()},
+				Action: func(c *cli.Context) error {
+					if err := wantArgs(c, 0, "no arguments"); err != nil {
+						return err
+					}
+					var res spec.NodeListResult
+					if err := callCmd(c, spec.VerbNodeList, spec.NodeListRequest{}, &res); err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, res.Nodes)
+					}
+					return printNodeList(c.App.Writer, res.Nodes)
+				},
+			},
+			{
+				Name:      "show",
+				Usage:     "show one node and every fact it reported",
+				ArgsUsage: "NODE",
+				Description: `Example:
+   mesh node show alpha
+   mesh node show --json alpha`,
+				Flags: []cli.Flag{dirFlag(), jsonFlag()},
+				Action: func(c *cli.Context) error {
+					if err := wantArgs(c, 1, "one argument, the node's name"); err != nil {
+						return err
+					}
+					name := c.Args().First()
+					if err := spec.CheckName("node", name); err != nil {
+						return usageError{err.Error()}
+					}
+					var res spec.NodeShowResult
+					if err := callCmd(c, spec.VerbNodeShow, spec.NodeShowRequest{Name: name}, &res); err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, res.Node)
+					}
+					return printNode(c.App.Writer, res.Node)
+				},
+			},
+		},
+	}
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func heard(n spec.Node) string {
+	if n.LastHeard == nil {
+		return "never"
+	}
+	return n.HeardAgo + " ago"
+}
+
+func shortVersion(v string) string {
+	if v == "" {
+		return "-"
+	}
+	if len(v) > 12 {
+		return v[:12]
+	}
+	return v
+}
+
+func protocol(n spec.Node) string {
+	switch {
+	case n.LastHeard == nil:
+		return "-"
+	case n.ProtocolKnown:
+		return strconv.Itoa(n.Protocol)
+	default:
+		return fmt.Sprintf("%d (not spoken by this controller, which speaks %d)", n.Protocol, spec.Protocol)
+	}
+}
+
+func printNodeList(w io.Writer, nodes []spec.Node) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tADDRESS\tHEARD\tVERSION\tPROTOCOL\tARCH\tOS")
+	for _, n := range nodes {
+		arch, osName := "-", "-"
+		if n.Facts != nil {
+			arch, osName = n.Facts.Arch, n.Facts.Distro+" "+n.Facts.DistroVer
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Address, heard(n), shortVersion(n.HostVersion), protocol(n), arch, strings.TrimSpace(osName))
+	}
+	return tw.Flush()
+}
+
+func printNode(w io.Writer, n spec.Node) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("node", n.Name)
+	row("address", n.Address)
+	row("joined", n.Joined.Format(time.RFC3339))
+	if n.LastHeard == nil {
+		row("heard", "never: this node has not sent a heartbeat")
+	} else {
+		row("heard", fmt.Sprintf("%s (%s)", heard(n), n.LastHeard.Format(time.RFC3339)))
+	}
+	row("host version", orDash(n.HostVersion))
+	row("protocol", protocol(n))
+	row("applied sequence", strconv.FormatUint(n.AppliedSeq, 10))
+	if f := n.Facts; f == nil {
+		row("facts", "none reported yet")
+	} else {
+		row("facts reported", f.Time.Format(time.RFC3339))
+		row("hostname", orDash(f.Hostname))
+		row("architecture", orDash(f.Arch))
+		row("os", orDash(f.OS))
+		row("kernel", orDash(f.Kernel))
+		row("distribution", orDash(strings.TrimSpace(f.Distro+" "+f.DistroVer)))
+		row("cpu", orDash(f.CPUModel))
+		row("cores", strconv.Itoa(f.Cores))
+		row("memory", bytesIEC(f.MemoryBytes))
+		row("disk", fmt.Sprintf("%s (%s free)", bytesIEC(f.DiskBytes), bytesIEC(f.DiskFree)))
+		row("machine", orDash(f.Virtual))
+		row("uptime", (time.Duration(f.UptimeSecond) * time.Second).String())
+		for _, e := range f.Errors {
+			row("unreadable", e)
+		}
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func bytesIEC(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
