@@ -1,0 +1,43 @@
+# mesh: one binary that runs a fleet of your own machines.
+GO        ?= go
+BIN       := bin/mesh
+STATE     ?= $(CURDIR)/mesh-state
+MESH      ?= home
+NODE      ?= $(shell hostname -s 2>/dev/null | tr 'A-Z_.' 'a-z--' | cut -c1-63 | grep -E '^[a-z0-9]([a-z0-9-]*[a-z0-9])?$$' || echo node1)
+STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
+
+.PHONY: build run test check bench tidy-check clean
+
+build: ## a static bin/mesh
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN) .
+
+# One-node mesh in ./mesh-state: genesis the first time, the same mesh again after.
+run: build
+	@if [ -f $(STATE)/controller/mesh.db ]; then \
+		exec $(BIN) controller --dir $(STATE); \
+	else \
+		exec $(BIN) genesis --dir $(STATE) --mesh $(MESH) --node $(NODE) --bus 127.0.0.1:4222 --http 127.0.0.1:8480; \
+	fi
+
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+
+check: tidy-check
+	$(GO) vet ./...
+	@test -x $(STATICCHECK) || $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	$(STATICCHECK) ./...
+	$(GO) test -race -count=1 ./...
+
+tidy-check:
+	@cp go.mod /tmp/mesh-go.mod.bak; cp go.sum /tmp/mesh-go.sum.bak
+	@$(GO) mod tidy
+	@if ! cmp -s go.mod /tmp/mesh-go.mod.bak || ! cmp -s go.sum /tmp/mesh-go.sum.bak; then \
+		cp /tmp/mesh-go.mod.bak go.mod; cp /tmp/mesh-go.sum.bak go.sum; \
+		echo "go.mod or go.sum is not tidy: run go mod tidy and commit the result"; exit 1; fi
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf bin
