@@ -223,9 +223,7 @@ func create(ctx context.Context, dir, meshName, node, address, busAddr string) (
 // serve runs a mesh's parts in start order (store, CA, bus, controller,
 // host), each ready before the next starts, until SIGINT or SIGTERM; then
 // stops them in reverse, the store last.
-func serve(parent context.Context, log *slog.Logger, dir string, addrs spec.Addrs) error {
-	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs) error {
 	ctlDir := filepath.Join(dir, controllerDir)
 
 	db, err := store.Open(ctx, filepath.Join(ctlDir, mesh.DBFile))
@@ -247,7 +245,11 @@ func serve(parent context.Context, log *slog.Logger, dir string, addrs spec.Addr
 		return fmt.Errorf("generate the controller's bus key: %w", err)
 	}
 	ctlPub, _ := ctlKey.PublicKey()
-	users, err := mesh.Users(ctx, db, ctlPub)
+	users, err := mesh.Users(ctx, db, ctlPub, time.Now())
+	if err != nil {
+		return err
+	}
+	signKey, err := mesh.LoadSignKey(ctlDir)
 	if err != nil {
 		return err
 	}
@@ -267,6 +269,8 @@ func serve(parent context.Context, log *slog.Logger, dir string, addrs spec.Addr
 	ctl, err := mesh.New(mesh.Config{
 		HTTPListen: addrs.HTTP,
 		Key:        ctlKey,
+		BusURLs:    []string{"nats://" + reachable(addrs.Bus)},
+		SignKey:    signKey,
 		Parts:      []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "host", Ready: agent.Ready()}},
 	}, log.With("component", "controller"), mesh.Deps{DB: db, CA: auth, Bus: bus})
 	if err != nil {
@@ -278,7 +282,7 @@ func serve(parent context.Context, log *slog.Logger, dir string, addrs spec.Addr
 		{"controller", ctl.Run, ctl.Ready()},
 		{"host", agent.Run, agent.Ready()},
 	}
-	runErr := runInOrder(ctx, log, parts, func() error {
+	runErr := runParts(ctx, log, parts, func() error {
 		addrs.Bus, addrs.HTTP = bus.Addr(), ctl.HTTPAddr()
 		if err := writeAddrs(dir, addrs); err != nil {
 			return err
@@ -290,6 +294,13 @@ func serve(parent context.Context, log *slog.Logger, dir string, addrs spec.Addr
 		runErr = fmt.Errorf("close store: %w", err)
 	}
 	return runErr
+}
+
+// runParts runs parts in order until SIGINT or SIGTERM.
+func runParts(parent context.Context, log *slog.Logger, parts []part, started func() error) error {
+	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return runInOrder(ctx, log, parts, started)
 }
 
 type part struct {
@@ -392,6 +403,19 @@ func dialable(addr string) string {
 	return net.JoinHostPort(h, p)
 }
 
+// reachable turns a listen address into one other machines can dial: an
+// unspecified host becomes the machine's primary address.
+func reachable(addr string) string {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+		h = primaryAddress()
+	}
+	return net.JoinHostPort(h, p)
+}
+
 // primaryAddress is the machine's first global unicast IPv4 address on an
 // interface that is up, or loopback when it has none.
 func primaryAddress() string {
@@ -464,4 +488,3 @@ func readOperatorCreds(dir string) (operatorFile, error) {
 	}
 	return f, nil
 }
-

@@ -462,4 +462,3 @@ func TestImportDirections(t *testing.T) {
 		t.Fatalf("go list did not list the project's packages: %v", seen)
 	}
 }
-

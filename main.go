@@ -73,6 +73,8 @@ Flags go before arguments: mesh node show --json web1.`,
 		Commands: []*cli.Command{
 			genesisCommand(),
 			controllerCommand(),
+			hostCommand(),
+			tokenCommand(),
 			nodeCommand(),
 		},
 	}

@@ -16,8 +16,35 @@ import (
 func nodeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "node",
-		Usage: "list and show the mesh's nodes",
+		Usage: "list, show and remove the mesh's nodes",
 		Subcommands: []*cli.Command{
+			{
+				Name:      "remove",
+				Usage:     "remove a node: its credential stops working at once",
+				ArgsUsage: "NODE",
+				Description: `The node's bus credential is withdrawn (its connections are closed and its
+next connection is refused) and it leaves the lists. To bring the machine
+back, make a new token and join again.
+
+Example:
+   mesh node remove beta`,
+				Flags: []cli.Flag{dirFlag()},
+				Action: func(c *cli.Context) error {
+					if err := wantArgs(c, 1, "one argument, the node's name"); err != nil {
+						return err
+					}
+					name := c.Args().First()
+					if err := spec.CheckName("node", name); err != nil {
+						return usageError{err.Error()}
+					}
+					var res spec.Empty
+					if err := callCmd(c, spec.VerbNodeRemove, spec.NodeRemoveRequest{Name: name}, &res); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "node %s removed\n", name)
+					return nil
+				},
+			},
 			{
 				Name:  "list",
 				Usage: "list every node: address, when it was last heard, its host version",

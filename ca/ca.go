@@ -154,6 +154,9 @@ func Load(dir string) (*Authority, error) {
 	if err := inter.CheckSignatureFrom(root); err != nil {
 		return nil, fmt.Errorf("intermediate is not signed by the root: %w", err)
 	}
+	if pub, ok := inter.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+		return nil, fmt.Errorf("%s does not belong to %s: the CA directory %s mixes two authorities", interKeyFile, interCertFile, dir)
+	}
 	return &Authority{root: root, inter: inter, interKey: key, rootsPEM: rootPEM, interPEM: interPEM, issueNow: time.Now}, nil
 }
 

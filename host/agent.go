@@ -98,6 +98,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.log.Warn("bus connection lost", "err", err)
 			}
 		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.log.Warn("bus error", "err", err) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { a.log.Info("bus connection back", "url", nc.ConnectedUrl()) }),
 	)
 	if err != nil {

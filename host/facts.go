@@ -2,6 +2,8 @@ package host
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -43,6 +45,9 @@ func GatherFacts() spec.Facts {
 	} else {
 		f.CPUModel = cpu["model name"]
 		cpuFlags = cpu["flags"]
+		if f.CPUModel == "" {
+			fail("cpu", errors.New("no \"model name\" in /proc/cpuinfo"))
+		}
 	}
 	if mem, err := keyValues("/proc/meminfo", ":"); err != nil {
 		fail("memory", err)
@@ -60,33 +65,41 @@ func GatherFacts() spec.Facts {
 	}
 	if up, err := os.ReadFile("/proc/uptime"); err != nil {
 		fail("uptime", err)
-	} else if fields := strings.Fields(string(up)); len(fields) > 0 {
-		if s, err := strconv.ParseFloat(fields[0], 64); err == nil {
-			f.UptimeSecond = int64(s)
-		}
+	} else if s, err := strconv.ParseFloat(strings.Fields(string(up) + " x")[0], 64); err != nil {
+		fail("uptime", fmt.Errorf("/proc/uptime: %w", err))
+	} else {
+		f.UptimeSecond = int64(s)
 	}
-	f.Virtual = virtualization(cpuFlags)
+	if v, err := virtualization(cpuFlags); err != nil {
+		fail("virtualization", err)
+	} else {
+		f.Virtual = v
+	}
 	return f
 }
 
 // virtualization names what the machine runs under: a container runtime, a
-// hypervisor (by the DMI vendor when there is one), or "physical".
-func virtualization(cpuFlags string) string {
+// hypervisor (by the DMI vendor when there is one), or "physical". Without
+// the x86 CPU flags it cannot tell, and says so rather than guess.
+func virtualization(cpuFlags string) (string, error) {
 	if _, err := os.Stat("/.dockerenv"); err == nil {
-		return "container (docker)"
+		return "container (docker)", nil
 	}
 	if _, err := os.Stat("/run/.containerenv"); err == nil {
-		return "container (podman)"
+		return "container (podman)", nil
+	}
+	if cpuFlags == "" {
+		return "", errors.New("no CPU flags in /proc/cpuinfo to tell a virtual machine from a physical one")
 	}
 	if !strings.Contains(" "+cpuFlags+" ", " hypervisor ") {
-		return "physical"
+		return "physical", nil
 	}
 	for _, p := range []string{"/sys/class/dmi/id/product_name", "/sys/class/dmi/id/sys_vendor"} {
 		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) != "" {
-			return "virtual (" + strings.TrimSpace(string(b)) + ")"
+			return "virtual (" + strings.TrimSpace(string(b)) + ")", nil
 		}
 	}
-	return "virtual"
+	return "virtual", nil
 }
 
 // keyValues reads "key<sep>value" lines; the first occurrence of a key wins.

@@ -84,9 +84,26 @@ func (c *Controller) call(ctx context.Context, verb string, data []byte) (any, e
 			return nil, err
 		}
 		return spec.NodeShowResult{Node: nodeView(n, c.cfg.Now())}, nil
+	case spec.VerbNodeRemove:
+		return handle(ctx, verb, data, c.removeNode)
+	case spec.VerbTokenCreate:
+		return handle(ctx, verb, data, c.createToken)
+	case spec.VerbTokenList:
+		return handle(ctx, verb, data, c.listTokens)
+	case spec.VerbTokenRevoke:
+		return handle(ctx, verb, data, c.revokeToken)
 	default:
 		return nil, callerError(fmt.Sprintf("unknown verb %q: this controller speaks protocol %d", verb, spec.Protocol))
 	}
+}
+
+// handle decodes a request of type Req and calls fn with it.
+func handle[Req, Res any](ctx context.Context, verb string, data []byte, fn func(context.Context, Req) (Res, error)) (any, error) {
+	var req Req
+	if err := decodeRequest(verb, data, &req); err != nil {
+		return nil, err
+	}
+	return fn(ctx, req)
 }
 
 // nodeView is a stored node as the operator sees it.

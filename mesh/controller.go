@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +36,10 @@ type Config struct {
 	// Parts are the other parts of the process; /healthz is ready only when
 	// every one of them and the controller are.
 	Parts []Part
+	// BusURLs are where other machines reach the bus; tokens carry them.
+	BusURLs []string
+	// SignKey signs declarations; hosts learn its public half at enrolment.
+	SignKey ed25519.PrivateKey
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -56,6 +61,9 @@ type Controller struct {
 	mu       sync.Mutex
 	httpAddr string
 
+	usersMu sync.Mutex
+	users   []broker.User // as last given to the bus
+
 	metrics metrics
 }
 
@@ -69,6 +77,12 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	}
 	if _, _, err := net.SplitHostPort(cfg.HTTPListen); err != nil {
 		return nil, fmt.Errorf("http address %q: %w (want host:port, e.g. 127.0.0.1:8480)", cfg.HTTPListen, err)
+	}
+	if len(cfg.SignKey) != ed25519.PrivateKeySize {
+		return nil, errors.New("controller: no signing key")
+	}
+	if len(cfg.BusURLs) == 0 {
+		return nil, errors.New("controller: no bus URL for tokens to carry")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -117,6 +131,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		{spec.APIPrefix + ">", "api", func(m *nats.Msg) { c.serveAPI(ctx, m) }},
 		{spec.NodeSubject("*", spec.KindHeartbeat), "", func(m *nats.Msg) { c.onHeartbeat(ctx, m) }},
 		{spec.NodeSubject("*", spec.KindFacts), "", func(m *nats.Msg) { c.onFacts(ctx, m) }},
+		{spec.EnrolSubject, "enrol", func(m *nats.Msg) { c.onEnrol(ctx, m) }},
 	}
 	for _, s := range subs {
 		if _, err := nc.QueueSubscribe(s.subject, s.queue, s.handle); err != nil {
@@ -138,10 +153,21 @@ func (c *Controller) Run(ctx context.Context) error {
 	close(c.ready)
 	c.log.Info("controller ready", "http", l.Addr().String())
 
-	select {
-	case <-ctx.Done():
-	case err := <-httpDone:
-		return fmt.Errorf("http listener: %w", err)
+	// Expired tokens' enrolment users leave the bus within a sweep.
+	sweep := time.NewTicker(15 * time.Second)
+	defer sweep.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-httpDone:
+			return fmt.Errorf("http listener: %w", err)
+		case <-sweep.C:
+			if err := c.syncUsers(ctx); err != nil {
+				c.log.Error("bus users not refreshed", "err", err)
+			}
+		}
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -190,4 +216,5 @@ type metrics struct {
 	heartbeats atomic.Uint64
 	apiCalls   atomic.Uint64
 	apiErrors  atomic.Uint64
+	enrols     atomic.Uint64
 }

@@ -125,3 +125,25 @@ func IsMesh(dir string) (bool, error) {
 	}
 	return true, nil
 }
+
+// LoadSignKey reads the controller's ed25519 signing key from dir.
+func LoadSignKey(dir string) (ed25519.PrivateKey, error) {
+	path := filepath.Join(dir, SignKeyFile)
+	body, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read signing key: %w", err)
+	}
+	block, _ := pem.Decode(body)
+	if block == nil {
+		return nil, fmt.Errorf("read signing key %s: no PEM block", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("read signing key %s: %w", path, err)
+	}
+	priv, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("read signing key %s: not an ed25519 key", path)
+	}
+	return priv, nil
+}

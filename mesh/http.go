@@ -77,6 +77,7 @@ func (c *Controller) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	counter("mesh_heartbeats_total", "Heartbeats received.", c.metrics.heartbeats.Load())
 	counter("mesh_api_calls_total", "Operator API calls answered.", c.metrics.apiCalls.Load())
+	counter("mesh_enrol_requests_total", "Enrolment requests received, whatever their outcome.", c.metrics.enrols.Load())
 	counter("mesh_api_errors_total", "Operator API calls answered with an error.", c.metrics.apiErrors.Load())
 	gauge("go_goroutines", "Goroutines in the process.", float64(runtime.NumGoroutine()))
 	if rss, ok := residentBytes(); ok {

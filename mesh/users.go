@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"time"
 
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/spec"
@@ -9,25 +10,40 @@ import (
 )
 
 // Users composes the bus's users from the store: the controller (full power
-// in the mesh account), every operator, and every node with exactly its own
-// subjects. A store that cannot be read is an error, never an empty list.
-func Users(ctx context.Context, db *store.DB, controllerKey string) ([]broker.User, error) {
+// in the mesh account), every operator, every node with exactly its own
+// subjects, and the enrolment user of every token not yet expired. A store
+// that cannot be read is an error, never an empty list.
+//
+// A used or revoked token keeps its enrolment user until it expires, so a
+// host that presents it hears why it was refused; the user can do nothing but
+// ask, and the controller refuses.
+func Users(ctx context.Context, db *store.DB, controllerKey string, now time.Time) ([]broker.User, error) {
 	users := []broker.User{{NKey: controllerKey, Full: true}}
+	add := func(key string, p spec.Permissions) {
+		users = append(users, broker.User{NKey: key, Publish: p.Publish, Subscribe: p.Subscribe})
+	}
 	ops, err := db.Operators(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, op := range ops {
-		p := spec.OperatorPermissions()
-		users = append(users, broker.User{NKey: op.NKey, Publish: p.Publish, Subscribe: p.Subscribe})
+		add(op.NKey, spec.OperatorPermissions())
 	}
 	nodes, err := db.Nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range nodes {
-		p := spec.NodePermissions(n.Name)
-		users = append(users, broker.User{NKey: n.NKey, Publish: p.Publish, Subscribe: p.Subscribe})
+		add(n.NKey, spec.NodePermissions(n.Name))
+	}
+	tokens, err := db.Tokens(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tokens {
+		if now.Before(t.Expires) {
+			add(t.EnrolNKey, spec.EnrolPermissions(t.ID))
+		}
 	}
 	return users, nil
 }

@@ -16,8 +16,12 @@ const (
 
 // API verbs.
 const (
-	VerbNodeList = "node.list"
-	VerbNodeShow = "node.show"
+	VerbNodeList    = "node.list"
+	VerbNodeShow    = "node.show"
+	VerbNodeRemove  = "node.remove"
+	VerbTokenCreate = "token.create"
+	VerbTokenList   = "token.list"
+	VerbTokenRevoke = "token.revoke"
 )
 
 // Kinds of message a node publishes under its own subjects.
@@ -46,6 +50,13 @@ func NodeFromSubject(subject string) (node, kind string, ok bool) {
 	return node, kind, true
 }
 
+// DeclarationStream is the JetStream stream that carries declarations.
+const DeclarationStream = "DECLARATIONS"
+
+// DeliverySubject is where node's declarations are delivered: it carries the
+// stream and the node, so two consumers never share one (invariant 8).
+func DeliverySubject(node string) string { return "_DELIVER." + DeclarationStream + "." + node }
+
 // NodeInbox is the inbox prefix of node's bus connection.
 func NodeInbox(node string) string { return "_INBOX." + node }
 
@@ -62,7 +73,7 @@ type Permissions struct {
 func NodePermissions(node string) Permissions {
 	return Permissions{
 		Publish:   []string{"mesh.node." + node + ".>"},
-		Subscribe: []string{NodeInbox(node) + ".>"},
+		Subscribe: []string{DeliverySubject(node), NodeInbox(node) + ".>"},
 	}
 }
 

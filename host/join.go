@@ -1,0 +1,127 @@
+package host
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// JoinConfig is what joining a mesh needs.
+type JoinConfig struct {
+	Dir     string // the host's directory, D/host; must hold no state
+	Token   spec.Token
+	Address string // where other nodes reach this one
+	Now     time.Time
+}
+
+// Join enrols this machine with the mesh the token names. It checks the
+// bus's certificate chain against the token's pin before it sends anything
+// (TLS is the first thing on the wire), generates the node's key and sends
+// only its public half, and writes the host's state and credential only once
+// the controller has answered yes. On any failure it leaves nothing behind.
+func Join(ctx context.Context, cfg JoinConfig) error {
+	t := cfg.Token
+	if !cfg.Now.Before(t.Expires) {
+		return fmt.Errorf("token %s expired at %s: ask the operator for a new one (mesh token create %s)", t.ID, t.Expires.UTC().Format(time.RFC3339), t.Node)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Dir, StateFile)); err == nil {
+		return fmt.Errorf("%s already holds a host that joined a mesh: run it with mesh host --dir, or give --join a new directory", cfg.Dir)
+	}
+	enrolKey, err := nkeys.FromSeed([]byte(t.Secret))
+	if err != nil {
+		return fmt.Errorf("malformed token: its secret: %w", err)
+	}
+	enrolPub, _ := enrolKey.PublicKey()
+
+	var root *x509.Certificate
+	nc, err := nats.Connect(strings.Join(t.Bus, ","),
+		nats.Name("enrol "+t.Node),
+		nats.Nkey(enrolPub, enrolKey.Sign),
+		nats.Secure(ca.PinnedTLS(t.Pin, spec.BusTLSName, func(c *x509.Certificate) { root = c })),
+		nats.TLSHandshakeFirst(),
+		nats.CustomInboxPrefix(spec.EnrolInbox(t.ID)),
+		nats.NoReconnect(),
+		nats.Timeout(10*time.Second),
+	)
+	if err != nil {
+		return joinConnectError(t, err)
+	}
+	defer nc.Close()
+
+	nodeKey, err := nkeys.CreateUser()
+	if err != nil {
+		return fmt.Errorf("generate the node's key: %w", err)
+	}
+	nodePub, _ := nodeKey.PublicKey()
+	facts := GatherFacts()
+	facts.Node, facts.Time = t.Node, cfg.Now.UTC()
+	req := spec.EnrolRequest{TokenID: t.ID, Node: t.Node, NKey: nodePub, Address: cfg.Address, Facts: facts}
+	if req.Proof, err = enrolKey.Sign(req.ProofBytes()); err != nil {
+		return fmt.Errorf("sign the enrolment request: %w", err)
+	}
+	var res spec.EnrolResult
+	if err := request(ctx, nc, spec.EnrolSubject, req, &res); err != nil {
+		return fmt.Errorf("join as %q: %w", t.Node, err)
+	}
+	if res.Node != t.Node || res.Mesh != t.Mesh {
+		return fmt.Errorf("join as %q: the controller answered for node %q of mesh %q", t.Node, res.Node, res.Mesh)
+	}
+	seed, _ := nodeKey.Seed()
+	bus := res.Bus
+	if len(bus) == 0 {
+		bus = t.Bus
+	}
+	return Init(cfg.Dir, State{
+		Mesh: res.Mesh, Node: res.Node, Bus: bus,
+		CAPin: t.Pin, CARoot: string(ca.RootPEM(root)), SignKey: res.SignKey,
+	}, seed)
+}
+
+// joinConnectError says which of the token's promises the bus broke.
+func joinConnectError(t spec.Token, err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "no root with pin"), strings.Contains(msg, "pinned root"):
+		return fmt.Errorf("the bus at %s is not the mesh this token was made for: %w; nothing was sent", strings.Join(t.Bus, ","), err)
+	case errors.Is(err, nats.ErrAuthorization), strings.Contains(strings.ToLower(msg), "authorization"):
+		return fmt.Errorf("the bus refused token %s: it has expired, or it is forged, or it was made by another controller", t.ID)
+	default:
+		return fmt.Errorf("reach the bus at %s: %w", strings.Join(t.Bus, ","), err)
+	}
+}
+
+// request sends v to subject and decodes the controller's reply into res.
+func request(ctx context.Context, nc *nats.Conn, subject string, v, res any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode the request: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	msg, err := nc.RequestWithContext(ctx, subject, body)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return errors.New("no controller answers on the bus")
+	}
+	if err != nil {
+		return err
+	}
+	var reply spec.Reply
+	if err := spec.Decode(msg.Data, &reply); err != nil {
+		return fmt.Errorf("the controller's reply: %w", err)
+	}
+	if reply.Error != "" {
+		return errors.New(reply.Error)
+	}
+	return spec.Decode(reply.Result, res)
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/urfave/cli/v2"
+)
+
+func hostCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "host",
+		Usage: "join a mesh with a token, and run this machine's host",
+		Description: `With --join, enrols this machine with the mesh the token names: the bus's
+certificate chain is checked against the token's CA pin before anything is
+sent, the node's key is made here and only its public half leaves the
+machine. The credential is kept in D/host/node.creds (0600) and the pin in
+D/host/state.json. Then, and on every later start without --join, runs the
+host until SIGINT or SIGTERM, reconnecting to the bus for ever.
+
+Examples:
+   mesh host --dir /var/lib/mesh --join mesh1.eyJ... --address 10.0.0.7
+   mesh host --dir /var/lib/mesh`,
+		Flags: []cli.Flag{
+			dirFlag(),
+			&cli.StringFlag{Name: "join", Usage: "a token from mesh token create NODE"},
+			&cli.StringFlag{Name: "address", Usage: "where other nodes reach this one (default: the machine's primary address)"},
+			&cli.DurationFlag{Name: "heartbeat", Value: 10 * time.Second, Usage: "how often the host reports that it is alive"},
+			logFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 0, "no arguments"); err != nil {
+				return err
+			}
+			log, err := newLogger(c)
+			if err != nil {
+				return err
+			}
+			dir := filepath.Join(c.String("dir"), hostDir)
+			if raw := c.String("join"); raw != "" {
+				tok, err := spec.ParseToken(raw)
+				if err != nil {
+					return err
+				}
+				address := c.String("address")
+				if address == "" {
+					address = primaryAddress()
+				} else if net.ParseIP(address) == nil {
+					return usagef("--address %q is not an IP address", address)
+				}
+				if err := host.Join(c.Context, host.JoinConfig{Dir: dir, Token: tok, Address: address, Now: time.Now()}); err != nil {
+					return err
+				}
+				log.Info("joined", "mesh", tok.Mesh, "node", tok.Node)
+			} else if c.IsSet("address") {
+				return usagef("--address is given when joining (with --join); a joined host keeps the address it joined with")
+			}
+			agent, err := host.New(host.Config{Dir: dir, HeartbeatEvery: c.Duration("heartbeat")}, log.With("component", "host"))
+			if err != nil {
+				return fmt.Errorf("%w (join a mesh first: mesh host --dir %s --join TOKEN)", err, c.String("dir"))
+			}
+			return runParts(c.Context, log, []part{{"host", agent.Run, agent.Ready()}}, func() error {
+				log.Info("host running", "node", agent.Node())
+				return nil
+			})
+		},
+	}
+}

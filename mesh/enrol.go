@@ -1,0 +1,245 @@
+package mesh
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// Token lifetimes an operator may ask for.
+const (
+	DefaultTokenTTL = time.Hour
+	MaxTokenTTL     = 7 * 24 * time.Hour
+)
+
+// syncUsers composes the bus's users from the store and gives them to the
+// bus if they changed. It returns once they are in force.
+func (c *Controller) syncUsers(ctx context.Context) error {
+	c.usersMu.Lock()
+	defer c.usersMu.Unlock()
+	pub, _ := c.cfg.Key.PublicKey()
+	users, err := Users(ctx, c.deps.DB, pub, c.cfg.Now())
+	if err != nil {
+		return fmt.Errorf("compose the bus's users: %w", err)
+	}
+	if reflect.DeepEqual(users, c.users) {
+		return nil
+	}
+	if err := c.deps.Bus.SetUsers(users); err != nil {
+		return err
+	}
+	c.users = users
+	return nil
+}
+
+func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateRequest) (spec.TokenCreateResult, error) {
+	if err := spec.CheckName("node", req.Node); err != nil {
+		return spec.TokenCreateResult{}, callerError(err.Error())
+	}
+	ttl := req.TTL
+	if ttl == 0 {
+		ttl = DefaultTokenTTL
+	}
+	if ttl < time.Minute || ttl > MaxTokenTTL {
+		return spec.TokenCreateResult{}, callerError(fmt.Sprintf("--ttl %s: a token lives from 1m to %s", ttl, MaxTokenTTL))
+	}
+	if _, err := c.deps.DB.Node(ctx, req.Node); err == nil {
+		return spec.TokenCreateResult{}, callerError(fmt.Sprintf("a node called %q is already in the mesh: choose another name, or mesh node remove %s first", req.Node, req.Node))
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return spec.TokenCreateResult{}, err
+	}
+	m, err := c.deps.DB.Mesh(ctx)
+	if err != nil {
+		return spec.TokenCreateResult{}, err
+	}
+	enrol, err := nkeys.CreateUser()
+	if err != nil {
+		return spec.TokenCreateResult{}, fmt.Errorf("generate enrolment key: %w", err)
+	}
+	enrolPub, _ := enrol.PublicKey()
+	enrolSeed, _ := enrol.Seed()
+	now := c.cfg.Now()
+	id := "t" + randomHex(5)
+	t := store.Token{ID: id, Node: req.Node, EnrolNKey: enrolPub, Created: now, Expires: now.Add(ttl).Truncate(time.Second)}
+	if err := c.deps.DB.AddToken(ctx, t); err != nil {
+		return spec.TokenCreateResult{}, err
+	}
+	// The enrolment user is in force on the bus before the token is handed
+	// out (invariant 9).
+	if err := c.syncUsers(ctx); err != nil {
+		return spec.TokenCreateResult{}, fmt.Errorf("put token %s's enrolment user on the bus: %w", id, err)
+	}
+	tok := spec.Token{Mesh: m.Name, ID: id, Node: req.Node, Pin: c.deps.CA.Pin(), Bus: c.cfg.BusURLs,
+		Secret: string(enrolSeed), Expires: t.Expires.UTC()}
+	c.log.Info("token created", "token", id, "node", req.Node, "expires", t.Expires.UTC())
+	return spec.TokenCreateResult{ID: id, Token: tok.Encode(), Expires: t.Expires.UTC()}, nil
+}
+
+func tokenInfo(t store.Token) spec.TokenInfo {
+	info := spec.TokenInfo{ID: t.ID, Node: t.Node, Created: t.Created.UTC(), Expires: t.Expires.UTC()}
+	if !t.Used.IsZero() {
+		u := t.Used.UTC()
+		info.Used = &u
+	}
+	if !t.Revoked.IsZero() {
+		r := t.Revoked.UTC()
+		info.Revoked = &r
+	}
+	return info
+}
+
+func (c *Controller) listTokens(ctx context.Context, req spec.TokenListRequest) (spec.TokenListResult, error) {
+	ts, err := c.deps.DB.Tokens(ctx)
+	if err != nil {
+		return spec.TokenListResult{}, err
+	}
+	res := spec.TokenListResult{Tokens: []spec.TokenInfo{}}
+	now := c.cfg.Now()
+	for _, t := range ts {
+		open := t.Used.IsZero() && t.Revoked.IsZero() && now.Before(t.Expires)
+		if open || req.All {
+			res.Tokens = append(res.Tokens, tokenInfo(t))
+		}
+	}
+	return res, nil
+}
+
+func (c *Controller) revokeToken(ctx context.Context, req spec.TokenRevokeRequest) (spec.Empty, error) {
+	t, err := c.deps.DB.Token(ctx, req.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return spec.Empty{}, callerError(fmt.Sprintf("no token %q: mesh token list shows the open ones", req.ID))
+	}
+	if err != nil {
+		return spec.Empty{}, err
+	}
+	if !t.Used.IsZero() {
+		return spec.Empty{}, callerError(fmt.Sprintf("token %s was already used, by node %q: to undo that, mesh node remove %s", t.ID, t.Node, t.Node))
+	}
+	if err := c.deps.DB.RevokeToken(ctx, req.ID, c.cfg.Now()); err != nil {
+		return spec.Empty{}, err
+	}
+	c.log.Info("token revoked", "token", req.ID, "node", t.Node)
+	return spec.Empty{}, nil
+}
+
+func (c *Controller) removeNode(ctx context.Context, req spec.NodeRemoveRequest) (spec.Empty, error) {
+	if err := spec.CheckName("node", req.Name); err != nil {
+		return spec.Empty{}, callerError(err.Error())
+	}
+	if err := c.deps.DB.RemoveNode(ctx, req.Name); errors.Is(err, store.ErrNotFound) {
+		return spec.Empty{}, callerError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Name))
+	} else if err != nil {
+		return spec.Empty{}, err
+	}
+	// The node's credential stops working now: the bus drops its user and
+	// with it the node's connections.
+	if err := c.syncUsers(ctx); err != nil {
+		return spec.Empty{}, fmt.Errorf("node %q removed from the store, but its credential is still on the bus: %w", req.Name, err)
+	}
+	c.log.Info("node removed", "node", req.Name)
+	return spec.Empty{}, nil
+}
+
+// onEnrol answers a joining host: it checks the token the request is bound
+// to, records the node and puts its credential in force before answering.
+func (c *Controller) onEnrol(ctx context.Context, m *nats.Msg) {
+	c.metrics.enrols.Add(1)
+	res, err := c.enrol(ctx, m.Data)
+	var reply spec.Reply
+	if err != nil {
+		reply.Error = err.Error()
+		if errors.Is(err, errBadRequest) {
+			c.log.Warn("enrolment refused", "err", err)
+		} else {
+			c.log.Error("enrolment failed", "err", err)
+		}
+	} else {
+		reply.Result, _ = json.Marshal(res)
+	}
+	body, _ := json.Marshal(reply)
+	if err := m.Respond(body); err != nil {
+		c.log.Warn("enrolment reply not sent", "err", err)
+	}
+}
+
+func (c *Controller) enrol(ctx context.Context, data []byte) (spec.EnrolResult, error) {
+	var req spec.EnrolRequest
+	if err := spec.Decode(data, &req); err != nil {
+		return spec.EnrolResult{}, callerError("malformed enrolment request: " + err.Error())
+	}
+	t, err := c.deps.DB.Token(ctx, req.TokenID)
+	if errors.Is(err, store.ErrNotFound) {
+		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %q is not one this mesh made: it is forged or from another mesh", req.TokenID))
+	}
+	if err != nil {
+		return spec.EnrolResult{}, err
+	}
+	enrolKey, err := nkeys.FromPublicKey(t.EnrolNKey)
+	if err != nil {
+		return spec.EnrolResult{}, fmt.Errorf("token %s's enrolment key: %w", t.ID, err)
+	}
+	if err := enrolKey.Verify(req.ProofBytes(), req.Proof); err != nil {
+		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s: the request is not signed by its secret: the token is forged", t.ID))
+	}
+	now := c.cfg.Now()
+	switch {
+	case !t.Revoked.IsZero():
+		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s was revoked at %s: ask for a new one (mesh token create %s)", t.ID, t.Revoked.UTC().Format(time.RFC3339), t.Node))
+	case !t.Used.IsZero():
+		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s was already used at %s: a token joins one host once", t.ID, t.Used.UTC().Format(time.RFC3339)))
+	case !now.Before(t.Expires):
+		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s expired at %s: ask for a new one (mesh token create %s)", t.ID, t.Expires.UTC().Format(time.RFC3339), t.Node))
+	case req.Node != t.Node:
+		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s is for node %q, not %q", t.ID, t.Node, req.Node))
+	}
+	if _, err := nkeys.FromPublicKey(req.NKey); err != nil || req.NKey[0] != 'U' {
+		return spec.EnrolResult{}, callerError(fmt.Sprintf("enrolment of %q: %q is not a user public key", req.Node, req.NKey))
+	}
+	if _, err := c.deps.DB.Node(ctx, req.Node); err == nil {
+		return spec.EnrolResult{}, callerError(fmt.Sprintf("a node called %q is already in the mesh", req.Node))
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return spec.EnrolResult{}, err
+	}
+	if err := c.deps.DB.Enrol(ctx, t.ID, store.Node{Name: req.Node, Address: req.Address, NKey: req.NKey, Joined: now}); err != nil {
+		if errors.Is(err, store.ErrTokenSpent) {
+			return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s was used or revoked a moment ago", t.ID))
+		}
+		return spec.EnrolResult{}, err
+	}
+	facts := req.Facts
+	facts.Node = req.Node
+	if err := c.deps.DB.RecordFacts(ctx, facts, now); err != nil {
+		c.log.Warn("facts sent at enrolment not recorded", "node", req.Node, "err", err)
+	}
+	// The node's credential is in force before the host hears it joined.
+	if err := c.syncUsers(ctx); err != nil {
+		return spec.EnrolResult{}, fmt.Errorf("node %q recorded, but its credential is not on the bus: %w", req.Node, err)
+	}
+	m, err := c.deps.DB.Mesh(ctx)
+	if err != nil {
+		return spec.EnrolResult{}, err
+	}
+	c.log.Info("node joined", "node", req.Node, "address", req.Address, "token", t.ID)
+	return spec.EnrolResult{
+		Mesh: m.Name, Node: req.Node, Bus: c.cfg.BusURLs,
+		SignKey: base64.StdEncoding.EncodeToString(c.cfg.SignKey.Public().(ed25519.PublicKey)),
+	}, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
