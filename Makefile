@@ -36,8 +36,9 @@ tidy-check:
 		cp /tmp/mesh-go.mod.bak go.mod; cp /tmp/mesh-go.sum.bak go.sum; \
 		echo "go.mod or go.sum is not tidy: run go mod tidy and commit the result"; exit 1; fi
 
-bench:
+bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	bench/figures.sh 3
 
 clean:
 	rm -rf bin

@@ -379,3 +379,27 @@ func TestTokenCredentialIsInForceWhenPrinted(t *testing.T) {
 		nc.Close()
 	}
 }
+
+// TestForeignProtocolIsShownAsSuch: a host speaking a protocol this
+// controller does not is shown as such, not as broken or unheard.
+func TestForeignProtocolIsShownAsSuch(t *testing.T) {
+	m := newMesh(t)
+	nc, _, err := nodeConn(t, m, m.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, _ := json.Marshal(spec.Heartbeat{Node: "alpha", Time: time.Now(), HostVersion: "abc", Protocol: spec.Protocol + 98})
+	if err := nc.Publish(spec.NodeSubject("alpha", spec.KindHeartbeat), hb); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	eventually(t, 10*time.Second, "the foreign protocol shown", func() (bool, string) {
+		out, _, _ := runMesh(t, "node", "show", "--dir", m.dir, "alpha")
+		return strings.Contains(out, fmt.Sprintf("%d (not spoken by this controller, which speaks %d)", spec.Protocol+98, spec.Protocol)) &&
+			strings.Contains(out, "ago ("), out
+	})
+	n := nodeList(t, m.dir)[0]
+	if n.ProtocolKnown || n.Protocol != spec.Protocol+98 || n.LastHeard == nil {
+		t.Errorf("JSON: protocol %d known %v heard %v", n.Protocol, n.ProtocolKnown, n.LastHeard)
+	}
+}

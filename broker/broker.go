@@ -157,6 +157,13 @@ func (s *Server) NATS() *server.Server {
 	return s.ns
 }
 
+// Users are the bus's users as last given.
+func (s *Server) Users() []User {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]User(nil), s.users...)
+}
+
 // SetUsers replaces the bus's users: the accounts are given again as
 // configuration text and the server reloads them. Before Run it only records
 // them.

@@ -107,6 +107,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
+	c.usersMu.Lock()
+	c.users = c.deps.Bus.Users()
+	c.usersMu.Unlock()
 	l, err := net.Listen("tcp", c.cfg.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("bind http address %s: %w", c.cfg.HTTPListen, err)

@@ -1,0 +1,218 @@
+package mesh
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/broker"
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nkeys"
+)
+
+// clock is a settable clock for the controller under test.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// newController runs a controller on a real bus, store and CA.
+func newController(t *testing.T, clk *clock) (*Controller, *store.DB) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	dir := t.TempDir()
+	g, err := Create(ctx, GenesisConfig{Dir: filepath.Join(dir, "controller"), Mesh: "m", Node: "alpha", Address: "127.0.0.1", Now: clk.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = g
+	db, err := store.Open(ctx, filepath.Join(dir, "controller", DBFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	auth, err := ca.Load(filepath.Join(dir, "controller", CADir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := auth.IssueServer([]string{spec.BusTLSName}, []net.IP{net.ParseIP("127.0.0.1")}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := nkeys.CreateUser()
+	pub, _ := key.PublicKey()
+	users, err := Users(ctx, db, pub, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	bus, err := broker.New(broker.Config{Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "js"),
+		TLS: &tls.Config{Certificates: []tls.Certificate{cert}}, Users: users}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sign, _ := ed25519.GenerateKey(rand.Reader)
+	c, err := New(Config{HTTPListen: "127.0.0.1:0", Key: key, BusURLs: []string{"nats://x"}, SignKey: sign, Now: clk.Now},
+		log, Deps{DB: db, CA: auth, Bus: bus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); bus.Run(ctx) }()
+	go func() { defer wg.Done(); c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	select {
+	case <-c.Ready():
+	case <-time.After(20 * time.Second):
+		t.Fatal("controller not ready")
+	}
+	return c, db
+}
+
+func enrolRequest(t *testing.T, tok spec.Token, node string) []byte {
+	t.Helper()
+	kp, err := nkeys.FromSeed([]byte(tok.Secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeKey, _ := nkeys.CreateUser()
+	nodePub, _ := nodeKey.PublicKey()
+	req := spec.EnrolRequest{TokenID: tok.ID, Node: node, NKey: nodePub, Address: "127.0.0.2"}
+	req.Proof, _ = kp.Sign(req.ProofBytes())
+	return mustJSON(t, req)
+}
+
+// TestTokenExpiry: a token past its expiry is refused by the
+// controller by name, and its enrolment user leaves the bus.
+func TestTokenExpiry(t *testing.T) {
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c, db := newController(t, clk)
+	ctx := context.Background()
+	res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: "beta", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := spec.ParseToken(res.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enrolUser := func() bool {
+		kp, _ := nkeys.FromSeed([]byte(tok.Secret))
+		pub, _ := kp.PublicKey()
+		for _, u := range c.users {
+			if u.NKey == pub {
+				return true
+			}
+		}
+		return false
+	}
+	if !enrolUser() {
+		t.Fatal("the token's enrolment user is not on the bus after create returned")
+	}
+
+	clk.Add(2 * time.Minute)
+	_, err = c.enrol(ctx, enrolRequest(t, tok, "beta"))
+	if err == nil || !strings.Contains(err.Error(), "expired at") {
+		t.Fatalf("enrol with an expired token: %v", err)
+	}
+	if nodes, _ := db.Nodes(ctx); len(nodes) != 1 {
+		t.Fatalf("an expired token added a node: %d nodes", len(nodes))
+	}
+	if err := c.syncUsers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if enrolUser() {
+		t.Fatal("an expired token's enrolment user is still on the bus after a sweep")
+	}
+}
+
+// TestEnrolRefusals: a request bound to another token's secret, for another
+// node, or with a node key that is not a user key, adds nothing.
+func TestEnrolRefusals(t *testing.T) {
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	ctx := context.Background()
+	mk := func(node string) spec.Token {
+		res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _ := spec.ParseToken(res.Token)
+		return tok
+	}
+	a, b := mk("beta"), mk("gamma")
+	swapped := a
+	swapped.Secret = b.Secret
+	cases := []struct {
+		name string
+		body []byte
+		want string
+	}{
+		{"signed by another token's secret", enrolRequest(t, swapped, "beta"), "not signed by its secret"},
+		{"for another node", enrolRequest(t, a, "delta"), `is for node "beta", not "delta"`},
+		{"unknown token", enrolRequest(t, spec.Token{ID: "tnope", Secret: a.Secret}, "beta"), "not one this mesh made"},
+		{"malformed", []byte(`{"token_id": 1}`), "malformed enrolment request"},
+		{"unknown field", []byte(`{"token_id": "x", "extra": true}`), "malformed enrolment request"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.enrol(ctx, tc.body)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+			if nodes, _ := db.Nodes(ctx); len(nodes) != 1 {
+				t.Fatalf("a refused enrolment added a node")
+			}
+		})
+	}
+	// And the real one goes through, once.
+	if _, err := c.enrol(ctx, enrolRequest(t, a, "beta")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.enrol(ctx, enrolRequest(t, a, "beta")); err == nil || !strings.Contains(err.Error(), "already used") {
+		t.Fatalf("second use: %v", err)
+	}
+}
+
+// TestUsersIsNeverEmptyOnFailure holds invariant 1 for the bus's users: a
+// store that cannot be read is an error, never a list without the nodes
+// (which would lock every node out at the next reload).
+func TestUsersIsNeverEmptyOnFailure(t *testing.T) {
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	before := len(c.users)
+	if before != 3 { // the controller, the operator, alpha
+		t.Fatalf("the controller starts with %d bus users, want 3", before)
+	}
+	db.Close()
+	users, err := Users(context.Background(), db, "UX", clk.Now())
+	if err == nil || users != nil {
+		t.Fatalf("Users on a closed store: %d users, err %v", len(users), err)
+	}
+	if err := c.syncUsers(context.Background()); err == nil {
+		t.Fatal("syncUsers on a closed store succeeded")
+	}
+	if len(c.users) != before {
+		t.Fatalf("a failed sync changed the bus's users from %d to %d", before, len(c.users))
+	}
+}
