@@ -168,15 +168,16 @@ func ownSubject(node, s string) bool {
 
 func TestNodePermissions(t *testing.T) {
 	p := spec.NodePermissions("alpha")
-	if !reflect.DeepEqual(p.Publish, []string{"mesh.node.alpha.>"}) {
-		t.Errorf("Publish = %q, want only [mesh.node.alpha.>]", p.Publish)
+	// Its own subjects, and the acknowledgements of its own consumer.
+	if !reflect.DeepEqual(p.Publish, []string{"mesh.node.alpha.>", "$JS.ACK.DECLARATIONS.alpha.>"}) {
+		t.Errorf("Publish = %q, want only [mesh.node.alpha.> $JS.ACK.DECLARATIONS.alpha.>]", p.Publish)
 	}
 	if !slices.Contains(p.Subscribe, "_INBOX.alpha.>") {
 		t.Errorf("Subscribe = %q, want it to hold _INBOX.alpha.> (the node's own replies)", p.Subscribe)
 	}
 	all := append(append([]string(nil), p.Publish...), p.Subscribe...)
 	for _, s := range all {
-		if strings.HasPrefix(s, "$JS") || s == ">" || s == "_INBOX.>" || s == "*" {
+		if strings.HasPrefix(s, "$JS.API") || s == ">" || s == "_INBOX.>" || s == "*" {
 			t.Errorf("node alpha holds %q: a node holds no JetStream API or catch-all permission", s)
 		}
 		if !ownSubject("alpha", s) {

@@ -22,12 +22,22 @@ const (
 	VerbTokenCreate = "token.create"
 	VerbTokenList   = "token.list"
 	VerbTokenRevoke = "token.revoke"
+
+	VerbModuleRegister = "module.register"
+	VerbModuleList     = "module.list"
+	VerbModuleShow     = "module.show"
+	VerbAssign         = "assign"
+	VerbUnassign       = "unassign"
+	VerbBlobPut        = "blob.put"
+	VerbPush           = "push"
 )
 
 // Kinds of message a node publishes under its own subjects.
 const (
 	KindHeartbeat = "heartbeat"
 	KindFacts     = "facts"
+	KindReport    = "report"
+	KindBlob      = "blob"
 )
 
 // APISubject is the subject an operator calls for verb.
@@ -53,6 +63,14 @@ func NodeFromSubject(subject string) (node, kind string, ok bool) {
 // DeclarationStream is the JetStream stream that carries declarations.
 const DeclarationStream = "DECLARATIONS"
 
+// DeclarationSubject is the stream subject of node's declarations; only the
+// controller publishes there.
+func DeclarationSubject(node string) string { return "mesh.decl." + node }
+
+// AckSubjects are the JetStream acknowledgement subjects of node's own
+// consumer (named after the node) on the declaration stream.
+func AckSubjects(node string) string { return "$JS.ACK." + DeclarationStream + "." + node + ".>" }
+
 // DeliverySubject is where node's declarations are delivered: it carries the
 // stream and the node, so two consumers never share one (invariant 8).
 func DeliverySubject(node string) string { return "_DELIVER." + DeclarationStream + "." + node }
@@ -72,7 +90,7 @@ type Permissions struct {
 // permission: only the controller creates consumers.
 func NodePermissions(node string) Permissions {
 	return Permissions{
-		Publish:   []string{"mesh.node." + node + ".>"},
+		Publish:   []string{"mesh.node." + node + ".>", AckSubjects(node)},
 		Subscribe: []string{DeliverySubject(node), NodeInbox(node) + ".>"},
 	}
 }

@@ -1,0 +1,243 @@
+package spec
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"time"
+)
+
+// ManifestFile is the name of a module's manifest in its directory.
+const ManifestFile = "module.json"
+
+// Manifest is a module's module.json, as the operator writes it.
+type Manifest struct {
+	Name        string             `json:"name"`
+	Version     string             `json:"version"`
+	Description string             `json:"description,omitempty"`
+	Resources   []ManifestResource `json:"resources"`
+}
+
+// ManifestResource is one resource in a manifest: exactly one of its fields.
+type ManifestResource struct {
+	File      *ManifestFileSpec      `json:"file,omitempty"`
+	Directory *ManifestDirectorySpec `json:"directory,omitempty"`
+}
+
+// ManifestFileSpec is a file in a manifest: its content inline, or Source, a
+// file beside the manifest. Mode defaults to 0644.
+type ManifestFileSpec struct {
+	Path    string  `json:"path"`
+	Mode    *Mode   `json:"mode,omitempty"`
+	Owner   string  `json:"owner,omitempty"`
+	Group   string  `json:"group,omitempty"`
+	Content *string `json:"content,omitempty"`
+	Source  string  `json:"source,omitempty"`
+}
+
+// ManifestDirectorySpec is a directory in a manifest. Mode defaults to 0755.
+type ManifestDirectorySpec struct {
+	Path  string `json:"path"`
+	Mode  *Mode  `json:"mode,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
+}
+
+// Module is a registered module: its manifest with every source read, as the
+// CLI sends it and the controller keeps it. File content over InlineMax is a
+// blob (Blob set, Content empty), uploaded before the module.
+type Module struct {
+	Name        string     `json:"name"`
+	Version     string     `json:"version"`
+	Description string     `json:"description,omitempty"`
+	Resources   []Resource `json:"resources"`
+}
+
+// ParseManifest reads a module.json, refusing unknown fields and anything
+// not well formed, naming the field.
+func ParseManifest(data []byte) (Manifest, error) {
+	var m Manifest
+	if err := Decode(data, &m); err != nil {
+		return Manifest{}, err
+	}
+	if err := CheckName("module", m.Name); err != nil {
+		return Manifest{}, fmt.Errorf("name: %w", err)
+	}
+	if strings.TrimSpace(m.Version) == "" || strings.ContainsAny(m.Version, " \t\n") {
+		return Manifest{}, fmt.Errorf("version: %q is empty or holds spaces", m.Version)
+	}
+	seen := map[string]string{}
+	for i, r := range m.Resources {
+		field := fmt.Sprintf("resources[%d]", i)
+		var p string
+		switch {
+		case r.File != nil && r.Directory == nil:
+			field += ".file"
+			p = r.File.Path
+			hasContent, hasSource := r.File.Content != nil, r.File.Source != ""
+			if hasContent == hasSource {
+				return Manifest{}, fmt.Errorf("%s: give exactly one of content and source", field)
+			}
+			if hasSource {
+				if s := r.File.Source; path.IsAbs(s) || path.Clean(s) != s || s == ".." || strings.HasPrefix(s, "../") {
+					return Manifest{}, fmt.Errorf("%s.source: %q must be a clean path inside the module's directory", field, s)
+				}
+			}
+		case r.Directory != nil && r.File == nil:
+			field += ".directory"
+			p = r.Directory.Path
+		default:
+			return Manifest{}, fmt.Errorf("%s: give exactly one of file and directory", field)
+		}
+		if err := CheckPath(p); err != nil {
+			return Manifest{}, fmt.Errorf("%s.path: %w", field, err)
+		}
+		if prev, dup := seen[p]; dup {
+			return Manifest{}, fmt.Errorf("%s.path: %s is also declared by %s", field, p, prev)
+		}
+		seen[p] = field
+	}
+	return m, nil
+}
+
+// Resolve turns a manifest into a module, reading each source with read.
+func (m Manifest) Resolve(read func(source string) ([]byte, error)) (Module, error) {
+	mod := Module{Name: m.Name, Version: m.Version, Description: m.Description, Resources: []Resource{}}
+	for i, r := range m.Resources {
+		switch {
+		case r.File != nil:
+			f := r.File
+			var content []byte
+			if f.Content != nil {
+				content = []byte(*f.Content)
+			} else {
+				b, err := read(f.Source)
+				if err != nil {
+					return Module{}, fmt.Errorf("resources[%d].file.source: %w", i, err)
+				}
+				content = b
+			}
+			spec := &FileSpec{Path: f.Path, Mode: 0o644, Owner: f.Owner, Group: f.Group,
+				Size: int64(len(content)), Digest: ContentDigest(content)}
+			if f.Mode != nil {
+				spec.Mode = *f.Mode
+			}
+			if len(content) > InlineMax {
+				spec.Blob = true
+			} else {
+				spec.Content = content
+			}
+			mod.Resources = append(mod.Resources, Resource{Name: ResourceName(m.Name, KindFile, f.Path), Kind: KindFile, Module: m.Name, File: spec})
+		case r.Directory != nil:
+			d := r.Directory
+			spec := &DirectorySpec{Path: d.Path, Mode: 0o755, Owner: d.Owner, Group: d.Group}
+			if d.Mode != nil {
+				spec.Mode = *d.Mode
+			}
+			mod.Resources = append(mod.Resources, Resource{Name: ResourceName(m.Name, KindDirectory, d.Path), Kind: KindDirectory, Module: m.Name, Directory: spec})
+		}
+	}
+	return mod, nil
+}
+
+// Check refuses a module that is not well formed (what the controller checks
+// of what a CLI sent).
+func (m Module) Check() error {
+	if err := CheckName("module", m.Name); err != nil {
+		return err
+	}
+	if strings.TrimSpace(m.Version) == "" {
+		return fmt.Errorf("module %q: no version", m.Name)
+	}
+	seen := map[string]bool{}
+	for _, r := range m.Resources {
+		if err := r.Check(); err != nil {
+			return fmt.Errorf("module %q: %w", m.Name, err)
+		}
+		if r.Module != m.Name || r.Name != ResourceName(m.Name, r.Kind, r.Target()) {
+			return fmt.Errorf("module %q: resource %q is misnamed", m.Name, r.Name)
+		}
+		if seen[r.Target()] {
+			return fmt.Errorf("module %q: %s is declared twice", m.Name, r.Target())
+		}
+		seen[r.Target()] = true
+	}
+	return nil
+}
+
+// Blobs are the digests and sizes of the module's contents that travel as blobs.
+func (m Module) Blobs() map[string]int64 {
+	b := map[string]int64{}
+	for _, r := range m.Resources {
+		if r.File != nil && r.File.Blob {
+			b[r.File.Digest] = r.File.Size
+		}
+	}
+	return b
+}
+
+// API requests and results for modules, assignments, blobs and pushes.
+type (
+	ModuleRegisterRequest struct {
+		Modules []Module `json:"modules"`
+	}
+	ModuleRegisterResult struct {
+		Modules []ModuleInfo `json:"modules"`
+	}
+	ModuleInfo struct {
+		Name        string    `json:"name"`
+		Version     string    `json:"version"`
+		Description string    `json:"description,omitempty"`
+		Resources   int       `json:"resources"`
+		Registered  time.Time `json:"registered"`
+		Previous    string    `json:"previous_version,omitempty"`
+		Nodes       []string  `json:"nodes"`
+	}
+	ModuleListRequest struct{}
+	ModuleListResult  struct {
+		Modules []ModuleInfo `json:"modules"`
+	}
+	ModuleShowRequest struct {
+		Name string `json:"name"`
+	}
+	ModuleShowResult struct {
+		Info   ModuleInfo `json:"info"`
+		Module Module     `json:"module"`
+	}
+	AssignRequest struct {
+		Module string `json:"module"`
+		Node   string `json:"node"`
+	}
+	BlobPutRequest struct {
+		Digest string `json:"digest"`
+		Size   int64  `json:"size"`
+		Offset int64  `json:"offset"`
+		Data   []byte `json:"data"`
+	}
+	BlobPutResult struct {
+		Complete bool `json:"complete"`
+	}
+	PushRequest struct {
+		Nodes []string `json:"nodes"`
+		// Progress is the subject (under the operator's inbox) the
+		// controller sends each node's report to as it arrives.
+		Progress string `json:"progress"`
+	}
+	PushResult struct {
+		ID    string     `json:"id"`
+		Nodes []PushNode `json:"nodes"`
+	}
+	// PushNode is what a push did for one node: sent with a sequence, or not
+	// sent and why.
+	PushNode struct {
+		Node      string `json:"node"`
+		Seq       uint64 `json:"seq,omitempty"`
+		Resources int    `json:"resources"`
+		Error     string `json:"error,omitempty"`
+	}
+	// PushEvent is one node's report, forwarded to a push's progress subject.
+	PushEvent struct {
+		PushID string `json:"push_id"`
+		Report Report `json:"report"`
+	}
+)
