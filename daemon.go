@@ -33,6 +33,19 @@ const (
 	hostDir       = "host"
 )
 
+// hostFlags are the flags of every command that runs a host.
+func hostFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "root", Value: "/", Usage: "where declared paths resolve (a directory, for trying mesh out without touching the machine)"},
+		&cli.DurationFlag{Name: "reconcile", Value: 5 * time.Minute, Usage: "how often the host applies what it keeps again, correcting drift"},
+		&cli.DurationFlag{Name: "heartbeat", Value: 10 * time.Second, Usage: "how often the host reports that it is alive"},
+	}
+}
+
+func hostConfig(c *cli.Context) host.Config {
+	return host.Config{Root: c.String("root"), ReconcileEvery: c.Duration("reconcile"), HeartbeatEvery: c.Duration("heartbeat")}
+}
+
 func logFlag() cli.Flag {
 	return &cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"}
 }
@@ -56,7 +69,7 @@ SIGTERM. Run it again later with mesh controller --dir D.
 
 Example:
    mesh genesis --dir /var/lib/mesh --mesh home --node alpha`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			dirFlag(),
 			&cli.StringFlag{Name: "mesh", Usage: "the mesh's name (a DNS label)", Required: true},
 			&cli.StringFlag{Name: "node", Usage: "this machine's node name (a DNS label)", Required: true},
@@ -64,7 +77,7 @@ Example:
 			&cli.StringFlag{Name: "http", Value: "127.0.0.1:8480", Usage: "where /healthz, /metrics and /roots.pem listen, host:port (port 0: any free port)"},
 			&cli.StringFlag{Name: "address", Usage: "where other nodes reach this one (default: the machine's primary address)"},
 			logFlag(),
-		},
+		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
@@ -104,7 +117,7 @@ Example:
 			if err := create(c.Context, dir, meshName, node, address, busAddr); err != nil {
 				return err
 			}
-			return serve(c.Context, log, dir, spec.Addrs{Bus: busAddr, HTTP: httpAddr})
+			return serve(c.Context, log, dir, spec.Addrs{Bus: busAddr, HTTP: httpAddr}, hostConfig(c))
 		},
 	}
 }
@@ -118,7 +131,7 @@ D/addrs.json), so hosts find the bus again with no action.
 
 Example:
    mesh controller --dir /var/lib/mesh`,
-		Flags: []cli.Flag{dirFlag(), logFlag()},
+		Flags: append([]cli.Flag{dirFlag(), logFlag()}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
@@ -139,7 +152,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			return serve(c.Context, log, dir, addrs)
+			return serve(c.Context, log, dir, addrs, hostConfig(c))
 		},
 	}
 }
@@ -223,7 +236,7 @@ func create(ctx context.Context, dir, meshName, node, address, busAddr string) (
 // serve runs a mesh's parts in start order (store, CA, bus, controller,
 // host), each ready before the next starts, until SIGINT or SIGTERM; then
 // stops them in reverse, the store last.
-func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs) error {
+func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, hostCfg host.Config) error {
 	ctlDir := filepath.Join(dir, controllerDir)
 
 	db, err := store.Open(ctx, filepath.Join(ctlDir, mesh.DBFile))
@@ -262,7 +275,8 @@ func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs) 
 	if err != nil {
 		return err
 	}
-	agent, err := host.New(host.Config{Dir: filepath.Join(dir, hostDir)}, log.With("component", "host"))
+	hostCfg.Dir = filepath.Join(dir, hostDir)
+	agent, err := host.New(hostCfg, log.With("component", "host"))
 	if err != nil {
 		return err
 	}

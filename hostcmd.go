@@ -25,13 +25,12 @@ host until SIGINT or SIGTERM, reconnecting to the bus for ever.
 Examples:
    mesh host --dir /var/lib/mesh --join mesh1.eyJ... --address 10.0.0.7
    mesh host --dir /var/lib/mesh`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			dirFlag(),
 			&cli.StringFlag{Name: "join", Usage: "a token from mesh token create NODE"},
 			&cli.StringFlag{Name: "address", Usage: "where other nodes reach this one (default: the machine's primary address)"},
-			&cli.DurationFlag{Name: "heartbeat", Value: 10 * time.Second, Usage: "how often the host reports that it is alive"},
 			logFlag(),
-		},
+		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
@@ -59,7 +58,9 @@ Examples:
 			} else if c.IsSet("address") {
 				return usagef("--address is given when joining (with --join); a joined host keeps the address it joined with")
 			}
-			agent, err := host.New(host.Config{Dir: dir, HeartbeatEvery: c.Duration("heartbeat")}, log.With("component", "host"))
+			cfg := hostConfig(c)
+			cfg.Dir = dir
+			agent, err := host.New(cfg, log.With("component", "host"))
 			if err != nil {
 				return fmt.Errorf("%w (join a mesh first: mesh host --dir %s --join TOKEN)", err, c.String("dir"))
 			}

@@ -76,6 +76,10 @@ Flags go before arguments: mesh node show --json web1.`,
 			hostCommand(),
 			tokenCommand(),
 			nodeCommand(),
+			moduleCommand(),
+			assignCommands()[0],
+			assignCommands()[1],
+			pushCommand(),
 		},
 	}
 	for _, c := range app.Commands {

@@ -30,6 +30,12 @@ type Config struct {
 	// Executable is the running binary, whose SHA-256 is the host version;
 	// empty means os.Executable.
 	Executable string
+	// Root is where declared paths resolve: "/" on a machine, a temporary
+	// directory in tests. Empty means "/".
+	Root string
+	// ReconcileEvery is how often the kept declaration is applied again to
+	// correct drift; zero means every 5 minutes.
+	ReconcileEvery time.Duration
 }
 
 // Agent is the host's agent.
@@ -38,8 +44,9 @@ type Agent struct {
 	log   *slog.Logger
 	ready chan struct{}
 
-	state State
-	key   nkeys.KeyPair
+	state  State
+	key    nkeys.KeyPair
+	engine *Engine
 }
 
 // New reads the host's state and credential and starts nothing.
@@ -60,6 +67,12 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	if cfg.FactsEvery <= 0 {
 		cfg.FactsEvery = 24 * time.Hour
+	}
+	if cfg.ReconcileEvery <= 0 {
+		cfg.ReconcileEvery = 5 * time.Minute
+	}
+	if cfg.Root == "" {
+		cfg.Root = "/"
 	}
 	return &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key}, nil
 }
@@ -105,11 +118,21 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("connect to the bus at %v: %w", a.state.Bus, err)
 	}
 	defer nc.Close()
+	a.engine = NewEngine(a.cfg.Root, busBlobs{nc: nc, node: a.state.Node})
+
+	deliveries := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(spec.DeliverySubject(a.state.Node), deliveries)
+	if err != nil {
+		return fmt.Errorf("subscribe to the delivery subject: %w", err)
+	}
+	defer sub.Unsubscribe()
 
 	heartbeat := time.NewTicker(a.cfg.HeartbeatEvery)
 	defer heartbeat.Stop()
 	facts := time.NewTicker(a.cfg.FactsEvery)
 	defer facts.Stop()
+	reconcile := time.NewTicker(a.cfg.ReconcileEvery)
+	defer reconcile.Stop()
 
 	sendFacts := func() {
 		f := GatherFacts()
@@ -144,6 +167,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	close(a.ready)
 	a.log.Info("host ready", "node", a.state.Node, "bus", nc.ConnectedUrl(), "version", version[:12])
+	// What was kept is held again at start: an apply cut short converges.
+	a.reconcile(ctx, nc)
 
 	for {
 		select {
@@ -155,6 +180,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		case <-facts.C:
 			sendFacts()
+		case <-reconcile.C:
+			a.reconcile(ctx, nc)
+		case m := <-deliveries:
+			a.handleBatch(ctx, nc, drain(m, deliveries))
+			sendHeartbeat()
 		}
 	}
 }

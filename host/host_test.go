@@ -246,7 +246,7 @@ func TestReadStateRefuses(t *testing.T) {
 		state string
 		want  string
 	}{
-		{"unknown field", `{"mesh":"prod","node":"web1","applied_seq":1,"applied":1}`, "unknown field"},
+		{"unknown field", `{"mesh":"prod","node":"web1","applied_seq":1,"applies":1}`, "unknown field"},
 		{"trailing data", `{"mesh":"prod","node":"web1"} {}`, "trailing data"},
 		{"not JSON", `mesh=prod`, "invalid character"},
 	}

@@ -33,8 +33,17 @@ type State struct {
 	CARoot string `json:"ca_root"`
 	// SignKey is the controller's ed25519 public key, base64, that every
 	// declaration must be signed with.
-	SignKey    string `json:"sign_key"`
-	AppliedSeq uint64 `json:"applied_seq"`
+	SignKey string `json:"sign_key"`
+	// Seq is the highest sequence accepted, kept before anything of it is
+	// applied; Declaration and Signature are its exact bytes.
+	Seq         uint64 `json:"seq"`
+	Declaration []byte `json:"declaration,omitempty"`
+	Signature   []byte `json:"signature,omitempty"`
+	// AppliedSeq is the sequence whose apply finished; Applied is what the
+	// host holds because of it, which is what it removes when a later
+	// declaration no longer names it.
+	AppliedSeq uint64    `json:"applied_seq"`
+	Applied    []Applied `json:"applied"`
 }
 
 // ReadState reads the host's state and seed from dir.

@@ -92,6 +92,20 @@ func (c *Controller) call(ctx context.Context, verb string, data []byte) (any, e
 		return handle(ctx, verb, data, c.listTokens)
 	case spec.VerbTokenRevoke:
 		return handle(ctx, verb, data, c.revokeToken)
+	case spec.VerbModuleRegister:
+		return handle(ctx, verb, data, c.registerModules)
+	case spec.VerbModuleList:
+		return handle(ctx, verb, data, c.listModules)
+	case spec.VerbModuleShow:
+		return handle(ctx, verb, data, c.showModule)
+	case spec.VerbAssign:
+		return handle(ctx, verb, data, c.assign)
+	case spec.VerbUnassign:
+		return handle(ctx, verb, data, c.unassign)
+	case spec.VerbBlobPut:
+		return handle(ctx, verb, data, c.putBlob)
+	case spec.VerbPush:
+		return handle(ctx, verb, data, c.push)
 	default:
 		return nil, callerError(fmt.Sprintf("unknown verb %q: this controller speaks protocol %d", verb, spec.Protocol))
 	}

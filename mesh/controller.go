@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 )
 
@@ -63,6 +65,18 @@ type Controller struct {
 
 	usersMu sync.Mutex
 	users   []broker.User // as last given to the bus
+
+	nc *nats.Conn
+	js jetstream.JetStream
+
+	locksMu sync.Mutex
+	locks   map[string]*sync.Mutex // per node: sequences are taken under it
+
+	watchMu  sync.Mutex
+	watchers map[string][]*watcher // per node: pushes waiting for its report
+
+	uploadsMu sync.Mutex
+	uploads   map[string]*bytes.Buffer // blobs being uploaded, by digest
 
 	metrics metrics
 }
@@ -126,6 +140,15 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("connect controller to the bus: %w", err)
 	}
 	defer nc.Close()
+	c.nc = nc
+	if c.js, err = jetstream.New(nc); err != nil {
+		l.Close()
+		return fmt.Errorf("controller JetStream: %w", err)
+	}
+	if err := c.ensureDelivery(ctx); err != nil {
+		l.Close()
+		return err
+	}
 
 	subs := []struct {
 		subject, queue string
@@ -135,6 +158,8 @@ func (c *Controller) Run(ctx context.Context) error {
 		{spec.NodeSubject("*", spec.KindHeartbeat), "", func(m *nats.Msg) { c.onHeartbeat(ctx, m) }},
 		{spec.NodeSubject("*", spec.KindFacts), "", func(m *nats.Msg) { c.onFacts(ctx, m) }},
 		{spec.EnrolSubject, "enrol", func(m *nats.Msg) { c.onEnrol(ctx, m) }},
+		{spec.NodeSubject("*", spec.KindReport), "", func(m *nats.Msg) { c.onReport(ctx, m) }},
+		{spec.NodeSubject("*", spec.KindBlob), "blob", func(m *nats.Msg) { c.onBlob(ctx, m) }},
 	}
 	for _, s := range subs {
 		if _, err := nc.QueueSubscribe(s.subject, s.queue, s.handle); err != nil {
@@ -193,6 +218,10 @@ func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
 	}
 	if err := c.deps.DB.RecordHeartbeat(ctx, hb, c.cfg.Now()); err != nil {
 		c.log.Error("heartbeat not recorded", "node", node, "err", err)
+		return
+	}
+	if err := c.resendIfExpired(ctx, hb); err != nil {
+		c.log.Error("expired declaration not re-sent", "node", node, "err", err)
 	}
 }
 
@@ -212,6 +241,23 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	c.log.Debug("facts recorded", "node", node)
+}
+
+// ensureDelivery creates the declaration stream and every node's consumer.
+func (c *Controller) ensureDelivery(ctx context.Context) error {
+	if err := ensureStream(ctx, c.js); err != nil {
+		return err
+	}
+	nodes, err := c.deps.DB.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if err := ensureConsumer(ctx, c.js, n.Name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // metrics are the controller's counters, shown on /metrics.

@@ -148,6 +148,9 @@ func (c *Controller) removeNode(ctx context.Context, req spec.NodeRemoveRequest)
 	if err := c.syncUsers(ctx); err != nil {
 		return spec.Empty{}, fmt.Errorf("node %q removed from the store, but its credential is still on the bus: %w", req.Name, err)
 	}
+	if err := deleteConsumer(ctx, c.js, req.Name); err != nil {
+		return spec.Empty{}, fmt.Errorf("node %q removed and its credential withdrawn, but: %w", req.Name, err)
+	}
 	c.log.Info("node removed", "node", req.Name)
 	return spec.Empty{}, nil
 }
@@ -222,6 +225,9 @@ func (c *Controller) enrol(ctx context.Context, data []byte) (spec.EnrolResult, 
 	facts.Node = req.Node
 	if err := c.deps.DB.RecordFacts(ctx, facts, now); err != nil {
 		c.log.Warn("facts sent at enrolment not recorded", "node", req.Node, "err", err)
+	}
+	if err := ensureConsumer(ctx, c.js, req.Node); err != nil {
+		return spec.EnrolResult{}, err
 	}
 	// The node's credential is in force before the host hears it joined.
 	if err := c.syncUsers(ctx); err != nil {

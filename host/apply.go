@@ -1,0 +1,447 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// BlobFetcher fetches the content of a blob by digest; the engine verifies
+// size and digest itself.
+type BlobFetcher interface {
+	Fetch(ctx context.Context, digest string, size int64) ([]byte, error)
+}
+
+// Applied is the host's record of one resource it applied (kept in
+// state.json).
+type Applied struct {
+	Name   string `json:"name"`
+	Kind   string `json:"kind"`
+	Path   string `json:"path"`
+	Digest string `json:"digest"` // the resource's Digest() when it was applied; "" when its apply failed
+}
+
+// Applier holds one kind of resource.
+type Applier interface {
+	// Plan says what Apply would do (spec.Created, spec.Changed or
+	// spec.Unchanged) and changes nothing.
+	Plan(root string, r spec.Resource) (string, error)
+	// Apply makes the machine hold r and says which of Created, Changed or
+	// Unchanged it was.
+	Apply(ctx context.Context, root string, r spec.Resource, blobs BlobFetcher, w *Writes) (string, error)
+	// Remove removes what a was.
+	Remove(root string, a Applied, w *Writes) error
+}
+
+// Writes counts the mutating filesystem calls an apply made (create, write,
+// rename, chmod, chown, mkdir, remove).
+type Writes struct{ N int }
+
+// add counts one mutating call; a nil *Writes counts nothing.
+func (w *Writes) add() {
+	if w != nil {
+		w.N++
+	}
+}
+
+// Engine applies declarations under Root: a resource's path p is
+// filepath.Join(Root, p). Root is "/" in production.
+type Engine struct {
+	Root     string
+	Blobs    BlobFetcher
+	Appliers map[string]Applier // by kind; NewEngine fills file and directory
+}
+
+// NewEngine is an engine for files and directories under root, fetching blobs
+// from blobs.
+func NewEngine(root string, blobs BlobFetcher) *Engine {
+	return &Engine{
+		Root:  root,
+		Blobs: blobs,
+		Appliers: map[string]Applier{
+			spec.KindFile:      fileApplier{},
+			spec.KindDirectory: directoryApplier{},
+		},
+	}
+}
+
+// Apply makes the machine hold exactly resources: it applies each (a
+// resource that fails Check is Failed with its cause) and removes every
+// resource in previous that is not declared any more (by name). One failure
+// does not stop the others. It returns one result per declared resource (in
+// apply order: parents first) and then one per removed resource (deepest
+// first), the new record of what is applied, and how many mutating
+// filesystem calls it made.
+func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous []Applied) ([]spec.ResourceResult, []Applied, int) {
+	var w Writes
+	results := make([]spec.ResourceResult, 0, len(resources))
+	record := make([]Applied, 0, len(resources))
+	before := make(map[string]Applied, len(previous))
+	for _, a := range previous {
+		before[a.Name] = a
+	}
+
+	for _, r := range applyOrder(resources) {
+		res := spec.ResourceResult{Name: r.Name, Kind: r.Kind}
+		outcome, err := "", r.Check()
+		wellFormed := err == nil
+		if wellFormed {
+			outcome, err = e.applyChecked(ctx, r, &w)
+		}
+		if err != nil {
+			res.Outcome, res.Error = spec.Failed, err.Error()
+		} else {
+			res.Outcome = outcome
+		}
+		results = append(results, res)
+
+		switch {
+		case err == nil:
+			record = append(record, Applied{Name: r.Name, Kind: r.Kind, Path: r.Target(), Digest: r.Digest()})
+		case wellFormed:
+			// It may have created something before it failed: keep it on
+			// record so that a declaration without it still removes it.
+			record = append(record, Applied{Name: r.Name, Kind: r.Kind, Path: r.Target()})
+		default:
+			// A malformed resource touched nothing; what an earlier
+			// declaration applied under its name stays on record.
+			if a, ok := before[r.Name]; ok {
+				a.Digest = ""
+				record = append(record, a)
+			}
+		}
+	}
+
+	for _, a := range removals(resources, previous) {
+		res := spec.ResourceResult{Name: a.Name, Kind: a.Kind, Outcome: spec.Removed}
+		if err := e.removeOne(a, &w); err != nil {
+			res.Outcome, res.Error = spec.Failed, err.Error()
+			record = append(record, a) // tried again next time
+		}
+		results = append(results, res)
+	}
+	return results, record, w.N
+}
+
+// Preview says what Apply would do, writing nothing: Created, Changed or
+// Unchanged per resource (Failed with the cause where Apply would fail
+// before writing), and Removed for each previous resource no longer
+// declared.
+func (e *Engine) Preview(resources []spec.Resource, previous []Applied) []spec.ResourceResult {
+	results := make([]spec.ResourceResult, 0, len(resources))
+	for _, r := range applyOrder(resources) {
+		res := spec.ResourceResult{Name: r.Name, Kind: r.Kind}
+		outcome, err := e.planOne(r)
+		if err != nil {
+			res.Outcome, res.Error = spec.Failed, err.Error()
+		} else {
+			res.Outcome = outcome
+		}
+		results = append(results, res)
+	}
+	for _, a := range removals(resources, previous) {
+		results = append(results, spec.ResourceResult{Name: a.Name, Kind: a.Kind, Outcome: spec.Removed})
+	}
+	return results
+}
+
+func (e *Engine) applier(kind string) (Applier, error) {
+	ap, ok := e.Appliers[kind]
+	if !ok || ap == nil {
+		return nil, fmt.Errorf("no applier for kind %q", kind)
+	}
+	return ap, nil
+}
+
+// applyChecked applies r, which passed Check.
+func (e *Engine) applyChecked(ctx context.Context, r spec.Resource, w *Writes) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("apply %s: %w", r.Target(), err)
+	}
+	ap, err := e.applier(r.Kind)
+	if err != nil {
+		return "", err
+	}
+	return ap.Apply(ctx, e.Root, r, e.Blobs, w)
+}
+
+func (e *Engine) planOne(r spec.Resource) (string, error) {
+	if err := r.Check(); err != nil {
+		return "", err
+	}
+	ap, err := e.applier(r.Kind)
+	if err != nil {
+		return "", err
+	}
+	return ap.Plan(e.Root, r)
+}
+
+func (e *Engine) removeOne(a Applied, w *Writes) error {
+	ap, err := e.applier(a.Kind)
+	if err != nil {
+		return err
+	}
+	return ap.Remove(e.Root, a, w)
+}
+
+// applyOrder is resources parents first: by path depth, a directory before
+// a file at the same depth, then by path. The sort is stable, so resources
+// that compare equal keep their declared order.
+func applyOrder(resources []spec.Resource) []spec.Resource {
+	out := slices.Clone(resources)
+	slices.SortStableFunc(out, func(a, b spec.Resource) int {
+		if d := pathDepth(a.Target()) - pathDepth(b.Target()); d != 0 {
+			return d
+		}
+		if d := kindRank(a.Kind) - kindRank(b.Kind); d != 0 {
+			return d
+		}
+		return strings.Compare(a.Target(), b.Target())
+	})
+	return out
+}
+
+// removals is what previous holds that resources no longer declare (by
+// name), deepest path first.
+func removals(resources []spec.Resource, previous []Applied) []Applied {
+	declared := make(map[string]bool, len(resources))
+	for _, r := range resources {
+		declared[r.Name] = true
+	}
+	var out []Applied
+	for _, a := range previous {
+		if !declared[a.Name] {
+			out = append(out, a)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Applied) int {
+		if d := pathDepth(b.Path) - pathDepth(a.Path); d != 0 {
+			return d
+		}
+		if d := kindRank(b.Kind) - kindRank(a.Kind); d != 0 {
+			return d
+		}
+		return strings.Compare(b.Path, a.Path)
+	})
+	return out
+}
+
+func pathDepth(p string) int { return strings.Count(p, "/") }
+
+func kindRank(kind string) int {
+	switch kind {
+	case spec.KindDirectory:
+		return 0
+	case spec.KindFile:
+		return 1
+	}
+	return 2
+}
+
+// ownerIDs resolves a declared owner and group to ids; -1 stands for one
+// that is not declared (not managed).
+func ownerIDs(owner, group string) (uid, gid int, err error) {
+	uid, gid = -1, -1
+	if owner != "" {
+		if uid, err = resolveID("owner", owner, func(name string) (string, error) {
+			u, err := user.Lookup(name)
+			if err != nil {
+				return "", err
+			}
+			return u.Uid, nil
+		}); err != nil {
+			return -1, -1, err
+		}
+	}
+	if group != "" {
+		if gid, err = resolveID("group", group, func(name string) (string, error) {
+			g, err := user.LookupGroup(name)
+			if err != nil {
+				return "", err
+			}
+			return g.Gid, nil
+		}); err != nil {
+			return -1, -1, err
+		}
+	}
+	return uid, gid, nil
+}
+
+// resolveID takes a numeric string as the id itself and looks anything else
+// up by name.
+func resolveID(role, s string, lookup func(string) (string, error)) (int, error) {
+	if id, err := strconv.ParseUint(s, 10, 32); err == nil {
+		if id == 1<<32-1 {
+			return -1, fmt.Errorf("%s %q is not a valid id (it means \"no change\" to chown)", role, s)
+		}
+		return int(id), nil
+	}
+	idText, err := lookup(s)
+	if err != nil {
+		return -1, fmt.Errorf("look up %s %q: %w", role, s, err)
+	}
+	id, err := strconv.ParseUint(idText, 10, 32)
+	if err != nil {
+		return -1, fmt.Errorf("look up %s %q: id %q is not numeric: %w", role, s, idText, err)
+	}
+	return int(id), nil
+}
+
+// lstatExact reads what is at path without following a link. A missing path
+// (or one under a non-directory, which ensureParents reports) is ok=false
+// with no error.
+func lstatExact(path string) (st syscall.Stat_t, ok bool, err error) {
+	err = syscall.Lstat(path, &st)
+	switch {
+	case err == nil:
+		return st, true, nil
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR):
+		return st, false, nil
+	}
+	return st, false, fmt.Errorf("inspect %s: %w", path, err)
+}
+
+// what says what kind of thing a mode is, for messages.
+func what(mode uint32) string {
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFREG:
+		return "a regular file"
+	case syscall.S_IFDIR:
+		return "a directory"
+	case syscall.S_IFLNK:
+		return "a symbolic link"
+	case syscall.S_IFIFO:
+		return "a named pipe"
+	case syscall.S_IFSOCK:
+		return "a socket"
+	case syscall.S_IFCHR:
+		return "a character device"
+	case syscall.S_IFBLK:
+		return "a block device"
+	}
+	return fmt.Sprintf("something of type %#o", mode&syscall.S_IFMT)
+}
+
+// permBits is the exact permission part of a stat mode, setuid, setgid and
+// sticky included.
+func permBits(st *syscall.Stat_t) spec.Mode { return spec.Mode(st.Mode & 0o7777) }
+
+// osMode is m as an os.FileMode, keeping setuid, setgid and sticky (which
+// os.FileMode carries outside its permission bits).
+func osMode(m spec.Mode) os.FileMode {
+	fm := os.FileMode(m & 0o777)
+	if m&0o4000 != 0 {
+		fm |= os.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		fm |= os.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		fm |= os.ModeSticky
+	}
+	return fm
+}
+
+// metaDrift says whether what st describes needs a chown or a chmod to have
+// the declared mode and ids (-1: not managed).
+func metaDrift(st *syscall.Stat_t, mode spec.Mode, uid, gid int) (chown, chmod bool) {
+	chown = (uid >= 0 && st.Uid != uint32(uid)) || (gid >= 0 && st.Gid != uint32(gid))
+	return chown, permBits(st) != mode
+}
+
+// fixMeta chowns and chmods path, in that order: a chown clears the setuid
+// and setgid bits of a file, so the chmod comes after it whenever it runs.
+func fixMeta(path string, mode spec.Mode, uid, gid int, chown, chmod bool, w *Writes) error {
+	if chown {
+		w.add()
+		if err := os.Lchown(path, uid, gid); err != nil {
+			return fmt.Errorf("chown %s: %w", path, err)
+		}
+		chmod = true
+	}
+	if chmod {
+		w.add()
+		if err := os.Chmod(path, osMode(mode)); err != nil {
+			return fmt.Errorf("chmod %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// missingParents is the directories that must be made (deepest first) for
+// path to be created. An ancestor that exists but is not a directory (after
+// following links, so /var/run -> /run serves) is an error naming it.
+func missingParents(path string) ([]string, error) {
+	var missing []string
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		fi, err := os.Stat(dir)
+		if err == nil {
+			if !fi.IsDir() {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					return nil, fmt.Errorf("parent %s of %s is %s, not a directory", dir, path, what(st.Mode))
+				}
+				return nil, fmt.Errorf("parent %s of %s is not a directory", dir, path)
+			}
+			return missing, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			return nil, fmt.Errorf("inspect %s: %w", dir, err)
+		}
+		if filepath.Dir(dir) == dir {
+			return nil, fmt.Errorf("inspect %s: %w", dir, err)
+		}
+		missing = append(missing, dir)
+	}
+}
+
+// makeParents creates the missing parents of path, 0755 each (exactly, not
+// as the umask leaves it). They are not recorded: nothing declared them.
+func makeParents(path string, w *Writes) error {
+	missing, err := missingParents(path)
+	if err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		dir := missing[i]
+		w.add()
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("create parent directory %s: %w", dir, err)
+		}
+		w.add()
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return fmt.Errorf("chmod parent directory %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory, so that an entry made or removed in it lasts.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// recordedPath is where a record's path lies under root, refusing a path
+// that a well-formed resource could not have had.
+func recordedPath(root string, a Applied) (string, error) {
+	if err := spec.CheckPath(a.Path); err != nil {
+		return "", fmt.Errorf("remove %s: %w", a.Name, err)
+	}
+	return filepath.Join(root, a.Path), nil
+}

@@ -1,0 +1,57 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ensureStream creates (or updates) the stream that carries declarations:
+// one subject per node, a few kept per node, every write synced.
+func ensureStream(ctx context.Context, js jetstream.JetStream) error {
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              spec.DeclarationStream,
+		Subjects:          []string{spec.DeclarationSubject("*")},
+		Storage:           jetstream.FileStorage,
+		Retention:         jetstream.LimitsPolicy,
+		MaxMsgsPerSubject: 8,
+		MaxMsgSize:        spec.MaxDeclaration + 4096,
+		Discard:           jetstream.DiscardOld,
+	})
+	if err != nil {
+		return fmt.Errorf("create stream %s: %w", spec.DeclarationStream, err)
+	}
+	return nil
+}
+
+// ensureConsumer creates node's durable push consumer. Only the controller
+// creates consumers; its delivery subject carries the stream and the node
+// (invariant 8).
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, node string) error {
+	_, err := js.CreateOrUpdatePushConsumer(ctx, spec.DeclarationStream, jetstream.ConsumerConfig{
+		Durable:        node,
+		DeliverSubject: spec.DeliverySubject(node),
+		FilterSubject:  spec.DeclarationSubject(node),
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        30 * time.Second,
+		MaxAckPending:  32,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("create the delivery consumer of node %q: %w", node, err)
+	}
+	return nil
+}
+
+// deleteConsumer removes node's consumer; one already gone is no error.
+func deleteConsumer(ctx context.Context, js jetstream.JetStream, node string) error {
+	err := js.DeleteConsumer(ctx, spec.DeclarationStream, node)
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("delete the delivery consumer of node %q: %w", node, err)
+	}
+	return nil
+}

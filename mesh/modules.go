@@ -1,0 +1,152 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// registerModules checks every module and records them all, or none.
+func (c *Controller) registerModules(ctx context.Context, req spec.ModuleRegisterRequest) (spec.ModuleRegisterResult, error) {
+	if len(req.Modules) == 0 {
+		return spec.ModuleRegisterResult{}, callerError("no module to register")
+	}
+	seen := map[string]bool{}
+	for _, m := range req.Modules {
+		if err := m.Check(); err != nil {
+			return spec.ModuleRegisterResult{}, callerError(err.Error() + "; nothing was registered")
+		}
+		if seen[m.Name] {
+			return spec.ModuleRegisterResult{}, callerError(fmt.Sprintf("module %q is given twice; nothing was registered", m.Name))
+		}
+		seen[m.Name] = true
+	}
+	now := c.cfg.Now()
+	previous, err := c.deps.DB.RegisterModules(ctx, req.Modules, now)
+	if err != nil {
+		return spec.ModuleRegisterResult{}, err
+	}
+	res := spec.ModuleRegisterResult{Modules: []spec.ModuleInfo{}}
+	for _, m := range req.Modules {
+		info := spec.ModuleInfo{Name: m.Name, Version: m.Version, Description: m.Description, Resources: len(m.Resources),
+			Registered: now.UTC(), Previous: previous[m.Name], Nodes: []string{}}
+		res.Modules = append(res.Modules, info)
+		c.log.Info("module registered", "module", m.Name, "version", m.Version, "previous", previous[m.Name])
+	}
+	return res, nil
+}
+
+func (c *Controller) moduleInfos(ctx context.Context) ([]spec.ModuleInfo, map[string]spec.Module, error) {
+	mods, err := c.deps.DB.Modules(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	as, err := c.deps.DB.Assignments(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	nodes := map[string][]string{}
+	for _, a := range as {
+		nodes[a.Module] = append(nodes[a.Module], a.Node)
+	}
+	infos := []spec.ModuleInfo{}
+	byName := map[string]spec.Module{}
+	for _, m := range mods {
+		ns := nodes[m.Module.Name]
+		if ns == nil {
+			ns = []string{}
+		}
+		sort.Strings(ns)
+		infos = append(infos, spec.ModuleInfo{Name: m.Module.Name, Version: m.Module.Version, Description: m.Module.Description,
+			Resources: len(m.Module.Resources), Registered: m.Registered.UTC(), Nodes: ns})
+		byName[m.Module.Name] = m.Module
+	}
+	return infos, byName, nil
+}
+
+func (c *Controller) listModules(ctx context.Context, _ spec.ModuleListRequest) (spec.ModuleListResult, error) {
+	infos, _, err := c.moduleInfos(ctx)
+	return spec.ModuleListResult{Modules: infos}, err
+}
+
+func (c *Controller) showModule(ctx context.Context, req spec.ModuleShowRequest) (spec.ModuleShowResult, error) {
+	infos, byName, err := c.moduleInfos(ctx)
+	if err != nil {
+		return spec.ModuleShowResult{}, err
+	}
+	for _, info := range infos {
+		if info.Name == req.Name {
+			return spec.ModuleShowResult{Info: info, Module: byName[req.Name]}, nil
+		}
+	}
+	return spec.ModuleShowResult{}, callerError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Name))
+}
+
+func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.Empty, error) {
+	err := c.deps.DB.Assign(ctx, req.Module, req.Node, c.cfg.Now())
+	if errors.Is(err, store.ErrNotFound) {
+		return spec.Empty{}, callerError(err.Error())
+	}
+	if err == nil {
+		c.log.Info("module assigned", "module", req.Module, "node", req.Node)
+	}
+	return spec.Empty{}, err
+}
+
+func (c *Controller) unassign(ctx context.Context, req spec.AssignRequest) (spec.Empty, error) {
+	err := c.deps.DB.Unassign(ctx, req.Module, req.Node)
+	if errors.Is(err, store.ErrNotFound) {
+		return spec.Empty{}, callerError(fmt.Sprintf("module %q is not assigned to node %q", req.Module, req.Node))
+	}
+	if err == nil {
+		c.log.Info("module unassigned", "module", req.Module, "node", req.Node)
+	}
+	return spec.Empty{}, err
+}
+
+// putBlob takes one chunk of an upload; the blob is stored once it is whole
+// and its digest verified.
+func (c *Controller) putBlob(ctx context.Context, req spec.BlobPutRequest) (spec.BlobPutResult, error) {
+	if req.Size <= 0 || req.Size > 1<<30 {
+		return spec.BlobPutResult{}, callerError(fmt.Sprintf("blob %s: size %d is not from 1 byte to 1 GiB", req.Digest, req.Size))
+	}
+	if has, err := c.deps.DB.HasBlob(ctx, req.Digest); err != nil {
+		return spec.BlobPutResult{}, err
+	} else if has {
+		return spec.BlobPutResult{Complete: true}, nil
+	}
+	c.uploadsMu.Lock()
+	defer c.uploadsMu.Unlock()
+	if c.uploads == nil {
+		c.uploads = map[string]*bytes.Buffer{}
+	}
+	buf := c.uploads[req.Digest]
+	if req.Offset == 0 {
+		buf = &bytes.Buffer{}
+		c.uploads[req.Digest] = buf
+	}
+	if buf == nil || int64(buf.Len()) != req.Offset {
+		return spec.BlobPutResult{}, callerError(fmt.Sprintf("blob %s: chunk at %d does not follow what was received; start again at 0", req.Digest, req.Offset))
+	}
+	if int64(buf.Len()+len(req.Data)) > req.Size {
+		delete(c.uploads, req.Digest)
+		return spec.BlobPutResult{}, callerError(fmt.Sprintf("blob %s: more than its %d bytes", req.Digest, req.Size))
+	}
+	buf.Write(req.Data)
+	if int64(buf.Len()) < req.Size {
+		return spec.BlobPutResult{}, nil
+	}
+	delete(c.uploads, req.Digest)
+	if got := spec.ContentDigest(buf.Bytes()); got != req.Digest {
+		return spec.BlobPutResult{}, callerError(fmt.Sprintf("blob %s: the bytes received hash to %s", req.Digest, got))
+	}
+	if err := c.deps.DB.PutBlob(ctx, req.Digest, buf.Bytes()); err != nil {
+		return spec.BlobPutResult{}, err
+	}
+	return spec.BlobPutResult{Complete: true}, nil
+}

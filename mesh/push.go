@@ -1,0 +1,321 @@
+package mesh
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
+)
+
+// nodeLock is the lock a node's sequence is taken under.
+func (c *Controller) nodeLock(node string) *sync.Mutex {
+	c.locksMu.Lock()
+	defer c.locksMu.Unlock()
+	if c.locks == nil {
+		c.locks = map[string]*sync.Mutex{}
+	}
+	l, ok := c.locks[node]
+	if !ok {
+		l = &sync.Mutex{}
+		c.locks[node] = l
+	}
+	return l
+}
+
+// composeAll reads what composition needs once: modules by name and each
+// node's assigned module names.
+func (c *Controller) composeInputs(ctx context.Context) (map[string]spec.Module, map[string][]string, error) {
+	mods, err := c.deps.DB.Modules(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	as, err := c.deps.DB.Assignments(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	byName := map[string]spec.Module{}
+	for _, m := range mods {
+		byName[m.Module.Name] = m.Module
+	}
+	assigned := map[string][]string{}
+	for _, a := range as {
+		assigned[a.Node] = append(assigned[a.Node], a.Module)
+	}
+	return byName, assigned, nil
+}
+
+// send numbers, signs, records and publishes a declaration of resources to
+// node, under the node's lock. The sequence is max(last sent, last applied)
+// + 1, so a restored store never wedges a host.
+func (c *Controller) send(ctx context.Context, node string, resources []spec.Resource) (uint64, error) {
+	lock := c.nodeLock(node)
+	lock.Lock()
+	defer lock.Unlock()
+	var last uint64
+	if d, err := c.deps.DB.LastDeclaration(ctx, node); err == nil {
+		last = d.Seq
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return 0, err
+	}
+	n, err := c.deps.DB.Node(ctx, node)
+	if err != nil {
+		return 0, err
+	}
+	m, err := c.deps.DB.Mesh(ctx)
+	if err != nil {
+		return 0, err
+	}
+	now := c.cfg.Now().UTC()
+	decl := spec.Declaration{
+		Mesh: m.Name, Node: node, Seq: max(last, n.AppliedSeq) + 1,
+		Issued: now, Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol,
+		Resources: resources,
+	}
+	body, err := json.Marshal(decl)
+	if err != nil {
+		return 0, fmt.Errorf("encode declaration of node %q: %w", node, err)
+	}
+	if len(body) > spec.MaxDeclaration {
+		return 0, callerError(fmt.Sprintf("the declaration of node %q is %d bytes, over the %d-byte cap: move large file contents out of line (they travel as blobs over %d bytes)",
+			node, len(body), spec.MaxDeclaration, spec.InlineMax))
+	}
+	sig := ed25519.Sign(c.cfg.SignKey, body)
+	if err := c.deps.DB.RecordDeclaration(ctx, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: sig, Sent: now, Expires: decl.Expires}); err != nil {
+		return 0, err
+	}
+	msg := nats.NewMsg(spec.DeclarationSubject(node))
+	msg.Data = body
+	msg.Header.Set(spec.SigHeader, base64.StdEncoding.EncodeToString(sig))
+	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+		return 0, fmt.Errorf("publish declaration %d of node %q: %w", decl.Seq, node, err)
+	}
+	c.log.Info("declaration sent", "node", node, "seq", decl.Seq, "resources", len(resources))
+	return decl.Seq, nil
+}
+
+// push composes and sends to each named node (every node when none is
+// named), and forwards each node's report to the caller's progress subject.
+func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushResult, error) {
+	if req.Progress != "" && !strings.HasPrefix(req.Progress, spec.OperatorInbox+".") {
+		return spec.PushResult{}, callerError(fmt.Sprintf("progress subject %q is not under %s", req.Progress, spec.OperatorInbox))
+	}
+	nodes, err := c.deps.DB.Nodes(ctx)
+	if err != nil {
+		return spec.PushResult{}, err
+	}
+	known := map[string]bool{}
+	var targets []string
+	for _, n := range nodes {
+		known[n.Name] = true
+		if len(req.Nodes) == 0 {
+			targets = append(targets, n.Name)
+		}
+	}
+	for _, name := range req.Nodes {
+		if !known[name] {
+			return spec.PushResult{}, callerError(fmt.Sprintf("no node called %q: mesh node list shows the nodes; nothing was sent", name))
+		}
+		targets = append(targets, name)
+	}
+	modules, assigned, err := c.composeInputs(ctx)
+	if err != nil {
+		return spec.PushResult{}, fmt.Errorf("read what to push: %w; nothing was sent", err)
+	}
+	res := spec.PushResult{ID: "p" + randomHex(5), Nodes: []spec.PushNode{}}
+	for _, node := range targets {
+		pn := spec.PushNode{Node: node}
+		resources, err := Compose(node, modules, assigned[node])
+		if err != nil {
+			pn.Error = err.Error()
+			res.Nodes = append(res.Nodes, pn)
+			continue
+		}
+		pn.Resources = len(resources)
+		// Watch before sending: a fast host may answer before send returns.
+		w := c.watch(node, res.ID, req.Progress)
+		seq, err := c.send(ctx, node, resources)
+		if err != nil {
+			c.unwatch(node, w)
+			pn.Error = err.Error()
+		} else {
+			w.setSeq(seq)
+			pn.Seq = seq
+		}
+		res.Nodes = append(res.Nodes, pn)
+	}
+	return res, nil
+}
+
+// watcher forwards one node's next report at or above seq to subject.
+type watcher struct {
+	mu      sync.Mutex
+	seq     uint64 // 0 until the send returned
+	pushID  string
+	subject string
+	expires time.Time
+	early   []spec.Report // reports that arrived before seq was known
+}
+
+func (w *watcher) setSeq(seq uint64) {
+	w.mu.Lock()
+	w.seq = seq
+	w.mu.Unlock()
+}
+
+func (c *Controller) watch(node, pushID, subject string) *watcher {
+	w := &watcher{pushID: pushID, subject: subject, expires: c.cfg.Now().Add(time.Hour)}
+	if subject == "" {
+		return w
+	}
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	if c.watchers == nil {
+		c.watchers = map[string][]*watcher{}
+	}
+	c.watchers[node] = append(c.watchers[node], w)
+	return w
+}
+
+func (c *Controller) unwatch(node string, w *watcher) {
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	ws := c.watchers[node]
+	for i, x := range ws {
+		if x == w {
+			c.watchers[node] = append(ws[:i:i], ws[i+1:]...)
+			return
+		}
+	}
+}
+
+// forward hands r to the watchers of its node that it answers.
+func (c *Controller) forward(r spec.Report) {
+	c.watchMu.Lock()
+	var keep, due []*watcher
+	now := c.cfg.Now()
+	for _, w := range c.watchers[r.Node] {
+		w.mu.Lock()
+		switch {
+		case now.After(w.expires):
+		case w.seq != 0 && r.Seq >= w.seq:
+			due = append(due, w)
+		default:
+			keep = append(keep, w)
+		}
+		w.mu.Unlock()
+	}
+	c.watchers[r.Node] = keep
+	c.watchMu.Unlock()
+	for _, w := range due {
+		body, _ := json.Marshal(spec.PushEvent{PushID: w.pushID, Report: r})
+		if err := c.nc.Publish(w.subject, body); err != nil {
+			c.log.Warn("push progress not forwarded", "node", r.Node, "err", err)
+		}
+	}
+}
+
+func (c *Controller) onReport(ctx context.Context, m *nats.Msg) {
+	node, _, _ := spec.NodeFromSubject(m.Subject)
+	var r spec.Report
+	if err := spec.Decode(m.Data, &r); err != nil {
+		c.log.Warn("report refused", "node", node, "err", err)
+		return
+	}
+	if r.Node != node {
+		c.log.Warn("report refused: it names another node than its subject", "node", node, "names", r.Node)
+		return
+	}
+	if !r.Preview {
+		applied := r.Refused == ""
+		if err := c.deps.DB.RecordReport(ctx, store.Report{Node: node, Seq: r.Seq, Body: m.Data, Received: c.cfg.Now()}, applied); err != nil {
+			c.log.Error("report not recorded", "node", node, "err", err)
+		}
+	}
+	failed := 0
+	for _, res := range r.Results {
+		if res.Outcome == spec.Failed {
+			failed++
+		}
+	}
+	switch {
+	case r.Refused != "":
+		c.log.Warn("declaration refused", "node", node, "seq", r.Seq, "reason", r.Refused)
+	case failed > 0:
+		c.log.Warn("declaration applied with failures", "node", node, "seq", r.Seq, "failed", failed)
+	default:
+		c.log.Debug("report", "node", node, "seq", r.Seq)
+	}
+	c.forward(r)
+}
+
+// onBlob serves a chunk of a blob that node's last declaration names, and
+// nothing else.
+func (c *Controller) onBlob(ctx context.Context, m *nats.Msg) {
+	node, _, _ := spec.NodeFromSubject(m.Subject)
+	reply := func(v any, err error) {
+		var r spec.Reply
+		if err != nil {
+			r.Error = err.Error()
+		} else {
+			r.Result, _ = json.Marshal(v)
+		}
+		body, _ := json.Marshal(r)
+		m.Respond(body)
+	}
+	var req spec.BlobRequest
+	if err := spec.Decode(m.Data, &req); err != nil {
+		reply(nil, fmt.Errorf("malformed blob request: %w", err))
+		return
+	}
+	d, err := c.deps.DB.LastDeclaration(ctx, node)
+	if err != nil {
+		reply(nil, fmt.Errorf("blob %s: %w", req.Digest, err))
+		return
+	}
+	if !strings.Contains(string(d.Body), `"digest":"`+req.Digest+`"`) {
+		reply(nil, fmt.Errorf("blob %s is not in node %q's declaration", req.Digest, node))
+		return
+	}
+	data, size, err := c.deps.DB.BlobChunk(ctx, req.Digest, req.Offset, spec.BlobChunk)
+	if err != nil {
+		reply(nil, err)
+		return
+	}
+	reply(spec.BlobChunkReply{Size: size, Data: data}, nil)
+}
+
+// resendIfExpired re-sends the last sent content to a host that has not
+// applied it and whose copy expired: re-signed under a new sequence, never
+// recomposed (that would push changes nobody pushed).
+func (c *Controller) resendIfExpired(ctx context.Context, hb spec.Heartbeat) error {
+	d, err := c.deps.DB.LastDeclaration(ctx, hb.Node)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	now := c.cfg.Now()
+	if hb.AppliedSeq >= d.Seq || now.Before(d.Expires) {
+		return nil
+	}
+	var decl spec.Declaration
+	if err := spec.Decode(d.Body, &decl); err != nil {
+		return fmt.Errorf("read last declaration of node %q: %w", hb.Node, err)
+	}
+	seq, err := c.send(ctx, hb.Node, decl.Resources)
+	if err != nil {
+		return err
+	}
+	c.log.Info("expired declaration re-sent", "node", hb.Node, "was", d.Seq, "seq", seq)
+	return nil
+}

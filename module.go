@@ -1,0 +1,251 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/urfave/cli/v2"
+)
+
+func moduleCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "module",
+		Usage: "register, list and show modules",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "register",
+				Usage:     "register a module (a directory with module.json) or every module of a catalogue",
+				ArgsUsage: "PATH",
+				Description: `PATH is a module's directory (holding module.json), a module.json file, or a
+catalogue: a directory whose subdirectories are modules. Every manifest is
+read and checked first; if any is bad, nothing is registered. Registering a
+module again replaces its earlier version. docs/modules.md describes the
+manifest.
+
+Example:
+   mesh module register examples/motd
+   mesh module register examples`,
+				Flags: []cli.Flag{dirFlag(), jsonFlag()},
+				Action: func(c *cli.Context) error {
+					if err := wantArgs(c, 1, "one argument, the module's or catalogue's path"); err != nil {
+						return err
+					}
+					mods, contents, err := readModules(c.Args().First())
+					if err != nil {
+						return err
+					}
+					op, err := dialOperator(c)
+					if err != nil {
+						return err
+					}
+					defer op.Close()
+					for _, m := range mods {
+						if err := uploadBlobs(op, m, contents); err != nil {
+							return err
+						}
+					}
+					var res spec.ModuleRegisterResult
+					if err := op.call(spec.VerbModuleRegister, spec.ModuleRegisterRequest{Modules: mods}, &res); err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, res.Modules)
+					}
+					for _, m := range res.Modules {
+						if m.Previous != "" {
+							fmt.Fprintf(c.App.Writer, "registered %s %s (%d resources), replacing %s\n", m.Name, m.Version, m.Resources, m.Previous)
+						} else {
+							fmt.Fprintf(c.App.Writer, "registered %s %s (%d resources)\n", m.Name, m.Version, m.Resources)
+						}
+					}
+					return nil
+				},
+			},
+			{
+				Name:        "list",
+				Usage:       "list the registered modules and the nodes they are assigned to",
+				Description: "Example:\n   mesh module list --json",
+				Flags:       []cli.Flag{dirFlag(), jsonFlag()},
+				Action: func(c *cli.Context) error {
+					if err := wantArgs(c, 0, "no arguments"); err != nil {
+						return err
+					}
+					var res spec.ModuleListResult
+					if err := callCmd(c, spec.VerbModuleList, spec.ModuleListRequest{}, &res); err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, res.Modules)
+					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "MODULE\tVERSION\tRESOURCES\tNODES\tREGISTERED")
+					for _, m := range res.Modules {
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", m.Name, m.Version, m.Resources, orDash(strings.Join(m.Nodes, ",")), m.Registered.Format(time.RFC3339))
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name:        "show",
+				Usage:       "show one module: its resources and where it is assigned",
+				ArgsUsage:   "NAME",
+				Description: "Example:\n   mesh module show motd",
+				Flags:       []cli.Flag{dirFlag(), jsonFlag()},
+				Action: func(c *cli.Context) error {
+					if err := wantArgs(c, 1, "one argument, the module's name"); err != nil {
+						return err
+					}
+					var res spec.ModuleShowResult
+					if err := callCmd(c, spec.VerbModuleShow, spec.ModuleShowRequest{Name: c.Args().First()}, &res); err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, res)
+					}
+					w := c.App.Writer
+					fmt.Fprintf(w, "module    %s %s\n", res.Info.Name, res.Info.Version)
+					if res.Info.Description != "" {
+						fmt.Fprintf(w, "about     %s\n", res.Info.Description)
+					}
+					fmt.Fprintf(w, "assigned  %s\n", orDash(strings.Join(res.Info.Nodes, ", ")))
+					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "KIND\tPATH\tMODE\tOWNER\tCONTENT")
+					for _, r := range res.Module.Resources {
+						switch {
+						case r.File != nil:
+							content := fmt.Sprintf("%d bytes %s", r.File.Size, r.File.Digest[:19])
+							if r.File.Blob {
+								content += " (blob)"
+							}
+							fmt.Fprintf(tw, "file\t%s\t%04o\t%s\t%s\n", r.File.Path, r.File.Mode, owner(r.File.Owner, r.File.Group), content)
+						case r.Directory != nil:
+							fmt.Fprintf(tw, "directory\t%s\t%04o\t%s\t-\n", r.Directory.Path, r.Directory.Mode, owner(r.Directory.Owner, r.Directory.Group))
+						}
+					}
+					return tw.Flush()
+				},
+			},
+		},
+	}
+}
+
+func owner(user, group string) string {
+	if user == "" && group == "" {
+		return "-"
+	}
+	return orDash(user) + ":" + orDash(group)
+}
+
+func assignCommands() []*cli.Command {
+	mk := func(name, verb, usage, past string) *cli.Command {
+		return &cli.Command{
+			Name:        name,
+			Usage:       usage,
+			ArgsUsage:   "MODULE NODE",
+			Description: fmt.Sprintf("Takes effect at the next mesh push.\n\nExample:\n   mesh %s motd alpha && mesh push alpha", name),
+			Flags:       []cli.Flag{dirFlag()},
+			Action: func(c *cli.Context) error {
+				if err := wantArgs(c, 2, "two arguments, the module and the node"); err != nil {
+					return err
+				}
+				req := spec.AssignRequest{Module: c.Args().Get(0), Node: c.Args().Get(1)}
+				var res spec.Empty
+				if err := callCmd(c, verb, req, &res); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.App.Writer, "%s %s %s; mesh push %s sends it\n", req.Module, past, req.Node, req.Node)
+				return nil
+			},
+		}
+	}
+	return []*cli.Command{
+		mk("assign", spec.VerbAssign, "assign a module to a node", "assigned to"),
+		mk("unassign", spec.VerbUnassign, "unassign a module from a node: the next push removes what it declared there", "unassigned from"),
+	}
+}
+
+// readModules reads and checks every manifest under path, resolving
+// sources; any bad one fails the whole read, naming the file and field. It
+// also returns every source's bytes by digest, for the blob uploads.
+func readModules(path string) ([]spec.Module, map[string][]byte, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	var manifests []string
+	switch {
+	case !info.IsDir():
+		manifests = []string{path}
+	default:
+		if _, err := os.Stat(filepath.Join(path, spec.ManifestFile)); err == nil {
+			manifests = []string{filepath.Join(path, spec.ManifestFile)}
+		} else {
+			found, _ := filepath.Glob(filepath.Join(path, "*", spec.ManifestFile))
+			sort.Strings(found)
+			manifests = found
+		}
+	}
+	if len(manifests) == 0 {
+		return nil, nil, fmt.Errorf("%s holds no %s, and no subdirectory does: give a module's directory or a catalogue", path, spec.ManifestFile)
+	}
+	var mods []spec.Module
+	contents := map[string][]byte{}
+	names := map[string]string{}
+	for _, mf := range manifests {
+		body, err := os.ReadFile(mf)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read %s: %w", mf, err)
+		}
+		man, err := spec.ParseManifest(body)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w; nothing was registered", mf, err)
+		}
+		dir := filepath.Dir(mf)
+		mod, err := man.Resolve(func(source string) ([]byte, error) {
+			b, err := os.ReadFile(filepath.Join(dir, source))
+			if err == nil {
+				contents[spec.ContentDigest(b)] = b
+			}
+			return b, err
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w; nothing was registered", mf, err)
+		}
+		if prev, dup := names[mod.Name]; dup {
+			return nil, nil, fmt.Errorf("%s and %s both name module %q; nothing was registered", prev, mf, mod.Name)
+		}
+		names[mod.Name] = mf
+		mods = append(mods, mod)
+	}
+	return mods, contents, nil
+}
+
+// uploadBlobs sends every content of m that travels as a blob, in chunks.
+func uploadBlobs(op *operator, m spec.Module, contents map[string][]byte) error {
+	for _, r := range m.Resources {
+		if r.File == nil || !r.File.Blob {
+			continue
+		}
+		content, ok := contents[r.File.Digest]
+		if !ok {
+			return fmt.Errorf("module %s, %s: the content was not read", m.Name, r.File.Path)
+		}
+		for off := 0; off < len(content); off += spec.BlobChunk {
+			end := min(off+spec.BlobChunk, len(content))
+			var res spec.BlobPutResult
+			if err := op.call(spec.VerbBlobPut, spec.BlobPutRequest{Digest: r.File.Digest, Size: r.File.Size, Offset: int64(off), Data: content[off:end]}, &res); err != nil {
+				return fmt.Errorf("upload %s of module %s: %w", r.File.Path, m.Name, err)
+			}
+			if res.Complete {
+				break
+			}
+		}
+	}
+	return nil
+}

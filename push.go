@@ -1,0 +1,172 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
+	"github.com/urfave/cli/v2"
+)
+
+// pushNodeOutcome is what a push came to for one node, as --json prints it.
+type pushNodeOutcome struct {
+	spec.PushNode
+	Report   *spec.Report `json:"report"`
+	Answered bool         `json:"answered"`
+}
+
+type pushOutcome struct {
+	ID     string            `json:"id"`
+	Nodes  []pushNodeOutcome `json:"nodes"`
+	Silent []string          `json:"silent"`
+	OK     bool              `json:"ok"`
+}
+
+func pushCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "push",
+		Usage:     "compose, sign and send each node's declaration, and wait for their reports",
+		ArgsUsage: "[NODE...]",
+		Description: `Sends every named node (every node when none is named) the declaration of
+the modules assigned to it, numbered and signed. Each host verifies it,
+changes only what differs, removes what is no longer declared, and reports;
+each report is printed as it arrives. The wait is bounded: when it ends,
+every node that did not answer is named.
+
+Exit status: 0 when every node applied everything; 1 when a node was not
+sent, refused, failed a resource or did not answer in time.
+
+Examples:
+   mesh push
+   mesh push --wait 2m alpha beta
+   mesh push --json alpha | jq '.nodes[].report.results'`,
+		Flags: []cli.Flag{
+			dirFlag(), jsonFlag(),
+			&cli.DurationFlag{Name: "wait", Value: 30 * time.Second, Usage: "how long to wait for the nodes' reports"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "list unchanged resources too"},
+		},
+		Action: func(c *cli.Context) error {
+			for _, n := range c.Args().Slice() {
+				if err := spec.CheckName("node", n); err != nil {
+					return usageError{err.Error()}
+				}
+			}
+			op, err := dialOperator(c)
+			if err != nil {
+				return err
+			}
+			defer op.Close()
+			progress := spec.OperatorInbox + ".push." + nats.NewInbox()[len("_INBOX."):]
+			events := make(chan *nats.Msg, 256)
+			sub, err := op.nc.ChanSubscribe(progress, events)
+			if err != nil {
+				return fmt.Errorf("listen for the push's progress: %w", err)
+			}
+			defer sub.Unsubscribe()
+			if err := op.nc.Flush(); err != nil {
+				return fmt.Errorf("listen for the push's progress: %w", err)
+			}
+			var res spec.PushResult
+			if err := op.call(spec.VerbPush, spec.PushRequest{Nodes: c.Args().Slice(), Progress: progress}, &res); err != nil {
+				return err
+			}
+			out := io.Discard
+			if !c.Bool("json") {
+				out = c.App.Writer
+			}
+			outcome := waitForReports(out, res, events, c.Duration("wait"), c.Bool("verbose"))
+			if c.Bool("json") {
+				if err := printJSON(c.App.Writer, outcome); err != nil {
+					return err
+				}
+			}
+			if !outcome.OK {
+				return fmt.Errorf("push %s did not complete everywhere", res.ID)
+			}
+			return nil
+		},
+	}
+}
+
+// waitForReports prints each node's report as it arrives, until every sent
+// node answered or wait passed, then names the silent.
+func waitForReports(w io.Writer, res spec.PushResult, events <-chan *nats.Msg, wait time.Duration, verbose bool) pushOutcome {
+	outcome := pushOutcome{ID: res.ID, OK: true, Silent: []string{}}
+	pending := map[string]int{}
+	for _, n := range res.Nodes {
+		outcome.Nodes = append(outcome.Nodes, pushNodeOutcome{PushNode: n})
+		if n.Error != "" {
+			fmt.Fprintf(w, "%s: not sent: %s\n", n.Node, n.Error)
+			outcome.OK = false
+			continue
+		}
+		fmt.Fprintf(w, "%s: sent declaration %d (%d resources)\n", n.Node, n.Seq, n.Resources)
+		pending[n.Node] = len(outcome.Nodes) - 1
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for len(pending) > 0 {
+		select {
+		case m := <-events:
+			var ev spec.PushEvent
+			if err := json.Unmarshal(m.Data, &ev); err != nil || ev.PushID != res.ID {
+				continue
+			}
+			i, ok := pending[ev.Report.Node]
+			if !ok {
+				continue
+			}
+			delete(pending, ev.Report.Node)
+			r := ev.Report
+			outcome.Nodes[i].Report, outcome.Nodes[i].Answered = &r, true
+			if !printReport(w, r, verbose) {
+				outcome.OK = false
+			}
+		case <-deadline.C:
+			for node := range pending {
+				outcome.Silent = append(outcome.Silent, node)
+			}
+			sort.Strings(outcome.Silent)
+			fmt.Fprintf(w, "no answer within %s from: %s\n", wait, strings.Join(outcome.Silent, ", "))
+			outcome.OK = false
+			return outcome
+		}
+	}
+	return outcome
+}
+
+// printReport prints one node's report and says whether it was a success.
+func printReport(w io.Writer, r spec.Report, verbose bool) bool {
+	if r.Refused != "" {
+		fmt.Fprintf(w, "%s: refused declaration %d: %s\n", r.Node, r.Seq, r.Refused)
+		return false
+	}
+	counts := map[string]int{}
+	for _, res := range r.Results {
+		counts[res.Outcome]++
+	}
+	fmt.Fprintf(w, "%s: applied declaration %d: %d created, %d changed, %d removed, %d unchanged, %d failed\n",
+		r.Node, r.Seq, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed])
+	for _, res := range r.Results {
+		switch res.Outcome {
+		case spec.Failed:
+			fmt.Fprintf(w, "  ! %s: %s\n", res.Name, res.Error)
+		case spec.Created:
+			fmt.Fprintf(w, "  + %s\n", res.Name)
+		case spec.Changed:
+			fmt.Fprintf(w, "  ~ %s\n", res.Name)
+		case spec.Removed:
+			fmt.Fprintf(w, "  - %s\n", res.Name)
+		case spec.Unchanged:
+			if verbose {
+				fmt.Fprintf(w, "  = %s\n", res.Name)
+			}
+		}
+	}
+	return counts[spec.Failed] == 0
+}

@@ -1,0 +1,114 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Declaration is the last declaration sent to a node: its exact signed
+// bytes and signature.
+type Declaration struct {
+	Node    string
+	Seq     uint64
+	Body    []byte
+	Sig     []byte
+	Sent    time.Time
+	Expires time.Time
+}
+
+// RecordDeclaration records d as the last sent to its node. A sequence not
+// above the one recorded is refused: sequences only go up.
+func (db *DB) RecordDeclaration(ctx context.Context, d Declaration) error {
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		var prev uint64
+		err := tx.QueryRowContext(ctx, `SELECT seq FROM declarations WHERE node = ?`, d.Node).Scan(&prev)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if err == nil && d.Seq <= prev {
+			return fmt.Errorf("sequence %d is not above the last sent, %d", d.Seq, prev)
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO declarations (node, seq, body, sig, sent_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (node) DO UPDATE SET seq = excluded.seq, body = excluded.body, sig = excluded.sig,
+			sent_at = excluded.sent_at, expires_at = excluded.expires_at`,
+			d.Node, d.Seq, d.Body, d.Sig, formatTime(d.Sent), formatTime(d.Expires))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record declaration %d of node %q: %w", d.Seq, d.Node, err)
+	}
+	return nil
+}
+
+// LastDeclaration returns the last declaration sent to node, or an error
+// wrapping ErrNotFound if none was.
+func (db *DB) LastDeclaration(ctx context.Context, node string) (Declaration, error) {
+	d := Declaration{Node: node}
+	var sent, expires string
+	err := db.sql.QueryRowContext(ctx, `SELECT seq, body, sig, sent_at, expires_at FROM declarations WHERE node = ?`, node).
+		Scan(&d.Seq, &d.Body, &d.Sig, &sent, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Declaration{}, fmt.Errorf("read last declaration of node %q: %w", node, ErrNotFound)
+	}
+	if err != nil {
+		return Declaration{}, fmt.Errorf("read last declaration of node %q: %w", node, err)
+	}
+	if d.Sent, err = parseTime(sent); err != nil {
+		return Declaration{}, fmt.Errorf("read last declaration of node %q: %w", node, err)
+	}
+	if d.Expires, err = parseTime(expires); err != nil {
+		return Declaration{}, fmt.Errorf("read last declaration of node %q: %w", node, err)
+	}
+	return d, nil
+}
+
+// Report is a node's last report, as it sent it.
+type Report struct {
+	Node     string
+	Seq      uint64
+	Body     []byte
+	Received time.Time
+}
+
+// RecordReport keeps node's report, and when applied is set, the sequence it
+// applied.
+func (db *DB) RecordReport(ctx context.Context, r Report, applied bool) error {
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO reports (node, seq, body, received_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (node) DO UPDATE SET seq = excluded.seq, body = excluded.body, received_at = excluded.received_at`,
+			r.Node, r.Seq, string(r.Body), formatTime(r.Received)); err != nil {
+			return err
+		}
+		if applied {
+			if _, err := tx.ExecContext(ctx, `UPDATE nodes SET applied_seq = max(applied_seq, ?) WHERE name = ?`, r.Seq, r.Node); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record report of node %q: %w", r.Node, err)
+	}
+	return nil
+}
+
+// LastReport returns node's last report, or an error wrapping ErrNotFound.
+func (db *DB) LastReport(ctx context.Context, node string) (Report, error) {
+	r := Report{Node: node}
+	var body, at string
+	err := db.sql.QueryRowContext(ctx, `SELECT seq, body, received_at FROM reports WHERE node = ?`, node).Scan(&r.Seq, &body, &at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Report{}, fmt.Errorf("read last report of node %q: %w", node, ErrNotFound)
+	}
+	if err != nil {
+		return Report{}, fmt.Errorf("read last report of node %q: %w", node, err)
+	}
+	r.Body = []byte(body)
+	if r.Received, err = parseTime(at); err != nil {
+		return Report{}, fmt.Errorf("read last report of node %q: %w", node, err)
+	}
+	return r, nil
+}

@@ -1,0 +1,217 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// Module is a registered module.
+type Module struct {
+	Module     spec.Module
+	Registered time.Time
+}
+
+// RegisterModules records modules in one transaction, each replacing any
+// earlier version of the same name. It returns the versions replaced, by
+// name. Every blob a module names must already be stored.
+func (db *DB) RegisterModules(ctx context.Context, mods []spec.Module, at time.Time) (map[string]string, error) {
+	previous := map[string]string{}
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		for _, m := range mods {
+			for digest := range m.Blobs() {
+				var n int
+				if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM blobs WHERE digest = ?`, digest).Scan(&n); err != nil {
+					return err
+				}
+				if n == 0 {
+					return fmt.Errorf("module %q names blob %s, which was not uploaded", m.Name, digest)
+				}
+			}
+			var prev string
+			err := tx.QueryRowContext(ctx, `SELECT version FROM modules WHERE name = ?`, m.Name).Scan(&prev)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if err == nil {
+				previous[m.Name] = prev
+			}
+			body, err := json.Marshal(m)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO modules (name, version, body, registered_at) VALUES (?, ?, ?, ?)
+				ON CONFLICT (name) DO UPDATE SET version = excluded.version, body = excluded.body, registered_at = excluded.registered_at`,
+				m.Name, m.Version, string(body), formatTime(at)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("register modules: %w", err)
+	}
+	return previous, nil
+}
+
+func scanModule(row interface{ Scan(...any) error }) (Module, error) {
+	var body, at string
+	if err := row.Scan(&body, &at); err != nil {
+		return Module{}, err
+	}
+	var m Module
+	if err := json.Unmarshal([]byte(body), &m.Module); err != nil {
+		return Module{}, fmt.Errorf("module body: %w", err)
+	}
+	t, err := parseTime(at)
+	if err != nil {
+		return Module{}, err
+	}
+	m.Registered = t
+	return m, nil
+}
+
+// Module returns the module called name, or an error wrapping ErrNotFound.
+func (db *DB) Module(ctx context.Context, name string) (Module, error) {
+	m, err := scanModule(db.sql.QueryRowContext(ctx, `SELECT body, registered_at FROM modules WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Module{}, fmt.Errorf("read module %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return Module{}, fmt.Errorf("read module %q: %w", name, err)
+	}
+	return m, nil
+}
+
+// Modules returns every module, by name.
+func (db *DB) Modules(ctx context.Context) ([]Module, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT body, registered_at FROM modules ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("read modules: %w", err)
+	}
+	defer rows.Close()
+	var ms []Module
+	for rows.Next() {
+		m, err := scanModule(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read modules: %w", err)
+		}
+		ms = append(ms, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read modules: %w", err)
+	}
+	return ms, nil
+}
+
+// Assignment is a module assigned to a node.
+type Assignment struct {
+	Module string
+	Node   string
+}
+
+// Assign assigns module to node; assigning twice is no change. A missing
+// module or node wraps ErrNotFound.
+func (db *DB) Assign(ctx context.Context, module, node string, at time.Time) error {
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		for _, q := range []struct{ table, name string }{{"modules", module}, {"nodes", node}} {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+q.table+` WHERE name = ?`, q.name).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("no %s called %q: %w", q.table[:len(q.table)-1], q.name, ErrNotFound)
+			}
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO assignments (module, node, assigned_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+			module, node, formatTime(at))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("assign %s to %s: %w", module, node, err)
+	}
+	return nil
+}
+
+// Unassign removes the assignment of module to node; one that does not
+// exist wraps ErrNotFound.
+func (db *DB) Unassign(ctx context.Context, module, node string) error {
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM assignments WHERE module = ? AND node = ?`, module, node)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("unassign %s from %s: %w", module, node, err)
+	}
+	return nil
+}
+
+// Assignments returns every assignment, by node then module.
+func (db *DB) Assignments(ctx context.Context) ([]Assignment, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT module, node FROM assignments ORDER BY node, module`)
+	if err != nil {
+		return nil, fmt.Errorf("read assignments: %w", err)
+	}
+	defer rows.Close()
+	var as []Assignment
+	for rows.Next() {
+		var a Assignment
+		if err := rows.Scan(&a.Module, &a.Node); err != nil {
+			return nil, fmt.Errorf("read assignments: %w", err)
+		}
+		as = append(as, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read assignments: %w", err)
+	}
+	return as, nil
+}
+
+// PutBlob stores a blob whose digest the caller verified.
+func (db *DB) PutBlob(ctx context.Context, digest string, data []byte) error {
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO blobs (digest, size, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+			digest, len(data), data)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store blob %s: %w", digest, err)
+	}
+	return nil
+}
+
+// HasBlob reports whether the blob is stored.
+func (db *DB) HasBlob(ctx context.Context, digest string) (bool, error) {
+	var n int
+	if err := db.sql.QueryRowContext(ctx, `SELECT count(*) FROM blobs WHERE digest = ?`, digest).Scan(&n); err != nil {
+		return false, fmt.Errorf("read blob %s: %w", digest, err)
+	}
+	return n > 0, nil
+}
+
+// BlobChunk reads up to n bytes of a blob from offset, and its size.
+func (db *DB) BlobChunk(ctx context.Context, digest string, offset, n int64) ([]byte, int64, error) {
+	var size int64
+	var data []byte
+	err := db.sql.QueryRowContext(ctx, `SELECT size, substr(data, ?, ?) FROM blobs WHERE digest = ?`, offset+1, n, digest).Scan(&size, &data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, 0, fmt.Errorf("read blob %s: %w", digest, ErrNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read blob %s: %w", digest, err)
+	}
+	return data, size, nil
+}
