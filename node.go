@@ -156,7 +156,18 @@ func printNode(w io.Writer, n spec.Node) error {
 	}
 	row("host version", orDash(n.HostVersion))
 	row("protocol", protocol(n))
+	row("sent sequence", strconv.FormatUint(n.SentSeq, 10))
 	row("applied sequence", strconv.FormatUint(n.AppliedSeq, 10))
+	if r := n.LastReport; r == nil {
+		row("last report", "none")
+	} else {
+		row("last report", reportSummary(*r))
+		for _, res := range r.Results {
+			if res.Outcome == spec.Failed {
+				row("  failed", res.Name+": "+res.Error)
+			}
+		}
+	}
 	if f := n.Facts; f == nil {
 		row("facts", "none reported yet")
 	} else {
@@ -177,6 +188,24 @@ func printNode(w io.Writer, n spec.Node) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// reportSummary is a report in one line.
+func reportSummary(r spec.Report) string {
+	when := r.Time.Format(time.RFC3339)
+	if r.Refused != "" {
+		return fmt.Sprintf("refused declaration %d at %s: %s", r.Seq, when, r.Refused)
+	}
+	counts := map[string]int{}
+	for _, res := range r.Results {
+		counts[res.Outcome]++
+	}
+	kind := "applied"
+	if r.Reconcile {
+		kind = "reconcile corrected"
+	}
+	return fmt.Sprintf("%s declaration %d at %s: %d created, %d changed, %d removed, %d unchanged, %d failed, %d writes",
+		kind, r.Seq, when, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed], r.Writes)
 }
 
 func orDash(s string) string {

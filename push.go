@@ -150,8 +150,8 @@ func printReport(w io.Writer, r spec.Report, verbose bool) bool {
 	for _, res := range r.Results {
 		counts[res.Outcome]++
 	}
-	fmt.Fprintf(w, "%s: applied declaration %d: %d created, %d changed, %d removed, %d unchanged, %d failed\n",
-		r.Node, r.Seq, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed])
+	fmt.Fprintf(w, "%s: applied declaration %d: %d created, %d changed, %d removed, %d unchanged, %d failed (%d writes)\n",
+		r.Node, r.Seq, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed], r.Writes)
 	for _, res := range r.Results {
 		switch res.Outcome {
 		case spec.Failed:

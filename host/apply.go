@@ -121,9 +121,16 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 		}
 	}
 
-	for _, a := range removals(resources, previous) {
+	for _, rm := range removals(resources, previous) {
+		a := rm.Applied
 		res := spec.ResourceResult{Name: a.Name, Kind: a.Kind, Outcome: spec.Removed}
-		if err := e.removeOne(a, &w); err != nil {
+		err := ctx.Err()
+		if err != nil {
+			err = fmt.Errorf("remove %s: %w", a.Path, err)
+		} else if !rm.handedOver {
+			err = e.removeOne(a, &w)
+		}
+		if err != nil {
 			res.Outcome, res.Error = spec.Failed, err.Error()
 			record = append(record, a) // tried again next time
 		}
@@ -148,8 +155,8 @@ func (e *Engine) Preview(resources []spec.Resource, previous []Applied) []spec.R
 		}
 		results = append(results, res)
 	}
-	for _, a := range removals(resources, previous) {
-		results = append(results, spec.ResourceResult{Name: a.Name, Kind: a.Kind, Outcome: spec.Removed})
+	for _, rm := range removals(resources, previous) {
+		results = append(results, spec.ResourceResult{Name: rm.Name, Kind: rm.Kind, Outcome: spec.Removed})
 	}
 	return results
 }
@@ -210,20 +217,39 @@ func applyOrder(resources []spec.Resource) []spec.Resource {
 	return out
 }
 
+// removal is a previous resource no longer declared by its name.
+type removal struct {
+	Applied
+	// handedOver: a resource of the same kind at the same path is declared
+	// under another name (it moved from one module to another). The old name
+	// goes from the record; what is on disk stays, for the new one holds it.
+	handedOver bool
+}
+
 // removals is what previous holds that resources no longer declare (by
 // name), deepest path first.
-func removals(resources []spec.Resource, previous []Applied) []Applied {
+func removals(resources []spec.Resource, previous []Applied) []removal {
 	declared := make(map[string]bool, len(resources))
 	for _, r := range resources {
 		declared[r.Name] = true
 	}
-	var out []Applied
+	var out []removal
+	var held map[[2]string]bool // kind and path of each well-formed resource, made when first needed
 	for _, a := range previous {
-		if !declared[a.Name] {
-			out = append(out, a)
+		if declared[a.Name] {
+			continue
 		}
+		if held == nil {
+			held = make(map[[2]string]bool, len(resources))
+			for _, r := range resources {
+				if r.Check() == nil {
+					held[[2]string{r.Kind, r.Target()}] = true
+				}
+			}
+		}
+		out = append(out, removal{Applied: a, handedOver: held[[2]string{a.Kind, a.Path}]})
 	}
-	slices.SortStableFunc(out, func(a, b Applied) int {
+	slices.SortStableFunc(out, func(a, b removal) int {
 		if d := pathDepth(b.Path) - pathDepth(a.Path); d != 0 {
 			return d
 		}

@@ -108,7 +108,8 @@ func (directoryApplier) Apply(_ context.Context, root string, r spec.Resource, _
 
 // Remove removes the directory a was, only if it is empty: entries nobody
 // declared are not ours to delete, so a directory that holds any stays and
-// the error says how many.
+// the error says how many. A missing directory is fine, and so is something
+// else standing at its path (a file, a link): it is left in place.
 func (directoryApplier) Remove(root string, a Applied, w *Writes) error {
 	path, err := recordedPath(root, a)
 	if err != nil {
@@ -119,7 +120,9 @@ func (directoryApplier) Remove(root string, a Applied, w *Writes) error {
 		return err
 	}
 	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		return fmt.Errorf("remove directory %s: %s is there now; it is left in place", path, what(st.Mode))
+		// Not a directory, so not what a was: whatever stands there is
+		// someone else's, and stays.
+		return nil
 	}
 	d, err := os.Open(path)
 	if err != nil {

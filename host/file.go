@@ -4,10 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/mesh-fleet/mesh/spec"
@@ -74,21 +75,48 @@ func planFile(root string, f *spec.FileSpec) (fileDecision, error) {
 
 // sameContent says whether the regular file at path (st) holds f's
 // content: sizes first, and only when they agree the SHA-256 of the
-// content, streamed.
+// content, streamed through one small buffer.
 func sameContent(path string, st *syscall.Stat_t, f *spec.FileSpec) (bool, error) {
 	if st.Size != f.Size {
 		return false, nil
 	}
-	in, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	fd, err := openNoFollow(path)
 	if err != nil {
 		return false, fmt.Errorf("read %s: %w", path, err)
 	}
-	defer in.Close()
+	defer syscall.Close(fd)
+	buf := make([]byte, min(max(f.Size, 1), 64<<10))
 	h := sha256.New()
-	if _, err := io.Copy(h, in); err != nil {
-		return false, fmt.Errorf("read %s: %w", path, err)
+	var total int64
+	for {
+		n, err := syscall.Read(fd, buf)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("read %s: %w", path, err)
+		}
+		if n == 0 {
+			break
+		}
+		if total += int64(n); total > f.Size {
+			return false, nil // it grew since it was inspected
+		}
+		h.Write(buf[:n])
 	}
-	return "sha256:"+hex.EncodeToString(h.Sum(nil)) == f.Digest, nil
+	// A file that changed size since it was inspected is not the declared one.
+	return total == f.Size && "sha256:"+hex.EncodeToString(h.Sum(nil)) == f.Digest, nil
+}
+
+// openNoFollow opens path to read, refusing a link, without the runtime's
+// poller: a plain descriptor for one quick read.
+func openNoFollow(path string) (int, error) {
+	for {
+		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		if !errors.Is(err, syscall.EINTR) {
+			return fd, err
+		}
+	}
 }
 
 // Plan says what Apply would do to hold r, writing nothing.
@@ -165,8 +193,17 @@ func fileContent(ctx context.Context, f *spec.FileSpec, blobs BlobFetcher) ([]by
 // and sticky bits, sets the owner, and counts its writes.
 func writeFileExact(path string, data []byte, mode spec.Mode, uid, gid int, w *Writes) error {
 	dir := filepath.Dir(path)
+	// A host killed between creating a temporary file and renaming it left
+	// one behind: it is ours, and goes before the next is made.
+	prefix := "." + filepath.Base(path) + ".mesh-"
+	if stale, _ := filepath.Glob(filepath.Join(dir, globEscape(prefix)+"*")); len(stale) > 0 {
+		for _, s := range stale {
+			w.add()
+			os.Remove(s)
+		}
+	}
 	w.add()
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".mesh-*")
+	f, err := os.CreateTemp(dir, prefix+"*")
 	if err != nil {
 		return fmt.Errorf("create a temporary file for %s: %w", path, err)
 	}
@@ -204,8 +241,21 @@ func writeFileExact(path string, data []byte, mode spec.Mode, uid, gid int, w *W
 	return syncDir(dir)
 }
 
-// Remove removes the file a was. A missing file is fine; something else
-// standing at its path (a directory, a link) is left in place.
+// globEscape quotes the characters filepath.Match treats specially.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// Remove removes the file a was. A missing file is fine, and so is
+// something else standing at its path (a directory, a link): it is not the
+// file, and it is left in place.
 func (fileApplier) Remove(root string, a Applied, w *Writes) error {
 	path, err := recordedPath(root, a)
 	if err != nil {
@@ -216,7 +266,9 @@ func (fileApplier) Remove(root string, a Applied, w *Writes) error {
 		return err
 	}
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return fmt.Errorf("remove file %s: %s is there now; it is left in place", path, what(st.Mode))
+		// Not a file, so not what a was: this applier makes only regular
+		// files at its paths. Whatever stands there is someone else's.
+		return nil
 	}
 	w.add()
 	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {

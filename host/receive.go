@@ -22,15 +22,21 @@ type delivery struct {
 	reason  string
 }
 
-// drain takes first and every delivery already waiting behind it: a batch,
-// handled in sequence order rather than arrival order.
+// drain takes first and every delivery that follows it closely: a batch,
+// handled in sequence order rather than arrival order. It waits for more
+// while they keep coming, a few milliseconds apart, for at most a quarter
+// second.
 func drain(first *nats.Msg, ch <-chan *nats.Msg) []*nats.Msg {
+	const gap, most = 20 * time.Millisecond, 250 * time.Millisecond
 	batch := []*nats.Msg{first}
+	deadline := time.After(most)
 	for {
 		select {
 		case m := <-ch:
 			batch = append(batch, m)
-		default:
+		case <-time.After(gap):
+			return batch
+		case <-deadline:
 			return batch
 		}
 	}
@@ -117,7 +123,7 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration,
 	a.log.Info("declaration applied", "seq", decl.Seq, "reconcile", reconcile, "created", counts[spec.Created],
 		"changed", counts[spec.Changed], "removed", counts[spec.Removed], "failed", counts[spec.Failed],
 		"unchanged", counts[spec.Unchanged], "writes", writes)
-	a.report(nc, spec.Report{Seq: decl.Seq, Digest: spec.ContentDigest(raw), Reconcile: reconcile, Results: results})
+	a.report(nc, spec.Report{Seq: decl.Seq, Digest: spec.ContentDigest(raw), Reconcile: reconcile, Writes: writes, Results: results})
 }
 
 // reconcile applies the kept declaration again, correcting drift.

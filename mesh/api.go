@@ -65,7 +65,11 @@ func (c *Controller) call(ctx context.Context, verb string, data []byte) (any, e
 		res := spec.NodeListResult{Nodes: []spec.Node{}}
 		now := c.cfg.Now()
 		for _, n := range nodes {
-			res.Nodes = append(res.Nodes, nodeView(n, now))
+			v := nodeView(n, now)
+			if err := c.addDelivery(ctx, &v); err != nil {
+				return nil, err
+			}
+			res.Nodes = append(res.Nodes, v)
 		}
 		return res, nil
 	case spec.VerbNodeShow:
@@ -83,7 +87,11 @@ func (c *Controller) call(ctx context.Context, verb string, data []byte) (any, e
 		if err != nil {
 			return nil, err
 		}
-		return spec.NodeShowResult{Node: nodeView(n, c.cfg.Now())}, nil
+		v := nodeView(n, c.cfg.Now())
+		if err := c.addDelivery(ctx, &v); err != nil {
+			return nil, err
+		}
+		return spec.NodeShowResult{Node: v}, nil
 	case spec.VerbNodeRemove:
 		return handle(ctx, verb, data, c.removeNode)
 	case spec.VerbTokenCreate:
@@ -118,6 +126,29 @@ func handle[Req, Res any](ctx context.Context, verb string, data []byte, fn func
 		return nil, err
 	}
 	return fn(ctx, req)
+}
+
+// addDelivery adds what was last sent to the node and its last report. A
+// read that fails is an error, never "nothing sent".
+func (c *Controller) addDelivery(ctx context.Context, v *spec.Node) error {
+	d, err := c.deps.DB.LastDeclaration(ctx, v.Name)
+	switch {
+	case err == nil:
+		v.SentSeq = d.Seq
+	case !errors.Is(err, store.ErrNotFound):
+		return err
+	}
+	r, err := c.deps.DB.LastReport(ctx, v.Name)
+	switch {
+	case err == nil:
+		v.LastReport = new(spec.Report)
+		if err := json.Unmarshal(r.Body, v.LastReport); err != nil {
+			return fmt.Errorf("read last report of node %q: %w", v.Name, err)
+		}
+	case !errors.Is(err, store.ErrNotFound):
+		return err
+	}
+	return nil
 }
 
 // nodeView is a stored node as the operator sees it.

@@ -205,9 +205,12 @@ type Report struct {
 	// Refused, when set, says why nothing was applied.
 	Refused string `json:"refused,omitempty"`
 	// Reconcile is set on a report of a periodic pass that corrected drift.
-	Reconcile bool             `json:"reconcile,omitempty"`
-	Preview   bool             `json:"preview,omitempty"`
-	Results   []ResourceResult `json:"results"`
+	Reconcile bool `json:"reconcile,omitempty"`
+	Preview   bool `json:"preview,omitempty"`
+	// Writes counts the filesystem changes the apply made: zero when
+	// nothing differed.
+	Writes  int              `json:"writes"`
+	Results []ResourceResult `json:"results"`
 }
 
 // ResourceResult is one resource's outcome.

@@ -51,5 +51,9 @@ type Node struct {
 	// does not: shown as such, not as broken.
 	ProtocolKnown bool   `json:"protocol_known"`
 	AppliedSeq    uint64 `json:"applied_seq"`
-	Facts         *Facts `json:"facts"`
+	// SentSeq is the sequence of the last declaration sent to the node.
+	SentSeq uint64 `json:"sent_seq"`
+	Facts   *Facts `json:"facts"`
+	// LastReport is the node's last report, as it sent it; nil if none.
+	LastReport *Report `json:"last_report"`
 }

@@ -1,0 +1,265 @@
+package host_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/broker"
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+)
+
+// bench is a real bus with a node's host on it, where the test plays the
+// controller: it creates the stream and the node's consumer, signs
+// declarations with its own key and publishes them for real.
+type bench struct {
+	t       *testing.T
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	key     ed25519.PrivateKey
+	root    string // the host's --root
+	hostDir string
+	reports chan spec.Report
+	seq     uint64
+	start   func() // starts the host
+}
+
+func newBench(t *testing.T) *bench {
+	t.Helper()
+	auth, err := ca.Create(t.TempDir(), "m", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := auth.IssueServer([]string{spec.BusTLSName}, []net.IP{net.ParseIP("127.0.0.1")}, time.Hour)
+	ctl, _ := nkeys.CreateUser()
+	ctlPub, _ := ctl.PublicKey()
+	node, _ := nkeys.CreateUser()
+	nodePub, _ := node.PublicKey()
+	nodeSeed, _ := node.Seed()
+	p := spec.NodePermissions("alpha")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	bus, err := broker.New(broker.Config{Listen: "127.0.0.1:0", StoreDir: t.TempDir(),
+		TLS:   &tls.Config{Certificates: []tls.Certificate{cert}},
+		Users: []broker.User{{NKey: ctlPub, Full: true}, {NKey: nodePub, Publish: p.Publish, Subscribe: p.Subscribe}}}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	busDone := make(chan struct{})
+	go func() { bus.Run(ctx); close(busDone) }()
+	<-bus.Ready()
+
+	nc, err := nats.Connect("nats://"+bus.Addr(), nats.Nkey(ctlPub, ctl.Sign),
+		nats.Secure(ca.ClientTLS(auth.Root(), spec.BusTLSName)), nats.TLSHandshakeFirst())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: spec.DeclarationStream, Subjects: []string{spec.DeclarationSubject("*")}, MaxMsgSize: 3 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdatePushConsumer(ctx, spec.DeclarationStream, jetstream.ConsumerConfig{Durable: "alpha",
+		DeliverSubject: spec.DeliverySubject("alpha"), FilterSubject: spec.DeclarationSubject("alpha"), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64)}
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	b.key = priv
+	if _, err := nc.Subscribe(spec.NodeSubject("alpha", spec.KindReport), func(m *nats.Msg) {
+		var r spec.Report
+		if err := json.Unmarshal(m.Data, &r); err == nil {
+			b.reports <- r
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	if err := host.Init(b.hostDir, host.State{Mesh: "m", Node: "alpha", Bus: []string{"nats://" + bus.Addr()},
+		CAPin: auth.Pin(), CARoot: string(auth.RootsPEM()), SignKey: base64.StdEncoding.EncodeToString(pub)}, nodeSeed); err != nil {
+		t.Fatal(err)
+	}
+	var agentDone chan struct{}
+	b.start = func() {
+		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: time.Hour, ReconcileEvery: time.Hour}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agentDone = make(chan struct{})
+		go func() { agent.Run(ctx); close(agentDone) }()
+		<-agent.Ready()
+	}
+	t.Cleanup(func() {
+		cancel()
+		if agentDone != nil {
+			<-agentDone
+		}
+		nc.Close()
+		<-busDone
+	})
+	return b
+}
+
+func fileResource(path, content string) spec.Resource {
+	return spec.Resource{Name: spec.ResourceName("t", spec.KindFile, path), Kind: spec.KindFile, Module: "t",
+		File: &spec.FileSpec{Path: path, Mode: 0o644, Content: []byte(content), Size: int64(len(content)), Digest: spec.ContentDigest([]byte(content))}}
+}
+
+func (b *bench) declaration(seq uint64, resources ...spec.Resource) spec.Declaration {
+	now := time.Now().UTC()
+	return spec.Declaration{Mesh: "m", Node: "alpha", Seq: seq, Issued: now, Expires: now.Add(time.Hour), Protocol: spec.Protocol, Resources: resources}
+}
+
+// publish sends raw bytes with sig (nil: sign them) on alpha's stream subject.
+func (b *bench) publish(raw, sig []byte) {
+	b.t.Helper()
+	if sig == nil {
+		sig = ed25519.Sign(b.key, raw)
+	}
+	m := nats.NewMsg(spec.DeclarationSubject("alpha"))
+	m.Data = raw
+	m.Header.Set(spec.SigHeader, base64.StdEncoding.EncodeToString(sig))
+	if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func encode(t *testing.T, d spec.Declaration) []byte {
+	t.Helper()
+	raw, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func (b *bench) report() spec.Report {
+	b.t.Helper()
+	select {
+	case r := <-b.reports:
+		return r
+	case <-time.After(20 * time.Second):
+		b.t.Fatal("no report from the host within 20s")
+	}
+	return spec.Report{}
+}
+
+func (b *bench) exists(path string) bool {
+	_, err := os.Stat(filepath.Join(b.root, path))
+	return err == nil
+}
+
+// TestEachRefusal holds invariant 4: each bad delivery, sent for real on
+// the bus, is refused with its reason and nothing of it is applied.
+func TestEachRefusal(t *testing.T) {
+	b := newBench(t)
+	b.start()
+	good := b.declaration(5, fileResource("/good", "v5"))
+	goodRaw := encode(t, good)
+	b.publish(goodRaw, nil)
+	if r := b.report(); r.Refused != "" || r.Seq != 5 || !b.exists("/good") {
+		t.Fatalf("a good declaration: %+v", r)
+	}
+
+	other := b.declaration(6, fileResource("/x", "x"))
+	other.Node = "beta"
+	lower := b.declaration(4, fileResource("/x", "x"))
+	expired := b.declaration(7, fileResource("/x", "x"))
+	expired.Issued, expired.Expires = time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour)
+	sameSeq := b.declaration(5, fileResource("/x", "x"))
+	future := b.declaration(8, fileResource("/x", "x"))
+	future.Issued = time.Now().Add(time.Hour)
+	unknown := strings.Replace(string(encode(t, b.declaration(9, fileResource("/x", "x")))), `"mesh":"m"`, `"mesh":"m","colour":"blue"`, 1)
+	huge := b.declaration(10, fileResource("/x", strings.Repeat("a", spec.MaxDeclaration)))
+	unsigned := encode(t, b.declaration(11, fileResource("/x", "x")))
+	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
+
+	cases := []struct {
+		name string
+		raw  []byte
+		sig  []byte
+		want string
+	}{
+		{"another node's", encode(t, other), nil, `for node "beta", not "alpha"`},
+		{"a lower sequence", encode(t, lower), nil, "sequence 4 is lower than the kept 5"},
+		{"the same sequence with other bytes", encode(t, sameSeq), nil, "sequence 5 is the kept one, with different bytes"},
+		{"expired", encode(t, expired), nil, "expired at"},
+		{"issued in the future", encode(t, future), nil, "in the future"},
+		{"an unknown field", []byte(unknown), nil, `unknown field "colour"`},
+		{"over the cap", encode(t, huge), nil, "over the 1048576-byte cap"},
+		{"signed by another key", unsigned, ed25519.Sign(otherKey, unsigned), "signature does not verify"},
+		{"signature of other bytes", unsigned, ed25519.Sign(b.key, goodRaw), "signature does not verify"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b.publish(c.raw, c.sig)
+			r := b.report()
+			if !strings.Contains(r.Refused, c.want) {
+				t.Fatalf("refused %q, want %q", r.Refused, c.want)
+			}
+			if b.exists("/x") {
+				t.Fatal("a refused declaration was applied")
+			}
+		})
+	}
+	// The same declaration again is a duplicate: acked, not applied, no report.
+	os.Remove(filepath.Join(b.root, "good"))
+	b.publish(goodRaw, nil)
+	select {
+	case r := <-b.reports:
+		t.Fatalf("a duplicate was reported: %+v", r)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if b.exists("/good") {
+		t.Fatal("a duplicate was applied again")
+	}
+	st, _, _ := host.ReadState(b.hostDir)
+	if st.Seq != 5 || st.AppliedSeq != 5 {
+		t.Fatalf("kept %d applied %d after refusals, want 5 and 5", st.Seq, st.AppliedSeq)
+	}
+}
+
+// TestBatchInSequenceOrder: declarations that wait for the host arrive in
+// stream order (7 before 6) and are handled in sequence order, so neither
+// is refused as lower.
+func TestBatchInSequenceOrder(t *testing.T) {
+	b := newBench(t)
+	b.publish(encode(t, b.declaration(7, fileResource("/f", "seven"))), nil)
+	b.publish(encode(t, b.declaration(6, fileResource("/f", "six"))), nil)
+	b.start()
+	first, second := b.report(), b.report()
+	if first.Seq != 6 || second.Seq != 7 || first.Refused != "" || second.Refused != "" {
+		t.Fatalf("reports %d (%q) then %d (%q), want 6 then 7, neither refused", first.Seq, first.Refused, second.Seq, second.Refused)
+	}
+	if got, _ := os.ReadFile(filepath.Join(b.root, "f")); string(got) != "seven" {
+		t.Fatalf("/f holds %q, want seven", got)
+	}
+}
+
+// TestKeptBeforeApplied: the kept sequence is in state.json before the
+// apply; a host restarted from that state refuses anything lower.
+func TestKeptSequenceSurvivesRestart(t *testing.T) {
+	b := newBench(t)
+	b.start()
+	b.publish(encode(t, b.declaration(3, fileResource("/f", "three"))), nil)
+	b.report()
+	st, _, err := host.ReadState(b.hostDir)
+	if err != nil || st.Seq != 3 || len(st.Declaration) == 0 || len(st.Signature) == 0 {
+		t.Fatalf("state after apply: seq %d, %d bytes kept, err %v", st.Seq, len(st.Declaration), err)
+	}
+}
