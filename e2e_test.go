@@ -188,10 +188,10 @@ func nodeList(t *testing.T, dir string) []spec.Node {
 	return nodes
 }
 
-func genesis(t *testing.T, dir string) *daemon {
+func genesis(t *testing.T, dir string, extra ...string) *daemon {
 	t.Helper()
-	return start(t, "genesis", "--dir", dir, "--mesh", "test", "--node", "alpha",
-		"--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--address", "127.0.0.1")
+	return start(t, append([]string{"genesis", "--dir", dir, "--mesh", "test", "--node", "alpha",
+		"--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--address", "127.0.0.1"}, extra...)...)
 }
 
 func TestGenesisThenController(t *testing.T) {

@@ -29,10 +29,10 @@ type testMesh struct {
 	addrs spec.Addrs
 }
 
-func newMesh(t *testing.T) *testMesh {
+func newMesh(t *testing.T, extra ...string) *testMesh {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "ctl")
-	d := genesis(t, dir)
+	d := genesis(t, dir, extra...)
 	return &testMesh{dir: dir, d: d, addrs: waitReady(t, d, dir)}
 }
 
@@ -71,10 +71,10 @@ func (m *testMesh) metric(t *testing.T, name string) int {
 }
 
 // join runs a second host as its own process with its own --dir.
-func join(t *testing.T, token string) (string, *daemon) {
+func join(t *testing.T, token string, extra ...string) (string, *daemon) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "host")
-	return dir, start(t, "host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms")
+	return dir, start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms"}, extra...)...)
 }
 
 func heardAfter(t *testing.T, dir, node string, after time.Time) (bool, string) {

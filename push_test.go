@@ -1,0 +1,143 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// pushJSON runs mesh push --json and decodes what it printed.
+func pushJSON(t *testing.T, dir string, args ...string) (pushOutcome, int) {
+	t.Helper()
+	out, errOut, code := runMesh(t, append([]string{"push", "--dir", dir, "--json", "--wait", "20s"}, args...)...)
+	var o pushOutcome
+	if err := json.Unmarshal([]byte(out), &o); err != nil {
+		t.Fatalf("mesh push --json: %v\nstdout %s\nstderr %s", err, out, errOut)
+	}
+	return o, code
+}
+
+func outcomes(o pushOutcome) map[string]map[string]string {
+	m := map[string]map[string]string{}
+	for _, n := range o.Nodes {
+		m[n.Node] = map[string]string{}
+		if n.Report != nil {
+			for _, r := range n.Report.Results {
+				m[n.Node][r.Name] = r.Outcome
+			}
+		}
+	}
+	return m
+}
+
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := runMesh(t, args...)
+	if code != 0 {
+		t.Fatalf("mesh %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+func TestPushApplyAndRemove(t *testing.T) {
+	rootA, rootB := t.TempDir(), t.TempDir()
+	m := newMesh(t, "--root", rootA, "--reconcile", "300ms")
+	_, beta := join(t, m.token(t, "beta"), "--root", rootB, "--reconcile", "300ms")
+	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
+
+	// A module whose 5 MiB file travels as a blob.
+	big := make([]byte, 5<<20)
+	rand.Read(big)
+	bigDir := filepath.Join(t.TempDir(), "big")
+	os.MkdirAll(bigDir, 0o755)
+	os.WriteFile(filepath.Join(bigDir, "big.bin"), big, 0o644)
+	os.WriteFile(filepath.Join(bigDir, "module.json"), []byte(`{"name":"big","version":"1","resources":[{"file":{"path":"/opt/big.bin","source":"big.bin","mode":"0600"}}]}`), 0o644)
+
+	mustRun(t, "module", "register", "--dir", m.dir, "examples")
+	mustRun(t, "module", "register", "--dir", m.dir, bigDir)
+	mustRun(t, "assign", "--dir", m.dir, "motd", "alpha")
+	mustRun(t, "assign", "--dir", m.dir, "webroot", "beta")
+	mustRun(t, "assign", "--dir", m.dir, "big", "beta")
+
+	o, code := pushJSON(t, m.dir)
+	if code != 0 || !o.OK {
+		t.Fatalf("first push: exit %d %+v", code, o)
+	}
+	got := outcomes(o)
+	if got["alpha"]["motd:file:/etc/motd"] != spec.Created || got["beta"]["webroot:directory:/srv/www/private"] != spec.Created ||
+		got["beta"]["big:file:/opt/big.bin"] != spec.Created || len(got["beta"]) != 7 {
+		t.Fatalf("first push outcomes: %v", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(rootB, "opt/big.bin")); spec.ContentDigest(b) != spec.ContentDigest(big) {
+		t.Fatal("the 5 MiB blob did not arrive intact")
+	}
+	motd, _ := os.ReadFile(filepath.Join(rootA, "etc/motd"))
+	if string(motd) != "Welcome to a machine of the mesh.\n" {
+		t.Fatalf("/etc/motd on alpha: %q", motd)
+	}
+	if info, _ := os.Stat(filepath.Join(rootB, "srv/www/private")); info == nil || info.Mode().Perm() != 0o700 {
+		t.Fatalf("/srv/www/private on beta: %v", info)
+	}
+
+	// The same declaration again: every resource unchanged, zero writes.
+	o, code = pushJSON(t, m.dir)
+	if code != 0 {
+		t.Fatalf("second push: exit %d", code)
+	}
+	for _, n := range o.Nodes {
+		if n.Report == nil || n.Report.Writes != 0 {
+			t.Errorf("second push to %s: report %+v, want zero writes", n.Node, n.Report)
+		}
+		for name, outcome := range outcomes(o)[n.Node] {
+			if outcome != spec.Unchanged {
+				t.Errorf("second push: %s %s is %s", n.Node, name, outcome)
+			}
+		}
+	}
+
+	// A reconcile pass that changes nothing says nothing above debug.
+	before := len(m.d.out.String())
+	time.Sleep(1200 * time.Millisecond) // four reconcile passes
+	if extra := m.d.out.String()[before:]; extra != "" {
+		t.Errorf("idle reconcile passes logged:\n%s", extra)
+	}
+
+	// A managed file deleted by hand is restored at reconcile, and reported.
+	os.Remove(filepath.Join(rootA, "etc/motd"))
+	eventually(t, 10*time.Second, "/etc/motd restored and reported", func() (bool, string) {
+		var n spec.Node
+		json.Unmarshal([]byte(mustRun(t, "node", "show", "--dir", m.dir, "--json", "alpha")), &n)
+		if n.LastReport == nil || !n.LastReport.Reconcile {
+			return false, fmt.Sprintf("last report %+v", n.LastReport)
+		}
+		_, err := os.Stat(filepath.Join(rootA, "etc/motd"))
+		return err == nil && n.LastReport.Results[0].Outcome == spec.Created, fmt.Sprintf("%v %+v", err, n.LastReport.Results)
+	})
+
+	// Unassign: what the module declared is gone.
+	mustRun(t, "unassign", "--dir", m.dir, "webroot", "beta")
+	o, code = pushJSON(t, m.dir, "beta")
+	if code != 0 || outcomes(o)["beta"]["webroot:directory:/srv/www"] != spec.Removed {
+		t.Fatalf("push after unassign: exit %d %v", code, outcomes(o))
+	}
+	if _, err := os.Stat(filepath.Join(rootB, "srv/www")); !os.IsNotExist(err) {
+		t.Fatalf("/srv/www still on beta after unassign: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(rootB, "opt/big.bin")); err != nil {
+		t.Fatalf("unassigning webroot took big's file with it: %v", err)
+	}
+
+	// A node that does not answer: the wait ends, naming it.
+	beta.stop(t)
+	out, _, code := runMesh(t, "push", "--dir", m.dir, "--wait", "2s", "beta")
+	if code != 1 || !strings.Contains(out, "no answer within 2s from: beta") {
+		t.Fatalf("push to a silent node: exit %d\n%s", code, out)
+	}
+}
