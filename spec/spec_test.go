@@ -298,3 +298,25 @@ func FuzzDecodeFacts(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseManifest: the manifest parser never panics, and what it accepts
+// resolves into a module that passes the controller's check.
+func FuzzParseManifest(f *testing.F) {
+	f.Add([]byte(`{"name":"motd","version":"1","resources":[{"file":{"path":"/etc/motd","content":"hi\n","mode":"0644"}}]}`))
+	f.Add([]byte(`{"name":"w","version":"1","resources":[{"directory":{"path":"/srv/www"}},{"file":{"path":"/srv/www/i","source":"i.html"}}]}`))
+	f.Add([]byte(`{"name":"x","version":"1","resources":[{"file":{"path":"/a","source":"../etc/passwd"}}]}`))
+	f.Add([]byte(`{"name":"x","version":"1","resources":[{"file":{"path":"/a/../b","content":""}}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := spec.ParseManifest(data)
+		if err != nil {
+			return
+		}
+		mod, err := m.Resolve(func(string) ([]byte, error) { return []byte("source"), nil })
+		if err != nil {
+			t.Fatalf("a parsed manifest does not resolve: %v", err)
+		}
+		if err := mod.Check(); err != nil {
+			t.Fatalf("a parsed manifest resolves to a module the controller refuses: %v\n%s", err, data)
+		}
+	})
+}

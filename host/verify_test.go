@@ -1,0 +1,50 @@
+package host
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// FuzzVerify: whatever the bytes, verify never panics; what it accepts is
+// signed by the key, decodes strictly, is for this node and mesh, and is
+// above the kept sequence.
+func FuzzVerify(f *testing.F) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	good, _ := json.Marshal(spec.Declaration{Mesh: "m", Node: "alpha", Seq: 2, Issued: now, Expires: now.Add(time.Hour), Protocol: 1,
+		Resources: []spec.Resource{{Name: "x", Kind: spec.KindDirectory, Module: "x", Directory: &spec.DirectorySpec{Path: "/x", Mode: 0o755}}}})
+	f.Add(good, true)
+	f.Add([]byte(`{"mesh":"m","node":"alpha","seq":3}`), true)
+	f.Add([]byte(`{}`), false)
+	f.Add([]byte(`{"mesh":"m","node":"alpha","seq":3,"resources":[{"file":{"mode":"0999"}}]}`), true)
+	k := kept{mesh: "m", node: "alpha", key: pub, seq: 1}
+	f.Fuzz(func(t *testing.T, raw []byte, sign bool) {
+		sig := base64.StdEncoding.EncodeToString(make([]byte, ed25519.SignatureSize))
+		if sign {
+			sig = base64.StdEncoding.EncodeToString(ed25519.Sign(priv, raw))
+		}
+		decl, v, reason := verify(raw, sig, k, now)
+		switch v {
+		case accept:
+			if !sign || decl.Node != "alpha" || decl.Mesh != "m" || decl.Seq <= 1 || reason != "" {
+				t.Fatalf("accepted %+v (signed %v)", decl, sign)
+			}
+			var again spec.Declaration
+			if err := spec.Decode(raw, &again); err != nil {
+				t.Fatalf("accepted bytes that do not decode strictly: %v", err)
+			}
+		case refuse:
+			if reason == "" {
+				t.Fatal("refused without a reason")
+			}
+		case duplicate:
+			t.Fatal("a duplicate of nothing kept")
+		}
+	})
+}
