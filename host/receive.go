@@ -22,24 +22,31 @@ type delivery struct {
 	reason  string
 }
 
-// drain takes first and every delivery that follows it closely: a batch,
-// handled in sequence order rather than arrival order. It waits for more
-// while they keep coming, a few milliseconds apart, for at most a quarter
-// second.
+// drain takes first and every delivery the stream says is still pending
+// behind it (the count each delivery carries in its reply subject): a batch,
+// handled in sequence order rather than arrival order. It waits at most a
+// quarter second for the pending ones.
 func drain(first *nats.Msg, ch <-chan *nats.Msg) []*nats.Msg {
-	const gap, most = 20 * time.Millisecond, 250 * time.Millisecond
 	batch := []*nats.Msg{first}
-	deadline := time.After(most)
-	for {
+	deadline := time.After(250 * time.Millisecond)
+	for last := first; pending(last) > 0; {
 		select {
-		case m := <-ch:
-			batch = append(batch, m)
-		case <-time.After(gap):
-			return batch
+		case last = <-ch:
+			batch = append(batch, last)
 		case <-deadline:
 			return batch
 		}
 	}
+	return batch
+}
+
+// pending is how many deliveries the consumer held behind m when it sent it.
+func pending(m *nats.Msg) uint64 {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.NumPending
 }
 
 func (a *Agent) signKey() (ed25519.PublicKey, error) {
