@@ -141,3 +141,74 @@ func TestPushApplyAndRemove(t *testing.T) {
 		t.Fatalf("push to a silent node: exit %d\n%s", code, out)
 	}
 }
+
+func TestBadManifestRegistersNothing(t *testing.T) {
+	m := newMesh(t)
+	cat := t.TempDir()
+	for name, manifest := range map[string]string{
+		"good": `{"name":"good","version":"1","resources":[{"file":{"path":"/etc/good","content":"x"}}]}`,
+		"bad":  `{"name":"bad","version":"1","resources":[{"file":{"path":"etc/relative","content":"x"}}]}`,
+	} {
+		os.MkdirAll(filepath.Join(cat, name), 0o755)
+		os.WriteFile(filepath.Join(cat, name, "module.json"), []byte(manifest), 0o644)
+	}
+	_, errOut, code := runMesh(t, "module", "register", "--dir", m.dir, cat)
+	want := filepath.Join(cat, "bad", "module.json") + `: resources[0].file.path: path "etc/relative" is not absolute; nothing was registered`
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Fatalf("exit %d, stderr %q\nwant it to contain %q", code, errOut, want)
+	}
+	if out := mustRun(t, "module", "list", "--dir", m.dir, "--json"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("modules after a refused registration: %s", out)
+	}
+}
+
+// TestKilledMidApplyConverges: a host killed with SIGKILL in the middle of
+// an apply converges after restart, and never accepts a lower sequence.
+func TestKilledMidApplyConverges(t *testing.T) {
+	rootB := t.TempDir()
+	m := newMesh(t)
+	hostDir, beta := join(t, m.token(t, "beta"), "--root", rootB)
+	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
+
+	// Many files, so that an apply takes long enough to be cut.
+	mod := t.TempDir()
+	var res []string
+	for i := range 1500 {
+		res = append(res, fmt.Sprintf(`{"file":{"path":"/data/f%04d","content":"file %d\n"}}`, i, i))
+	}
+	os.WriteFile(filepath.Join(mod, "module.json"), []byte(`{"name":"many","version":"1","resources":[`+strings.Join(res, ",")+`]}`), 0o644)
+	mustRun(t, "module", "register", "--dir", m.dir, mod)
+	mustRun(t, "assign", "--dir", m.dir, "many", "beta")
+
+	statePath := filepath.Join(hostDir, "host", "state.json")
+	push := start(t, "push", "--dir", m.dir, "--wait", "60s", "beta")
+	_ = push
+	var kept struct {
+		Seq        uint64 `json:"seq"`
+		AppliedSeq uint64 `json:"applied_seq"`
+	}
+	eventually(t, 30*time.Second, "beta kept the declaration", func() (bool, string) {
+		body, _ := os.ReadFile(statePath)
+		json.Unmarshal(body, &kept)
+		return kept.Seq == 1, fmt.Sprintf("kept %d", kept.Seq)
+	})
+	beta.cmd.Process.Kill()
+	<-beta.done
+	beta.done <- nil
+	entries, _ := os.ReadDir(filepath.Join(rootB, "data"))
+	t.Logf("killed with %d of 1500 files written, applied_seq %d", len(entries), kept.AppliedSeq)
+
+	// Restarted, it converges on what it kept.
+	start(t, "host", "--dir", hostDir, "--root", rootB, "--heartbeat", "500ms")
+	eventually(t, 60*time.Second, "beta converged", func() (bool, string) {
+		entries, _ := os.ReadDir(filepath.Join(rootB, "data"))
+		body, _ := os.ReadFile(statePath)
+		json.Unmarshal(body, &kept)
+		return len(entries) == 1500 && kept.AppliedSeq == 1, fmt.Sprintf("%d files, applied %d", len(entries), kept.AppliedSeq)
+	})
+	// The next push carries a higher sequence, and is applied with no write.
+	o, code := pushJSON(t, m.dir, "beta")
+	if code != 0 || o.Nodes[0].Seq <= 1 || o.Nodes[0].Report == nil || o.Nodes[0].Report.Writes != 0 {
+		t.Fatalf("push after the restart: exit %d %+v", code, o.Nodes)
+	}
+}

@@ -47,6 +47,9 @@ type Agent struct {
 	state  State
 	key    nkeys.KeyPair
 	engine *Engine
+	// lastFailures are the failures of the last apply, so a reconcile pass
+	// that fails the same way again says nothing new.
+	lastFailures string
 }
 
 // New reads the host's state and credential and starts nothing.

@@ -36,7 +36,6 @@ type bench struct {
 	root    string // the host's --root
 	hostDir string
 	reports chan spec.Report
-	seq     uint64
 	start   func() // starts the host
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
@@ -116,16 +117,26 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration,
 		a.log.Error("what was applied is not recorded", "seq", decl.Seq, "err", err)
 	}
 	counts := map[string]int{}
+	var failures strings.Builder
 	for _, r := range results {
 		counts[r.Outcome]++
 		if r.Outcome == spec.Failed {
-			a.log.Warn("resource failed", "seq", decl.Seq, "resource", r.Name, "err", r.Error)
+			fmt.Fprintf(&failures, "%s: %s\n", r.Name, r.Error)
 		}
 	}
-	changed := len(results) - counts[spec.Unchanged]
-	if reconcile && changed == 0 {
-		a.log.Debug("reconcile: nothing to change", "seq", decl.Seq, "resources", len(results))
+	changed := counts[spec.Created] + counts[spec.Changed] + counts[spec.Removed]
+	sameFailures := failures.String() == a.lastFailures
+	a.lastFailures = failures.String()
+	// A reconcile pass that changed nothing, and failed only as the last
+	// pass did, has nothing new to say (invariant 14).
+	if reconcile && changed == 0 && sameFailures {
+		a.log.Debug("reconcile: nothing to change", "seq", decl.Seq, "resources", len(results), "failed", counts[spec.Failed])
 		return
+	}
+	for _, r := range results {
+		if r.Outcome == spec.Failed {
+			a.log.Warn("resource failed", "seq", decl.Seq, "resource", r.Name, "err", r.Error)
+		}
 	}
 	a.log.Info("declaration applied", "seq", decl.Seq, "reconcile", reconcile, "created", counts[spec.Created],
 		"changed", counts[spec.Changed], "removed", counts[spec.Removed], "failed", counts[spec.Failed],

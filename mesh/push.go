@@ -147,7 +147,7 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 			c.unwatch(node, w)
 			pn.Error = err.Error()
 		} else {
-			w.setSeq(seq)
+			c.setSeq(node, w, seq)
 			pn.Seq = seq
 		}
 		res.Nodes = append(res.Nodes, pn)
@@ -162,13 +162,31 @@ type watcher struct {
 	pushID  string
 	subject string
 	expires time.Time
-	early   []spec.Report // reports that arrived before seq was known
+	early   []spec.Report // reports that arrived before the send returned
 }
 
-func (w *watcher) setSeq(seq uint64) {
+// setSeq says which sequence the watcher waits for, and forwards a report of
+// it that arrived while the send was still returning.
+func (c *Controller) setSeq(node string, w *watcher, seq uint64) {
 	w.mu.Lock()
 	w.seq = seq
+	early := w.early
+	w.early = nil
 	w.mu.Unlock()
+	for _, r := range early {
+		if r.Seq >= seq {
+			c.unwatch(node, w)
+			c.notify(w, r)
+			return
+		}
+	}
+}
+
+func (c *Controller) notify(w *watcher, r spec.Report) {
+	body, _ := json.Marshal(spec.PushEvent{PushID: w.pushID, Report: r})
+	if err := c.nc.Publish(w.subject, body); err != nil {
+		c.log.Warn("push progress not forwarded", "node", r.Node, "err", err)
+	}
 }
 
 func (c *Controller) watch(node, pushID, subject string) *watcher {
@@ -208,6 +226,9 @@ func (c *Controller) forward(r spec.Report) {
 		case now.After(w.expires):
 		case w.seq != 0 && r.Seq >= w.seq:
 			due = append(due, w)
+		case w.seq == 0:
+			w.early = append(w.early, r)
+			keep = append(keep, w)
 		default:
 			keep = append(keep, w)
 		}
@@ -216,10 +237,7 @@ func (c *Controller) forward(r spec.Report) {
 	c.watchers[r.Node] = keep
 	c.watchMu.Unlock()
 	for _, w := range due {
-		body, _ := json.Marshal(spec.PushEvent{PushID: w.pushID, Report: r})
-		if err := c.nc.Publish(w.subject, body); err != nil {
-			c.log.Warn("push progress not forwarded", "node", r.Node, "err", err)
-		}
+		c.notify(w, r)
 	}
 }
 
