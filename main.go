@@ -66,7 +66,9 @@ Flags go before arguments: mesh node show --json web1.`,
 		ErrWriter:            stderr,
 		HideVersion:          true,
 		EnableBashCompletion: false,
-		ExitErrHandler:       func(*cli.Context, error) {}, // run decides the exit code
+		// --set hosts=a,b is one setting whose value holds a comma.
+		DisableSliceFlagSeparator: true,
+		ExitErrHandler:            func(*cli.Context, error) {}, // run decides the exit code
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return usageError{err.Error()}
 		},

@@ -9,11 +9,12 @@ import (
 )
 
 // ErrNodeOwn marks a composition failure that is the node's own: its set of
-// modules does not compose. Gatherers that walk every node pass over these
-// and only these; every other failure is raised (invariant 1).
-var ErrNodeOwn = errors.New("the node's own modules do not compose")
+// modules does not compose, or a setting reaches nothing. Gatherers that
+// walk every node pass over these and only these; every other failure is
+// raised (invariant 1).
+var ErrNodeOwn = errors.New("the node's own composition failure")
 
-// ComposeError is a node's own composition failure, naming the node and why.
+// ComposeError is a node whose set of modules does not compose.
 type ComposeError struct {
 	Node   string
 	Reason string
@@ -26,26 +27,176 @@ func (e *ComposeError) Error() string {
 // Is makes a ComposeError match ErrNodeOwn.
 func (e *ComposeError) Is(target error) bool { return target == ErrNodeOwn }
 
-// Compose is the resources node holds: those of every module assigned to
-// it, sorted by name. It reads nothing; the caller gathers modules and
-// assignments. Two modules declaring the same path is the node's own
-// failure.
-func Compose(node string, modules map[string]spec.Module, assigned []string) ([]spec.Resource, error) {
-	resources := []spec.Resource{}
-	owner := map[string]string{}
-	for _, name := range assigned {
-		m, ok := modules[name]
+// SettingError is a setting given to a module on a node that the module
+// does not declare: it reaches nothing.
+type SettingError struct {
+	Node, Module, Setting string
+}
+
+func (e *SettingError) Error() string {
+	return fmt.Sprintf("node %q: setting %q given to module %q reaches nothing: the module declares no such setting (reassign without it)",
+		e.Node, e.Setting, e.Module)
+}
+
+// Is makes a SettingError match ErrNodeOwn.
+func (e *SettingError) Is(target error) bool { return target == ErrNodeOwn }
+
+// NodeInput is everything composing one node reads.
+type NodeInput struct {
+	Node     string
+	Address  string
+	Assigned []Assigned
+}
+
+// Assigned is one module assigned to the node, with its settings.
+type Assigned struct {
+	Module   string            `json:"module"`
+	Settings map[string]string `json:"settings,omitempty"`
+}
+
+// Plan is what a node holds and serves.
+type Plan struct {
+	Resources []spec.Resource    `json:"resources"`
+	Routes    []spec.RosterRoute `json:"routes"`
+}
+
+// ComposeNode is the plan of one node: the resources of every module
+// assigned to it with ${setting}, ${node} and ${version} filled in, and the
+// routes it serves. It reads nothing. A failure that is the node's own is a
+// *ComposeError or *SettingError; a module assigned but not registered is
+// neither (the store contradicts itself).
+func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
+	plan := Plan{Resources: []spec.Resource{}, Routes: []spec.RosterRoute{}}
+	own := func(format string, args ...any) error {
+		return &ComposeError{Node: in.Node, Reason: fmt.Sprintf(format, args...)}
+	}
+	pathOwner := map[string]string{}
+	routeOwner := map[string]string{}
+	for _, a := range in.Assigned {
+		m, ok := modules[a.Module]
 		if !ok {
-			return nil, fmt.Errorf("compose node %q: module %q is assigned but not registered", node, name)
+			return Plan{}, fmt.Errorf("compose node %q: module %q is assigned but not registered", in.Node, a.Module)
 		}
+		values, err := settingValues(in.Node, m, a.Settings)
+		if err != nil {
+			return Plan{}, err
+		}
+		values["node"], values["version"] = in.Node, m.Version
 		for _, r := range m.Resources {
-			if prev, taken := owner[r.Target()]; taken {
-				return nil, &ComposeError{Node: node, Reason: fmt.Sprintf("modules %q and %q both declare %s", prev, m.Name, r.Target())}
+			filled, err := fillResource(r, values)
+			if err != nil {
+				return Plan{}, own("module %q, resource %s: %v", m.Name, r.Name, err)
 			}
-			owner[r.Target()] = m.Name
-			resources = append(resources, r)
+			if prev, taken := pathOwner[filled.Target()]; taken {
+				return Plan{}, own("modules %q and %q both declare %s", prev, m.Name, filled.Target())
+			}
+			pathOwner[filled.Target()] = m.Name
+			plan.Resources = append(plan.Resources, filled)
+		}
+		for _, rt := range m.Routes {
+			names := []string{spec.RouteName(rt.Name, in.Node)}
+			for _, p := range rt.Public {
+				pub, err := spec.Fill(p, values)
+				if err != nil {
+					return Plan{}, own("module %q, route %q: public name %q: %v", m.Name, rt.Name, p, err)
+				}
+				if err := spec.CheckDomain(pub); err != nil {
+					return Plan{}, own("module %q, route %q: public name: %v", m.Name, rt.Name, err)
+				}
+				names = append(names, pub)
+			}
+			for i, name := range names {
+				if prev, taken := routeOwner[name]; taken {
+					return Plan{}, own("modules %q and %q both serve %s", prev, m.Name, name)
+				}
+				routeOwner[name] = m.Name
+				plan.Routes = append(plan.Routes, spec.RosterRoute{Name: name, Node: in.Node, Address: in.Address,
+					Port: rt.Port, Module: m.Name, Public: i > 0})
+			}
 		}
 	}
-	sort.Slice(resources, func(i, j int) bool { return resources[i].Name < resources[j].Name })
-	return resources, nil
+	sort.Slice(plan.Resources, func(i, j int) bool { return plan.Resources[i].Name < plan.Resources[j].Name })
+	sort.Slice(plan.Routes, func(i, j int) bool { return plan.Routes[i].Name < plan.Routes[j].Name })
+	return plan, nil
+}
+
+// settingValues checks what an assignment gives against what the module
+// declares, and returns each setting's canonical value.
+func settingValues(node string, m spec.Module, given map[string]string) (map[string]string, error) {
+	names := make([]string, 0, len(given))
+	for name := range given {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if _, ok := m.Setting(name); !ok {
+			return nil, &SettingError{Node: node, Module: m.Name, Setting: name}
+		}
+	}
+	values := map[string]string{}
+	for _, s := range m.Settings {
+		raw, ok := given[s.Name]
+		switch {
+		case ok:
+		case s.Default != nil:
+			raw = *s.Default
+		case s.Required:
+			return nil, &ComposeError{Node: node, Reason: fmt.Sprintf("module %q: required setting %q has no value (mesh assign --set %s=VALUE %s %s)", m.Name, s.Name, s.Name, m.Name, node)}
+		}
+		v, err := s.Parse(raw)
+		if err != nil {
+			if s.Secret { // the value itself is not repeated
+				err = fmt.Errorf("its value is not a %s", s.Type)
+			}
+			return nil, &ComposeError{Node: node, Reason: fmt.Sprintf("module %q: setting %q: %v", m.Name, s.Name, err)}
+		}
+		values[s.Name] = v
+	}
+	return values, nil
+}
+
+// fillResource fills the references in r's strings, and names and digests
+// it anew.
+func fillResource(r spec.Resource, values map[string]string) (spec.Resource, error) {
+	fill := func(s string) (string, error) { return spec.Fill(s, values) }
+	var err error
+	switch {
+	case r.File != nil:
+		f := *r.File
+		if f.Path, err = fill(f.Path); err != nil {
+			return r, err
+		}
+		if f.Owner, err = fill(f.Owner); err != nil {
+			return r, err
+		}
+		if f.Group, err = fill(f.Group); err != nil {
+			return r, err
+		}
+		if !f.Blob {
+			text, err := fill(string(f.Content))
+			if err != nil {
+				return r, err
+			}
+			f.Content = []byte(text)
+			f.Size, f.Digest = int64(len(f.Content)), spec.ContentDigest(f.Content)
+		}
+		r.File = &f
+	case r.Directory != nil:
+		d := *r.Directory
+		if d.Path, err = fill(d.Path); err != nil {
+			return r, err
+		}
+		if d.Owner, err = fill(d.Owner); err != nil {
+			return r, err
+		}
+		if d.Group, err = fill(d.Group); err != nil {
+			return r, err
+		}
+		r.Directory = &d
+	}
+	r.Name = spec.ResourceName(r.Module, r.Kind, r.Target())
+	if err := r.Check(); err != nil {
+		return r, err
+	}
+	return r, nil
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
-	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -48,7 +47,7 @@ type Config struct {
 
 // Deps are the parts the controller uses.
 type Deps struct {
-	DB  *store.DB
+	DB  Store
 	CA  *ca.Authority
 	Bus *broker.Server
 }

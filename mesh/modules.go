@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
@@ -81,21 +82,75 @@ func (c *Controller) showModule(ctx context.Context, req spec.ModuleShowRequest)
 	}
 	for _, info := range infos {
 		if info.Name == req.Name {
-			return spec.ModuleShowResult{Info: info, Module: byName[req.Name]}, nil
+			m := byName[req.Name]
+			// A secret setting's default is a secret too.
+			settings := make([]spec.Setting, len(m.Settings))
+			for i, s := range m.Settings {
+				if s.Secret && s.Default != nil {
+					redacted := "(secret)"
+					s.Default = &redacted
+				}
+				settings[i] = s
+			}
+			m.Settings = settings
+			return spec.ModuleShowResult{Info: info, Module: m}, nil
 		}
 	}
 	return spec.ModuleShowResult{}, callerError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Name))
 }
 
 func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.Empty, error) {
-	err := c.deps.DB.Assign(ctx, req.Module, req.Node, c.cfg.Now())
+	mods, err := c.deps.DB.Modules(ctx)
+	if err != nil {
+		return spec.Empty{}, err
+	}
+	var mod *spec.Module
+	for i := range mods {
+		if mods[i].Module.Name == req.Module {
+			mod = &mods[i].Module
+		}
+	}
+	if mod == nil {
+		return spec.Empty{}, callerError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Module))
+	}
+	// The settings are checked as composition will check them, so a bad one
+	// is refused now, naming it, and nothing is recorded.
+	if _, err := settingValues(req.Node, *mod, req.Settings); err != nil {
+		var se *SettingError
+		if errors.As(err, &se) {
+			var names []string
+			for _, s := range mod.Settings {
+				names = append(names, s.Name)
+			}
+			return spec.Empty{}, callerError(fmt.Sprintf("module %q declares no setting %q (it declares: %s); nothing was assigned", req.Module, se.Setting, orNone(names)))
+		}
+		var ce *ComposeError
+		if errors.As(err, &ce) {
+			return spec.Empty{}, callerError(ce.Reason + "; nothing was assigned")
+		}
+		return spec.Empty{}, err
+	}
+	err = c.deps.DB.Assign(ctx, req.Module, req.Node, req.Settings, c.cfg.Now())
 	if errors.Is(err, store.ErrNotFound) {
 		return spec.Empty{}, callerError(err.Error())
 	}
 	if err == nil {
-		c.log.Info("module assigned", "module", req.Module, "node", req.Node)
+		// Setting names only: a secret's value never reaches a log.
+		names := make([]string, 0, len(req.Settings))
+		for k := range req.Settings {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		c.log.Info("module assigned", "module", req.Module, "node", req.Node, "settings", names)
 	}
 	return spec.Empty{}, err
+}
+
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 func (c *Controller) unassign(ctx context.Context, req spec.AssignRequest) (spec.Empty, error) {

@@ -31,32 +31,84 @@ func (c *Controller) nodeLock(node string) *sync.Mutex {
 	return l
 }
 
-// composeAll reads what composition needs once: modules by name and each
-// node's assigned module names.
-func (c *Controller) composeInputs(ctx context.Context) (map[string]spec.Module, map[string][]string, error) {
+// gathered is every node composed: the plans of those that compose, the
+// node-own failures of those that do not, and the mesh's roster.
+type gathered struct {
+	plans  map[string]Plan
+	own    map[string]error
+	roster spec.Roster
+}
+
+// gather composes every node of the mesh and gathers the roster. A node
+// whose own set does not compose (ErrNodeOwn) contributes the routes of the
+// declaration it last received, which is what it still serves; any other
+// failure is raised, naming the node and the read, and no roster is
+// returned beside it (invariant 1).
+func (c *Controller) gather(ctx context.Context) (gathered, error) {
+	nodes, err := c.deps.DB.Nodes(ctx)
+	if err != nil {
+		return gathered{}, err
+	}
 	mods, err := c.deps.DB.Modules(ctx)
 	if err != nil {
-		return nil, nil, err
+		return gathered{}, err
 	}
-	as, err := c.deps.DB.Assignments(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	byName := map[string]spec.Module{}
+	modules := map[string]spec.Module{}
 	for _, m := range mods {
-		byName[m.Module.Name] = m.Module
+		modules[m.Module.Name] = m.Module
 	}
-	assigned := map[string][]string{}
-	for _, a := range as {
-		assigned[a.Node] = append(assigned[a.Node], a.Module)
+	g := gathered{plans: map[string]Plan{}, own: map[string]error{}, roster: spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}}}
+	for _, n := range nodes {
+		g.roster.Nodes = append(g.roster.Nodes, spec.RosterNode{Name: n.Name, Address: n.Address})
+		as, err := c.deps.DB.AssignmentsOf(ctx, n.Name)
+		if err != nil {
+			return gathered{}, fmt.Errorf("compose node %q: %w", n.Name, err)
+		}
+		in := NodeInput{Node: n.Name, Address: n.Address}
+		for _, a := range as {
+			in.Assigned = append(in.Assigned, Assigned{Module: a.Module, Settings: a.Settings})
+		}
+		plan, err := ComposeNode(in, modules)
+		switch {
+		case err == nil:
+			g.plans[n.Name] = plan
+			g.roster.Routes = append(g.roster.Routes, plan.Routes...)
+		case errors.Is(err, ErrNodeOwn):
+			g.own[n.Name] = err
+			routes, err := c.servedRoutes(ctx, n.Name)
+			if err != nil {
+				return gathered{}, err
+			}
+			g.roster.Routes = append(g.roster.Routes, routes...)
+		default:
+			return gathered{}, fmt.Errorf("compose node %q: %w", n.Name, err)
+		}
 	}
-	return byName, assigned, nil
+	g.roster.Sort()
+	return g, nil
+}
+
+// servedRoutes are the routes node serves by the declaration it last
+// received; none if it never received one.
+func (c *Controller) servedRoutes(ctx context.Context, node string) ([]spec.RosterRoute, error) {
+	body, err := c.deps.DB.LastReceived(ctx, node)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var d spec.Declaration
+	if err := spec.Decode(body, &d); err != nil {
+		return nil, fmt.Errorf("read the last declaration node %q received: %w", node, err)
+	}
+	return d.Roster.RoutesOf(node), nil
 }
 
 // send numbers, signs, records and publishes a declaration of resources to
 // node, under the node's lock. The sequence is max(last sent, last applied)
 // + 1, so a restored store never wedges a host.
-func (c *Controller) send(ctx context.Context, node string, resources []spec.Resource) (uint64, error) {
+func (c *Controller) send(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster) (uint64, error) {
 	lock := c.nodeLock(node)
 	lock.Lock()
 	defer lock.Unlock()
@@ -78,7 +130,7 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 	decl := spec.Declaration{
 		Mesh: m.Name, Node: node, Seq: max(last, n.AppliedSeq) + 1,
 		Issued: now, Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol,
-		Resources: resources,
+		Resources: resources, Roster: roster,
 	}
 	body, err := json.Marshal(decl)
 	if err != nil {
@@ -126,23 +178,23 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		}
 		targets = append(targets, name)
 	}
-	modules, assigned, err := c.composeInputs(ctx)
+	g, err := c.gather(ctx)
 	if err != nil {
-		return spec.PushResult{}, fmt.Errorf("read what to push: %w; nothing was sent", err)
+		return spec.PushResult{}, fmt.Errorf("compose the mesh: %w; nothing was sent, every host keeps what it has", err)
 	}
 	res := spec.PushResult{ID: "p" + randomHex(5), Nodes: []spec.PushNode{}}
 	for _, node := range targets {
 		pn := spec.PushNode{Node: node}
-		resources, err := Compose(node, modules, assigned[node])
-		if err != nil {
-			pn.Error = err.Error()
+		if err := g.own[node]; err != nil {
+			pn.Error = err.Error() + "; nothing was sent to it"
 			res.Nodes = append(res.Nodes, pn)
 			continue
 		}
+		resources := g.plans[node].Resources
 		pn.Resources = len(resources)
 		// Watch before sending: a fast host may answer before send returns.
 		w := c.watch(node, res.ID, req.Progress)
-		seq, err := c.send(ctx, node, resources)
+		seq, err := c.send(ctx, node, resources, g.roster)
 		if err != nil {
 			c.unwatch(node, w)
 			pn.Error = err.Error()
@@ -330,7 +382,7 @@ func (c *Controller) resendIfExpired(ctx context.Context, hb spec.Heartbeat) err
 	if err := spec.Decode(d.Body, &decl); err != nil {
 		return fmt.Errorf("read last declaration of node %q: %w", hb.Node, err)
 	}
-	seq, err := c.send(ctx, hb.Node, decl.Resources)
+	seq, err := c.send(ctx, hb.Node, decl.Resources, decl.Roster)
 	if err != nil {
 		return err
 	}

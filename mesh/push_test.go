@@ -41,7 +41,7 @@ func TestSequence(t *testing.T) {
 	c, db := newController(t, clk)
 	ctx := context.Background()
 	for want := uint64(1); want <= 3; want++ {
-		seq, err := c.send(ctx, "alpha", []spec.Resource{resource("/a")})
+		seq, err := c.send(ctx, "alpha", []spec.Resource{resource("/a")}, spec.Roster{})
 		if err != nil || seq != want {
 			t.Fatalf("send %d: seq %d, err %v", want, seq, err)
 		}
@@ -51,7 +51,7 @@ func TestSequence(t *testing.T) {
 	if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "alpha", AppliedSeq: 40, Protocol: spec.Protocol}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if seq, err := c.send(ctx, "alpha", nil); err != nil || seq != 41 {
+	if seq, err := c.send(ctx, "alpha", nil, spec.Roster{}); err != nil || seq != 41 {
 		t.Fatalf("after a report of 40: seq %d, err %v", seq, err)
 	}
 	if d := lastOnStream(t, c, "alpha"); d.Seq != 41 || d.Node != "alpha" {
@@ -67,7 +67,7 @@ func TestExpiredIsResentAsSent(t *testing.T) {
 	c, db := newController(t, clk)
 	ctx := context.Background()
 	sent := []spec.Resource{resource("/as-sent")}
-	seq, err := c.send(ctx, "alpha", sent)
+	seq, err := c.send(ctx, "alpha", sent, spec.Roster{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestExpiredIsResentAsSent(t *testing.T) {
 	if _, err := db.RegisterModules(ctx, []spec.Module{mod}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Assign(ctx, "m", "alpha", clk.Now()); err != nil {
+	if err := db.Assign(ctx, "m", "alpha", nil, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
 	hb := spec.Heartbeat{Node: "alpha", AppliedSeq: 0, Protocol: spec.Protocol}
@@ -108,26 +108,6 @@ func TestExpiredIsResentAsSent(t *testing.T) {
 	}
 	if last, _ := db.LastDeclaration(ctx, "alpha"); last.Seq != seq+1 {
 		t.Fatalf("re-sent to a host that applied it: last %d", last.Seq)
-	}
-}
-
-// TestComposeConflictIsTheNodesOwn: two modules declaring one path is the
-// node's own failure, typed; a module that is assigned but not registered is
-// not (it means the store is inconsistent).
-func TestComposeConflictIsTheNodesOwn(t *testing.T) {
-	a := spec.Module{Name: "a", Version: "1", Resources: []spec.Resource{resource("/x")}}
-	b := spec.Module{Name: "b", Version: "1", Resources: []spec.Resource{resource("/x")}}
-	_, err := Compose("alpha", map[string]spec.Module{"a": a, "b": b}, []string{"a", "b"})
-	if !errors.Is(err, ErrNodeOwn) {
-		t.Fatalf("conflict: %v, want the node's own failure", err)
-	}
-	_, err = Compose("alpha", map[string]spec.Module{"a": a}, []string{"a", "ghost"})
-	if err == nil || errors.Is(err, ErrNodeOwn) {
-		t.Fatalf("an unregistered module: %v, want an error that is not the node's own", err)
-	}
-	rs, err := Compose("alpha", map[string]spec.Module{"a": a}, []string{"a"})
-	if err != nil || len(rs) != 1 {
-		t.Fatalf("compose: %v %v", rs, err)
 	}
 }
 

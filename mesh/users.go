@@ -6,7 +6,6 @@ import (
 
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/spec"
-	"github.com/mesh-fleet/mesh/store"
 )
 
 // Users composes the bus's users from the store: the controller (full power
@@ -17,7 +16,7 @@ import (
 // A used or revoked token keeps its enrolment user until it expires, so a
 // host that presents it hears why it was refused; the user can do nothing but
 // ask, and the controller refuses.
-func Users(ctx context.Context, db *store.DB, controllerKey string, now time.Time) ([]broker.User, error) {
+func Users(ctx context.Context, db Store, controllerKey string, now time.Time) ([]broker.User, error) {
 	users := []broker.User{{NKey: controllerKey, Full: true}}
 	add := func(key string, p spec.Permissions) {
 		users = append(users, broker.User{NKey: key, Publish: p.Publish, Subscribe: p.Subscribe})

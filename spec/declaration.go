@@ -51,6 +51,8 @@ type Declaration struct {
 	Protocol  int        `json:"protocol"`
 	Mode      string     `json:"mode,omitempty"`
 	Resources []Resource `json:"resources"`
+	// Roster is every name of the mesh, the same in every node's declaration.
+	Roster Roster `json:"roster"`
 }
 
 // Resource is one thing a node holds. Exactly one of the kind's specs is set.

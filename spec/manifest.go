@@ -15,6 +15,8 @@ type Manifest struct {
 	Name        string             `json:"name"`
 	Version     string             `json:"version"`
 	Description string             `json:"description,omitempty"`
+	Settings    []Setting          `json:"settings,omitempty"`
+	Routes      []Route            `json:"routes,omitempty"`
 	Resources   []ManifestResource `json:"resources"`
 }
 
@@ -50,7 +52,37 @@ type Module struct {
 	Name        string     `json:"name"`
 	Version     string     `json:"version"`
 	Description string     `json:"description,omitempty"`
+	Settings    []Setting  `json:"settings,omitempty"`
+	Routes      []Route    `json:"routes,omitempty"`
 	Resources   []Resource `json:"resources"`
+}
+
+// Setting returns the module's setting called name.
+func (m Module) Setting(name string) (Setting, bool) {
+	for _, s := range m.Settings {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Setting{}, false
+}
+
+// checkReferences refuses a ${name} that names neither a setting of the
+// module nor node or version.
+func checkReferences(field, s string, settings []Setting) error {
+	for _, name := range References(s) {
+		if name == "node" || name == "version" {
+			continue
+		}
+		found := false
+		for _, st := range settings {
+			found = found || st.Name == name
+		}
+		if !found {
+			return fmt.Errorf("%s: ${%s} names no setting of the module (nor node or version)", field, name)
+		}
+	}
+	return nil
 }
 
 // ParseManifest reads a module.json, refusing unknown fields and anything
@@ -66,9 +98,37 @@ func ParseManifest(data []byte) (Manifest, error) {
 	if strings.TrimSpace(m.Version) == "" || strings.ContainsAny(m.Version, " \t\n") {
 		return Manifest{}, fmt.Errorf("version: %q is empty or holds spaces", m.Version)
 	}
+	settings := map[string]bool{}
+	for i, st := range m.Settings {
+		if err := st.Check(); err != nil {
+			return Manifest{}, fmt.Errorf("settings[%d]: %w", i, err)
+		}
+		if settings[st.Name] {
+			return Manifest{}, fmt.Errorf("settings[%d]: setting %q is declared twice", i, st.Name)
+		}
+		settings[st.Name] = true
+	}
+	routes := map[string]bool{}
+	for i, r := range m.Routes {
+		if err := r.Check(); err != nil {
+			return Manifest{}, fmt.Errorf("routes[%d]: %w", i, err)
+		}
+		if routes[r.Name] {
+			return Manifest{}, fmt.Errorf("routes[%d]: route %q is declared twice", i, r.Name)
+		}
+		routes[r.Name] = true
+		for j, p := range r.Public {
+			if err := checkReferences(fmt.Sprintf("routes[%d].public[%d]", i, j), p, m.Settings); err != nil {
+				return Manifest{}, err
+			}
+		}
+	}
 	seen := map[string]string{}
 	for i, r := range m.Resources {
 		field := fmt.Sprintf("resources[%d]", i)
+		if err := checkResourceReferences(field, r, m.Settings); err != nil {
+			return Manifest{}, err
+		}
 		var p string
 		switch {
 		case r.File != nil && r.Directory == nil:
@@ -100,9 +160,28 @@ func ParseManifest(data []byte) (Manifest, error) {
 	return m, nil
 }
 
+func checkResourceReferences(field string, r ManifestResource, settings []Setting) error {
+	var fields map[string]string
+	switch {
+	case r.File != nil:
+		fields = map[string]string{".file.path": r.File.Path, ".file.owner": r.File.Owner, ".file.group": r.File.Group}
+		if r.File.Content != nil {
+			fields[".file.content"] = *r.File.Content
+		}
+	case r.Directory != nil:
+		fields = map[string]string{".directory.path": r.Directory.Path, ".directory.owner": r.Directory.Owner, ".directory.group": r.Directory.Group}
+	}
+	for f, v := range fields {
+		if err := checkReferences(field+f, v, settings); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Resolve turns a manifest into a module, reading each source with read.
 func (m Manifest) Resolve(read func(source string) ([]byte, error)) (Module, error) {
-	mod := Module{Name: m.Name, Version: m.Version, Description: m.Description, Resources: []Resource{}}
+	mod := Module{Name: m.Name, Version: m.Version, Description: m.Description, Settings: m.Settings, Routes: m.Routes, Resources: []Resource{}}
 	for i, r := range m.Resources {
 		switch {
 		case r.File != nil:
@@ -148,6 +227,16 @@ func (m Module) Check() error {
 	}
 	if strings.TrimSpace(m.Version) == "" {
 		return fmt.Errorf("module %q: no version", m.Name)
+	}
+	for _, st := range m.Settings {
+		if err := st.Check(); err != nil {
+			return fmt.Errorf("module %q: %w", m.Name, err)
+		}
+	}
+	for _, rt := range m.Routes {
+		if err := rt.Check(); err != nil {
+			return fmt.Errorf("module %q: %w", m.Name, err)
+		}
 	}
 	seen := map[string]bool{}
 	for _, r := range m.Resources {
@@ -205,8 +294,9 @@ type (
 		Module Module     `json:"module"`
 	}
 	AssignRequest struct {
-		Module string `json:"module"`
-		Node   string `json:"node"`
+		Module   string            `json:"module"`
+		Node     string            `json:"node"`
+		Settings map[string]string `json:"settings,omitempty"`
 	}
 	BlobPutRequest struct {
 		Digest string `json:"digest"`

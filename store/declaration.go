@@ -65,6 +65,20 @@ func (db *DB) LastDeclaration(ctx context.Context, node string) (Declaration, er
 	return d, nil
 }
 
+// LastReceived returns the body of the last declaration node reported
+// applying, or an error wrapping ErrNotFound if it never applied one.
+func (db *DB) LastReceived(ctx context.Context, node string) ([]byte, error) {
+	var body []byte
+	err := db.sql.QueryRowContext(ctx, `SELECT received_body FROM declarations WHERE node = ? AND received_body IS NOT NULL`, node).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("read the last declaration node %q received: %w", node, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the last declaration node %q received: %w", node, err)
+	}
+	return body, nil
+}
+
 // Report is a node's last report, as it sent it.
 type Report struct {
 	Node     string
@@ -84,6 +98,11 @@ func (db *DB) RecordReport(ctx context.Context, r Report, applied bool) error {
 		}
 		if applied {
 			if _, err := tx.ExecContext(ctx, `UPDATE nodes SET applied_seq = max(applied_seq, ?) WHERE name = ?`, r.Seq, r.Node); err != nil {
+				return err
+			}
+			// What it applied is what it now serves.
+			if _, err := tx.ExecContext(ctx, `UPDATE declarations SET received_seq = seq, received_body = body
+				WHERE node = ? AND seq = ? AND received_seq < seq`, r.Node, r.Seq); err != nil {
 				return err
 			}
 		}

@@ -109,16 +109,24 @@ func (db *DB) Modules(ctx context.Context) ([]Module, error) {
 	return ms, nil
 }
 
-// Assignment is a module assigned to a node.
+// Assignment is a module assigned to a node, with the settings it gives.
 type Assignment struct {
-	Module string
-	Node   string
+	Module   string
+	Node     string
+	Settings map[string]string
 }
 
-// Assign assigns module to node; assigning twice is no change. A missing
-// module or node wraps ErrNotFound.
-func (db *DB) Assign(ctx context.Context, module, node string, at time.Time) error {
-	err := db.tx(ctx, func(tx *sql.Tx) error {
+// Assign assigns module to node with settings; assigning again replaces the
+// settings. A missing module or node wraps ErrNotFound.
+func (db *DB) Assign(ctx context.Context, module, node string, settings map[string]string, at time.Time) error {
+	if settings == nil {
+		settings = map[string]string{}
+	}
+	body, err := json.Marshal(settings)
+	if err != nil {
+		return fmt.Errorf("assign %s to %s: %w", module, node, err)
+	}
+	err = db.tx(ctx, func(tx *sql.Tx) error {
 		for _, q := range []struct{ table, name string }{{"modules", module}, {"nodes", node}} {
 			var n int
 			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+q.table+` WHERE name = ?`, q.name).Scan(&n); err != nil {
@@ -128,8 +136,9 @@ func (db *DB) Assign(ctx context.Context, module, node string, at time.Time) err
 				return fmt.Errorf("no %s called %q: %w", q.table[:len(q.table)-1], q.name, ErrNotFound)
 			}
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO assignments (module, node, assigned_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
-			module, node, formatTime(at))
+		_, err := tx.ExecContext(ctx, `INSERT INTO assignments (module, node, assigned_at, settings) VALUES (?, ?, ?, ?)
+			ON CONFLICT (module, node) DO UPDATE SET settings = excluded.settings`,
+			module, node, formatTime(at), string(body))
 		return err
 	})
 	if err != nil {
@@ -161,23 +170,41 @@ func (db *DB) Unassign(ctx context.Context, module, node string) error {
 
 // Assignments returns every assignment, by node then module.
 func (db *DB) Assignments(ctx context.Context) ([]Assignment, error) {
-	rows, err := db.sql.QueryContext(ctx, `SELECT module, node FROM assignments ORDER BY node, module`)
+	as, err := db.assignments(ctx, `SELECT module, node, settings FROM assignments ORDER BY node, module`)
 	if err != nil {
 		return nil, fmt.Errorf("read assignments: %w", err)
+	}
+	return as, nil
+}
+
+// AssignmentsOf returns the assignments of node, by module.
+func (db *DB) AssignmentsOf(ctx context.Context, node string) ([]Assignment, error) {
+	as, err := db.assignments(ctx, `SELECT module, node, settings FROM assignments WHERE node = ? ORDER BY module`, node)
+	if err != nil {
+		return nil, fmt.Errorf("read assignments of node %q: %w", node, err)
+	}
+	return as, nil
+}
+
+func (db *DB) assignments(ctx context.Context, query string, args ...any) ([]Assignment, error) {
+	rows, err := db.sql.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var as []Assignment
 	for rows.Next() {
 		var a Assignment
-		if err := rows.Scan(&a.Module, &a.Node); err != nil {
-			return nil, fmt.Errorf("read assignments: %w", err)
+		var settings string
+		if err := rows.Scan(&a.Module, &a.Node, &settings); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(settings), &a.Settings); err != nil {
+			return nil, fmt.Errorf("settings of %s on %s: %w", a.Module, a.Node, err)
 		}
 		as = append(as, a)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read assignments: %w", err)
-	}
-	return as, nil
+	return as, rows.Err()
 }
 
 // PutBlob stores a blob whose digest the caller verified.

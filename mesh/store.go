@@ -1,0 +1,48 @@
+package mesh
+
+import (
+	"context"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// Store is what the controller reads and writes, as package store provides
+// it. It is an interface so a test can make one read fail for one node and
+// see that failure raised, never read as an absence (invariant 1).
+type Store interface {
+	Mesh(ctx context.Context) (store.Mesh, error)
+	Operators(ctx context.Context) ([]store.Operator, error)
+
+	Node(ctx context.Context, name string) (store.Node, error)
+	Nodes(ctx context.Context) ([]store.Node, error)
+	RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error
+	RecordFacts(ctx context.Context, f spec.Facts, at time.Time) error
+	RemoveNode(ctx context.Context, name string) error
+
+	AddToken(ctx context.Context, t store.Token) error
+	Token(ctx context.Context, id string) (store.Token, error)
+	Tokens(ctx context.Context) ([]store.Token, error)
+	RevokeToken(ctx context.Context, id string, at time.Time) error
+	Enrol(ctx context.Context, id string, n store.Node) error
+
+	RegisterModules(ctx context.Context, mods []spec.Module, at time.Time) (map[string]string, error)
+	Modules(ctx context.Context) ([]store.Module, error)
+	Assign(ctx context.Context, module, node string, settings map[string]string, at time.Time) error
+	Unassign(ctx context.Context, module, node string) error
+	Assignments(ctx context.Context) ([]store.Assignment, error)
+	AssignmentsOf(ctx context.Context, node string) ([]store.Assignment, error)
+
+	PutBlob(ctx context.Context, digest string, data []byte) error
+	HasBlob(ctx context.Context, digest string) (bool, error)
+	BlobChunk(ctx context.Context, digest string, offset, n int64) ([]byte, int64, error)
+
+	RecordDeclaration(ctx context.Context, d store.Declaration) error
+	LastDeclaration(ctx context.Context, node string) (store.Declaration, error)
+	LastReceived(ctx context.Context, node string) ([]byte, error)
+	RecordReport(ctx context.Context, r store.Report, applied bool) error
+	LastReport(ctx context.Context, node string) (store.Report, error)
+}
+
+var _ Store = (*store.DB)(nil)
