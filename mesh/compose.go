@@ -146,7 +146,7 @@ func settingValues(node string, m spec.Module, given map[string]string) (map[str
 		v, err := s.Parse(raw)
 		if err != nil {
 			if s.Secret { // the value itself is not repeated
-				err = fmt.Errorf("its value is not a %s", s.Type)
+				err = fmt.Errorf("its value is not of type %s", s.Type)
 			}
 			return nil, &ComposeError{Node: node, Reason: fmt.Sprintf("module %q: setting %q: %v", m.Name, s.Name, err)}
 		}

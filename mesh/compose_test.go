@@ -1,0 +1,136 @@
+package mesh
+
+import (
+	"encoding/json"
+	"fmt"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/rogpeppe/go-internal/txtar"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/ with what the code produces")
+
+// TestComposeGolden runs every case in testdata/compose: the archive holds
+// manifests (*.module.json), the nodes and their assignments (nodes.json),
+// and the expected outcome per node (want.json), failures included.
+// go test ./mesh -run TestComposeGolden -update rewrites want.json.
+func TestComposeGolden(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "compose", "*.txtar"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden cases: %v", err)
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".txtar"), func(t *testing.T) {
+			ar, err := txtar.ParseFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			modules := map[string]spec.Module{}
+			var nodes []NodeInput
+			wantAt := -1
+			for i, f := range ar.Files {
+				switch {
+				case strings.HasSuffix(f.Name, ".module.json"):
+					man, err := spec.ParseManifest(f.Data)
+					if err != nil {
+						t.Fatalf("%s: %v", f.Name, err)
+					}
+					mod, err := man.Resolve(func(string) ([]byte, error) { return nil, errors.New("no sources in golden cases") })
+					if err != nil {
+						t.Fatalf("%s: %v", f.Name, err)
+					}
+					modules[mod.Name] = mod
+				case f.Name == "nodes.json":
+					if err := spec.Decode(f.Data, &nodes); err != nil {
+						t.Fatalf("nodes.json: %v", err)
+					}
+				case f.Name == "want.json":
+					wantAt = i
+				}
+			}
+			got := composeAll(nodes, modules)
+			body, _ := json.MarshalIndent(got, "", "  ")
+			body = append(body, '\n')
+			if *update {
+				if wantAt < 0 {
+					ar.Files = append(ar.Files, txtar.File{Name: "want.json"})
+					wantAt = len(ar.Files) - 1
+				}
+				ar.Files[wantAt].Data = body
+				if err := os.WriteFile(file, txtar.Format(ar), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if wantAt < 0 {
+				t.Fatal("no want.json: run with -update")
+			}
+			if want := ar.Files[wantAt].Data; string(want) != string(body) {
+				t.Errorf("composition differs from want.json (rerun with -update if intended):\n--- got\n%s--- want\n%s", body, want)
+			}
+		})
+	}
+}
+
+// goldenOutcome is one node's outcome as the golden files hold it: file
+// contents as text, so a reader sees what was filled in.
+type goldenOutcome struct {
+	Resources []goldenResource   `json:"resources,omitempty"`
+	Routes    []spec.RosterRoute `json:"routes,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Own says the failure is the node's own (ErrNodeOwn), and of which type.
+	Own string `json:"own,omitempty"`
+}
+
+type goldenResource struct {
+	Name    string `json:"name"`
+	Mode    string `json:"mode"`
+	Owner   string `json:"owner,omitempty"`
+	Group   string `json:"group,omitempty"`
+	Content string `json:"content,omitempty"`
+}
+
+func composeAll(nodes []NodeInput, modules map[string]spec.Module) map[string]goldenOutcome {
+	out := map[string]goldenOutcome{}
+	for _, in := range nodes {
+		plan, err := ComposeNode(in, modules)
+		if err != nil {
+			o := goldenOutcome{Error: err.Error()}
+			var ce *ComposeError
+			var se *SettingError
+			switch {
+			case errors.As(err, &ce):
+				o.Own = "does not compose"
+			case errors.As(err, &se):
+				o.Own = "a setting reaches nothing"
+			}
+			if (o.Own != "") != errors.Is(err, ErrNodeOwn) {
+				o.Own += " (but errors.Is(ErrNodeOwn) disagrees)"
+			}
+			out[in.Node] = o
+			continue
+		}
+		o := goldenOutcome{Routes: plan.Routes}
+		for _, r := range plan.Resources {
+			g := goldenResource{Name: r.Name}
+			switch {
+			case r.File != nil:
+				g.Mode, g.Owner, g.Group, g.Content = fmt.Sprintf("%04o", r.File.Mode), r.File.Owner, r.File.Group, string(r.File.Content)
+				if spec.ContentDigest(r.File.Content) != r.File.Digest || int64(len(r.File.Content)) != r.File.Size {
+					g.Content += " (DIGEST OR SIZE DOES NOT MATCH THE CONTENT)"
+				}
+			case r.Directory != nil:
+				g.Mode, g.Owner, g.Group = fmt.Sprintf("%04o", r.Directory.Mode), r.Directory.Owner, r.Directory.Group
+			}
+			o.Resources = append(o.Resources, g)
+		}
+		out[in.Node] = o
+	}
+	return out
+}
