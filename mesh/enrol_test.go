@@ -36,6 +36,12 @@ func (c *clock) Add(d time.Duration) {
 
 // newController runs a controller on a real bus, store and CA.
 func newController(t *testing.T, clk *clock) (*Controller, *store.DB) {
+	return newControllerWith(t, clk, nil)
+}
+
+// newControllerWith runs a controller whose store is wrap(db) when wrap is
+// given: the seam where a test makes a read fail.
+func newControllerWith(t *testing.T, clk *clock, wrap func(*store.DB) Store) (*Controller, *store.DB) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -72,7 +78,7 @@ func newController(t *testing.T, clk *clock) (*Controller, *store.DB) {
 	}
 	_, sign, _ := ed25519.GenerateKey(rand.Reader)
 	c, err := New(Config{HTTPListen: "127.0.0.1:0", Key: key, BusURLs: []string{"nats://x"}, SignKey: sign, Now: clk.Now},
-		log, Deps{DB: db, CA: auth, Bus: bus})
+		log, Deps{DB: seam(db, wrap), CA: auth, Bus: bus})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +93,13 @@ func newController(t *testing.T, clk *clock) (*Controller, *store.DB) {
 		t.Fatal("controller not ready")
 	}
 	return c, db
+}
+
+func seam(db *store.DB, wrap func(*store.DB) Store) Store {
+	if wrap == nil {
+		return db
+	}
+	return wrap(db)
 }
 
 func enrolRequest(t *testing.T, tok spec.Token, node string) []byte {
