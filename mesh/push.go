@@ -183,7 +183,8 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		return spec.PushResult{}, fmt.Errorf("compose the mesh: %w; nothing was sent, every host keeps what it has", err)
 	}
 	res := spec.PushResult{ID: "p" + randomHex(5), Nodes: []spec.PushNode{}}
-	for _, node := range targets {
+	var sent []string
+	for i, node := range targets {
 		pn := spec.PushNode{Node: node}
 		if err := g.own[node]; err != nil {
 			pn.Error = err.Error() + "; nothing was sent to it"
@@ -197,11 +198,20 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		seq, err := c.send(ctx, node, resources, g.roster)
 		if err != nil {
 			c.unwatch(node, w)
-			pn.Error = err.Error()
-		} else {
-			c.setSeq(node, w, seq)
-			pn.Seq = seq
+			var caller callerError
+			if errors.As(err, &caller) {
+				pn.Error = err.Error()
+				res.Nodes = append(res.Nodes, pn)
+				continue
+			}
+			// The store or the bus failed: stop here rather than go on
+			// sending from a mesh that cannot be read or written.
+			return spec.PushResult{}, fmt.Errorf("%w; the push stopped at node %q: sent to %s, not sent to %s",
+				err, node, orNone(sent), strings.Join(targets[i:], ", "))
 		}
+		c.setSeq(node, w, seq)
+		pn.Seq = seq
+		sent = append(sent, node)
 		res.Nodes = append(res.Nodes, pn)
 	}
 	return res, nil

@@ -306,6 +306,9 @@ func FuzzParseManifest(f *testing.F) {
 	f.Add([]byte(`{"name":"w","version":"1","resources":[{"directory":{"path":"/srv/www"}},{"file":{"path":"/srv/www/i","source":"i.html"}}]}`))
 	f.Add([]byte(`{"name":"x","version":"1","resources":[{"file":{"path":"/a","source":"../etc/passwd"}}]}`))
 	f.Add([]byte(`{"name":"x","version":"1","resources":[{"file":{"path":"/a/../b","content":""}}]}`))
+	f.Add([]byte(`{"name":"h","version":"1","settings":[{"name":"port","type":"int","default":"80"},{"name":"t","type":"string","secret":true,"required":true}],"routes":[{"name":"web","port":80,"public":["hello.${t}"]}],"resources":[{"file":{"path":"/srv/${node}/x","content":"${port} $${HOME}"}}]}`))
+	f.Add([]byte(`{"name":"h","version":"1","settings":[{"name":"l","type":"list","default":"a,b"}],"routes":[{"name":"a","port":1},{"name":"a","port":2}],"resources":[]}`))
+	f.Add([]byte(`{"name":"h","version":"1","settings":[{"name":"b","type":"bool","default":"maybe"}],"resources":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := spec.ParseManifest(data)
 		if err != nil {
