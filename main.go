@@ -35,7 +35,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "mesh: %v\n", err)
+	var q quietError
+	if !errors.As(err, &q) {
+		fmt.Fprintf(stderr, "mesh: %v\n", err)
+	}
 	var u usageError
 	if errors.As(err, &u) || isFlagError(err) {
 		return exitUsage
@@ -82,6 +85,8 @@ Flags go before arguments: mesh node show --json web1.`,
 			assignCommands()[0],
 			assignCommands()[1],
 			pushCommand(),
+			statusCommand(),
+			auditCommand(),
 		},
 	}
 	for _, c := range app.Commands {

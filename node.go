@@ -16,8 +16,8 @@ import (
 func nodeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "node",
-		Usage: "list, show and remove the mesh's nodes",
-		Subcommands: []*cli.Command{
+		Usage: "list, show, hold, release and remove the mesh's nodes",
+		Subcommands: append(holdCommands(), []*cli.Command{
 			{
 				Name:      "remove",
 				Usage:     "remove a node: its credential stops working at once",
@@ -92,7 +92,7 @@ Example:
 					return printNode(c.App.Writer, res.Node)
 				},
 			},
-		},
+		}...),
 	}
 }
 

@@ -41,7 +41,11 @@ every node that did not answer is named.
 Exit status: 0 when every node applied everything; 1 when a node was not
 sent, refused, failed a resource or did not answer in time.
 
+With --dry-run each node works out what it would change and answers, and
+nothing anywhere changes: lines read + created, ~ changed, - removed.
+
 Examples:
+   mesh push --dry-run
    mesh push
    mesh push --wait 2m alpha beta
    mesh push --json alpha | jq '.nodes[].report.results'`,
@@ -49,6 +53,7 @@ Examples:
 			dirFlag(), jsonFlag(),
 			&cli.DurationFlag{Name: "wait", Value: 30 * time.Second, Usage: "how long to wait for the nodes' reports"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "list unchanged resources too"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "ask each node what it would change; nothing is stored, sent to apply, or changed"},
 		},
 		Action: func(c *cli.Context) error {
 			for _, n := range c.Args().Slice() {
@@ -72,20 +77,23 @@ Examples:
 				return fmt.Errorf("listen for the push's progress: %w", err)
 			}
 			var res spec.PushResult
-			if err := op.call(spec.VerbPush, spec.PushRequest{Nodes: c.Args().Slice(), Progress: progress}, &res); err != nil {
+			if err := op.call(spec.VerbPush, spec.PushRequest{Nodes: c.Args().Slice(), Progress: progress, DryRun: c.Bool("dry-run")}, &res); err != nil {
 				return err
 			}
 			out := io.Discard
 			if !c.Bool("json") {
 				out = c.App.Writer
 			}
-			outcome := waitForReports(out, res, events, c.Duration("wait"), c.Bool("verbose"))
+			outcome := waitForReports(out, res, events, c.Duration("wait"), c.Bool("verbose"), c.Bool("dry-run"))
 			if c.Bool("json") {
 				if err := printJSON(c.App.Writer, outcome); err != nil {
 					return err
 				}
 			}
 			if !outcome.OK {
+				if c.Bool("dry-run") {
+					return fmt.Errorf("dry run %s: not every node answered, or a change would fail", res.ID)
+				}
 				return fmt.Errorf("push %s did not complete everywhere", res.ID)
 			}
 			return nil
@@ -95,17 +103,26 @@ Examples:
 
 // waitForReports prints each node's report as it arrives, until every sent
 // node answered or wait passed, then names the silent.
-func waitForReports(w io.Writer, res spec.PushResult, events <-chan *nats.Msg, wait time.Duration, verbose bool) pushOutcome {
+func waitForReports(w io.Writer, res spec.PushResult, events <-chan *nats.Msg, wait time.Duration, verbose, dryRun bool) pushOutcome {
 	outcome := pushOutcome{ID: res.ID, OK: true, Silent: []string{}}
 	pending := map[string]int{}
 	for _, n := range res.Nodes {
 		outcome.Nodes = append(outcome.Nodes, pushNodeOutcome{PushNode: n})
-		if n.Error != "" {
+		switch {
+		case n.Held:
+			fmt.Fprintf(w, "%s: held: %s\n", n.Node, n.Error)
+			outcome.OK = false
+			continue
+		case n.Error != "":
 			fmt.Fprintf(w, "%s: not sent: %s\n", n.Node, n.Error)
 			outcome.OK = false
 			continue
 		}
-		fmt.Fprintf(w, "%s: sent declaration %d (%d resources)\n", n.Node, n.Seq, n.Resources)
+		if dryRun {
+			fmt.Fprintf(w, "%s: asked what declaration %d would change (%d resources)\n", n.Node, n.Seq, n.Resources)
+		} else {
+			fmt.Fprintf(w, "%s: sent declaration %d (%d resources)\n", n.Node, n.Seq, n.Resources)
+		}
 		pending[n.Node] = len(outcome.Nodes) - 1
 	}
 	deadline := time.NewTimer(wait)
@@ -150,8 +167,13 @@ func printReport(w io.Writer, r spec.Report, verbose bool) bool {
 	for _, res := range r.Results {
 		counts[res.Outcome]++
 	}
-	fmt.Fprintf(w, "%s: applied declaration %d: %d created, %d changed, %d removed, %d unchanged, %d failed (%d writes)\n",
-		r.Node, r.Seq, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed], r.Writes)
+	if r.Preview {
+		fmt.Fprintf(w, "%s: dry run of declaration %d: %d to create, %d to change, %d to remove, %d unchanged, %d would fail\n",
+			r.Node, r.Seq, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed])
+	} else {
+		fmt.Fprintf(w, "%s: applied declaration %d: %d created, %d changed, %d removed, %d unchanged, %d failed (%d writes)\n",
+			r.Node, r.Seq, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed], r.Writes)
+	}
 	for _, res := range r.Results {
 		switch res.Outcome {
 		case spec.Failed:

@@ -129,6 +129,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe to the delivery subject: %w", err)
 	}
 	defer sub.Unsubscribe()
+	previews := make(chan *nats.Msg, 16)
+	psub, err := nc.ChanSubscribe(spec.PreviewSubject(a.state.Node), previews)
+	if err != nil {
+		return fmt.Errorf("subscribe to the preview subject: %w", err)
+	}
+	defer psub.Unsubscribe()
 
 	heartbeat := time.NewTicker(a.cfg.HeartbeatEvery)
 	defer heartbeat.Stop()
@@ -185,6 +191,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			sendFacts()
 		case <-reconcile.C:
 			a.reconcile(ctx, nc)
+		case m := <-previews:
+			a.handlePreview(nc, m)
 		case m := <-deliveries:
 			a.handleBatch(ctx, nc, drain(m, deliveries))
 			sendHeartbeat()

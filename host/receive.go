@@ -144,6 +144,23 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration,
 	a.report(nc, spec.Report{Seq: decl.Seq, Digest: spec.ContentDigest(raw), Reconcile: reconcile, Writes: writes, Results: results})
 }
 
+// handlePreview answers a dry run: what applying it would change, changing
+// nothing, storing nothing, acking nothing.
+func (a *Agent) handlePreview(nc *nats.Conn, m *nats.Msg) {
+	key, err := a.signKey()
+	if err != nil {
+		a.log.Error("previews cannot be verified", "err", err)
+		return
+	}
+	decl, reason := verifyPreview(m.Data, m.Header.Get(spec.SigHeader), a.kept(key), time.Now())
+	r := spec.Report{Seq: decl.Seq, Digest: spec.ContentDigest(m.Data), Preview: true, Refused: reason}
+	if reason == "" {
+		r.Results = a.engine.Preview(decl.Resources, a.state.Applied)
+	}
+	a.log.Debug("preview answered", "seq", decl.Seq, "refused", reason)
+	a.report(nc, r)
+}
+
 // reconcile applies the kept declaration again, correcting drift.
 func (a *Agent) reconcile(ctx context.Context, nc *nats.Conn) {
 	if len(a.state.Declaration) == 0 {

@@ -27,6 +27,32 @@ type kept struct {
 	raw        []byte
 }
 
+// verifyPreview checks a dry-run declaration: signed, for this node and
+// mesh, in preview mode, not expired. Its sequence is not checked: a preview
+// is never kept.
+func verifyPreview(raw []byte, sigHeader string, k kept, now time.Time) (spec.Declaration, string) {
+	var decl spec.Declaration
+	if len(raw) > spec.MaxDeclaration {
+		return decl, fmt.Sprintf("the preview is %d bytes, over the %d-byte cap", len(raw), spec.MaxDeclaration)
+	}
+	sig, err := base64.StdEncoding.DecodeString(sigHeader)
+	if err != nil || !ed25519.Verify(k.key, raw, sig) {
+		return decl, "the preview's signature does not verify against the controller's key"
+	}
+	if err := spec.Decode(raw, &decl); err != nil {
+		return decl, fmt.Sprintf("the preview does not decode: %v", err)
+	}
+	switch {
+	case decl.Node != k.node || decl.Mesh != k.mesh:
+		return decl, fmt.Sprintf("the preview is for node %q of mesh %q", decl.Node, decl.Mesh)
+	case decl.Mode != spec.ModePreview:
+		return decl, "a declaration to apply never arrives on the preview subject"
+	case now.After(decl.Expires.Add(spec.ClockSkew)):
+		return decl, "the preview expired"
+	}
+	return decl, ""
+}
+
 // verify checks one delivery: the size cap, then the signature over the raw
 // bytes, and only then what the bytes say: unknown fields, another node's or
 // mesh's declaration, a sequence lower than the one kept, the kept sequence

@@ -28,6 +28,11 @@ func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg) {
 	c.metrics.apiCalls.Add(1)
 	verb := strings.TrimPrefix(m.Subject, spec.APIPrefix)
 	result, err := c.call(ctx, verb, m.Data)
+	// Every call is audited but a blob upload's chunks: the registration
+	// they belong to is.
+	if verb != spec.VerbBlobPut {
+		c.audit(ctx, verb, m.Data, err)
+	}
 	var reply spec.Reply
 	if err != nil {
 		c.metrics.apiErrors.Add(1)
@@ -114,6 +119,12 @@ func (c *Controller) call(ctx context.Context, verb string, data []byte) (any, e
 		return handle(ctx, verb, data, c.putBlob)
 	case spec.VerbPush:
 		return handle(ctx, verb, data, c.push)
+	case spec.VerbHold:
+		return handle(ctx, verb, data, c.hold)
+	case spec.VerbStatus:
+		return handle(ctx, verb, data, c.status)
+	case spec.VerbAudit:
+		return handle(ctx, verb, data, c.auditLog)
 	default:
 		return nil, callerError(fmt.Sprintf("unknown verb %q: this controller speaks protocol %d", verb, spec.Protocol))
 	}

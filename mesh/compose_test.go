@@ -2,9 +2,9 @@ package mesh
 
 import (
 	"encoding/json"
-	"fmt"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,7 +83,7 @@ func TestComposeGolden(t *testing.T) {
 type goldenOutcome struct {
 	Resources []goldenResource   `json:"resources,omitempty"`
 	Routes    []spec.RosterRoute `json:"routes,omitempty"`
-	Error string `json:"error,omitempty"`
+	Error     string             `json:"error,omitempty"`
 	// Own says the failure is the node's own (ErrNodeOwn), and of which type.
 	Own string `json:"own,omitempty"`
 }

@@ -154,8 +154,13 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 	return decl.Seq, nil
 }
 
+// pushParallel is how many nodes a push sends to at once.
+const pushParallel = 16
+
 // push composes and sends to each named node (every node when none is
-// named), and forwards each node's report to the caller's progress subject.
+// named), in parallel, and forwards each node's report to the caller's
+// progress subject. A held node is sent nothing. A dry run sends each node a
+// preview, which is never stored, acked or applied.
 func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushResult, error) {
 	if req.Progress != "" && !strings.HasPrefix(req.Progress, spec.OperatorInbox+".") {
 		return spec.PushResult{}, callerError(fmt.Sprintf("progress subject %q is not under %s", req.Progress, spec.OperatorInbox))
@@ -164,16 +169,16 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 	if err != nil {
 		return spec.PushResult{}, err
 	}
-	known := map[string]bool{}
+	byName := map[string]store.Node{}
 	var targets []string
 	for _, n := range nodes {
-		known[n.Name] = true
+		byName[n.Name] = n
 		if len(req.Nodes) == 0 {
 			targets = append(targets, n.Name)
 		}
 	}
 	for _, name := range req.Nodes {
-		if !known[name] {
+		if _, ok := byName[name]; !ok {
 			return spec.PushResult{}, callerError(fmt.Sprintf("no node called %q: mesh node list shows the nodes; nothing was sent", name))
 		}
 		targets = append(targets, name)
@@ -182,44 +187,132 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 	if err != nil {
 		return spec.PushResult{}, fmt.Errorf("compose the mesh: %w; nothing was sent, every host keeps what it has", err)
 	}
-	res := spec.PushResult{ID: "p" + randomHex(5), Nodes: []spec.PushNode{}}
-	var sent []string
+	res := spec.PushResult{ID: "p" + randomHex(5), Nodes: make([]spec.PushNode, len(targets))}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		firstErr error
+		stopped  []string
+		wg       sync.WaitGroup
+		slots    = make(chan struct{}, pushParallel)
+	)
 	for i, node := range targets {
 		pn := spec.PushNode{Node: node}
-		if err := g.own[node]; err != nil {
-			pn.Error = err.Error() + "; nothing was sent to it"
-			res.Nodes = append(res.Nodes, pn)
+		if n := byName[node]; !n.Held.IsZero() {
+			pn.Held = true
+			pn.Error = fmt.Sprintf("held since %s%s: nothing was sent (mesh node release %s)", n.Held.UTC().Format(time.RFC3339), reasonSuffix(n.HeldReason), node)
+			res.Nodes[i] = pn
 			continue
 		}
-		resources := g.plans[node].Resources
-		pn.Resources = len(resources)
-		// Watch before sending: a fast host may answer before send returns.
-		w := c.watch(node, res.ID, req.Progress)
-		seq, err := c.send(ctx, node, resources, g.roster)
-		if err != nil {
-			c.unwatch(node, w)
-			var caller callerError
-			if errors.As(err, &caller) {
-				pn.Error = err.Error()
-				res.Nodes = append(res.Nodes, pn)
-				continue
-			}
-			// The store or the bus failed: stop here rather than go on
-			// sending from a mesh that cannot be read or written.
-			return spec.PushResult{}, fmt.Errorf("%w; the push stopped at node %q: sent to %s, not sent to %s",
-				err, node, orNone(sent), strings.Join(targets[i:], ", "))
+		if err := g.own[node]; err != nil {
+			pn.Error = err.Error() + "; nothing was sent to it"
+			res.Nodes[i] = pn
+			continue
 		}
-		c.setSeq(node, w, seq)
-		pn.Seq = seq
-		sent = append(sent, node)
-		res.Nodes = append(res.Nodes, pn)
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			resources := g.plans[node].Resources
+			pn.Resources = len(resources)
+			if ctx.Err() != nil {
+				mu.Lock()
+				stopped = append(stopped, node)
+				mu.Unlock()
+				pn.Error = "not sent: the push stopped at a failure"
+				res.Nodes[i] = pn
+				return
+			}
+			// Watch before sending: a fast host may answer before send returns.
+			w := c.watch(node, res.ID, req.Progress, req.DryRun)
+			var seq uint64
+			var err error
+			if req.DryRun {
+				seq, err = c.preview(ctx, node, resources, g.roster)
+			} else {
+				seq, err = c.send(ctx, node, resources, g.roster)
+			}
+			if err != nil {
+				c.unwatch(node, w)
+				pn.Error = err.Error()
+				res.Nodes[i] = pn
+				var caller callerError
+				if !errors.As(err, &caller) {
+					// The store or the bus failed: stop rather than go on
+					// sending from a mesh that cannot be read or written.
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("node %q: %w", node, err)
+					}
+					mu.Unlock()
+					cancel()
+				}
+				return
+			}
+			c.setSeq(node, w, seq)
+			pn.Seq = seq
+			res.Nodes[i] = pn
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		var sent []string
+		for _, pn := range res.Nodes {
+			if pn.Seq != 0 {
+				sent = append(sent, pn.Node)
+			}
+		}
+		return spec.PushResult{}, fmt.Errorf("%w; the push stopped: sent to %s", firstErr, orNone(sent))
 	}
 	return res, nil
+}
+
+func reasonSuffix(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return " (" + reason + ")"
+}
+
+// preview signs a dry-run declaration for node and sends it to the node's
+// preview subject. It is numbered as the next send would be, but nothing of
+// it is stored: the host answers with what it would change.
+func (c *Controller) preview(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster) (uint64, error) {
+	var last uint64
+	if d, err := c.deps.DB.LastDeclaration(ctx, node); err == nil {
+		last = d.Seq
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return 0, err
+	}
+	n, err := c.deps.DB.Node(ctx, node)
+	if err != nil {
+		return 0, err
+	}
+	m, err := c.deps.DB.Mesh(ctx)
+	if err != nil {
+		return 0, err
+	}
+	now := c.cfg.Now().UTC()
+	decl := spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, n.AppliedSeq) + 1, Issued: now,
+		Expires: now.Add(10 * time.Minute), Protocol: spec.Protocol, Mode: spec.ModePreview, Resources: resources, Roster: roster}
+	body, err := json.Marshal(decl)
+	if err != nil {
+		return 0, fmt.Errorf("encode preview of node %q: %w", node, err)
+	}
+	msg := nats.NewMsg(spec.PreviewSubject(node))
+	msg.Data = body
+	msg.Header.Set(spec.SigHeader, base64.StdEncoding.EncodeToString(ed25519.Sign(c.cfg.SignKey, body)))
+	if err := c.nc.PublishMsg(msg); err != nil {
+		return 0, fmt.Errorf("send preview to node %q: %w", node, err)
+	}
+	return decl.Seq, nil
 }
 
 // watcher forwards one node's next report at or above seq to subject.
 type watcher struct {
 	mu      sync.Mutex
+	preview bool   // waits for a preview's answer, not an apply's
 	seq     uint64 // 0 until the send returned
 	pushID  string
 	subject string
@@ -236,7 +329,7 @@ func (c *Controller) setSeq(node string, w *watcher, seq uint64) {
 	w.early = nil
 	w.mu.Unlock()
 	for _, r := range early {
-		if r.Seq >= seq {
+		if r.Preview == w.preview && r.Seq >= seq {
 			c.unwatch(node, w)
 			c.notify(w, r)
 			return
@@ -251,8 +344,8 @@ func (c *Controller) notify(w *watcher, r spec.Report) {
 	}
 }
 
-func (c *Controller) watch(node, pushID, subject string) *watcher {
-	w := &watcher{pushID: pushID, subject: subject, expires: c.cfg.Now().Add(time.Hour)}
+func (c *Controller) watch(node, pushID, subject string, preview bool) *watcher {
+	w := &watcher{pushID: pushID, subject: subject, preview: preview, expires: c.cfg.Now().Add(time.Hour)}
 	if subject == "" {
 		return w
 	}
@@ -286,6 +379,8 @@ func (c *Controller) forward(r spec.Report) {
 		w.mu.Lock()
 		switch {
 		case now.After(w.expires):
+		case r.Preview != w.preview:
+			keep = append(keep, w)
 		case w.seq != 0 && r.Seq >= w.seq:
 			due = append(due, w)
 		case w.seq == 0:

@@ -20,6 +20,7 @@ type Store interface {
 	RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error
 	RecordFacts(ctx context.Context, f spec.Facts, at time.Time) error
 	RemoveNode(ctx context.Context, name string) error
+	Hold(ctx context.Context, node string, at time.Time, reason string) error
 
 	AddToken(ctx context.Context, t store.Token) error
 	Token(ctx context.Context, id string) (store.Token, error)
@@ -43,6 +44,9 @@ type Store interface {
 	LastReceived(ctx context.Context, node string) ([]byte, error)
 	RecordReport(ctx context.Context, r store.Report, applied bool) error
 	LastReport(ctx context.Context, node string) (store.Report, error)
+
+	Audit(ctx context.Context, e store.AuditEntry) error
+	AuditSince(ctx context.Context, since time.Time, limit int) ([]store.AuditEntry, error)
 }
 
 var _ Store = (*store.DB)(nil)

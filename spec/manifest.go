@@ -309,6 +309,9 @@ type (
 	}
 	PushRequest struct {
 		Nodes []string `json:"nodes"`
+		// DryRun asks each node what it would change: nothing is stored,
+		// acked or applied.
+		DryRun bool `json:"dry_run,omitempty"`
 		// Progress is the subject (under the operator's inbox) the
 		// controller sends each node's report to as it arrives.
 		Progress string `json:"progress"`
@@ -323,6 +326,7 @@ type (
 		Node      string `json:"node"`
 		Seq       uint64 `json:"seq,omitempty"`
 		Resources int    `json:"resources"`
+		Held      bool   `json:"held,omitempty"`
 		Error     string `json:"error,omitempty"`
 	}
 	// PushEvent is one node's report, forwarded to a push's progress subject.

@@ -30,13 +30,16 @@ const (
 	VerbUnassign       = "unassign"
 	VerbBlobPut        = "blob.put"
 	VerbPush           = "push"
+	VerbHold           = "node.hold"
+	VerbStatus         = "status"
+	VerbAudit          = "audit"
 )
 
 // Kinds of message a node publishes under its own subjects.
 const (
 	KindHeartbeat = "heartbeat"
 	KindFacts     = "facts"
-	KindReport    = "report"
+	KindReport    = "report" // also a preview's answer, with Preview set
 	KindBlob      = "blob"
 )
 
@@ -71,6 +74,10 @@ func DeclarationSubject(node string) string { return "mesh.decl." + node }
 // consumer (named after the node) on the declaration stream.
 func AckSubjects(node string) string { return "$JS.ACK." + DeclarationStream + "." + node + ".>" }
 
+// PreviewSubject is where a node receives dry-run declarations (mode
+// preview): never stored, acked or applied.
+func PreviewSubject(node string) string { return "mesh.preview." + node }
+
 // DeliverySubject is where node's declarations are delivered: it carries the
 // stream and the node, so two consumers never share one (invariant 8).
 func DeliverySubject(node string) string { return "_DELIVER." + DeclarationStream + "." + node }
@@ -91,7 +98,7 @@ type Permissions struct {
 func NodePermissions(node string) Permissions {
 	return Permissions{
 		Publish:   []string{"mesh.node." + node + ".>", AckSubjects(node)},
-		Subscribe: []string{DeliverySubject(node), NodeInbox(node) + ".>"},
+		Subscribe: []string{DeliverySubject(node), PreviewSubject(node), NodeInbox(node) + ".>"},
 	}
 }
 

@@ -22,6 +22,8 @@ type Node struct {
 	Protocol    int
 	AppliedSeq  uint64
 	Facts       *spec.Facts // nil if none received
+	Held        time.Time   // zero unless held
+	HeldReason  string
 }
 
 // AddNode records a new node. A node of that name already present is refused.
@@ -75,14 +77,21 @@ func (db *DB) updateNode(ctx context.Context, node, format, query string, args .
 	return nil
 }
 
-const nodeColumns = `name, address, nkey, joined_at, last_heard, host_version, protocol, applied_seq, facts`
+const nodeColumns = `name, address, nkey, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason`
 
 func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 	var n Node
 	var joined string
-	var heard, facts sql.NullString
-	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts); err != nil {
+	var heard, facts, held sql.NullString
+	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason); err != nil {
 		return Node{}, err
+	}
+	if held.Valid {
+		t, err := parseTime(held.String)
+		if err != nil {
+			return Node{}, fmt.Errorf("held_at: %w", err)
+		}
+		n.Held = t
 	}
 	var err error
 	if n.Joined, err = parseTime(joined); err != nil {
@@ -100,6 +109,18 @@ func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 		}
 	}
 	return n, nil
+}
+
+// Hold holds node (at the time given, for reason), or releases it when at
+// is zero. A missing node wraps ErrNotFound.
+func (db *DB) Hold(ctx context.Context, node string, at time.Time, reason string) error {
+	var held any
+	if !at.IsZero() {
+		held = formatTime(at)
+	} else {
+		reason = ""
+	}
+	return db.updateNode(ctx, node, "hold node %q: %w", `UPDATE nodes SET held_at = ?, held_reason = ? WHERE name = ?`, held, reason, node)
 }
 
 // Node returns the node called name, or an error wrapping ErrNotFound.

@@ -1,0 +1,160 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// SilentAfter is how long a node may go unheard before status calls it
+// silent: three heartbeats.
+const SilentAfter = 30 * time.Second
+
+func (c *Controller) hold(ctx context.Context, req spec.HoldRequest) (spec.Empty, error) {
+	if err := spec.CheckName("node", req.Node); err != nil {
+		return spec.Empty{}, callerError(err.Error())
+	}
+	var at time.Time
+	if req.Hold {
+		at = c.cfg.Now()
+	}
+	err := c.deps.DB.Hold(ctx, req.Node, at, req.Reason)
+	if errors.Is(err, store.ErrNotFound) {
+		return spec.Empty{}, callerError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Node))
+	}
+	if err != nil {
+		return spec.Empty{}, err
+	}
+	if req.Hold {
+		c.log.Info("node held", "node", req.Node, "reason", req.Reason)
+	} else {
+		c.log.Info("node released", "node", req.Node)
+	}
+	return spec.Empty{}, nil
+}
+
+// status is the whole mesh at a glance, saying no more than is known
+// (invariant 7): a node never heard is not current, an idle current node is
+// not "not reported", versions are compared for equality only, and the
+// all-clear is given only when nothing stands in its way.
+func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.StatusResult, error) {
+	now := c.cfg.Now()
+	nodes, err := c.deps.DB.Nodes(ctx)
+	if err != nil {
+		return spec.StatusResult{}, err
+	}
+	g, err := c.gather(ctx)
+	if err != nil {
+		return spec.StatusResult{}, fmt.Errorf("work out what is pending: %w", err)
+	}
+	res := spec.StatusResult{Time: now.UTC(), Nodes: []spec.NodeStatus{}, Versions: map[string][]string{}, Problems: []string{}}
+	problem := func(format string, args ...any) { res.Problems = append(res.Problems, fmt.Sprintf(format, args...)) }
+	for _, n := range nodes {
+		st := spec.NodeStatus{Node: n.Name, AppliedSeq: n.AppliedSeq, HostVersion: n.HostVersion, Protocol: n.Protocol,
+			ProtocolKnown: n.Protocol == spec.Protocol, Held: !n.Held.IsZero(), HeldReason: n.HeldReason, Failures: []string{}}
+		if n.LastHeard.IsZero() {
+			st.Heard, st.State = "never", "never heard"
+			problem("%s has never been heard", n.Name)
+		} else {
+			t := n.LastHeard.UTC()
+			st.LastHeard = &t
+			age := now.Sub(n.LastHeard)
+			st.Heard = age.Round(time.Second).String() + " ago"
+			if age > SilentAfter {
+				st.Silent = true
+				problem("%s has not been heard for %s", n.Name, age.Round(time.Second))
+			}
+			if n.HostVersion != "" {
+				res.Versions[n.HostVersion] = append(res.Versions[n.HostVersion], n.Name)
+			}
+			if !st.ProtocolKnown {
+				problem("%s speaks protocol %d, this controller %d", n.Name, n.Protocol, spec.Protocol)
+			}
+		}
+		last, err := c.deps.DB.LastDeclaration(ctx, n.Name)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return spec.StatusResult{}, err
+		default:
+			st.SentSeq = last.Seq
+		}
+		if st.State == "" {
+			switch {
+			case st.SentSeq == 0:
+				st.State = "nothing sent"
+			case n.AppliedSeq >= st.SentSeq:
+				st.State = "current"
+			default:
+				st.State = "applying"
+				problem("%s has not reported applying declaration %d (it applied %d)", n.Name, st.SentSeq, n.AppliedSeq)
+			}
+		}
+		// Pending: what the mesh would send now against what it last sent,
+		// without the sequence and times.
+		if err := g.own[n.Name]; err != nil {
+			st.Pending, st.PendingWhy = true, err.Error()
+			problem("%s", err.Error())
+		} else if differs(g.plans[n.Name].Resources, g.roster, last.Body) {
+			st.Pending = true
+			problem("%s has changes pending: mesh push %s", n.Name, n.Name)
+		}
+		if r, err := c.deps.DB.LastReport(ctx, n.Name); err == nil {
+			var rep spec.Report
+			if err := json.Unmarshal(r.Body, &rep); err != nil {
+				return spec.StatusResult{}, fmt.Errorf("read last report of node %q: %w", n.Name, err)
+			}
+			st.Refused = rep.Refused
+			if rep.Refused != "" {
+				problem("%s refused declaration %d: %s", n.Name, rep.Seq, rep.Refused)
+			}
+			for _, rr := range rep.Results {
+				if rr.Outcome == spec.Failed {
+					st.Failures = append(st.Failures, rr.Name+": "+rr.Error)
+				}
+			}
+			if len(st.Failures) > 0 {
+				problem("%s failed %d resource(s)", n.Name, len(st.Failures))
+			}
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return spec.StatusResult{}, err
+		}
+		if st.Held {
+			problem("%s is held%s", n.Name, reasonSuffix(n.HeldReason))
+		}
+		res.Nodes = append(res.Nodes, st)
+	}
+	for _, ns := range res.Versions {
+		sort.Strings(ns)
+	}
+	res.AllClear = len(res.Problems) == 0 && len(res.Nodes) > 0
+	return res, nil
+}
+
+// differs reports whether resources and roster differ from those of the
+// declaration body last sent (none sent: differs if there is anything to send).
+func differs(resources []spec.Resource, roster spec.Roster, lastBody []byte) bool {
+	if len(lastBody) == 0 {
+		return len(resources) > 0
+	}
+	var last spec.Declaration
+	if err := spec.Decode(lastBody, &last); err != nil {
+		return true
+	}
+	a, _ := json.Marshal(struct {
+		R []spec.Resource
+		N spec.Roster
+	}{resources, roster})
+	b, _ := json.Marshal(struct {
+		R []spec.Resource
+		N spec.Roster
+	}{last.Resources, last.Roster})
+	return !bytes.Equal(a, b)
+}

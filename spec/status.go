@@ -1,0 +1,70 @@
+package spec
+
+import "time"
+
+// API requests and results of the operator's view.
+type (
+	// HoldRequest holds (Hold true) or releases a node.
+	HoldRequest struct {
+		Node   string `json:"node"`
+		Hold   bool   `json:"hold"`
+		Reason string `json:"reason,omitempty"`
+	}
+
+	StatusRequest struct{}
+
+	// StatusResult is the whole mesh at a glance. AllClear is set only when
+	// every node is heard, applied the latest, has nothing pending, no
+	// failure and no hold; Problems says, node by node, what stands in the
+	// way.
+	StatusResult struct {
+		Time     time.Time           `json:"time"`
+		Nodes    []NodeStatus        `json:"nodes"`
+		Versions map[string][]string `json:"versions"` // host version -> nodes; no order is claimed between versions
+		AllClear bool                `json:"all_clear"`
+		Problems []string            `json:"problems"`
+	}
+
+	// NodeStatus is one node as status shows it.
+	NodeStatus struct {
+		Node      string     `json:"node"`
+		LastHeard *time.Time `json:"last_heard"`
+		// Heard is "never", or how long ago; Silent is set when the node
+		// has not been heard for three heartbeats.
+		Heard  string `json:"heard"`
+		Silent bool   `json:"silent"`
+		// SentSeq and AppliedSeq; State is "current", "applying" (sent,
+		// not yet reported applied), "nothing sent", or "never heard".
+		SentSeq    uint64 `json:"sent_seq"`
+		AppliedSeq uint64 `json:"applied_seq"`
+		State      string `json:"state"`
+		// Pending says what the mesh would send now differs from what it last
+		// sent (compared without the sequence and times); PendingWhy names
+		// a node-own composition failure instead.
+		Pending    bool     `json:"pending"`
+		PendingWhy string   `json:"pending_why,omitempty"`
+		Failures   []string `json:"failures"` // "resource: cause" from the last report
+		Refused    string   `json:"refused,omitempty"`
+		Held       bool     `json:"held"`
+		HeldReason string   `json:"held_reason,omitempty"`
+		// HostVersion is compared for equality only.
+		HostVersion   string `json:"host_version"`
+		Protocol      int    `json:"protocol"`
+		ProtocolKnown bool   `json:"protocol_known"`
+	}
+
+	AuditRequest struct {
+		Since time.Time `json:"since"`
+		Limit int       `json:"limit"`
+	}
+	AuditResult struct {
+		Entries []AuditEntry `json:"entries"`
+	}
+	AuditEntry struct {
+		Time     time.Time `json:"time"`
+		Operator string    `json:"operator"`
+		Verb     string    `json:"verb"`
+		Args     string    `json:"args"`
+		Outcome  string    `json:"outcome"`
+	}
+)
