@@ -76,6 +76,26 @@ func TestSettingsRoutesAndALockedStore(t *testing.T) {
 		t.Error("a secret reached the controller's log")
 	}
 
+	// The audit records the assignments and the push, never a secret's value.
+	audit := mustRun(t, "audit", "--dir", m.dir, "--json")
+	var entries []spec.AuditEntry
+	if err := json.Unmarshal([]byte(audit), &entries); err != nil {
+		t.Fatal(err)
+	}
+	verbs := map[string]int{}
+	for _, e := range entries {
+		verbs[e.Verb]++
+		if e.Verb == spec.VerbAssign && e.Outcome == "ok" && !strings.Contains(e.Args, `"token":"(secret)"`) {
+			t.Errorf("an assignment's audit entry does not redact the token: %s", e.Args)
+		}
+	}
+	if verbs[spec.VerbAssign] != 4 || verbs[spec.VerbPush] != 1 || verbs[spec.VerbModuleRegister] != 1 {
+		t.Errorf("audited verbs %v, want 4 assign (2 refused), 1 push, 1 module.register", verbs)
+	}
+	if strings.Contains(audit, secretA) || strings.Contains(audit, secretB) {
+		t.Error("the audit holds a secret's value")
+	}
+
 	// Every node's declaration carries every route of the mesh.
 	wantRoutes := []string{"hello.alpha.internal", "hello.beta.example.net", "hello.beta.internal", "hello.example.org"}
 	for _, dir := range []string{m.dir, betaDir} {

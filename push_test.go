@@ -212,3 +212,51 @@ func TestKilledMidApplyConverges(t *testing.T) {
 		t.Fatalf("push after the restart: exit %d %+v", code, o.Nodes)
 	}
 }
+
+// TestDryRunMatchesPush: a dry run lists exactly what the following push
+// reports, and until that push nothing on any host changed.
+func TestDryRunMatchesPush(t *testing.T) {
+	rootA, rootB := t.TempDir(), t.TempDir()
+	m := newMesh(t, "--root", rootA)
+	_, _ = join(t, m.token(t, "beta"), "--root", rootB)
+	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
+	mustRun(t, "module", "register", "--dir", m.dir, "examples")
+	mustRun(t, "assign", "--dir", m.dir, "motd", "alpha")
+	mustRun(t, "assign", "--dir", m.dir, "webroot", "beta")
+	mustRun(t, "assign", "--dir", m.dir, "motd", "beta")
+	if o, code := pushJSON(t, m.dir); code != 0 {
+		t.Fatalf("first push: %+v", o)
+	}
+	// Changes pending on both: one removed, one changed by hand, one added.
+	mustRun(t, "unassign", "--dir", m.dir, "motd", "beta")
+	os.Chmod(filepath.Join(rootB, "srv/www/private"), 0o755)
+	mustRun(t, "assign", "--dir", m.dir, "--set", "token=t", "hello", "alpha")
+	beforeA, beforeB := snapshot(t, rootA), snapshot(t, rootB)
+	stateBefore := snapshot(t, filepath.Join(m.dir, "host"))
+
+	out, errOut, code := runMesh(t, "push", "--dir", m.dir, "--dry-run")
+	if code != 0 || !strings.Contains(out, "+ hello:file:/srv/hello/token") || !strings.Contains(out, "- motd:file:/etc/motd") ||
+		!strings.Contains(out, "~ webroot:directory:/srv/www/private") {
+		t.Fatalf("dry run: exit %d\n%s%s", code, out, errOut)
+	}
+	dry, code := pushJSON(t, m.dir, "--dry-run")
+	if code != 0 {
+		t.Fatalf("dry run --json: %+v", dry)
+	}
+	if fmt.Sprint(snapshot(t, rootA)) != fmt.Sprint(beforeA) || fmt.Sprint(snapshot(t, rootB)) != fmt.Sprint(beforeB) {
+		t.Fatal("a dry run changed a host's files")
+	}
+	if fmt.Sprint(snapshot(t, filepath.Join(m.dir, "host"))) != fmt.Sprint(stateBefore) {
+		t.Fatal("a dry run changed a host's kept state")
+	}
+	real, code := pushJSON(t, m.dir)
+	if code != 0 {
+		t.Fatalf("push: %+v", real)
+	}
+	if d, r := fmt.Sprint(outcomes(dry)), fmt.Sprint(outcomes(real)); d != r {
+		t.Fatalf("the dry run said\n%s\nthe push reported\n%s", d, r)
+	}
+	if len(outcomes(real)["alpha"]) < 4 {
+		t.Fatalf("too little compared: %v", outcomes(real))
+	}
+}
