@@ -21,7 +21,11 @@ type operator struct {
 }
 
 func dialOperator(c *cli.Context) (*operator, error) {
-	dir := c.String("dir")
+	return dialOperatorDir(c.String("dir"))
+}
+
+// dialOperatorDir connects to the controller of the mesh kept in dir.
+func dialOperatorDir(dir string) (*operator, error) {
 	addrs, err := readAddrs(dir)
 	if err != nil {
 		return nil, err
