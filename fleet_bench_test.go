@@ -96,12 +96,13 @@ func benchFleet(b *testing.B, nodes int) {
 		b.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	var times []time.Duration
+	var times, sends []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
 		var res spec.PushResult
 		call(spec.VerbPush, spec.PushRequest{Progress: progress}, &res)
+		sends = append(sends, time.Since(start))
 		want := map[string]bool{}
 		for _, n := range res.Nodes {
 			if n.Error != "" {
@@ -126,6 +127,8 @@ func benchFleet(b *testing.B, nodes int) {
 	b.StopTimer()
 	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
 	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "median-ms")
+	sort.Slice(sends, func(i, j int) bool { return sends[i] < sends[j] })
+	b.ReportMetric(float64(sends[len(sends)/2].Microseconds())/1000, "sent-median-ms")
 	b.ReportMetric(float64(times[(len(times)*99)/100].Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(procKiB(b, ctl.cmd.Process.Pid, "VmHWM"))/1024, "controller-peak-MiB")
 	cancel()

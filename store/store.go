@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -30,6 +31,11 @@ var migrations embed.FS
 // DB is the controller's store.
 type DB struct {
 	sql *sql.DB
+	// writeMu queues this process's write transactions in Go. SQLite admits
+	// one writer at a time; left to its busy handler, concurrent writers
+	// sleep in growing steps (1, 2, 5, 10... ms) and a burst of reports
+	// during a push costs milliseconds each.
+	writeMu sync.Mutex
 }
 
 // DSN is the data source name for the file at path. The pragmas live in the
@@ -146,6 +152,8 @@ func (db *DB) Migrations(ctx context.Context) ([]int, error) {
 }
 
 func (db *DB) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
 	tx, err := db.sql.BeginTx(ctx, nil)
 	if err != nil {
 		return err
