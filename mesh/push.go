@@ -105,33 +105,40 @@ func (c *Controller) servedRoutes(ctx context.Context, node string) ([]spec.Rost
 	return d.Roster.RoutesOf(node), nil
 }
 
-// send numbers, signs, records and publishes a declaration of resources to
-// node, under the node's lock. The sequence is max(last sent, last applied)
-// + 1, so a restored store never wedges a host.
-func (c *Controller) send(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster) (uint64, error) {
-	lock := c.nodeLock(node)
-	lock.Lock()
-	defer lock.Unlock()
+// next is node's next declaration, without its content: numbered
+// max(last sent, last applied) + 1, so a restored store never wedges a host,
+// issued now and expiring after ttl.
+func (c *Controller) next(ctx context.Context, node string, ttl time.Duration) (spec.Declaration, error) {
 	var last uint64
 	if d, err := c.deps.DB.LastDeclaration(ctx, node); err == nil {
 		last = d.Seq
 	} else if !errors.Is(err, store.ErrNotFound) {
-		return 0, err
+		return spec.Declaration{}, err
 	}
 	n, err := c.deps.DB.Node(ctx, node)
 	if err != nil {
-		return 0, err
+		return spec.Declaration{}, err
 	}
 	m, err := c.deps.DB.Mesh(ctx)
 	if err != nil {
-		return 0, err
+		return spec.Declaration{}, err
 	}
 	now := c.cfg.Now().UTC()
-	decl := spec.Declaration{
-		Mesh: m.Name, Node: node, Seq: max(last, n.AppliedSeq) + 1,
-		Issued: now, Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol,
-		Resources: resources, Roster: roster,
+	return spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, n.AppliedSeq) + 1,
+		Issued: now, Expires: now.Add(ttl), Protocol: spec.Protocol}, nil
+}
+
+// send numbers, signs, records and publishes a declaration of resources to
+// node, under the node's lock.
+func (c *Controller) send(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster) (uint64, error) {
+	lock := c.nodeLock(node)
+	lock.Lock()
+	defer lock.Unlock()
+	decl, err := c.next(ctx, node, spec.DefaultExpiry)
+	if err != nil {
+		return 0, err
 	}
+	decl.Resources, decl.Roster = resources, roster
 	body, err := json.Marshal(decl)
 	if err != nil {
 		return 0, fmt.Errorf("encode declaration of node %q: %w", node, err)
@@ -141,7 +148,7 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 			node, len(body), spec.MaxDeclaration, spec.InlineMax))
 	}
 	sig := ed25519.Sign(c.cfg.SignKey, body)
-	if err := c.deps.DB.RecordDeclaration(ctx, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: sig, Sent: now, Expires: decl.Expires}); err != nil {
+	if err := c.deps.DB.RecordDeclaration(ctx, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: sig, Sent: decl.Issued, Expires: decl.Expires}); err != nil {
 		return 0, err
 	}
 	msg := nats.NewMsg(spec.DeclarationSubject(node))
@@ -279,23 +286,11 @@ func reasonSuffix(reason string) string {
 // preview subject. It is numbered as the next send would be, but nothing of
 // it is stored: the host answers with what it would change.
 func (c *Controller) preview(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster) (uint64, error) {
-	var last uint64
-	if d, err := c.deps.DB.LastDeclaration(ctx, node); err == nil {
-		last = d.Seq
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return 0, err
-	}
-	n, err := c.deps.DB.Node(ctx, node)
+	decl, err := c.next(ctx, node, 10*time.Minute)
 	if err != nil {
 		return 0, err
 	}
-	m, err := c.deps.DB.Mesh(ctx)
-	if err != nil {
-		return 0, err
-	}
-	now := c.cfg.Now().UTC()
-	decl := spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, n.AppliedSeq) + 1, Issued: now,
-		Expires: now.Add(10 * time.Minute), Protocol: spec.Protocol, Mode: spec.ModePreview, Resources: resources, Roster: roster}
+	decl.Mode, decl.Resources, decl.Roster = spec.ModePreview, resources, roster
 	body, err := json.Marshal(decl)
 	if err != nil {
 		return 0, fmt.Errorf("encode preview of node %q: %w", node, err)
