@@ -35,13 +35,13 @@ func (c *clock) Add(d time.Duration) {
 }
 
 // newController runs a controller on a real bus, store and CA.
-func newController(t *testing.T, clk *clock) (*Controller, *store.DB) {
+func newController(t testing.TB, clk *clock) (*Controller, *store.DB) {
 	return newControllerWith(t, clk, nil)
 }
 
 // newControllerWith runs a controller whose store is wrap(db) when wrap is
 // given: the seam where a test makes a read fail.
-func newControllerWith(t *testing.T, clk *clock, wrap func(*store.DB) Store) (*Controller, *store.DB) {
+func newControllerWith(t testing.TB, clk *clock, wrap func(*store.DB) Store) (*Controller, *store.DB) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
