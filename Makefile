@@ -3,6 +3,7 @@ GO        ?= go
 BIN       := bin/mesh
 STATE     ?= $(CURDIR)/mesh-state
 ROOT      ?= $(STATE)/root
+DNS       ?= 127.0.0.1:5353
 MESH      ?= home
 NODE      ?= $(shell hostname -s 2>/dev/null | tr 'A-Z_.' 'a-z--' | cut -c1-63 | grep -E '^[a-z0-9]([a-z0-9-]*[a-z0-9])?$$' || echo node1)
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
@@ -15,10 +16,10 @@ build: ## a static bin/mesh
 # One-node mesh in ./mesh-state: genesis the first time, the same mesh again after.
 run: build
 	@if [ -f $(STATE)/controller/mesh.db ]; then \
-		exec $(BIN) controller --dir $(STATE) --root $(ROOT); \
+		exec $(BIN) controller --dir $(STATE) --root $(ROOT) --dns $(DNS); \
 	else \
 		mkdir -p $(ROOT) && \
-		exec $(BIN) genesis --dir $(STATE) --mesh $(MESH) --node $(NODE) --bus 127.0.0.1:4222 --http 127.0.0.1:8480 --root $(ROOT); \
+		exec $(BIN) genesis --dir $(STATE) --mesh $(MESH) --node $(NODE) --bus 127.0.0.1:4222 --http 127.0.0.1:8480 --root $(ROOT) --dns $(DNS); \
 	fi
 
 test:

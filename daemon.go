@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/mesh"
+	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nkeys"
@@ -36,6 +38,9 @@ const (
 // hostFlags are the flags of every command that runs a host.
 func hostFlags() []cli.Flag {
 	return []cli.Flag{
+		&cli.StringFlag{Name: "dns", Value: "127.0.0.1:53", Usage: "where the machine's resolver listens, host:port (port 0: any free port)"},
+		&cli.StringSliceFlag{Name: "dns-upstream", Usage: "an upstream resolver for names outside the mesh, host:port (repeat; default: those of /etc/resolv.conf)"},
+		&cli.StringSliceFlag{Name: "dns-allow", Usage: "a network, besides loopback, whose queries the resolver answers, CIDR (repeat)"},
 		&cli.StringFlag{Name: "root", Value: "/", Usage: "where declared paths resolve (a directory, for trying mesh out without touching the machine)"},
 		&cli.DurationFlag{Name: "reconcile", Value: 5 * time.Minute, Usage: "how often the host applies what it keeps again, correcting drift"},
 		&cli.DurationFlag{Name: "heartbeat", Value: 10 * time.Second, Usage: "how often the host reports that it is alive"},
@@ -44,6 +49,20 @@ func hostFlags() []cli.Flag {
 
 func hostConfig(c *cli.Context) host.Config {
 	return host.Config{Root: c.String("root"), ReconcileEvery: c.Duration("reconcile"), HeartbeatEvery: c.Duration("heartbeat")}
+}
+
+// resolverConfig is the machine's resolver as the flags say; listen is the
+// address to bind (the flag's, or the one bound before).
+func resolverConfig(c *cli.Context, listen string) (resolver.Config, error) {
+	cfg := resolver.Config{Listen: []string{listen}, Upstreams: c.StringSlice("dns-upstream")}
+	for _, a := range c.StringSlice("dns-allow") {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			return cfg, usagef("--dns-allow %q is not a network in CIDR form (10.0.0.0/8)", a)
+		}
+		cfg.Allow = append(cfg.Allow, p)
+	}
+	return cfg, nil
 }
 
 func logFlag() cli.Flag {
@@ -114,10 +133,18 @@ Example:
 			if err != nil {
 				return err
 			}
+			dnsAddr, err := claimPort("--dns", c.String("dns"))
+			if err != nil {
+				return err
+			}
+			dnsCfg, err := resolverConfig(c, dnsAddr)
+			if err != nil {
+				return err
+			}
 			if err := create(c.Context, dir, meshName, node, address, busAddr); err != nil {
 				return err
 			}
-			return serve(c.Context, log, dir, spec.Addrs{Bus: busAddr, HTTP: httpAddr}, hostConfig(c))
+			return serve(c.Context, log, dir, spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}, hostConfig(c), dnsCfg)
 		},
 	}
 }
@@ -152,7 +179,15 @@ Example:
 			if err != nil {
 				return err
 			}
-			return serve(c.Context, log, dir, addrs, hostConfig(c))
+			// The resolver binds where it bound before, unless told otherwise.
+			if c.IsSet("dns") || addrs.DNS == "" {
+				addrs.DNS = c.String("dns")
+			}
+			dnsCfg, err := resolverConfig(c, addrs.DNS)
+			if err != nil {
+				return err
+			}
+			return serve(c.Context, log, dir, addrs, hostConfig(c), dnsCfg)
 		},
 	}
 }
@@ -236,7 +271,7 @@ func create(ctx context.Context, dir, meshName, node, address, busAddr string) (
 // serve runs a mesh's parts in start order (store, CA, bus, controller,
 // host), each ready before the next starts, until SIGINT or SIGTERM; then
 // stops them in reverse, the store last.
-func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, hostCfg host.Config) error {
+func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, hostCfg host.Config, dnsCfg resolver.Config) error {
 	ctlDir := filepath.Join(dir, controllerDir)
 
 	db, err := store.Open(ctx, filepath.Join(ctlDir, mesh.DBFile))
@@ -275,7 +310,12 @@ func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, 
 	if err != nil {
 		return err
 	}
+	dns, err := resolver.New(dnsCfg, log.With("component", "resolver"))
+	if err != nil {
+		return err
+	}
 	hostCfg.Dir = filepath.Join(dir, hostDir)
+	hostCfg.Names = dns
 	agent, err := host.New(hostCfg, log.With("component", "host"))
 	if err != nil {
 		return err
@@ -285,7 +325,7 @@ func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, 
 		Key:        ctlKey,
 		BusURLs:    []string{"nats://" + reachable(addrs.Bus)},
 		SignKey:    signKey,
-		Parts:      []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "host", Ready: agent.Ready()}},
+		Parts:      []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
 	}, log.With("component", "controller"), mesh.Deps{DB: db, CA: auth, Bus: bus})
 	if err != nil {
 		return err
@@ -293,15 +333,16 @@ func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, 
 
 	parts := []part{
 		{"bus", bus.Run, bus.Ready()},
+		{"resolver", dns.Run, dns.Ready()},
 		{"controller", ctl.Run, ctl.Ready()},
 		{"host", agent.Run, agent.Ready()},
 	}
 	runErr := runParts(ctx, log, parts, func() error {
-		addrs.Bus, addrs.HTTP = bus.Addr(), ctl.HTTPAddr()
+		addrs.Bus, addrs.HTTP, addrs.DNS = bus.Addr(), ctl.HTTPAddr(), dns.Addrs()[0]
 		if err := writeAddrs(dir, addrs); err != nil {
 			return err
 		}
-		log.Info("mesh ready", "bus", addrs.Bus, "http", addrs.HTTP, "node", agent.Node())
+		log.Info("mesh ready", "bus", addrs.Bus, "http", addrs.HTTP, "dns", addrs.DNS, "node", agent.Node())
 		return nil
 	})
 	if err := db.Close(); err != nil && runErr == nil {

@@ -22,6 +22,10 @@ import (
 	"github.com/mesh-fleet/mesh/spec"
 )
 
+// deadUpstream is the only upstream a test's resolver is given: a loopback
+// port nothing serves, so no test query ever leaves the machine.
+const deadUpstream = "127.0.0.1:9"
+
 // meshBin is the binary under test, built once by TestMain with the flags
 // the Makefile uses.
 var meshBin string
@@ -191,7 +195,7 @@ func nodeList(t *testing.T, dir string) []spec.Node {
 func genesis(t *testing.T, dir string, extra ...string) *daemon {
 	t.Helper()
 	return start(t, append([]string{"genesis", "--dir", dir, "--mesh", "test", "--node", "alpha",
-		"--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--address", "127.0.0.1"}, extra...)...)
+		"--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1"}, extra...)...)
 }
 
 func TestGenesisThenController(t *testing.T) {
@@ -341,7 +345,7 @@ func TestGenesisOverAMeshIsRefused(t *testing.T) {
 	d.stop(t)
 
 	before := snapshot(t, dir)
-	_, errOut, code := runMesh(t, "genesis", "--dir", dir, "--mesh", "other", "--node", "beta", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0")
+	_, errOut, code := runMesh(t, "genesis", "--dir", dir, "--mesh", "other", "--node", "beta", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0")
 	if code == 0 {
 		t.Fatal("genesis over an existing mesh succeeded")
 	}
@@ -360,10 +364,10 @@ func TestGenesisOnAnAddressInUseChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	for _, flag := range []string{"--bus", "--http"} {
+	for _, flag := range []string{"--bus", "--http", "--dns"} {
 		t.Run(flag, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "state")
-			args := []string{"genesis", "--dir", dir, "--mesh", "m", "--node", "n", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0"}
+			args := []string{"genesis", "--dir", dir, "--mesh", "m", "--node", "n", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0"}
 			for i := range args {
 				if args[i] == flag {
 					args[i+1] = l.Addr().String()
@@ -423,6 +427,8 @@ func TestImportDirections(t *testing.T) {
 		"ca":       {},
 		"mesh":     {"spec", "store", "broker", "ca"},
 		"host":     {"spec", "resolver", "ca"},
+		// The resolver alone, served for bench/dns.sh.
+		"bench/meshdns": {"resolver"},
 	}
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...").Output()
 	if err != nil {

@@ -37,7 +37,7 @@ func BenchmarkFleetPush(b *testing.B) {
 func benchFleet(b *testing.B, nodes int) {
 	dir := filepath.Join(b.TempDir(), "ctl")
 	ctl := startB(b, "genesis", "--dir", dir, "--mesh", "bench", "--node", "ctl", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0",
-		"--address", "127.0.0.1", "--root", b.TempDir(), "--log-level", "warn")
+		"--dns", "127.0.0.1:0", "--address", "127.0.0.1", "--root", b.TempDir(), "--log-level", "warn")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := readAddrs(dir); err == nil {

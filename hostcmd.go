@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/urfave/cli/v2"
 )
@@ -58,14 +59,26 @@ Examples:
 			} else if c.IsSet("address") {
 				return usagef("--address is given when joining (with --join); a joined host keeps the address it joined with")
 			}
+			dnsCfg, err := resolverConfig(c, c.String("dns"))
+			if err != nil {
+				return err
+			}
+			dns, err := resolver.New(dnsCfg, log.With("component", "resolver"))
+			if err != nil {
+				return err
+			}
 			cfg := hostConfig(c)
-			cfg.Dir = dir
+			cfg.Dir, cfg.Names = dir, dns
 			agent, err := host.New(cfg, log.With("component", "host"))
 			if err != nil {
 				return fmt.Errorf("%w (join a mesh first: mesh host --dir %s --join TOKEN)", err, c.String("dir"))
 			}
-			return runParts(c.Context, log, []part{{"host", agent.Run, agent.Ready()}}, func() error {
-				log.Info("host running", "node", agent.Node())
+			parts := []part{{"resolver", dns.Run, dns.Ready()}, {"host", agent.Run, agent.Ready()}}
+			return runParts(c.Context, log, parts, func() error {
+				if err := writeAddrs(c.String("dir"), spec.Addrs{DNS: dns.Addrs()[0]}); err != nil {
+					return err
+				}
+				log.Info("host running", "node", agent.Node(), "dns", dns.Addrs()[0])
 				return nil
 			})
 		},

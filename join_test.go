@@ -74,7 +74,7 @@ func (m *testMesh) metric(t *testing.T, name string) int {
 func join(t *testing.T, token string, extra ...string) (string, *daemon) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "host")
-	return dir, start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms"}, extra...)...)
+	return dir, start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream}, extra...)...)
 }
 
 func heardAfter(t *testing.T, dir, node string, after time.Time) (bool, string) {

@@ -199,7 +199,7 @@ func TestKilledMidApplyConverges(t *testing.T) {
 	t.Logf("killed with %d of 1500 files written, applied_seq %d", len(entries), kept.AppliedSeq)
 
 	// Restarted, it converges on what it kept.
-	start(t, "host", "--dir", hostDir, "--root", rootB, "--heartbeat", "500ms")
+	start(t, "host", "--dir", hostDir, "--root", rootB, "--heartbeat", "500ms", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream)
 	eventually(t, 60*time.Second, "beta converged", func() (bool, string) {
 		entries, _ := os.ReadDir(filepath.Join(rootB, "data"))
 		body, _ := os.ReadFile(statePath)

@@ -23,14 +23,14 @@ ready_ms=() ctl_rss=() host_rss=() join_ms=()
 for i in $(seq 1 "$runs"); do
 	d=$work/m$i
 	t0=$(ms)
-	"$bin" genesis --dir "$d" --mesh bench --node alpha --bus 127.0.0.1:0 --http 127.0.0.1:0 --address 127.0.0.1 --log-level warn 2>"$work/g$i.log" &
+	"$bin" genesis --dir "$d" --mesh bench --node alpha --bus 127.0.0.1:0 --http 127.0.0.1:0 --dns 127.0.0.1:0 --address 127.0.0.1 --log-level warn 2>"$work/g$i.log" &
 	g=$!; pids+=("$g")
 	until [ -s "$d/addrs.json" ] && curl -sf "http://$(json_field "$d/addrs.json" http)/healthz" >/dev/null; do sleep 0.01; done
 	ready_ms+=($(( $(ms) - t0 )))
 
 	tok=$("$bin" token create --dir "$d" beta 2>/dev/null)
 	t1=$(ms)
-	"$bin" host --dir "$work/h$i" --join "$tok" --address 127.0.0.2 --log-level warn 2>"$work/h$i.log" &
+	"$bin" host --dir "$work/h$i" --join "$tok" --address 127.0.0.2 --dns 127.0.0.1:0 --log-level warn 2>"$work/h$i.log" &
 	h=$!; pids+=("$h")
 	until "$bin" node list --dir "$d" --json 2>/dev/null | tr -d ' \n' | grep -q '"name":"beta","address":"127.0.0.2","joined":"[^"]*","last_heard":"'; do sleep 0.01; done
 	join_ms+=($(( $(ms) - t1 )))

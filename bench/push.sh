@@ -14,7 +14,7 @@ json_field() { sed -n "s/.*\"$2\": *\"\([^\"]*\)\".*/\1/p" "$1" | head -1; }
 ns() { date +%s%N; }
 
 mkdir -p "$work/root"
-"$bin" genesis --dir "$work/m" --mesh bench --node alpha --bus 127.0.0.1:0 --http 127.0.0.1:0 \
+"$bin" genesis --dir "$work/m" --mesh bench --node alpha --bus 127.0.0.1:0 --http 127.0.0.1:0 --dns 127.0.0.1:0 \
 	--address 127.0.0.1 --root "$work/root" --log-level warn 2>"$work/g.log" &
 g=$!
 until [ -s "$work/m/addrs.json" ] && curl -sf "http://$(json_field "$work/m/addrs.json" http)/healthz" >/dev/null; do sleep 0.01; done

@@ -36,6 +36,9 @@ type Config struct {
 	// ReconcileEvery is how often the kept declaration is applied again to
 	// correct drift; zero means every 5 minutes.
 	ReconcileEvery time.Duration
+	// Names receives the mesh's names from every declaration kept: the
+	// machine's resolver. Nil: names are kept but served by nothing.
+	Names Names
 }
 
 // Agent is the host's agent.
@@ -174,6 +177,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-time.After(time.Second):
 		}
 	}
+	a.serveNames()
 	close(a.ready)
 	a.log.Info("host ready", "node", a.state.Node, "bus", nc.ConnectedUrl(), "version", version[:12])
 	// What was kept is held again at start: an apply cut short converges.

@@ -97,6 +97,9 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 				continue
 			}
 			a.respond(nc, d.msg, "+ACK")
+			// The names first: they are the mesh's, whatever this node's
+			// resources make of the apply.
+			a.serveNames()
 			a.apply(ctx, nc, d.decl, d.raw, false)
 		}
 	}
@@ -159,6 +162,19 @@ func (a *Agent) handlePreview(nc *nats.Conn, m *nats.Msg) {
 	}
 	a.log.Debug("preview answered", "seq", decl.Seq, "refused", reason)
 	a.report(nc, r)
+}
+
+// serveNames hands the kept declaration's roster to the resolver, whole.
+func (a *Agent) serveNames() {
+	if a.cfg.Names == nil || len(a.state.Declaration) == 0 {
+		return
+	}
+	var decl spec.Declaration
+	if err := spec.Decode(a.state.Declaration, &decl); err != nil {
+		a.log.Error("the kept declaration does not decode; the resolver keeps its names", "err", err)
+		return
+	}
+	a.cfg.Names.SetZone(zoneOf(decl.Roster))
 }
 
 // reconcile applies the kept declaration again, correcting drift.

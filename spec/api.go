@@ -28,7 +28,7 @@ type NodeShowResult struct {
 
 // Addrs is D/addrs.json: the addresses a running mesh actually bound.
 type Addrs struct {
-	Bus  string `json:"bus"`
+	Bus  string `json:"bus,omitempty"` // empty where only a host runs
 	HTTP string `json:"http,omitempty"`
 	DNS  string `json:"dns,omitempty"`
 }

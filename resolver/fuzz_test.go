@@ -1,0 +1,93 @@
+package resolver
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// FuzzHandler feeds arbitrary bytes to the handler as a query: it never
+// panics, an answer unpacks, its ID is the query's, and its size is bounded
+// by what the client takes (512 without EDNS0 over UDP, 4096 at most).
+// Forwarded names go to an upstream the test runs on loopback.
+func FuzzHandler(f *testing.F) {
+	up := startUpstream(f, answerA(60))
+	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Upstreams: []string{up.addr}, Timeout: 200 * time.Millisecond, CacheSize: 1000}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	many := make([]netip.Addr, 300)
+	for i := range many {
+		many[i] = netip.AddrFrom16([16]byte{0xfd, 14: byte(i >> 8), 15: byte(i)})
+	}
+	z := Zone{Names: map[string][]netip.Addr{"many.internal": many}}
+	for n, as := range testZone.Names {
+		z.Names[n] = as
+	}
+	s.SetZone(z)
+
+	for _, seed := range []struct {
+		name  string
+		qtype uint16
+		edns  uint16
+	}{
+		{"alpha.internal.", dns.TypeA, 0},
+		{"many.internal.", dns.TypeAAAA, 0},
+		{"many.internal.", dns.TypeAAAA, 4096},
+		{"missing.internal.", dns.TypeMX, 1232},
+		{"drive.example.org.", dns.TypeANY, 512},
+		{"www.example.com.", dns.TypeA, 0},
+	} {
+		m := new(dns.Msg)
+		m.SetQuestion(seed.name, seed.qtype)
+		if seed.edns > 0 {
+			m.SetEdns0(seed.edns, true)
+		}
+		b, err := m.Pack()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, false)
+		f.Add(b, true)
+	}
+	f.Add([]byte{0, 1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0}, false)
+
+	f.Fuzz(func(t *testing.T, data []byte, tcp bool) {
+		m := new(dns.Msg)
+		if err := m.Unpack(data); err != nil {
+			return
+		}
+		var from net.Addr = udpClient
+		limit := dns.MinMsgSize
+		if tcp {
+			from, limit = tcpClient, dns.MaxMsgSize
+		} else if opt := m.IsEdns0(); opt != nil {
+			limit = min(max(int(opt.UDPSize()), dns.MinMsgSize), maxUDPSize)
+		}
+		w := newFakeWriter(from)
+		s.ServeDNS(w, m)
+		if w.writes == 0 {
+			return
+		}
+		if w.writes > 1 {
+			t.Fatalf("%d answers to one query", w.writes)
+		}
+		if len(w.out) > limit {
+			t.Fatalf("answer is %d bytes, over %d", len(w.out), limit)
+		}
+		r := new(dns.Msg)
+		if err := r.Unpack(w.out); err != nil {
+			t.Fatalf("answer does not unpack: %v\n%x", err, w.out)
+		}
+		if r.Id != m.Id || !r.Response {
+			t.Fatalf("answer ID %d response %v, query ID %d", r.Id, r.Response, m.Id)
+		}
+		if fmt.Sprint(r.Question) != fmt.Sprint(m.Question) && len(r.Question) != 0 {
+			t.Fatalf("answer's question %v, asked %v", r.Question, m.Question)
+		}
+	})
+}
