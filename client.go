@@ -44,15 +44,25 @@ func dialOperatorDir(dir string) (*operator, error) {
 	}
 	pub, _ := key.PublicKey()
 	bus := dialable(addrs.Bus)
-	nc, err := nats.Connect("nats://"+bus,
-		nats.Name("operator"),
-		nats.Nkey(pub, key.Sign),
-		nats.Secure(ca.ClientTLS(root, spec.BusTLSName)),
-		nats.TLSHandshakeFirst(),
-		nats.CustomInboxPrefix(spec.OperatorInbox),
-		nats.Timeout(5*time.Second),
-		nats.NoReconnect(),
-	)
+	connect := func() (*nats.Conn, error) {
+		return nats.Connect("nats://"+bus,
+			nats.Name("operator"),
+			nats.Nkey(pub, key.Sign),
+			nats.Secure(ca.ClientTLS(root, spec.BusTLSName)),
+			nats.TLSHandshakeFirst(),
+			nats.CustomInboxPrefix(spec.OperatorInbox),
+			nats.Timeout(5*time.Second),
+			nats.NoReconnect(),
+		)
+	}
+	nc, err := connect()
+	// The bus closes a connection that arrives while it reloads its users
+	// (every enrolment and token does that); such a refusal is not an
+	// answer, so try again, briefly. A refused credential is an answer.
+	for try := 1; err != nil && try < 4 && !errors.Is(err, nats.ErrAuthorization) && !errors.Is(err, nats.ErrNoServers); try++ {
+		time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+		nc, err = connect()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reach the mesh's bus at %s: %w (is the controller running? mesh controller --dir %s)", bus, err, dir)
 	}

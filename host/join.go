@@ -45,15 +45,26 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	enrolPub, _ := enrolKey.PublicKey()
 
 	var root *x509.Certificate
-	nc, err := nats.Connect(strings.Join(t.Bus, ","),
-		nats.Name("enrol "+t.Node),
-		nats.Nkey(enrolPub, enrolKey.Sign),
-		nats.Secure(ca.PinnedTLS(t.Pin, spec.BusTLSName, func(c *x509.Certificate) { root = c })),
-		nats.TLSHandshakeFirst(),
-		nats.CustomInboxPrefix(spec.EnrolInbox(t.ID)),
-		nats.NoReconnect(),
-		nats.Timeout(10*time.Second),
-	)
+	connect := func() (*nats.Conn, error) {
+		return nats.Connect(strings.Join(t.Bus, ","),
+			nats.Name("enrol "+t.Node),
+			nats.Nkey(enrolPub, enrolKey.Sign),
+			nats.Secure(ca.PinnedTLS(t.Pin, spec.BusTLSName, func(c *x509.Certificate) { root = c })),
+			nats.TLSHandshakeFirst(),
+			nats.CustomInboxPrefix(spec.EnrolInbox(t.ID)),
+			nats.NoReconnect(),
+			nats.Timeout(10*time.Second),
+		)
+	}
+	nc, err := connect()
+	// The bus closes a connection that arrives while it reloads its users;
+	// that is not an answer, so try again, briefly. A refused credential or
+	// a root that does not match the pin is an answer.
+	for try := 1; err != nil && try < 4 && !errors.Is(err, nats.ErrAuthorization) &&
+		!errors.Is(err, nats.ErrNoServers) && !strings.Contains(err.Error(), "pin"); try++ {
+		time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+		nc, err = connect()
+	}
 	if err != nil {
 		return joinConnectError(t, err)
 	}
