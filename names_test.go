@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/miekg/dns"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/miekg/dns"
 )
 
 // ask sends one query to the resolver at addr, over UDP on loopback.

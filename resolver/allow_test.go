@@ -159,6 +159,22 @@ func TestRun(t *testing.T) {
 		}
 	}
 
+	// A wildcard address is served by miekg/dns's UDP server, the same.
+	w, _ := start(t, Config{Listen: []string{"0.0.0.0:0"}, Upstreams: []string{up.addr}}, testZone)
+	wa := w.Addrs()[0]
+	if !strings.HasPrefix(wa, "0.0.0.0:") {
+		t.Fatalf("Addrs %v, want 0.0.0.0:port", w.Addrs())
+	}
+	_, port, _ := net.SplitHostPort(wa)
+	for _, network := range []string{"udp", "tcp"} {
+		if r := ask(t, network, "127.0.0.1:"+port, "alpha.internal.", dns.TypeA, 0); len(r.Answer) != 2 {
+			t.Errorf("%s on %s: answer %v", network, wa, r.Answer)
+		}
+		if r := ask(t, network, "127.0.0.1:"+port, "www.example.com.", dns.TypeA, 0); len(r.Answer) != 1 {
+			t.Errorf("%s on %s: forwarded answer %v", network, wa, r.Answer)
+		}
+	}
+
 	// The UDP port is free but TCP's is taken, then the other way round.
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

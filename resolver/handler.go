@@ -94,17 +94,24 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	lname = appendLower(lname, qr.q.Name)
 
-	z := s.zone.Load()
-	if e := z.names[string(lname)]; e != nil {
-		sec := e.pick(qr.q.Qtype)
-		s.reply(w, &qr, sec.rcode, true, sec, 0)
-		return
-	}
-	if underBytes(lname, s.domain) {
-		s.reply(w, &qr, dns.RcodeNameError, true, z.nx, 0)
+	if sec := s.local(lname, qr.q.Qtype); sec != nil {
+		s.reply(w, &qr, sec.rcode, sec.aa, sec, 0)
 		return
 	}
 	s.forward(w, &qr, lname)
+}
+
+// local is the zone's answer for a name (canonical, in bytes) and type, or
+// nil when the name is not the mesh's to answer.
+func (s *Server) local(lname []byte, qtype uint16) *sections {
+	z := s.zone.Load()
+	if e := z.names[string(lname)]; e != nil {
+		return e.pick(qtype)
+	}
+	if underBytes(lname, s.domain) {
+		return z.nx
+	}
+	return nil
 }
 
 // remote is the address a query came from, and whether over TCP.
@@ -182,36 +189,10 @@ var errQuestionLen = errors.New("question name does not fit the answer's records
 // question as asked (its name's case kept), sec's records with their TTLs
 // counted down, and an OPT when the query had one.
 func build(buf []byte, q *query, rcode int, aa bool, sec *sections, elapsed uint32) ([]byte, error) {
-	need := headerLen + 256 + 4 + optLen
-	if sec != nil {
-		need += len(sec.b)
-	}
-	if cap(buf) < need {
-		buf = make([]byte, need)
-	}
-	buf = buf[:cap(buf)]
+	buf = sized(buf, sec)
 	r := q.r
-
-	flags := uint16(1<<15) | uint16(r.Opcode&0xF)<<11 | uint16(rcode&0xF)
-	if aa {
-		flags |= 1 << 10
-	}
-	if r.RecursionDesired {
-		flags |= 1 << 8
-	}
-	flags |= 1 << 7 // RA: this resolver recurses (through its upstreams)
-	if sec != nil && sec.ad {
-		flags |= 1 << 5
-	}
-	if r.CheckingDisabled {
-		flags |= 1 << 4
-	}
 	binary.BigEndian.PutUint16(buf[0:], r.Id)
-	binary.BigEndian.PutUint16(buf[2:], flags)
-	var an, ns, ar uint16
-	if sec != nil {
-		an, ns, ar = sec.an, sec.ns, sec.ar
-	}
+	binary.BigEndian.PutUint16(buf[2:], answerFlags(r.Opcode, r.RecursionDesired, r.CheckingDisabled, rcode, aa, sec))
 	off := headerLen
 	if q.q.Name != "" {
 		end, err := dns.PackDomainName(q.q.Name, buf, off, nil, false)
@@ -229,7 +210,46 @@ func build(buf []byte, q *query, rcode int, aa bool, sec *sections, elapsed uint
 	} else {
 		binary.BigEndian.PutUint16(buf[4:], 0)
 	}
+	return finish(buf, off, rcode, sec, elapsed, q.edns, q.do), nil
+}
+
+// sized is buf, or a larger one, long enough for any question and sec.
+func sized(buf []byte, sec *sections) []byte {
+	need := headerLen + 256 + 4 + optLen
 	if sec != nil {
+		need += len(sec.b)
+	}
+	if cap(buf) < need {
+		return make([]byte, need)
+	}
+	return buf[:cap(buf)]
+}
+
+// answerFlags are the second 16 bits of an answer's header.
+func answerFlags(opcode int, rd, cd bool, rcode int, aa bool, sec *sections) uint16 {
+	flags := uint16(1<<15) | uint16(opcode&0xF)<<11 | uint16(rcode&0xF)
+	if aa {
+		flags |= 1 << 10
+	}
+	if rd {
+		flags |= 1 << 8
+	}
+	flags |= 1 << 7 // RA: this resolver recurses (through its upstreams)
+	if sec != nil && sec.ad {
+		flags |= 1 << 5
+	}
+	if cd {
+		flags |= 1 << 4
+	}
+	return flags
+}
+
+// finish writes, after the question that ends at off, sec's records with
+// their TTLs counted down by elapsed, an OPT when edns, and the counts.
+func finish(buf []byte, off int, rcode int, sec *sections, elapsed uint32, edns, do bool) []byte {
+	var an, ns, ar uint16
+	if sec != nil {
+		an, ns, ar = sec.an, sec.ns, sec.ar
 		start := off
 		off += copy(buf[off:], sec.b)
 		for _, t := range sec.ttls {
@@ -240,14 +260,14 @@ func build(buf []byte, q *query, rcode int, aa bool, sec *sections, elapsed uint
 			binary.BigEndian.PutUint32(buf[start+t.off:], ttl)
 		}
 	}
-	if q.edns {
+	if edns {
 		buf[off] = 0 // root
 		binary.BigEndian.PutUint16(buf[off+1:], dns.TypeOPT)
 		binary.BigEndian.PutUint16(buf[off+3:], maxUDPSize)
 		buf[off+5] = byte(rcode >> 4) // extended rcode
 		buf[off+6] = 0                // version
 		var ednsFlags uint16
-		if q.do {
+		if do {
 			ednsFlags = 1 << 15
 		}
 		binary.BigEndian.PutUint16(buf[off+7:], ednsFlags)
@@ -258,7 +278,7 @@ func build(buf []byte, q *query, rcode int, aa bool, sec *sections, elapsed uint
 	binary.BigEndian.PutUint16(buf[6:], an)
 	binary.BigEndian.PutUint16(buf[8:], ns)
 	binary.BigEndian.PutUint16(buf[10:], ar)
-	return buf[:off], nil
+	return buf[:off]
 }
 
 // lowerString is s in ASCII lower case (strings.ToLower would also fold

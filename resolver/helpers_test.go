@@ -254,3 +254,7 @@ func askUDPRaw(t testing.TB, addr string, m *dns.Msg) (*dns.Msg, int) {
 	}
 	return r, n
 }
+
+func udpFrom(a netip.Addr) *net.UDPAddr {
+	return net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 40000))
+}

@@ -134,18 +134,21 @@ func TestOtherQueries(t *testing.T) {
 		{"opcode STATUS", func(m *dns.Msg) { m.Opcode = dns.OpcodeStatus }, dns.RcodeNotImplemented},
 		{"AXFR", func(m *dns.Msg) { m.Question[0].Qtype = dns.TypeAXFR }, dns.RcodeRefused},
 		{"EDNS version 1", func(m *dns.Msg) { m.SetEdns0(1232, false); m.IsEdns0().SetVersion(1) }, dns.RcodeBadVers},
+		{"two OPTs", func(m *dns.Msg) { m.SetEdns0(1232, false); m.Extra = append(m.Extra, m.Extra[0]) }, dns.RcodeFormatError},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			m := new(dns.Msg)
 			m.SetQuestion("alpha.internal.", dns.TypeA)
 			tc.edit(m)
-			r := exchange(t, "tcp", addr, m)
-			if r.Rcode != tc.rcode {
-				t.Fatalf("rcode %s, want %s", dns.RcodeToString[r.Rcode], dns.RcodeToString[tc.rcode])
-			}
-			if len(r.Answer) != 0 {
-				t.Errorf("answer %v, want none", r.Answer)
+			for _, network := range []string{"udp", "tcp"} {
+				r := exchange(t, network, addr, m)
+				if r.Rcode != tc.rcode {
+					t.Fatalf("%s: rcode %s, want %s", network, dns.RcodeToString[r.Rcode], dns.RcodeToString[tc.rcode])
+				}
+				if len(r.Answer) != 0 {
+					t.Errorf("%s: answer %v, want none", network, r.Answer)
+				}
 			}
 		})
 	}
@@ -288,5 +291,20 @@ func TestZoneCanonical(t *testing.T) {
 		if !slices.Equal(ss, want[n]) {
 			t.Errorf("%s: %v, want %v", n, ss, want[n])
 		}
+	}
+}
+
+// TestHugeName: a name with more addresses than one message holds keeps as
+// many as fit one (4,078 A records), and answers them whole over TCP.
+func TestHugeName(t *testing.T) {
+	up := startUpstream(t, answerA(300))
+	huge := make([]netip.Addr, 70000)
+	for i := range huge {
+		huge[i] = netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+	}
+	_, addr := start(t, Config{Upstreams: []string{up.addr}}, Zone{Names: map[string][]netip.Addr{"huge.internal": huge}})
+	r := ask(t, "tcp", addr, "huge.internal.", dns.TypeA, 0)
+	if want := maxSections / 16; r.Rcode != dns.RcodeSuccess || r.Truncated || len(r.Answer) != want {
+		t.Fatalf("rcode %s, TC %v, %d records; want %d", dns.RcodeToString[r.Rcode], r.Truncated, len(r.Answer), want)
 	}
 }

@@ -34,8 +34,16 @@
 // ID, or question (name, type, class), differs from the query is dropped and
 // the socket keeps listening for the real one until the attempt's timeout,
 // then the next upstream is tried; when none answers, the client gets
-// SERVFAIL. A truncated upstream answer is asked again over TCP. Identical
-// queries in flight at once are sent upstream once.
+// SERVFAIL. An upstream answering other than NOERROR or NXDOMAIN counts as
+// not answering, and SERVFAIL is never cached. A truncated upstream answer is
+// asked again over TCP. Identical queries in flight at once are sent
+// upstream once.
+//
+// Serving: TCP on every listen address, and UDP on a wildcard one, by
+// miekg/dns's server; UDP on an address with a host by the resolver's own
+// loop, which answers a plain query for the mesh's names, or one the cache
+// holds, from the packet's bytes without allocating, and gives any other to
+// ServeDNS (see udp.go). Both give the same bytes for the same query.
 //
 // The cache holds CacheSize answers, keyed by name, type, class and the DO
 // and CD bits, and evicts with the clock algorithm (a referenced bit set on
@@ -110,6 +118,7 @@ type Zone struct {
 // listeners call and which is usable on its own (a dns.Handler).
 type Server struct {
 	cfg      Config
+	listen   []netip.AddrPort // cfg.Listen, parsed
 	log      *slog.Logger
 	domain   string // canonical: lower case, fully qualified
 	loopback bool
@@ -224,6 +233,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 
 	s := &Server{
 		cfg:      cfg,
+		listen:   listen,
 		log:      log,
 		domain:   domain,
 		loopback: cfg.AllowLoopback == nil || *cfg.AllowLoopback,
@@ -271,7 +281,8 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	var addrs []string
-	for _, a := range s.cfg.Listen {
+	var own []*net.UDPConn
+	for i, a := range s.cfg.Listen {
 		pc, l, err := bind(a)
 		if err != nil {
 			closeAll()
@@ -279,10 +290,16 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		closers = append(closers, func() { pc.Close() }, func() { l.Close() })
 		addrs = append(addrs, pc.LocalAddr().String())
-		servers = append(servers,
-			&dns.Server{PacketConn: pc, Handler: s, UDPSize: maxUDPSize},
-			&dns.Server{Listener: l, Handler: s, ReadTimeout: 5 * time.Second, MaxTCPQueries: -1},
-		)
+		if s.listen[i].Addr().IsUnspecified() {
+			servers = append(servers, &dns.Server{PacketConn: pc, Handler: s, UDPSize: maxUDPSize})
+		} else {
+			own = append(own, pc.(*net.UDPConn))
+		}
+		servers = append(servers, &dns.Server{Listener: l, Handler: s, ReadTimeout: 5 * time.Second, MaxTCPQueries: -1})
+	}
+	var udp sync.WaitGroup
+	for _, pc := range own {
+		s.serveUDP(pc, &udp)
 	}
 
 	started := make(chan struct{}, len(servers))
@@ -302,6 +319,7 @@ func (s *Server) Run(ctx context.Context) error {
 			srv.ShutdownContext(sctx) // errors only when it never started
 		}
 		closeAll()
+		udp.Wait()
 	}
 	for range servers {
 		select {
@@ -339,13 +357,22 @@ func (s *Server) Run(ctx context.Context) error {
 // that is taken has UDP try another port.
 func bind(a string) (net.PacketConn, net.Listener, error) {
 	host, port, _ := net.SplitHostPort(a)
+	// An IPv4 address binds IPv4 only (Go would make 0.0.0.0 a dual-stack
+	// [::]); an empty host binds both.
+	suffix := ""
+	if ip, err := netip.ParseAddr(host); err == nil {
+		suffix = "6"
+		if ip.Is4() {
+			suffix = "4"
+		}
+	}
 	for try := 0; ; try++ {
-		pc, err := net.ListenPacket("udp", a)
+		pc, err := net.ListenPacket("udp"+suffix, a)
 		if err != nil {
 			return nil, nil, fmt.Errorf("bind resolver address %s (udp): %w", a, err)
 		}
 		ta := net.JoinHostPort(host, strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port))
-		l, err := net.Listen("tcp", ta)
+		l, err := net.Listen("tcp"+suffix, ta)
 		if err == nil {
 			return pc, l, nil
 		}

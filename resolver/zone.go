@@ -146,6 +146,7 @@ func parent(name string) string {
 func (s *Server) buildZone(z Zone, serial uint32) *zoneData {
 	ttl := s.cfg.TTL
 	addrs := map[string][]netip.Addr{}
+	seen := map[string]map[netip.Addr]bool{}
 	for n, as := range z.Names {
 		c, err := canonicalName(n)
 		if err != nil {
@@ -154,13 +155,15 @@ func (s *Server) buildZone(z Zone, serial uint32) *zoneData {
 		list := addrs[c]
 		if list == nil {
 			list = []netip.Addr{}
+			seen[c] = map[netip.Addr]bool{}
 		}
 		for _, a := range as {
 			if !a.IsValid() {
 				continue
 			}
 			a = a.Unmap().WithZone("")
-			if !slices.Contains(list, a) {
+			if !seen[c][a] {
+				seen[c][a] = true
 				list = append(list, a)
 			}
 		}
@@ -214,6 +217,10 @@ func (s *Server) buildZone(z Zone, serial uint32) *zoneData {
 	return d
 }
 
+// maxSections bounds a name's records: what fits one message (64 KiB) with
+// its header, question and OPT. Addresses past it are left out.
+const maxSections = dns.MaxMsgSize - headerLen - 256 - 4 - optLen
+
 // addrSections is the answer of A (v4) or AAAA records for as, or nodata
 // when there are none.
 func addrSections(as []netip.Addr, v4 bool, ttl uint32, nodata *sections) *sections {
@@ -229,6 +236,9 @@ func addrSections(as []netip.Addr, v4 bool, ttl uint32, nodata *sections) *secti
 			typ = dns.TypeA
 			r4 := a.As4()
 			rd = r4[:]
+		}
+		if len(b)+2+10+len(rd) > maxSections {
+			break
 		}
 		b = append(b, 0xC0, 0x0C)
 		b = binary.BigEndian.AppendUint16(b, typ)
