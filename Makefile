@@ -2,7 +2,7 @@
 GO        ?= go
 BIN       := bin/mesh
 STATE     ?= $(CURDIR)/mesh-state
-ROOT      ?= $(STATE)/root
+ROOT      ?= $(CURDIR)/mesh-root
 DNS       ?= 127.0.0.1:5353
 MESH      ?= home
 NODE      ?= $(shell hostname -s 2>/dev/null | tr 'A-Z_.' 'a-z--' | cut -c1-63 | grep -E '^[a-z0-9]([a-z0-9-]*[a-z0-9])?$$' || echo node1)
