@@ -77,9 +77,18 @@ func (o *operator) call(verb string, req, res any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s request: %w", verb, err)
 	}
-	msg, err := o.nc.Request(spec.APISubject(verb), body, 15*time.Second)
+	// A push answers once every node was sent its declaration, which on a
+	// large fleet, or against a store that is failing, takes a while.
+	wait := 30 * time.Second
+	if verb == spec.VerbPush || verb == spec.VerbModuleRegister {
+		wait = 2 * time.Minute
+	}
+	msg, err := o.nc.Request(spec.APISubject(verb), body, wait)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("%s: no controller answers on the bus at %s", verb, o.bus)
+	}
+	if errors.Is(err, nats.ErrTimeout) {
+		return fmt.Errorf("%s: the controller did not answer within %s (mesh status, and its log, say what it is doing)", verb, wait)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", verb, err)
