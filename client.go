@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,16 +17,17 @@ import (
 // operator is the CLI's connection to a mesh's controller. The CLI never
 // opens the store: it calls the controller over the bus.
 type operator struct {
+	ctx context.Context // ends on SIGINT or SIGTERM
 	nc  *nats.Conn
 	bus string
 }
 
 func dialOperator(c *cli.Context) (*operator, error) {
-	return dialOperatorDir(c.String("dir"))
+	return dialOperatorDir(c.Context, c.String("dir"))
 }
 
 // dialOperatorDir connects to the controller of the mesh kept in dir.
-func dialOperatorDir(dir string) (*operator, error) {
+func dialOperatorDir(ctx context.Context, dir string) (*operator, error) {
 	addrs, err := readAddrs(dir)
 	if err != nil {
 		return nil, err
@@ -66,7 +68,7 @@ func dialOperatorDir(dir string) (*operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reach the mesh's bus at %s: %w (is the controller running? mesh controller --dir %s)", bus, err, dir)
 	}
-	return &operator{nc: nc, bus: bus}, nil
+	return &operator{ctx: ctx, nc: nc, bus: bus}, nil
 }
 
 func (o *operator) Close() { o.nc.Close() }
@@ -83,7 +85,15 @@ func (o *operator) call(verb string, req, res any) error {
 	if verb == spec.VerbPush || verb == spec.VerbModuleRegister {
 		wait = 2 * time.Minute
 	}
-	msg, err := o.nc.Request(spec.APISubject(verb), body, wait)
+	ctx, cancel := context.WithTimeout(o.ctx, wait)
+	defer cancel()
+	msg, err := o.nc.RequestWithContext(ctx, spec.APISubject(verb), body)
+	if o.ctx.Err() != nil {
+		return fmt.Errorf("%s: interrupted; the controller may still carry it out", verb)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = nats.ErrTimeout
+	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("%s: no controller answers on the bus at %s", verb, o.bus)
 	}

@@ -11,9 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/mesh-fleet/mesh/broker"
@@ -351,10 +349,9 @@ func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, 
 	return runErr
 }
 
-// runParts runs parts in order until SIGINT or SIGTERM.
-func runParts(parent context.Context, log *slog.Logger, parts []part, started func() error) error {
-	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+// runParts runs parts in order until ctx ends (main cancels it on SIGINT
+// or SIGTERM).
+func runParts(ctx context.Context, log *slog.Logger, parts []part, started func() error) error {
 	return runInOrder(ctx, log, parts, started)
 }
 

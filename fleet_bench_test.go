@@ -48,7 +48,7 @@ func benchFleet(b *testing.B, nodes int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	op, err := dialOperatorDir(dir)
+	op, err := dialOperatorDir(context.Background(), dir)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -71,10 +71,23 @@ func (m *testMesh) metric(t *testing.T, name string) int {
 }
 
 // join runs a second host as its own process with its own --dir.
+// It returns once the host runs (its addrs.json is written after every
+// part is ready).
 func join(t *testing.T, token string, extra ...string) (string, *daemon) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "host")
-	return dir, start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream}, extra...)...)
+	d := start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream}, extra...)...)
+	eventually(t, 30*time.Second, "the joined host running", func() (bool, string) {
+		select {
+		case err := <-d.done:
+			d.done <- err
+			t.Fatalf("mesh host exited: %v\n%s", err, d.out.String())
+		default:
+		}
+		_, err := os.Stat(filepath.Join(dir, "addrs.json"))
+		return err == nil, fmt.Sprint(err)
+	})
+	return dir, d
 }
 
 func heardAfter(t *testing.T, dir, node string, after time.Time) (bool, string) {

@@ -4,11 +4,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 )
@@ -30,8 +33,13 @@ const (
 )
 
 func run(args []string, stdout, stderr io.Writer) int {
+	// SIGINT and SIGTERM cancel the command's context from the first
+	// instruction: a signal during a join or a start-up is a clean stop,
+	// never the default abrupt exit.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	app := newApp(stdout, stderr)
-	err := app.Run(args)
+	err := app.RunContext(ctx, args)
 	if err == nil {
 		return exitOK
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -84,7 +85,7 @@ Examples:
 			if !c.Bool("json") {
 				out = c.App.Writer
 			}
-			outcome := waitForReports(out, res, events, c.Duration("wait"), c.Bool("verbose"), c.Bool("dry-run"))
+			outcome := waitForReports(c.Context, out, res, events, c.Duration("wait"), c.Bool("verbose"), c.Bool("dry-run"))
 			if c.Bool("json") {
 				if err := printJSON(c.App.Writer, outcome); err != nil {
 					return err
@@ -103,7 +104,7 @@ Examples:
 
 // waitForReports prints each node's report as it arrives, until every sent
 // node answered or wait passed, then names the silent.
-func waitForReports(w io.Writer, res spec.PushResult, events <-chan *nats.Msg, wait time.Duration, verbose, dryRun bool) pushOutcome {
+func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, events <-chan *nats.Msg, wait time.Duration, verbose, dryRun bool) pushOutcome {
 	outcome := pushOutcome{ID: res.ID, OK: true, Silent: []string{}}
 	pending := map[string]int{}
 	for _, n := range res.Nodes {
@@ -144,6 +145,14 @@ func waitForReports(w io.Writer, res spec.PushResult, events <-chan *nats.Msg, w
 			if !printReport(w, r, verbose) {
 				outcome.OK = false
 			}
+		case <-ctx.Done():
+			for node := range pending {
+				outcome.Silent = append(outcome.Silent, node)
+			}
+			sort.Strings(outcome.Silent)
+			fmt.Fprintf(w, "interrupted; not heard yet from: %s\n", strings.Join(outcome.Silent, ", "))
+			outcome.OK = false
+			return outcome
 		case <-deadline.C:
 			for node := range pending {
 				outcome.Silent = append(outcome.Silent, node)
