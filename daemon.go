@@ -131,7 +131,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			dnsAddr, err := claimPort("--dns", c.String("dns"))
+			dnsAddr, err := claimDNSPort(c.String("dns"))
 			if err != nil {
 				return err
 			}
@@ -220,6 +220,31 @@ func claimPort(flag, addr string) (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// claimDNSPort is claimPort for the resolver, which binds UDP and TCP on one
+// port: a port 0 becomes a port free for both.
+func claimDNSPort(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", usagef("--dns %q: %v (want host:port)", addr, err)
+	}
+	for try := 0; ; try++ {
+		u, err := net.ListenPacket("udp", net.JoinHostPort(host, port))
+		if err != nil {
+			return "", fmt.Errorf("--dns %s cannot be bound: %w (choose another with --dns)", addr, err)
+		}
+		bound := u.LocalAddr().String()
+		t, err := net.Listen("tcp", bound)
+		u.Close()
+		if err == nil {
+			t.Close()
+			return bound, nil
+		}
+		if port != "0" || try == 20 {
+			return "", fmt.Errorf("--dns %s cannot be bound: %w (choose another with --dns)", addr, err)
+		}
+	}
 }
 
 // create writes a new mesh into dir; on failure it removes what it wrote.
