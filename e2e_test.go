@@ -241,6 +241,18 @@ func TestGenesisThenController(t *testing.T) {
 
 	verifyBusChain(t, addrs)
 
+	// mesh ca roots prints what /roots.pem serves.
+	caOut, _, code := runMesh(t, "ca", "roots", "--dir", dir)
+	resp, err := http.Get("http://" + addrs.HTTP + "/roots.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if code != 0 || caOut != string(served) || !strings.HasPrefix(caOut, "-----BEGIN CERTIFICATE-----") {
+		t.Errorf("mesh ca roots: exit %d, %q; /roots.pem %q", code, caOut, served)
+	}
+
 	// The host version is the SHA-256 of the running executable.
 	nodes := nodeList(t, dir)
 	if want := fileDigest(t, meshBin); nodes[0].HostVersion != want {

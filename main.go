@@ -95,6 +95,7 @@ Flags go before arguments: mesh node show --json web1.`,
 			pushCommand(),
 			statusCommand(),
 			auditCommand(),
+			caCommand(),
 		},
 	}
 	for _, c := range app.Commands {

@@ -125,6 +125,10 @@ func (c *Controller) call(ctx context.Context, verb string, data []byte) (any, e
 		return handle(ctx, verb, data, c.status)
 	case spec.VerbAudit:
 		return handle(ctx, verb, data, c.auditLog)
+	case spec.VerbCARoots:
+		return handle(ctx, verb, data, func(context.Context, spec.CARootsRequest) (spec.CARootsResult, error) {
+			return spec.CARootsResult{PEM: string(c.deps.CA.RootsPEM()), Pins: []string{c.deps.CA.Pin()}}, nil
+		})
 	default:
 		return nil, callerError(fmt.Sprintf("unknown verb %q: this controller speaks protocol %d", verb, spec.Protocol))
 	}

@@ -67,7 +67,7 @@ func (c *Controller) redact(ctx context.Context, verb string, data []byte) strin
 			mods = append(mods, m.Name+" "+m.Version)
 		}
 		return out(map[string]any{"modules": mods})
-	case spec.VerbAudit, spec.VerbStatus, spec.VerbNodeList, spec.VerbNodeShow, spec.VerbModuleList, spec.VerbModuleShow,
+	case spec.VerbAudit, spec.VerbCARoots, spec.VerbStatus, spec.VerbNodeList, spec.VerbNodeShow, spec.VerbModuleList, spec.VerbModuleShow,
 		spec.VerbTokenList, spec.VerbTokenCreate, spec.VerbTokenRevoke, spec.VerbNodeRemove, spec.VerbUnassign, spec.VerbPush, spec.VerbHold:
 		return string(data) // nothing secret in these
 	default:

@@ -53,6 +53,13 @@ type (
 		ProtocolKnown bool   `json:"protocol_known"`
 	}
 
+	CARootsRequest struct{}
+	// CARootsResult is the mesh's root certificates, PEM, and their pins.
+	CARootsResult struct {
+		PEM  string   `json:"pem"`
+		Pins []string `json:"pins"`
+	}
+
 	AuditRequest struct {
 		Since time.Time `json:"since"`
 		Limit int       `json:"limit"`

@@ -33,6 +33,7 @@ const (
 	VerbHold           = "node.hold"
 	VerbStatus         = "status"
 	VerbAudit          = "audit"
+	VerbCARoots        = "ca.roots"
 )
 
 // Kinds of message a node publishes under its own subjects.
