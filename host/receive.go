@@ -174,7 +174,11 @@ func (a *Agent) serveNames() {
 		a.log.Error("the kept declaration does not decode; the resolver keeps its names", "err", err)
 		return
 	}
-	a.cfg.Names.SetZone(zoneOf(decl.Roster))
+	z := zoneOf(decl.Roster)
+	if err := z.Validate(); err != nil {
+		a.log.Warn("the roster holds names the resolver cannot serve; it serves the rest", "err", err)
+	}
+	a.cfg.Names.SetZone(z)
 }
 
 // reconcile applies the kept declaration again, correcting drift.

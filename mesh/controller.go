@@ -194,6 +194,7 @@ loop:
 			if err := c.syncUsers(ctx); err != nil {
 				c.log.Error("bus users not refreshed", "err", err)
 			}
+			c.dropExpiredWatchers()
 		}
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)

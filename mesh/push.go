@@ -353,6 +353,27 @@ func (c *Controller) watch(node, pushID, subject string, preview bool) *watcher 
 	return w
 }
 
+// dropExpiredWatchers forgets the pushes still waiting, past their expiry,
+// for nodes that never answered.
+func (c *Controller) dropExpiredWatchers() {
+	now := c.cfg.Now()
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	for node, ws := range c.watchers {
+		keep := ws[:0]
+		for _, w := range ws {
+			if now.Before(w.expires) {
+				keep = append(keep, w)
+			}
+		}
+		if len(keep) == 0 {
+			delete(c.watchers, node)
+		} else {
+			c.watchers[node] = keep
+		}
+	}
+}
+
 func (c *Controller) unwatch(node string, w *watcher) {
 	c.watchMu.Lock()
 	defer c.watchMu.Unlock()

@@ -129,3 +129,21 @@ func TestRemovedNodeLosesItsConsumer(t *testing.T) {
 		t.Fatalf("alpha still in the store: %v", err)
 	}
 }
+
+// TestExpiredWatchersAreDropped: a push waiting for a node that never
+// answers is forgotten once it expires.
+func TestExpiredWatchersAreDropped(t *testing.T) {
+	clk := &clock{now: time.Now()}
+	c, _ := newController(t, clk)
+	c.watch("alpha", "p1", spec.OperatorInbox+".x", false)
+	c.watch("alpha", "p2", spec.OperatorInbox+".y", false)
+	c.dropExpiredWatchers()
+	if len(c.watchers["alpha"]) != 2 {
+		t.Fatalf("dropped live watchers: %d left", len(c.watchers["alpha"]))
+	}
+	clk.Add(2 * time.Hour)
+	c.dropExpiredWatchers()
+	if len(c.watchers) != 0 {
+		t.Fatalf("%d nodes still have expired watchers", len(c.watchers))
+	}
+}
