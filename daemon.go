@@ -111,11 +111,9 @@ Example:
 			if err := spec.CheckName("node", node); err != nil {
 				return usagef("--node: %v", err)
 			}
-			address := c.String("address")
-			if address == "" {
-				address = primaryAddress()
-			} else if net.ParseIP(address) == nil {
-				return usagef("--address %q is not an IP address", address)
+			address, err := addressOf(c)
+			if err != nil {
+				return err
 			}
 			if err := refuseExisting(dir); err != nil {
 				return err
@@ -491,6 +489,18 @@ func reachable(addr string) string {
 		h = primaryAddress()
 	}
 	return net.JoinHostPort(h, p)
+}
+
+// addressOf is --address, checked, or the machine's primary address.
+func addressOf(c *cli.Context) (string, error) {
+	address := c.String("address")
+	if address == "" {
+		return primaryAddress(), nil
+	}
+	if net.ParseIP(address) == nil {
+		return "", usagef("--address %q is not an IP address", address)
+	}
+	return address, nil
 }
 
 // primaryAddress is the machine's first global unicast IPv4 address on an

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
 	"time"
 
@@ -46,11 +45,9 @@ Examples:
 				if err != nil {
 					return err
 				}
-				address := c.String("address")
-				if address == "" {
-					address = primaryAddress()
-				} else if net.ParseIP(address) == nil {
-					return usagef("--address %q is not an IP address", address)
+				address, err := addressOf(c)
+				if err != nil {
+					return err
 				}
 				if err := host.Join(c.Context, host.JoinConfig{Dir: dir, Token: tok, Address: address, Now: time.Now()}); err != nil {
 					return err
