@@ -126,6 +126,12 @@ Example:
 							fmt.Fprintf(tw, "file\t%s\t%04o\t%s\t%s\n", r.File.Path, r.File.Mode, owner(r.File.Owner, r.File.Group), content)
 						case r.Directory != nil:
 							fmt.Fprintf(tw, "directory\t%s\t%04o\t%s\t-\n", r.Directory.Path, r.Directory.Mode, owner(r.Directory.Owner, r.Directory.Group))
+						case r.Container != nil:
+							image := r.Container.Image
+							if a := r.Container.Archive; a != nil {
+								image += fmt.Sprintf(" (archive %d bytes %s)", a.Size, a.Digest[:19])
+							}
+							fmt.Fprintf(tw, "container\t%s\t-\t-\t%s\n", r.Container.Name, image)
 						}
 					}
 					return tw.Flush()
@@ -249,21 +255,25 @@ func readModules(path string) ([]spec.Module, map[string][]byte, error) {
 	return mods, contents, nil
 }
 
-// uploadBlobs sends every content of m that travels as a blob, in chunks.
+// uploadBlobs sends every content of m that travels as a blob (large files
+// and image archives), in chunks.
 func uploadBlobs(op *operator, m spec.Module, contents map[string][]byte) error {
-	for _, r := range m.Resources {
-		if r.File == nil || !r.File.Blob {
-			continue
-		}
-		content, ok := contents[r.File.Digest]
+	blobs := m.Blobs()
+	digests := make([]string, 0, len(blobs))
+	for d := range blobs {
+		digests = append(digests, d)
+	}
+	sort.Strings(digests)
+	for _, digest := range digests {
+		content, ok := contents[digest]
 		if !ok {
-			return fmt.Errorf("module %s, %s: the content was not read", m.Name, r.File.Path)
+			return fmt.Errorf("module %s: the content of blob %s was not read", m.Name, digest)
 		}
 		for off := 0; off < len(content); off += spec.BlobChunk {
 			end := min(off+spec.BlobChunk, len(content))
 			var res spec.BlobPutResult
-			if err := op.call(spec.VerbBlobPut, spec.BlobPutRequest{Digest: r.File.Digest, Size: r.File.Size, Offset: int64(off), Data: content[off:end]}, &res); err != nil {
-				return fmt.Errorf("upload %s of module %s: %w", r.File.Path, m.Name, err)
+			if err := op.call(spec.VerbBlobPut, spec.BlobPutRequest{Digest: digest, Size: blobs[digest], Offset: int64(off), Data: content[off:end]}, &res); err != nil {
+				return fmt.Errorf("upload blob %s of module %s: %w", digest, m.Name, err)
 			}
 			if res.Complete {
 				break

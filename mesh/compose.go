@@ -3,6 +3,7 @@ package mesh
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/mesh-fleet/mesh/spec"
@@ -43,9 +44,12 @@ func (e *SettingError) Is(target error) bool { return target == ErrNodeOwn }
 
 // NodeInput is everything composing one node reads.
 type NodeInput struct {
-	Node     string
-	Address  string
-	Assigned []Assigned
+	Node    string
+	Address string
+	// Capabilities are what the node's host last reported it can hold
+	// (spec.CapContainers); nil when it has reported none.
+	Capabilities []string
+	Assigned     []Assigned
 }
 
 // Assigned is one module assigned to the node, with its settings.
@@ -71,6 +75,7 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 		return &ComposeError{Node: in.Node, Reason: fmt.Sprintf(format, args...)}
 	}
 	pathOwner := map[string]string{}
+	hasNetwork := false // the node's own network, declared with its first container
 	routeOwner := map[string]string{}
 	for _, a := range in.Assigned {
 		m, ok := modules[a.Module]
@@ -83,15 +88,29 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 		}
 		values["node"], values["version"] = in.Node, m.Version
 		for _, r := range m.Resources {
+			if r.Kind == spec.KindContainer && !slices.Contains(in.Capabilities, spec.CapContainers) {
+				return Plan{}, own("module %q declares container %q, but the node has no container engine: its host does not report the %q capability (is Docker running there?)",
+					m.Name, r.Target(), spec.CapContainers)
+			}
 			filled, err := fillResource(r, values)
 			if err != nil {
 				return Plan{}, own("module %q, resource %s: %v", m.Name, r.Name, err)
 			}
-			if prev, taken := pathOwner[filled.Target()]; taken {
-				return Plan{}, own("modules %q and %q both declare %s", prev, m.Name, filled.Target())
+			key, what := filled.Target(), filled.Target()
+			if filled.Kind == spec.KindContainer {
+				key, what = "container "+key, "container "+what
 			}
-			pathOwner[filled.Target()] = m.Name
+			if prev, taken := pathOwner[key]; taken {
+				return Plan{}, own("modules %q and %q both declare %s", prev, m.Name, what)
+			}
+			pathOwner[key] = m.Name
 			plan.Resources = append(plan.Resources, filled)
+			if filled.Kind == spec.KindContainer && !hasNetwork {
+				hasNetwork = true
+				name := spec.NetworkName(in.Node)
+				plan.Resources = append(plan.Resources, spec.Resource{Name: spec.ResourceName(spec.NetworkModule, spec.KindNetwork, name),
+					Kind: spec.KindNetwork, Module: spec.NetworkModule, Network: &spec.NetworkSpec{Name: name}})
+			}
 		}
 		for _, rt := range m.Routes {
 			names := []string{spec.RouteName(rt.Name, in.Node)}
@@ -155,6 +174,38 @@ func settingValues(node string, m spec.Module, given map[string]string) (map[str
 	return values, nil
 }
 
+// fillAll fills each of ss; nil stays nil.
+func fillAll(ss []string, fill func(string) (string, error)) ([]string, error) {
+	if ss == nil {
+		return nil, nil
+	}
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		v, err := fill(s)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// fillValues fills each value of m; nil stays nil.
+func fillValues(m map[string]string, fill func(string) (string, error)) (map[string]string, error) {
+	if m == nil {
+		return nil, nil
+	}
+	out := make(map[string]string, len(m))
+	for k, s := range m {
+		v, err := fill(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
 // fillResource fills the references in r's strings, and names and digests
 // it anew.
 func fillResource(r spec.Resource, values map[string]string) (spec.Resource, error) {
@@ -193,6 +244,34 @@ func fillResource(r spec.Resource, values map[string]string) (spec.Resource, err
 			return r, err
 		}
 		r.Directory = &d
+	case r.Container != nil:
+		c := *r.Container
+		if c.Image, err = fill(c.Image); err != nil {
+			return r, err
+		}
+		if c.Command, err = fillAll(c.Command, fill); err != nil {
+			return r, err
+		}
+		if c.Env, err = fillValues(c.Env, fill); err != nil {
+			return r, err
+		}
+		if c.Labels, err = fillValues(c.Labels, fill); err != nil {
+			return r, err
+		}
+		mounts := make([]spec.MountSpec, len(c.Mounts))
+		for i, m := range c.Mounts {
+			if m.Source, err = fill(m.Source); err != nil {
+				return r, err
+			}
+			if m.Target, err = fill(m.Target); err != nil {
+				return r, err
+			}
+			mounts[i] = m
+		}
+		if c.Mounts != nil {
+			c.Mounts = mounts
+		}
+		r.Container = &c
 	}
 	r.Name = spec.ResourceName(r.Module, r.Kind, r.Target())
 	if err := r.Check(); err != nil {

@@ -89,11 +89,13 @@ type goldenOutcome struct {
 }
 
 type goldenResource struct {
-	Name    string `json:"name"`
-	Mode    string `json:"mode"`
-	Owner   string `json:"owner,omitempty"`
-	Group   string `json:"group,omitempty"`
-	Content string `json:"content,omitempty"`
+	Name      string              `json:"name"`
+	Mode      string              `json:"mode,omitempty"`
+	Owner     string              `json:"owner,omitempty"`
+	Group     string              `json:"group,omitempty"`
+	Content   string              `json:"content,omitempty"`
+	Network   *spec.NetworkSpec   `json:"network,omitempty"`
+	Container *spec.ContainerSpec `json:"container,omitempty"`
 }
 
 func composeAll(nodes []NodeInput, modules map[string]spec.Module) map[string]goldenOutcome {
@@ -127,6 +129,13 @@ func composeAll(nodes []NodeInput, modules map[string]spec.Module) map[string]go
 				}
 			case r.Directory != nil:
 				g.Mode, g.Owner, g.Group = fmt.Sprintf("%04o", r.Directory.Mode), r.Directory.Owner, r.Directory.Group
+			case r.Network != nil:
+				g.Network = r.Network
+			case r.Container != nil:
+				g.Container = r.Container
+			}
+			if err := r.Check(); err != nil {
+				g.Content += " (DOES NOT CHECK: " + err.Error() + ")"
 			}
 			o.Resources = append(o.Resources, g)
 		}

@@ -65,6 +65,9 @@ func (c *Controller) gather(ctx context.Context) (gathered, error) {
 			return gathered{}, fmt.Errorf("compose node %q: %w", n.Name, err)
 		}
 		in := NodeInput{Node: n.Name, Address: n.Address}
+		if n.Facts != nil {
+			in.Capabilities = n.Facts.Capabilities
+		}
 		for _, a := range as {
 			in.Assigned = append(in.Assigned, Assigned{Module: a.Module, Settings: a.Settings})
 		}

@@ -63,6 +63,8 @@ type Resource struct {
 	Module    string         `json:"module"`
 	File      *FileSpec      `json:"file,omitempty"`
 	Directory *DirectorySpec `json:"directory,omitempty"`
+	Network   *NetworkSpec   `json:"network,omitempty"`
+	Container *ContainerSpec `json:"container,omitempty"`
 }
 
 // FileSpec is a file: its content inline (Content) or as a blob (Blob), and
@@ -114,8 +116,23 @@ func (r Resource) Target() string {
 		return r.File.Path
 	case r.Directory != nil:
 		return r.Directory.Path
+	case r.Network != nil:
+		return r.Network.Name
+	case r.Container != nil:
+		return r.Container.Name
 	}
 	return ""
+}
+
+// specs counts the kind specs r carries; a well-formed resource has one.
+func (r Resource) specs() int {
+	n := 0
+	for _, set := range []bool{r.File != nil, r.Directory != nil, r.Network != nil, r.Container != nil} {
+		if set {
+			n++
+		}
+	}
+	return n
 }
 
 // Digest is the resource's identity: the SHA-256 of its declared spec. Two
@@ -155,7 +172,7 @@ func CheckPath(p string) error {
 func (r Resource) Check() error {
 	switch r.Kind {
 	case KindFile:
-		if r.File == nil || r.Directory != nil {
+		if r.File == nil || r.specs() != 1 {
 			return fmt.Errorf("resource %q: kind file needs exactly a file spec", r.Name)
 		}
 		if err := CheckPath(r.File.Path); err != nil {
@@ -171,10 +188,24 @@ func (r Resource) Check() error {
 			return fmt.Errorf("resource %q: inline content does not match its size and digest", r.Name)
 		}
 	case KindDirectory:
-		if r.Directory == nil || r.File != nil {
+		if r.Directory == nil || r.specs() != 1 {
 			return fmt.Errorf("resource %q: kind directory needs exactly a directory spec", r.Name)
 		}
 		if err := CheckPath(r.Directory.Path); err != nil {
+			return fmt.Errorf("resource %q: %w", r.Name, err)
+		}
+	case KindNetwork:
+		if r.Network == nil || r.specs() != 1 {
+			return fmt.Errorf("resource %q: kind network needs exactly a network spec", r.Name)
+		}
+		if err := r.Network.Check(); err != nil {
+			return fmt.Errorf("resource %q: %w", r.Name, err)
+		}
+	case KindContainer:
+		if r.Container == nil || r.specs() != 1 {
+			return fmt.Errorf("resource %q: kind container needs exactly a container spec", r.Name)
+		}
+		if err := r.Container.Check(); err != nil {
 			return fmt.Errorf("resource %q: %w", r.Name, err)
 		}
 	default:
@@ -221,6 +252,9 @@ type ResourceResult struct {
 	Kind    string `json:"kind"`
 	Outcome string `json:"outcome"`
 	Error   string `json:"error,omitempty"`
+	// Note says more of a change: a container started again at reconcile,
+	// and why it had stopped.
+	Note string `json:"note,omitempty"`
 }
 
 // BlobRequest asks the controller for one chunk of a blob the node's

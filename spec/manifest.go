@@ -24,6 +24,29 @@ type Manifest struct {
 type ManifestResource struct {
 	File      *ManifestFileSpec      `json:"file,omitempty"`
 	Directory *ManifestDirectorySpec `json:"directory,omitempty"`
+	Container *ManifestContainerSpec `json:"container,omitempty"`
+}
+
+// ManifestContainerSpec is a container in a manifest: a ContainerSpec whose
+// Archive, if any, is a file beside the manifest (an image archive made by
+// docker save). Settings may fill its image, command, environment, mounts
+// and labels.
+type ManifestContainerSpec struct {
+	Name    string            `json:"name"`
+	Image   string            `json:"image"`
+	Archive string            `json:"archive,omitempty"`
+	Command []string          `json:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Ports   []PortSpec        `json:"ports,omitempty"`
+	Mounts  []MountSpec       `json:"mounts,omitempty"`
+	Restart string            `json:"restart,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+}
+
+// spec is the container as declared, without its archive.
+func (c ManifestContainerSpec) spec() ContainerSpec {
+	return ContainerSpec{Name: c.Name, Image: c.Image, Command: c.Command, Env: c.Env,
+		Ports: c.Ports, Mounts: c.Mounts, Restart: c.Restart, Labels: c.Labels}
 }
 
 // ManifestFileSpec is a file in a manifest: its content inline, or Source, a
@@ -65,6 +88,12 @@ func (m Module) Setting(name string) (Setting, bool) {
 		}
 	}
 	return Setting{}, false
+}
+
+// cleanSource says whether s is a clean relative path inside a module's
+// directory.
+func cleanSource(s string) bool {
+	return s != "" && !path.IsAbs(s) && path.Clean(s) == s && s != ".." && !strings.HasPrefix(s, "../")
 }
 
 // checkReferences refuses a ${name} that names neither a setting of the
@@ -131,7 +160,7 @@ func ParseManifest(data []byte) (Manifest, error) {
 		}
 		var p string
 		switch {
-		case r.File != nil && r.Directory == nil:
+		case r.File != nil && r.Directory == nil && r.Container == nil:
 			field += ".file"
 			p = r.File.Path
 			hasContent, hasSource := r.File.Content != nil, r.File.Source != ""
@@ -143,11 +172,25 @@ func ParseManifest(data []byte) (Manifest, error) {
 					return Manifest{}, fmt.Errorf("%s.source: %q must be a clean path inside the module's directory", field, s)
 				}
 			}
-		case r.Directory != nil && r.File == nil:
+		case r.Directory != nil && r.File == nil && r.Container == nil:
 			field += ".directory"
 			p = r.Directory.Path
+		case r.Container != nil && r.File == nil && r.Directory == nil:
+			field += ".container"
+			c := r.Container
+			if src := c.Archive; src != "" && !cleanSource(src) {
+				return Manifest{}, fmt.Errorf("%s.archive: %q must be a clean path inside the module's directory", field, src)
+			}
+			if err := c.spec().checkUnfilled(); err != nil {
+				return Manifest{}, fmt.Errorf("%s: %w", field, err)
+			}
+			if prev, dup := seen["container "+c.Name]; dup {
+				return Manifest{}, fmt.Errorf("%s.name: container %q is also declared by %s", field, c.Name, prev)
+			}
+			seen["container "+c.Name] = field
+			continue
 		default:
-			return Manifest{}, fmt.Errorf("%s: give exactly one of file and directory", field)
+			return Manifest{}, fmt.Errorf("%s: give exactly one of file, directory and container", field)
 		}
 		if err := CheckPath(p); err != nil {
 			return Manifest{}, fmt.Errorf("%s.path: %w", field, err)
@@ -170,6 +213,22 @@ func checkResourceReferences(field string, r ManifestResource, settings []Settin
 		}
 	case r.Directory != nil:
 		fields = map[string]string{".directory.path": r.Directory.Path, ".directory.owner": r.Directory.Owner, ".directory.group": r.Directory.Group}
+	case r.Container != nil:
+		c := r.Container
+		fields = map[string]string{".container.image": c.Image}
+		for i, a := range c.Command {
+			fields[fmt.Sprintf(".container.command[%d]", i)] = a
+		}
+		for k, v := range c.Env {
+			fields[fmt.Sprintf(".container.env[%q]", k)] = v
+		}
+		for i, m := range c.Mounts {
+			fields[fmt.Sprintf(".container.mounts[%d].source", i)] = m.Source
+			fields[fmt.Sprintf(".container.mounts[%d].target", i)] = m.Target
+		}
+		for k, v := range c.Labels {
+			fields[fmt.Sprintf(".container.labels[%q]", k)] = v
+		}
 	}
 	for f, v := range fields {
 		if err := checkReferences(field+f, v, settings); err != nil {
@@ -214,6 +273,19 @@ func (m Manifest) Resolve(read func(source string) ([]byte, error)) (Module, err
 				spec.Mode = *d.Mode
 			}
 			mod.Resources = append(mod.Resources, Resource{Name: ResourceName(m.Name, KindDirectory, d.Path), Kind: KindDirectory, Module: m.Name, Directory: spec})
+		case r.Container != nil:
+			c := r.Container.spec()
+			if src := r.Container.Archive; src != "" {
+				b, err := read(src)
+				if err != nil {
+					return Module{}, fmt.Errorf("resources[%d].container.archive: %w", i, err)
+				}
+				if len(b) == 0 {
+					return Module{}, fmt.Errorf("resources[%d].container.archive: %s is empty", i, src)
+				}
+				c.Archive = &ImageArchive{Size: int64(len(b)), Digest: ContentDigest(b)}
+			}
+			mod.Resources = append(mod.Resources, Resource{Name: ResourceName(m.Name, KindContainer, c.Name), Kind: KindContainer, Module: m.Name, Container: &c})
 		}
 	}
 	return mod, nil
@@ -260,6 +332,9 @@ func (m Module) Blobs() map[string]int64 {
 	for _, r := range m.Resources {
 		if r.File != nil && r.File.Blob {
 			b[r.File.Digest] = r.File.Size
+		}
+		if r.Container != nil && r.Container.Archive != nil {
+			b[r.Container.Archive.Digest] = r.Container.Archive.Size
 		}
 	}
 	return b

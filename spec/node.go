@@ -33,6 +33,13 @@ type Facts struct {
 	Virtual      string    `json:"virtual"` // "physical", or the hypervisor or container kind
 	UptimeSecond int64     `json:"uptime_seconds"`
 	Hostname     string    `json:"hostname"`
+	// Capabilities are what the host can hold besides files and
+	// directories: CapContainers while a container engine answers.
+	Capabilities []string `json:"capabilities"`
+	// Engine is the container engine's version and API ("20.10.24, API
+	// 1.41"), and Subnet the node's container network; empty without one.
+	Engine string `json:"engine,omitempty"`
+	Subnet string `json:"subnet,omitempty"`
 	Errors       []string  `json:"errors,omitempty"`
 }
 
