@@ -8,7 +8,7 @@ MESH      ?= home
 NODE      ?= $(shell hostname -s 2>/dev/null | tr 'A-Z_.' 'a-z--' | cut -c1-63 | grep -E '^[a-z0-9]([a-z0-9-]*[a-z0-9])?$$' || echo node1)
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: build run test check bench tidy-check clean
+.PHONY: build run test check bench tidy-check clean example-images
 
 build: ## a static bin/mesh
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN) .
@@ -42,6 +42,26 @@ tidy-check:
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	bench/figures.sh 3
+
+# The container examples' images, FROM scratch around the machine's static
+# busybox (no registry needed), saved beside each module.json as the archive
+# it names. The classic builder (DOCKER_BUILDKIT=0) needs no buildx; the
+# context is a temporary directory so no busybox binary lands in the tree.
+DOCKER        ?= docker
+BUSYBOX       ?= /bin/busybox
+EXAMPLE_IMAGES := web client
+
+example-images: ## examples/web/web.tar and examples/client/client.tar
+	@test -x $(BUSYBOX) || { echo "$(BUSYBOX) is missing: install busybox-static"; exit 1; }
+	@set -e; ctx=$$(mktemp -d); trap 'rm -rf "$$ctx"' EXIT; \
+	for ex in $(EXAMPLE_IMAGES); do \
+		rm -rf "$$ctx"/*; \
+		cp examples/$$ex/Dockerfile $(BUSYBOX) "$$ctx"/; \
+		echo "build mesh-example/$$ex:1"; \
+		DOCKER_BUILDKIT=0 $(DOCKER) build -q -t mesh-example/$$ex:1 "$$ctx" >/dev/null; \
+		$(DOCKER) save -o examples/$$ex/$$ex.tar mesh-example/$$ex:1; \
+		echo "saved examples/$$ex/$$ex.tar"; \
+	done
 
 clean:
 	rm -rf bin

@@ -42,11 +42,25 @@ func hostFlags() []cli.Flag {
 		&cli.StringFlag{Name: "root", Value: "/", Usage: "where declared paths resolve (a directory, for trying mesh out without touching the machine)"},
 		&cli.DurationFlag{Name: "reconcile", Value: 5 * time.Minute, Usage: "how often the host applies what it keeps again, correcting drift"},
 		&cli.DurationFlag{Name: "heartbeat", Value: 10 * time.Second, Usage: "how often the host reports that it is alive"},
+		&cli.StringFlag{Name: "docker", Usage: "the container engine's API, unix:///path or tcp://host:port (default: DOCKER_HOST, else /var/run/docker.sock); none: this host runs no containers"},
+		&cli.StringFlag{Name: "subnet", Value: host.DefaultSubnet.String(), Usage: "the node's container network mesh-NODE, IPv4 CIDR; its first address is the gateway, where the resolver also listens (port 53)"},
 	}
 }
 
-func hostConfig(c *cli.Context) host.Config {
-	return host.Config{Root: c.String("root"), ReconcileEvery: c.Duration("reconcile"), HeartbeatEvery: c.Duration("heartbeat")}
+// hostConfig is the host as the flags say.
+func hostConfig(c *cli.Context) (host.Config, error) {
+	cfg := host.Config{Root: c.String("root"), ReconcileEvery: c.Duration("reconcile"), HeartbeatEvery: c.Duration("heartbeat")}
+	subnet, err := netip.ParsePrefix(c.String("subnet"))
+	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 29 || subnet.Masked() != subnet {
+		return cfg, usagef("--subnet %q is not an IPv4 network of /29 or larger in CIDR form (10.213.0.0/24)", c.String("subnet"))
+	}
+	cfg.Subnet = subnet
+	if endpoint := c.String("docker"); endpoint != "none" {
+		if cfg.Docker, err = host.NewDocker(endpoint); err != nil {
+			return cfg, usagef("--docker: %v", err)
+		}
+	}
+	return cfg, nil
 }
 
 // resolverConfig is the machine's resolver as the flags say; listen is the
@@ -137,10 +151,14 @@ Example:
 			if err != nil {
 				return err
 			}
+			hostCfg, err := hostConfig(c)
+			if err != nil {
+				return err
+			}
 			if err := create(c.Context, dir, meshName, node, address, busAddr); err != nil {
 				return err
 			}
-			return serve(c.Context, log, dir, spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}, hostConfig(c), dnsCfg)
+			return serve(c.Context, log, dir, spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}, hostCfg, dnsCfg)
 		},
 	}
 }
@@ -183,7 +201,11 @@ Example:
 			if err != nil {
 				return err
 			}
-			return serve(c.Context, log, dir, addrs, hostConfig(c), dnsCfg)
+			hostCfg, err := hostConfig(c)
+			if err != nil {
+				return err
+			}
+			return serve(c.Context, log, dir, addrs, hostCfg, dnsCfg)
 		},
 	}
 }
@@ -282,6 +304,7 @@ func create(ctx context.Context, dir, meshName, node, address, busAddr string) (
 	return host.Init(filepath.Join(dir, hostDir), host.State{
 		Mesh:    meshName,
 		Node:    node,
+		Address: address,
 		Bus:     []string{"nats://" + dialable(busAddr)},
 		CAPin:   ca.Pin(g.Root),
 		CARoot:  root,

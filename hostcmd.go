@@ -39,6 +39,15 @@ Examples:
 			if err != nil {
 				return err
 			}
+			// Every flag is checked before a join, so a bad one changes nothing.
+			dnsCfg, err := resolverConfig(c, c.String("dns"))
+			if err != nil {
+				return err
+			}
+			cfg, err := hostConfig(c)
+			if err != nil {
+				return err
+			}
 			dir := filepath.Join(c.String("dir"), hostDir)
 			if raw := c.String("join"); raw != "" {
 				tok, err := spec.ParseToken(raw)
@@ -56,15 +65,10 @@ Examples:
 			} else if c.IsSet("address") {
 				return usagef("--address is given when joining (with --join); a joined host keeps the address it joined with")
 			}
-			dnsCfg, err := resolverConfig(c, c.String("dns"))
-			if err != nil {
-				return err
-			}
 			dns, err := resolver.New(dnsCfg, log.With("component", "resolver"))
 			if err != nil {
 				return err
 			}
-			cfg := hostConfig(c)
 			cfg.Dir, cfg.Names = dir, dns
 			agent, err := host.New(cfg, log.With("component", "host"))
 			if err != nil {

@@ -21,22 +21,24 @@ func moduleCommand() *cli.Command {
 			{
 				Name:      "register",
 				Usage:     "register a module (a directory with module.json) or every module of a catalogue",
-				ArgsUsage: "PATH",
-				Description: `PATH is a module's directory (holding module.json), a module.json file, or a
-catalogue: a directory whose subdirectories are modules. Every manifest is
-read and checked first; if any is bad, nothing is registered. Registering a
-module again replaces its earlier version. docs/modules.md describes the
-manifest.
+				ArgsUsage: "PATH...",
+				Description: `Each PATH is a module's directory (holding module.json), a module.json file,
+or a catalogue: a directory whose subdirectories are modules. Every manifest
+is read and checked first; if any is bad, nothing is registered. Registering
+a module again replaces its earlier version. docs/modules.md describes the
+manifest. A container's image archive must be there when it is registered:
+make example-images builds those of examples/web and examples/client.
 
 Example:
    mesh module register examples/motd
+   mesh module register examples/motd examples/webroot
    mesh module register examples`,
 				Flags: []cli.Flag{dirFlag(), jsonFlag()},
 				Action: func(c *cli.Context) error {
-					if err := wantArgs(c, 1, "one argument, the module's or catalogue's path"); err != nil {
-						return err
+					if c.NArg() == 0 {
+						return usagef("give the path of a module or a catalogue (mesh module register examples/motd)")
 					}
-					mods, contents, err := readModules(c.Args().First())
+					mods, contents, err := readModules(c.Args().Slice()...)
 					if err != nil {
 						return err
 					}
@@ -199,29 +201,17 @@ Example:
 	}
 }
 
-// readModules reads and checks every manifest under path, resolving
+// readModules reads and checks every manifest under paths, resolving
 // sources; any bad one fails the whole read, naming the file and field. It
 // also returns every source's bytes by digest, for the blob uploads.
-func readModules(path string) ([]spec.Module, map[string][]byte, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", path, err)
-	}
+func readModules(paths ...string) ([]spec.Module, map[string][]byte, error) {
 	var manifests []string
-	switch {
-	case !info.IsDir():
-		manifests = []string{path}
-	default:
-		if _, err := os.Stat(filepath.Join(path, spec.ManifestFile)); err == nil {
-			manifests = []string{filepath.Join(path, spec.ManifestFile)}
-		} else {
-			found, _ := filepath.Glob(filepath.Join(path, "*", spec.ManifestFile))
-			sort.Strings(found)
-			manifests = found
+	for _, path := range paths {
+		found, err := manifestsOf(path)
+		if err != nil {
+			return nil, nil, err
 		}
-	}
-	if len(manifests) == 0 {
-		return nil, nil, fmt.Errorf("%s holds no %s, and no subdirectory does: give a module's directory or a catalogue", path, spec.ManifestFile)
+		manifests = append(manifests, found...)
 	}
 	var mods []spec.Module
 	contents := map[string][]byte{}
@@ -253,6 +243,27 @@ func readModules(path string) ([]spec.Module, map[string][]byte, error) {
 		mods = append(mods, mod)
 	}
 	return mods, contents, nil
+}
+
+// manifestsOf is the manifest at path: the file itself, the module.json of
+// a module's directory, or those of a catalogue's subdirectories.
+func manifestsOf(path string) ([]string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	if _, err := os.Stat(filepath.Join(path, spec.ManifestFile)); err == nil {
+		return []string{filepath.Join(path, spec.ManifestFile)}, nil
+	}
+	found, _ := filepath.Glob(filepath.Join(path, "*", spec.ManifestFile))
+	if len(found) == 0 {
+		return nil, fmt.Errorf("%s holds no %s, and no subdirectory does: give a module's directory or a catalogue", path, spec.ManifestFile)
+	}
+	sort.Strings(found)
+	return found, nil
 }
 
 // uploadBlobs sends every content of m that travels as a blob (large files

@@ -60,7 +60,7 @@ func TestPushApplyAndRemove(t *testing.T) {
 	os.WriteFile(filepath.Join(bigDir, "big.bin"), big, 0o644)
 	os.WriteFile(filepath.Join(bigDir, "module.json"), []byte(`{"name":"big","version":"1","resources":[{"file":{"path":"/opt/big.bin","source":"big.bin","mode":"0600"}}]}`), 0o644)
 
-	mustRun(t, "module", "register", "--dir", m.dir, "examples")
+	mustRun(t, "module", "register", "--dir", m.dir, "examples/motd", "examples/webroot", "examples/hello")
 	mustRun(t, "module", "register", "--dir", m.dir, bigDir)
 	mustRun(t, "assign", "--dir", m.dir, "motd", "alpha")
 	mustRun(t, "assign", "--dir", m.dir, "webroot", "beta")
@@ -220,7 +220,7 @@ func TestDryRunMatchesPush(t *testing.T) {
 	m := newMesh(t, "--root", rootA)
 	_, _ = join(t, m.token(t, "beta"), "--root", rootB)
 	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
-	mustRun(t, "module", "register", "--dir", m.dir, "examples")
+	mustRun(t, "module", "register", "--dir", m.dir, "examples/motd", "examples/webroot", "examples/hello")
 	mustRun(t, "assign", "--dir", m.dir, "motd", "alpha")
 	mustRun(t, "assign", "--dir", m.dir, "webroot", "beta")
 	mustRun(t, "assign", "--dir", m.dir, "motd", "beta")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -39,6 +40,11 @@ type Config struct {
 	// Names receives the mesh's names from every declaration kept: the
 	// machine's resolver. Nil: names are kept but served by nothing.
 	Names Names
+	// Docker is the container engine; nil: container and network resources
+	// fail, and the host does not report the containers capability.
+	Docker *Docker
+	// Subnet is the node's container network; zero means DefaultSubnet.
+	Subnet netip.Prefix
 }
 
 // Agent is the host's agent.
@@ -50,6 +56,9 @@ type Agent struct {
 	state  State
 	key    nkeys.KeyPair
 	engine *Engine
+	// engineUp is whether the container engine answered when the facts
+	// were last sent.
+	engineUp bool
 	// lastFailures are the failures of the last apply, so a reconcile pass
 	// that fails the same way again says nothing new.
 	lastFailures string
@@ -79,6 +88,12 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	if cfg.Root == "" {
 		cfg.Root = "/"
+	}
+	if !cfg.Subnet.IsValid() {
+		cfg.Subnet = DefaultSubnet
+	}
+	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 29 {
+		return nil, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", cfg.Subnet)
 	}
 	return &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key}, nil
 }
@@ -125,6 +140,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer nc.Close()
 	a.engine = NewEngine(a.cfg.Root, busBlobs{nc: nc, node: a.state.Node})
+	a.engine.Containers(a.cfg.Docker, a.state.Node, a.state.Address, a.cfg.Subnet, a.attach)
 
 	deliveries := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(spec.DeliverySubject(a.state.Node), deliveries)
@@ -149,6 +165,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	sendFacts := func() {
 		f := GatherFacts()
 		f.Node, f.Time = a.state.Node, time.Now().UTC()
+		a.engineFacts(ctx, &f)
 		if err := publish(nc, spec.NodeSubject(a.state.Node, spec.KindFacts), f); err != nil {
 			a.log.Warn("facts not sent", "err", err)
 		}
@@ -191,6 +208,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			if err := sendHeartbeat(); err != nil && !errors.Is(err, nats.ErrConnectionReconnecting) {
 				a.log.Warn("heartbeat not sent", "err", err)
 			}
+			if a.engineChanged(ctx) {
+				sendFacts()
+			}
 		case <-facts.C:
 			sendFacts()
 		case <-reconcile.C:
@@ -202,6 +222,45 @@ func (a *Agent) Run(ctx context.Context) error {
 			sendHeartbeat()
 		}
 	}
+}
+
+// engineFacts adds the container engine to f: the containers capability
+// only while the engine answers.
+func (a *Agent) engineFacts(ctx context.Context, f *spec.Facts) {
+	f.Capabilities = []string{}
+	if a.cfg.Docker == nil {
+		return
+	}
+	v, err := a.cfg.Docker.Version(ctx)
+	a.engineUp = err == nil
+	if err != nil {
+		f.Errors = append(f.Errors, "container engine: "+err.Error())
+		return
+	}
+	f.Capabilities = append(f.Capabilities, spec.CapContainers)
+	f.Engine, f.Subnet = v, a.cfg.Subnet.Masked().String()
+}
+
+// engineChanged says whether the engine started or stopped answering since
+// the facts last sent said, so that they are sent again at once.
+func (a *Agent) engineChanged(ctx context.Context) bool {
+	if a.cfg.Docker == nil {
+		return false
+	}
+	_, err := a.cfg.Docker.Version(ctx)
+	if up := err == nil; up != a.engineUp {
+		a.log.Info("container engine "+map[bool]string{true: "answers", false: "stopped answering"}[up], "engine", a.cfg.Docker.Endpoint())
+		return true
+	}
+	return false
+}
+
+// attach has the machine's resolver serve the container network's gateway.
+func (a *Agent) attach(gateway netip.Addr, subnet netip.Prefix) error {
+	if a.cfg.Names == nil {
+		return errors.New("the host runs no resolver")
+	}
+	return a.cfg.Names.Attach(netip.AddrPortFrom(gateway, 53).String(), subnet)
 }
 
 func publish(nc *nats.Conn, subject string, v any) error {

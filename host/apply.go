@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -74,6 +75,15 @@ func NewEngine(root string, blobs BlobFetcher) *Engine {
 	}
 }
 
+// Containers has the engine hold containers and the node's network in the
+// engine docker (nil: those resources fail with the reason), publishing
+// ports on address and putting containers on subnet, whose gateway attach
+// has the resolver serve.
+func (e *Engine) Containers(docker *Docker, node, address string, subnet netip.Prefix, attach func(gateway netip.Addr, subnet netip.Prefix) error) {
+	e.Appliers[spec.KindNetwork] = networkApplier{docker: docker, node: node, subnet: subnet, attach: attach}
+	e.Appliers[spec.KindContainer] = containerApplier{docker: docker, node: node, address: address, subnet: subnet}
+}
+
 // Apply makes the machine hold exactly resources: it applies each (a
 // resource that fails Check is Failed with its cause) and removes every
 // resource in previous that is not declared any more (by name). One failure
@@ -95,7 +105,7 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 		outcome, err := "", r.Check()
 		wellFormed := err == nil
 		if wellFormed {
-			outcome, err = e.applyChecked(ctx, r, &w)
+			outcome, res.Note, err = e.applyChecked(ctx, r, &w)
 		}
 		if err != nil {
 			res.Outcome, res.Error = spec.Failed, err.Error()
@@ -169,16 +179,27 @@ func (e *Engine) applier(kind string) (Applier, error) {
 	return ap, nil
 }
 
+// noter is an Applier that can say more of a change than its outcome: a
+// container started again, and why it had stopped.
+type noter interface {
+	apply(ctx context.Context, root string, r spec.Resource, blobs BlobFetcher, w *Writes) (note, outcome string, err error)
+}
+
 // applyChecked applies r, which passed Check.
-func (e *Engine) applyChecked(ctx context.Context, r spec.Resource, w *Writes) (string, error) {
+func (e *Engine) applyChecked(ctx context.Context, r spec.Resource, w *Writes) (outcome, note string, err error) {
 	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("apply %s: %w", r.Target(), err)
+		return "", "", fmt.Errorf("apply %s: %w", r.Target(), err)
 	}
 	ap, err := e.applier(r.Kind)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return ap.Apply(ctx, e.Root, r, e.Blobs, w)
+	if n, ok := ap.(noter); ok {
+		note, outcome, err = n.apply(ctx, e.Root, r, e.Blobs, w)
+		return outcome, note, err
+	}
+	outcome, err = ap.Apply(ctx, e.Root, r, e.Blobs, w)
+	return outcome, "", err
 }
 
 func (e *Engine) planOne(r spec.Resource) (string, error) {
@@ -200,12 +221,17 @@ func (e *Engine) removeOne(a Applied, w *Writes) error {
 	return ap.Remove(e.Root, a, w)
 }
 
-// applyOrder is resources parents first: by path depth, a directory before
-// a file at the same depth, then by path. The sort is stable, so resources
-// that compare equal keep their declared order.
+// applyOrder is resources in the order they depend on each other: files
+// and directories first (parents first: by path depth, a directory before a
+// file at the same depth, then by path), then the network, then the
+// containers that mount the one and join the other. The sort is stable, so
+// resources that compare equal keep their declared order.
 func applyOrder(resources []spec.Resource) []spec.Resource {
 	out := slices.Clone(resources)
 	slices.SortStableFunc(out, func(a, b spec.Resource) int {
+		if d := phase(a.Kind) - phase(b.Kind); d != 0 {
+			return d
+		}
 		if d := pathDepth(a.Target()) - pathDepth(b.Target()); d != 0 {
 			return d
 		}
@@ -227,7 +253,8 @@ type removal struct {
 }
 
 // removals is what previous holds that resources no longer declare (by
-// name), deepest path first.
+// name), in the reverse of the apply order: containers, then the network,
+// then files and directories, deepest path first.
 func removals(resources []spec.Resource, previous []Applied) []removal {
 	declared := make(map[string]bool, len(resources))
 	for _, r := range resources {
@@ -250,6 +277,9 @@ func removals(resources []spec.Resource, previous []Applied) []removal {
 		out = append(out, removal{Applied: a, handedOver: held[[2]string{a.Kind, a.Path}]})
 	}
 	slices.SortStableFunc(out, func(a, b removal) int {
+		if d := phase(b.Kind) - phase(a.Kind); d != 0 {
+			return d
+		}
 		if d := pathDepth(b.Path) - pathDepth(a.Path); d != 0 {
 			return d
 		}
@@ -259,6 +289,18 @@ func removals(resources []spec.Resource, previous []Applied) []removal {
 		return strings.Compare(b.Path, a.Path)
 	})
 	return out
+}
+
+// phase is when a kind is applied: what a later phase uses is held by an
+// earlier one.
+func phase(kind string) int {
+	switch kind {
+	case spec.KindNetwork:
+		return 1
+	case spec.KindContainer:
+		return 2
+	}
+	return 0
 }
 
 func pathDepth(p string) int { return strings.Count(p, "/") }

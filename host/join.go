@@ -94,7 +94,7 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 		bus = t.Bus
 	}
 	return Init(cfg.Dir, State{
-		Mesh: res.Mesh, Node: res.Node, Bus: bus,
+		Mesh: res.Mesh, Node: res.Node, Address: cfg.Address, Bus: bus,
 		CAPin: t.Pin, CARoot: string(ca.RootPEM(root)), SignKey: res.SignKey,
 	}, seed)
 }

@@ -10,6 +10,9 @@ import (
 // Names is where the host hands the mesh's names: the machine's resolver.
 type Names interface {
 	SetZone(resolver.Zone)
+	// Attach serves addr too (the container network's gateway, port 53),
+	// answering queries from allow.
+	Attach(addr string, allow netip.Prefix) error
 }
 
 // zoneOf is the roster as the resolver answers it: NODE.internal for each

@@ -142,8 +142,11 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration,
 		return
 	}
 	for _, r := range results {
-		if r.Outcome == spec.Failed {
+		switch {
+		case r.Outcome == spec.Failed:
 			a.log.Warn("resource failed", "seq", decl.Seq, "resource", r.Name, "err", r.Error)
+		case r.Note != "":
+			a.log.Info("resource "+r.Outcome, "seq", decl.Seq, "resource", r.Name, "note", r.Note)
 		}
 	}
 	a.log.Info("declaration applied", "seq", decl.Seq, "reconcile", reconcile, "created", counts[spec.Created],

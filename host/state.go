@@ -25,6 +25,9 @@ const (
 type State struct {
 	Mesh string `json:"mesh"`
 	Node string `json:"node"`
+	// Address is where other nodes reach this one, as enrolled: where its
+	// containers' ports are published.
+	Address string `json:"address,omitempty"`
 	// Bus is where the controller's bus is reached (nats URLs).
 	Bus []string `json:"bus"`
 	// CAPin is the pin of the mesh's root ("sha256:..."), and CARoot the

@@ -27,7 +27,8 @@
 //     most 4096); a larger one is cut to fit and has TC set. An OPT in the
 //     question gets one in the answer (DO copied); EDNS version above 0 gets
 //     BADVERS.
-//   - Sources other than loopback and the Allow prefixes get REFUSED.
+//   - Sources other than loopback and the Allow prefixes (and those Attach
+//     added) get REFUSED.
 //
 // Forwarding: each upstream query has a fresh random ID from crypto/rand and
 // its own UDP socket, so a port the kernel picks at random; an answer whose
@@ -43,7 +44,9 @@
 // miekg/dns's server; UDP on an address with a host by the resolver's own
 // loop, which answers a plain query for the mesh's names, or one the cache
 // holds, from the packet's bytes without allocating, and gives any other to
-// ServeDNS (see udp.go). Both give the same bytes for the same query.
+// ServeDNS (see udp.go). Both give the same bytes for the same query. Attach
+// adds an address at run time (a bridge network's gateway, say), served the
+// same way until Run ends.
 //
 // The cache holds CacheSize answers, keyed by name, type, class and the DO
 // and CD bits, and evicts with the clock algorithm (a referenced bit set on
@@ -61,8 +64,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -130,9 +133,29 @@ type Server struct {
 
 	fwd *forwarder
 
-	mu    sync.Mutex
-	addrs []string
+	// allow is Config.Allow and the prefixes Attach added: swapped whole
+	// (under attachMu), read without a lock by allowed.
+	allow atomic.Pointer[[]netip.Prefix]
+
+	attachMu sync.Mutex // one Attach at a time
+
+	mu       sync.Mutex    // guards the fields below
+	state    runState      // where Run is
+	addrs    []string      // bound, host:port: the Listen ones, then Attach's
+	bound    []boundAddr   // addrs, parsed: what Attach compares with
+	attached []*listeners  // Attach's, shut down with Run's
+	failed   chan error    // Run's: the first error a server ends with
+	stop     chan struct{} // closed when Run begins to shut down
 }
+
+// runState is where Run is: Attach serves only while it is serving.
+type runState int
+
+const (
+	runIdle    runState = iota // Run not called, or not ready yet
+	runServing                 // Ready closed, shutdown not begun
+	runEnded                   // shutting down or returned
+)
 
 // New checks cfg, reads ResolvConf when no upstream is given, and starts
 // nothing. The zone is empty until SetZone: names under Domain are NXDOMAIN,
@@ -146,21 +169,11 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	listen := make([]netip.AddrPort, 0, len(cfg.Listen))
 	for _, a := range cfg.Listen {
-		host, port, err := net.SplitHostPort(a)
+		ap, _, err := parseListen(a)
 		if err != nil {
-			return nil, fmt.Errorf("resolver listen address %q: %w (want host:port, e.g. 127.0.0.1:53)", a, err)
+			return nil, fmt.Errorf("resolver listen address %q: %w", a, err)
 		}
-		p, err := strconv.ParseUint(port, 10, 16)
-		if err != nil {
-			return nil, fmt.Errorf("resolver listen address %q: port %q is not a number from 0 to 65535", a, port)
-		}
-		ip := netip.IPv6Unspecified()
-		if host != "" {
-			if ip, err = netip.ParseAddr(host); err != nil {
-				return nil, fmt.Errorf("resolver listen address %q: host is not an IP address: %w", a, err)
-			}
-		}
-		listen = append(listen, netip.AddrPortFrom(ip.Unmap(), uint16(p)))
+		listen = append(listen, ap)
 	}
 
 	ups := cfg.Upstreams
@@ -186,7 +199,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 		for _, l := range listen {
-			if l.Port() != 0 && l.Port() == ap.Port() && (l.Addr() == ap.Addr().Unmap() || l.Addr().IsUnspecified() && ap.Addr().IsLoopback()) {
+			if asksItself(l, ap) {
 				return nil, fmt.Errorf("resolver upstream %s: is this resolver's own listen address (it would ask itself)", u)
 			}
 		}
@@ -201,10 +214,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	allow := make([]netip.Prefix, len(cfg.Allow))
 	for i, p := range cfg.Allow {
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		allow[i] = p.Masked()
+		allow[i] = normalPrefix(p)
 	}
 	cfg.Allow = allow
 
@@ -240,8 +250,44 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		ready:    make(chan struct{}),
 		fwd:      newForwarder(cfg.Upstreams, cfg.CacheSize, cfg.Timeout),
 	}
+	s.allow.Store(&allow)
 	s.SetZone(Zone{})
 	return s, nil
+}
+
+// parseListen reads a listen address, host:port: the host unmapped, and
+// IPv6's unspecified address for an empty host, which binds both families
+// (dual).
+func parseListen(a string) (ap netip.AddrPort, dual bool, err error) {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return netip.AddrPort{}, false, fmt.Errorf("%w (want host:port, e.g. 127.0.0.1:53)", err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return netip.AddrPort{}, false, fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	ip := netip.IPv6Unspecified()
+	if host != "" {
+		if ip, err = netip.ParseAddr(host); err != nil {
+			return netip.AddrPort{}, false, fmt.Errorf("host is not an IP address: %w", err)
+		}
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(p)), host == "", nil
+}
+
+// asksItself says whether upstream up is listen address l (a wildcard
+// covering loopback).
+func asksItself(l, up netip.AddrPort) bool {
+	return l.Port() != 0 && l.Port() == up.Port() && (l.Addr() == up.Addr().Unmap() || l.Addr().IsUnspecified() && up.Addr().IsLoopback())
+}
+
+// normalPrefix is p masked, a 4-in-6 prefix as IPv4.
+func normalPrefix(p netip.Prefix) netip.Prefix {
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p.Masked()
 }
 
 // parseUpstream reads host:port, or an address alone for port 53.
@@ -259,98 +305,287 @@ func parseUpstream(u string) (netip.AddrPort, error) {
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
 // Addrs are the addresses bound, host:port, one per listen address (UDP and
-// TCP share it). Empty before Ready.
+// TCP share it), then one per address Attach bound, in the order attached.
+// Empty before Ready.
 func (s *Server) Addrs() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.addrs...)
 }
 
+// listeners are addresses bound and the servers that serve them: Run's
+// Listen addresses, or one Attach's address.
+type listeners struct {
+	addrs   []string    // as bound, host:port
+	bound   []boundAddr // addrs, parsed
+	servers []*dns.Server
+	own     []*net.UDPConn // UDP served by serveUDP
+	closers []func()
+	udp     sync.WaitGroup // serveUDP's goroutines
+}
+
+// boundAddr is an address bound: the port the kernel gave for port 0, and
+// whether an empty host bound both families.
+type boundAddr struct {
+	ap   netip.AddrPort
+	dual bool
+}
+
+// serves says whether b already serves want (a port 0 never is): the same
+// address, or a wildcard of its family on its port.
+func (b boundAddr) serves(want netip.AddrPort, dual bool) bool {
+	switch {
+	case want.Port() == 0 || want.Port() != b.ap.Port():
+		return false
+	case b.dual:
+		return true // an empty host binds both families
+	case dual:
+		return false // both families asked, one bound
+	case b.ap.Addr() == want.Addr():
+		return true
+	case b.ap.Addr() == netip.IPv4Unspecified():
+		return want.Addr().Is4()
+	case b.ap.Addr() == netip.IPv6Unspecified():
+		return want.Addr().Is6() // bound IPv6 only
+	}
+	return false
+}
+
+// bindListeners binds each address, UDP then TCP on the port UDP got, and
+// makes the servers that will serve it: miekg/dns's for TCP and for UDP on
+// a wildcard address, serveUDP for UDP on an address with a host. A bind
+// failure is an error naming the address, and nothing stays bound.
+func bindListeners(addrs []string, h dns.Handler) (*listeners, error) {
+	ls := &listeners{}
+	for _, a := range addrs {
+		want, dual, err := parseListen(a)
+		if err != nil {
+			ls.close()
+			return nil, fmt.Errorf("resolver listen address %q: %w", a, err)
+		}
+		pc, l, err := bind(a)
+		if err != nil {
+			ls.close()
+			return nil, err
+		}
+		ls.closers = append(ls.closers, func() { pc.Close() }, func() { l.Close() })
+		ls.addrs = append(ls.addrs, pc.LocalAddr().String())
+		ap := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+		ls.bound = append(ls.bound, boundAddr{netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), dual})
+		if want.Addr().IsUnspecified() {
+			ls.servers = append(ls.servers, &dns.Server{PacketConn: pc, Handler: h, UDPSize: maxUDPSize})
+		} else {
+			ls.own = append(ls.own, pc.(*net.UDPConn))
+		}
+		ls.servers = append(ls.servers, &dns.Server{Listener: l, Handler: h, ReadTimeout: 5 * time.Second, MaxTCPQueries: -1})
+	}
+	return ls, nil
+}
+
+// serve serves ls: its own UDP loops at once, and its servers on goroutines
+// of their own; each server's start is sent to started, and an error one
+// ends with to failed unless failed holds one already.
+func (s *Server) serve(ls *listeners, failed chan error) (started <-chan struct{}) {
+	for _, pc := range ls.own {
+		s.serveUDP(pc, &ls.udp)
+	}
+	st := make(chan struct{}, len(ls.servers))
+	for _, srv := range ls.servers {
+		var addr net.Addr
+		if srv.PacketConn != nil {
+			addr = srv.PacketConn.LocalAddr()
+		} else {
+			addr = srv.Listener.Addr()
+		}
+		srv.NotifyStartedFunc = func() { st <- struct{}{} }
+		go func() {
+			if err := srv.ActivateAndServe(); err != nil {
+				select {
+				case failed <- fmt.Errorf("serve resolver on %s: %w", addr, err):
+				default:
+				}
+			}
+		}()
+	}
+	return st
+}
+
+// shutdown stops the servers of every ls (in-flight TCP queries get until
+// the upstream timeout, and 3s more), closes their sockets, and waits for
+// their UDP loops.
+func shutdown(timeout time.Duration, all ...*listeners) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+3*time.Second)
+	defer cancel()
+	for _, ls := range all {
+		for _, srv := range ls.servers {
+			srv.ShutdownContext(ctx) // errors only when it never started
+		}
+	}
+	for _, ls := range all {
+		ls.close()
+	}
+	for _, ls := range all {
+		ls.udp.Wait()
+	}
+}
+
+// close closes ls's sockets.
+func (ls *listeners) close() {
+	for _, c := range ls.closers {
+		c()
+	}
+}
+
 // Run binds every listen address, UDP then TCP on the port UDP got, serves
-// until ctx ends, then shuts down. A bind failure is an error naming the
-// address, and nothing stays bound.
+// until ctx ends, then shuts down, the addresses Attach added included. A
+// bind failure is an error naming the address, and nothing stays bound.
 func (s *Server) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("resolver: already run")
 	}
-	var servers []*dns.Server
-	var closers []func()
-	closeAll := func() {
-		for _, c := range closers {
-			c()
-		}
+	ls, err := bindListeners(s.cfg.Listen, s)
+	if err != nil {
+		s.end()
+		return err
 	}
-	var addrs []string
-	var own []*net.UDPConn
-	for i, a := range s.cfg.Listen {
-		pc, l, err := bind(a)
-		if err != nil {
-			closeAll()
-			return err
-		}
-		closers = append(closers, func() { pc.Close() }, func() { l.Close() })
-		addrs = append(addrs, pc.LocalAddr().String())
-		if s.listen[i].Addr().IsUnspecified() {
-			servers = append(servers, &dns.Server{PacketConn: pc, Handler: s, UDPSize: maxUDPSize})
-		} else {
-			own = append(own, pc.(*net.UDPConn))
-		}
-		servers = append(servers, &dns.Server{Listener: l, Handler: s, ReadTimeout: 5 * time.Second, MaxTCPQueries: -1})
-	}
-	var udp sync.WaitGroup
-	for _, pc := range own {
-		s.serveUDP(pc, &udp)
-	}
-
-	started := make(chan struct{}, len(servers))
-	failed := make(chan error, len(servers))
-	for _, srv := range servers {
-		srv.NotifyStartedFunc = func() { started <- struct{}{} }
-		go func() {
-			if err := srv.ActivateAndServe(); err != nil {
-				failed <- err
-			}
-		}()
-	}
-	shutdown := func() {
-		sctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout+3*time.Second)
-		defer cancel()
-		for _, srv := range servers {
-			srv.ShutdownContext(sctx) // errors only when it never started
-		}
-		closeAll()
-		udp.Wait()
-	}
-	for range servers {
+	failed := make(chan error, 1)
+	started := s.serve(ls, failed)
+	for range ls.servers {
 		select {
 		case <-started:
 		case err := <-failed:
-			shutdown()
-			return fmt.Errorf("serve resolver on %s: %w", strings.Join(addrs, ", "), err)
+			s.end()
+			shutdown(s.cfg.Timeout, ls)
+			return err
 		case <-ctx.Done():
-			shutdown()
+			s.end()
+			shutdown(s.cfg.Timeout, ls)
 			return nil
 		}
 	}
+	stop := make(chan struct{})
 	s.mu.Lock()
-	s.addrs = addrs
+	s.state, s.addrs, s.bound, s.failed, s.stop = runServing, ls.addrs, ls.bound, failed, stop
 	s.mu.Unlock()
 	close(s.ready)
-	s.log.Info("resolver ready", "addrs", addrs, "upstreams", s.cfg.Upstreams, "domain", s.domain)
+	s.log.Info("resolver ready", "addrs", ls.addrs, "upstreams", s.cfg.Upstreams, "domain", s.domain)
 
-	var err error
 	select {
 	case <-ctx.Done():
-	case e := <-failed:
-		err = fmt.Errorf("serve resolver on %s: %w", strings.Join(addrs, ", "), e)
+	case err = <-failed:
 	}
-	shutdown()
+	close(stop) // an Attach waiting for its servers gives up
+	attached := s.end()
+	shutdown(s.cfg.Timeout, append([]*listeners{ls}, attached...)...)
+	addrs := s.Addrs()
 	if err != nil {
-		s.log.Error("resolver stopped", "err", err)
+		s.log.Error("resolver stopped", "addrs", addrs, "err", err)
 		return err
 	}
 	s.log.Info("resolver stopped", "addrs", addrs)
 	return nil
+}
+
+// end marks Run ended, so that Attach binds nothing more, and hands over
+// the listeners Attach added.
+func (s *Server) end() []*listeners {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state = runEnded
+	attached := s.attached
+	s.attached = nil
+	return attached
+}
+
+// Attach serves addr (host:port) too, until Run ends, and answers queries
+// from allow besides the sources Config allows. Attaching an address already
+// served (by Listen or an earlier Attach) only adds allow. It may be called
+// only after Ready; a bind failure is an error naming the address, and
+// nothing stays bound.
+//
+// addr is served as a Listen address is: UDP and TCP on one port, port 0
+// taking a free one (Addrs reports it). It counts as served when an address
+// bound has the same host (compared unmapped) and port, or is a wildcard of
+// its family on its port; a port 0 never is, and binds a new port each time.
+// An allow already held is not added twice.
+func (s *Server) Attach(addr string, allow netip.Prefix) error {
+	want, dual, err := parseListen(addr)
+	if err != nil {
+		return fmt.Errorf("resolver attach address %q: %w", addr, err)
+	}
+	if !allow.IsValid() {
+		return fmt.Errorf("resolver attach %s: allowed network %q: not a valid prefix", addr, allow)
+	}
+	allow = normalPrefix(allow)
+	for _, u := range s.cfg.Upstreams {
+		if up, err := netip.ParseAddrPort(u); err == nil && asksItself(want, up) {
+			return fmt.Errorf("resolver attach %s: is upstream %s (it would ask itself)", addr, u)
+		}
+	}
+
+	s.attachMu.Lock()
+	defer s.attachMu.Unlock()
+	s.mu.Lock()
+	state, failed, stop := s.state, s.failed, s.stop
+	served := false
+	for _, b := range s.bound {
+		served = served || b.serves(want, dual)
+	}
+	s.mu.Unlock()
+	switch state {
+	case runIdle:
+		return fmt.Errorf("resolver attach %s: resolver not ready", addr)
+	case runEnded:
+		return fmt.Errorf("resolver attach %s: resolver stopped", addr)
+	}
+	if served {
+		s.addAllow(allow)
+		return nil
+	}
+
+	ls, err := bindListeners([]string{addr}, s)
+	if err != nil {
+		return err
+	}
+	// Allowed before its first query is read, and taken back on failure.
+	before := s.addAllow(allow)
+	undo := func() {
+		shutdown(s.cfg.Timeout, ls)
+		s.allow.Store(before)
+	}
+	started := s.serve(ls, failed)
+	for range ls.servers {
+		select {
+		case <-started:
+		case <-stop:
+			undo()
+			return fmt.Errorf("resolver attach %s: resolver stopped", addr)
+		}
+	}
+	s.mu.Lock()
+	if s.state != runServing {
+		s.mu.Unlock()
+		undo()
+		return fmt.Errorf("resolver attach %s: resolver stopped", addr)
+	}
+	s.attached = append(s.attached, ls)
+	s.addrs = append(s.addrs, ls.addrs...)
+	s.bound = append(s.bound, ls.bound...)
+	s.mu.Unlock()
+	s.log.Info("resolver attached", "addr", ls.addrs[0], "allow", allow)
+	return nil
+}
+
+// addAllow adds p to the allowed prefixes unless they hold it, swapping in
+// a new slice, and returns the one before. The caller holds attachMu.
+func (s *Server) addAllow(p netip.Prefix) (before *[]netip.Prefix) {
+	before = s.allow.Load()
+	if slices.Contains(*before, p) {
+		return before
+	}
+	next := append(slices.Clip(*before), p) // a new array: readers keep theirs
+	s.allow.Store(&next)
+	return before
 }
 
 // bind binds UDP on a, then TCP on the port UDP got. With port 0, a TCP port
@@ -384,7 +619,8 @@ func bind(a string) (net.PacketConn, net.Listener, error) {
 }
 
 // allowed says whether a query from a may be answered: loopback (unless
-// switched off) and the Allow prefixes.
+// switched off), the Allow prefixes and those Attach added. It is on every
+// query's path: lock-free and allocation-free.
 func (s *Server) allowed(a netip.Addr) bool {
 	a = a.Unmap()
 	if !a.IsValid() {
@@ -396,7 +632,7 @@ func (s *Server) allowed(a netip.Addr) bool {
 	if a.Zone() != "" {
 		a = a.WithZone("")
 	}
-	for _, p := range s.cfg.Allow {
+	for _, p := range *s.allow.Load() {
 		if p.Contains(a) {
 			return true
 		}

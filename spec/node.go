@@ -38,9 +38,9 @@ type Facts struct {
 	Capabilities []string `json:"capabilities"`
 	// Engine is the container engine's version and API ("20.10.24, API
 	// 1.41"), and Subnet the node's container network; empty without one.
-	Engine string `json:"engine,omitempty"`
-	Subnet string `json:"subnet,omitempty"`
-	Errors       []string  `json:"errors,omitempty"`
+	Engine string   `json:"engine,omitempty"`
+	Subnet string   `json:"subnet,omitempty"`
+	Errors []string `json:"errors,omitempty"`
 }
 
 // Node is a node as the operator API shows it.

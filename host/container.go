@@ -1,0 +1,308 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// errNoEngine is the failure of every container and network resource on a
+// host that was started without a container engine.
+var errNoEngine = errors.New("this host has no container engine: start it with --docker (or DOCKER_HOST) naming one")
+
+// stopTimeout is how long a container replaced or removed has to stop
+// before it is killed.
+const stopTimeout = 10
+
+// containerApplier holds containers in the engine, each named
+// ContainerName(node, name) and labelled with its node, its resource and
+// its identity digest. A container is replaced only when that digest
+// differs; the roster never enters it (invariant 2).
+type containerApplier struct {
+	docker  *Docker
+	node    string
+	address string       // the node's address, where ports are published
+	subnet  netip.Prefix // the node's network; its gateway is the only DNS server
+}
+
+// identity is everything a container is created from: the declared spec and
+// what the host adds to it. Its digest is the container's identity.
+type identity struct {
+	Spec    spec.ContainerSpec `json:"spec"`
+	Node    string             `json:"node"`
+	Network string             `json:"network"`
+	Address string             `json:"address"`
+	DNS     string             `json:"dns"`
+	Search  string             `json:"search"`
+	Sources []string           `json:"sources"` // mount sources as the machine sees them
+}
+
+func (c containerApplier) identity(root string, s spec.ContainerSpec) (identity, string) {
+	id := identity{Spec: s, Node: c.node, Network: spec.NetworkName(c.node), Address: c.address,
+		DNS: Gateway(c.subnet).String(), Search: spec.Domain, Sources: []string{}}
+	for _, m := range s.Mounts {
+		id.Sources = append(id.Sources, filepath.Join(root, m.Source))
+	}
+	body, _ := json.Marshal(id)
+	sum := sha256.Sum256(body)
+	return id, "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// found is what the engine holds under a container's name.
+type found struct {
+	outcome string // Created (nothing there), Changed (replace or start) or Unchanged
+	replace bool   // its identity differs
+	id      string
+	state   *container.State
+}
+
+// read inspects the container named for s: what Apply would have to do.
+// A container of that name that is not this node's is an error.
+func (c containerApplier) read(ctx context.Context, name, digest string) (found, error) {
+	if c.docker == nil {
+		return found{}, errNoEngine
+	}
+	res, err := c.docker.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	if notFound(err) {
+		return found{outcome: spec.Created}, nil
+	}
+	if err != nil {
+		return found{}, c.docker.wrap("inspect container "+name, err)
+	}
+	ct := res.Container
+	var labels map[string]string
+	if ct.Config != nil {
+		labels = ct.Config.Labels
+	}
+	if owner := labels[spec.LabelNode]; owner != c.node {
+		return found{}, fmt.Errorf("container %s exists and is not this node's (label %s=%q): remove or rename it (docker rm -f %s)", name, spec.LabelNode, owner, name)
+	}
+	f := found{outcome: spec.Unchanged, id: ct.ID, state: ct.State}
+	switch {
+	case labels[spec.LabelDigest] != digest:
+		f.outcome, f.replace = spec.Changed, true
+	case ct.State == nil || !(ct.State.Running || ct.State.Restarting):
+		f.outcome = spec.Changed
+	}
+	return f, nil
+}
+
+// Plan says what Apply would do, changing nothing.
+func (c containerApplier) Plan(root string, r spec.Resource) (string, error) {
+	_, digest := c.identity(root, *r.Container)
+	f, err := c.read(context.Background(), spec.ContainerName(c.node, r.Container.Name), digest)
+	return f.outcome, err
+}
+
+// Apply creates the container if it is not there, replaces it if its
+// identity differs, and starts it if it stopped.
+func (c containerApplier) Apply(ctx context.Context, root string, r spec.Resource, blobs BlobFetcher, w *Writes) (string, error) {
+	_, outcome, err := c.apply(ctx, root, r, blobs, w)
+	return outcome, err
+}
+
+// apply is Apply, with a note on a container started again.
+func (c containerApplier) apply(ctx context.Context, root string, r spec.Resource, blobs BlobFetcher, w *Writes) (note, outcome string, err error) {
+	s := *r.Container
+	name := spec.ContainerName(c.node, s.Name)
+	id, digest := c.identity(root, s)
+	f, err := c.read(ctx, name, digest)
+	if err != nil {
+		return "", "", err
+	}
+	switch {
+	case f.outcome == spec.Unchanged:
+		return "", spec.Unchanged, nil
+	case f.outcome == spec.Changed && !f.replace:
+		w.add()
+		if _, err := c.docker.cli.ContainerStart(ctx, f.id, client.ContainerStartOptions{}); err != nil {
+			return "", "", c.docker.wrap("start container "+name+" again", err)
+		}
+		return stoppedNote(f.state), spec.Changed, nil
+	}
+	// Created or replaced: the image first, so a failure to get it leaves
+	// the old container running.
+	if err := c.image(ctx, s, blobs, w); err != nil {
+		return "", "", err
+	}
+	if f.replace {
+		if err := c.remove(ctx, f.id, name, w); err != nil {
+			return "", "", err
+		}
+	}
+	cfg, host, net, err := c.config(r, id, digest)
+	if err != nil {
+		return "", "", err
+	}
+	w.add()
+	created, err := c.docker.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: name, Config: cfg, HostConfig: host, NetworkingConfig: net,
+	})
+	if err != nil {
+		return "", "", c.docker.wrap("create container "+name, err)
+	}
+	w.add()
+	if _, err := c.docker.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		return "", "", c.docker.wrap("start container "+name, err)
+	}
+	return "", f.outcome, nil
+}
+
+// config is the engine's configuration of the container id describes.
+func (c containerApplier) config(r spec.Resource, id identity, digest string) (*container.Config, *container.HostConfig, *network.NetworkingConfig, error) {
+	s := id.Spec
+	labels := map[string]string{}
+	for k, v := range s.Labels {
+		labels[k] = v
+	}
+	labels[spec.LabelNode], labels[spec.LabelResource], labels[spec.LabelDigest] = c.node, r.Name, digest
+	env := make([]string, 0, len(s.Env))
+	for k, v := range s.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	init := true
+	cfg := &container.Config{Image: s.Image, Cmd: s.Command, Env: env, Labels: labels}
+	host := &container.HostConfig{
+		NetworkMode:   container.NetworkMode(id.Network),
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyMode(s.RestartPolicy())},
+		DNS:           []netip.Addr{Gateway(c.subnet)},
+		DNSSearch:     []string{spec.Domain},
+		// The engine's init as PID 1 passes the stop signal on (a program
+		// that is PID 1 itself ignores it, and is killed only after
+		// stopTimeout) and reaps what the program leaves.
+		Init: &init,
+	}
+	if len(s.Ports) > 0 {
+		addr, err := netip.ParseAddr(c.address)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("container %s publishes ports, but the host keeps no address of the node to publish them on (%q): join it again with --address", s.Name, c.address)
+		}
+		cfg.ExposedPorts = network.PortSet{}
+		host.PortBindings = network.PortMap{}
+		for _, p := range s.Ports {
+			port, err := network.ParsePort(fmt.Sprintf("%d/%s", p.Container, p.Proto()))
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("container %s: port %d/%s: %w", s.Name, p.Container, p.Proto(), err)
+			}
+			cfg.ExposedPorts[port] = struct{}{}
+			host.PortBindings[port] = append(host.PortBindings[port], network.PortBinding{HostIP: addr, HostPort: strconv.Itoa(int(p.Host))})
+		}
+	}
+	for i, m := range s.Mounts {
+		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: id.Sources[i], Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	net := &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{id.Network: {}}}
+	return cfg, host, net, nil
+}
+
+// image makes the engine hold s's image: loaded from its archive (always,
+// when one is declared: the archive, not a tag that may be stale, is what
+// was declared), or else pulled when the engine lacks it.
+func (c containerApplier) image(ctx context.Context, s spec.ContainerSpec, blobs BlobFetcher, w *Writes) error {
+	if a := s.Archive; a != nil {
+		if blobs == nil {
+			return fmt.Errorf("image archive %s of container %s: no blob source", a.Digest, s.Name)
+		}
+		data, err := blobs.Fetch(ctx, a.Digest, a.Size)
+		if err != nil {
+			return fmt.Errorf("fetch image archive %s of container %s: %w", a.Digest, s.Name, err)
+		}
+		if int64(len(data)) != a.Size || spec.ContentDigest(data) != a.Digest {
+			return fmt.Errorf("image archive of container %s does not match its size %d and digest %s", s.Name, a.Size, a.Digest)
+		}
+		w.add()
+		res, err := c.docker.cli.ImageLoad(ctx, bytes.NewReader(data), client.ImageLoadWithQuiet(true))
+		if err != nil {
+			return c.docker.wrap(fmt.Sprintf("load image archive %s of container %s", a.Digest, s.Name), err)
+		}
+		err = drainMessages(res)
+		res.Close()
+		if err != nil {
+			return fmt.Errorf("load image archive %s of container %s: %w", a.Digest, s.Name, err)
+		}
+		if _, err := c.docker.cli.ImageInspect(ctx, s.Image); err != nil {
+			if notFound(err) {
+				return fmt.Errorf("image archive %s of container %s holds no image %s", a.Digest, s.Name, s.Image)
+			}
+			return c.docker.wrap("inspect image "+s.Image, err)
+		}
+		return nil
+	}
+	_, err := c.docker.cli.ImageInspect(ctx, s.Image)
+	if err == nil {
+		return nil
+	}
+	if !notFound(err) {
+		return c.docker.wrap("inspect image "+s.Image, err)
+	}
+	w.add()
+	res, err := c.docker.cli.ImagePull(ctx, s.Image, client.ImagePullOptions{})
+	if err != nil {
+		return c.docker.wrap(fmt.Sprintf("pull image %s for container %s (no archive is declared)", s.Image, s.Name), err)
+	}
+	err = drainMessages(res)
+	res.Close()
+	if err != nil {
+		return fmt.Errorf("pull image %s for container %s (no archive is declared): %w", s.Image, s.Name, err)
+	}
+	return nil
+}
+
+// remove stops a container (killing it after stopTimeout) and removes it.
+func (c containerApplier) remove(ctx context.Context, id, name string, w *Writes) error {
+	timeout := stopTimeout
+	w.add()
+	if _, err := c.docker.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &timeout}); err != nil && !notFound(err) {
+		return c.docker.wrap("stop container "+name, err)
+	}
+	w.add()
+	if _, err := c.docker.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true}); err != nil && !notFound(err) {
+		return c.docker.wrap("remove container "+name, err)
+	}
+	return nil
+}
+
+// Remove removes the container a recorded; one already gone is removed.
+func (c containerApplier) Remove(_ string, a Applied, w *Writes) error {
+	ctx := context.Background()
+	name := spec.ContainerName(c.node, a.Path)
+	f, err := c.read(ctx, name, "")
+	if err != nil {
+		return err
+	}
+	if f.outcome == spec.Created { // nothing there
+		return nil
+	}
+	return c.remove(ctx, f.id, name, w)
+}
+
+// stoppedNote says why a container that was started again had stopped.
+func stoppedNote(st *container.State) string {
+	if st == nil {
+		return "started again"
+	}
+	why := fmt.Sprintf("it had %s with code %d", st.Status, st.ExitCode)
+	if st.OOMKilled {
+		why += ", out of memory"
+	}
+	if st.FinishedAt != "" && st.FinishedAt != "0001-01-01T00:00:00Z" {
+		why += " at " + st.FinishedAt
+	}
+	return "started again: " + why
+}

@@ -1,0 +1,134 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// DefaultSubnet is the node's container network when mesh host --subnet
+// does not name one.
+var DefaultSubnet = netip.MustParsePrefix("10.213.0.0/24")
+
+// Gateway is the address of a subnet's gateway: its first host address,
+// where the host's resolver listens for the containers.
+func Gateway(subnet netip.Prefix) netip.Addr { return subnet.Masked().Addr().Next() }
+
+// networkApplier holds the node's own bridge network, mesh-<node>, on the
+// host's subnet. Once the network is there, attach has the host's resolver
+// listen on its gateway.
+type networkApplier struct {
+	docker *Docker
+	node   string
+	subnet netip.Prefix
+	// attach makes the resolver serve the gateway's port 53 to the subnet;
+	// nil: names are not served to containers (tests of the engine alone).
+	attach func(gateway netip.Addr, subnet netip.Prefix) error
+}
+
+// Plan says whether the network would be made or remade.
+func (n networkApplier) Plan(_ string, r spec.Resource) (string, error) {
+	outcome, _, err := n.read(context.Background(), r)
+	return outcome, err
+}
+
+// read inspects the network: Unchanged when it is there on the host's
+// subnet, Created when it is not there, Changed when its subnet differs.
+// A network of that name that is not this node's is an error.
+func (n networkApplier) read(ctx context.Context, r spec.Resource) (string, network.Inspect, error) {
+	if n.docker == nil {
+		return "", network.Inspect{}, errNoEngine
+	}
+	name := r.Network.Name
+	if name != spec.NetworkName(n.node) {
+		return "", network.Inspect{}, fmt.Errorf("network %s is not this node's (%s)", name, spec.NetworkName(n.node))
+	}
+	res, err := n.docker.cli.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+	if notFound(err) {
+		return spec.Created, network.Inspect{}, nil
+	}
+	if err != nil {
+		return "", network.Inspect{}, n.docker.wrap("inspect network "+name, err)
+	}
+	nw := res.Network
+	if owner := nw.Labels[spec.LabelNode]; owner != n.node {
+		return "", nw, fmt.Errorf("network %s exists and is not this node's (label %s=%q): remove it (docker network rm %s) or rename the node", name, spec.LabelNode, owner, name)
+	}
+	if !slices.ContainsFunc(nw.IPAM.Config, func(c network.IPAMConfig) bool { return c.Subnet == n.subnet.Masked() }) {
+		return spec.Changed, nw, nil
+	}
+	return spec.Unchanged, nw, nil
+}
+
+// Apply makes the network if it is not there, remakes it on a changed
+// subnet when no container is attached, and has the resolver listen on its
+// gateway.
+func (n networkApplier) Apply(ctx context.Context, _ string, r spec.Resource, _ BlobFetcher, w *Writes) (string, error) {
+	outcome, nw, err := n.read(ctx, r)
+	if err != nil {
+		return "", err
+	}
+	name := r.Network.Name
+	if outcome == spec.Changed {
+		if len(nw.Containers) > 0 {
+			var names []string
+			for _, c := range nw.Containers {
+				names = append(names, c.Name)
+			}
+			slices.Sort(names)
+			return "", fmt.Errorf("network %s is on %s, not the host's subnet %s, and still has containers (%s): remove them or give --subnet %s",
+				name, subnets(nw), n.subnet, strings.Join(names, ", "), subnets(nw))
+		}
+		w.add()
+		if _, err := n.docker.cli.NetworkRemove(ctx, nw.ID, client.NetworkRemoveOptions{}); err != nil {
+			return "", n.docker.wrap("remove network "+name+" to make it on "+n.subnet.String(), err)
+		}
+	}
+	if outcome != spec.Unchanged {
+		w.add()
+		_, err := n.docker.cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{
+			Driver: "bridge",
+			IPAM: &network.IPAM{Driver: "default", Config: []network.IPAMConfig{{
+				Subnet: n.subnet.Masked(), Gateway: Gateway(n.subnet),
+			}}},
+			Labels: map[string]string{spec.LabelNode: n.node, spec.LabelResource: r.Name},
+		})
+		if err != nil {
+			return "", n.docker.wrap(fmt.Sprintf("create network %s on %s", name, n.subnet), err)
+		}
+	}
+	if n.attach != nil {
+		if err := n.attach(Gateway(n.subnet), n.subnet.Masked()); err != nil {
+			return "", fmt.Errorf("serve names on network %s's gateway %s: %w", name, Gateway(n.subnet), err)
+		}
+	}
+	return outcome, nil
+}
+
+// Remove removes the network; one already gone is removed.
+func (n networkApplier) Remove(_ string, a Applied, w *Writes) error {
+	if n.docker == nil {
+		return errNoEngine
+	}
+	w.add()
+	_, err := n.docker.cli.NetworkRemove(context.Background(), a.Path, client.NetworkRemoveOptions{})
+	if err != nil && !notFound(err) {
+		return n.docker.wrap("remove network "+a.Path, err)
+	}
+	return nil
+}
+
+func subnets(nw network.Inspect) string {
+	var s []string
+	for _, c := range nw.IPAM.Config {
+		s = append(s, c.Subnet.String())
+	}
+	return strings.Join(s, ", ")
+}
