@@ -163,8 +163,11 @@ func printNode(w io.Writer, n spec.Node) error {
 	} else {
 		row("last report", reportSummary(*r))
 		for _, res := range r.Results {
-			if res.Outcome == spec.Failed {
+			switch {
+			case res.Outcome == spec.Failed:
 				row("  failed", res.Name+": "+res.Error)
+			case res.Note != "":
+				row("  "+res.Outcome, res.Name+": "+res.Note)
 			}
 		}
 	}
@@ -183,6 +186,11 @@ func printNode(w io.Writer, n spec.Node) error {
 		row("disk", fmt.Sprintf("%s (%s free)", bytesIEC(f.DiskBytes), bytesIEC(f.DiskFree)))
 		row("machine", orDash(f.Virtual))
 		row("uptime", (time.Duration(f.UptimeSecond) * time.Second).String())
+		row("capabilities", orDash(strings.Join(f.Capabilities, ", ")))
+		if f.Engine != "" {
+			row("container engine", f.Engine)
+			row("container subnet", orDash(f.Subnet))
+		}
 		for _, e := range f.Errors {
 			row("unreadable", e)
 		}

@@ -22,11 +22,13 @@ func TestOutputGolden(t *testing.T) {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	heard := at.Add(-3 * time.Second)
 	facts := &spec.Facts{Node: "alpha", Time: at, Arch: "amd64", OS: "linux", Kernel: "6.1.0", Distro: "Debian GNU/Linux", DistroVer: "12",
-		CPUModel: "AMD EPYC", Cores: 2, MemoryBytes: 24 << 30, DiskBytes: 250 << 30, DiskFree: 80 << 30, Virtual: "virtual (KVM)", UptimeSecond: 3600, Hostname: "vm"}
+		CPUModel: "AMD EPYC", Cores: 2, MemoryBytes: 24 << 30, DiskBytes: 250 << 30, DiskFree: 80 << 30, Virtual: "virtual (KVM)", UptimeSecond: 3600, Hostname: "vm",
+		Capabilities: []string{spec.CapContainers}, Engine: "20.10.24+dfsg1, API 1.41", Subnet: "10.213.0.0/24"}
 	alpha := spec.Node{Name: "alpha", Address: "10.0.0.1", Joined: at.Add(-time.Hour), LastHeard: &heard, HeardAgo: "3s",
 		HostVersion: "1a2b3c4d5e6f7a8b9c0d", Protocol: 1, ProtocolKnown: true, AppliedSeq: 4, SentSeq: 4, Facts: facts,
 		LastReport: &spec.Report{Node: "alpha", Time: at, Seq: 4, Writes: 0, Results: []spec.ResourceResult{
-			{Name: "motd:file:/etc/motd", Outcome: spec.Unchanged}, {Name: "web:directory:/srv", Outcome: spec.Failed, Error: "mkdir /srv: read-only file system"}}}}
+			{Name: "motd:file:/etc/motd", Outcome: spec.Unchanged}, {Name: "web:directory:/srv", Outcome: spec.Failed, Error: "mkdir /srv: read-only file system"},
+			{Name: "web:container:web", Outcome: spec.Changed, Note: "started again: it had exited with code 137 at 2026-11-30T11:59:00Z"}}}}
 	never := spec.Node{Name: "beta", Address: "10.0.0.2", Joined: at.Add(-time.Minute)}
 	foreign := spec.Node{Name: "gamma", Address: "10.0.0.3", Joined: at, LastHeard: &heard, HeardAgo: "3s", HostVersion: "ffff", Protocol: 7}
 	st := func(clear bool) spec.StatusResult {
@@ -45,7 +47,8 @@ func TestOutputGolden(t *testing.T) {
 	}
 	report := spec.Report{Node: "alpha", Seq: 5, Writes: 3, Results: []spec.ResourceResult{
 		{Name: "a:file:/a", Outcome: spec.Created}, {Name: "a:file:/b", Outcome: spec.Changed}, {Name: "a:file:/c", Outcome: spec.Removed},
-		{Name: "a:file:/d", Outcome: spec.Unchanged}, {Name: "a:file:/e", Outcome: spec.Failed, Error: "open /e: permission denied"}}}
+		{Name: "a:file:/d", Outcome: spec.Unchanged}, {Name: "a:file:/e", Outcome: spec.Failed, Error: "open /e: permission denied"},
+		{Name: "a:container:web", Outcome: spec.Changed, Note: "started again: it had exited with code 1"}}}
 	preview := report
 	preview.Preview, preview.Writes = true, 0
 
