@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -365,4 +366,58 @@ func nodeShow(t *testing.T, dir, node string) spec.Node {
 		t.Fatalf("mesh node show --json: %v\n%s", err, out)
 	}
 	return n
+}
+
+// TestNoEngineNoContainers: a host whose engine does not answer reports no
+// containers capability, and says why among its facts; composing a
+// container for it is that node's own failure, naming the module, and
+// nothing is sent to it while the other nodes get theirs. Needs no engine.
+func TestNoEngineNoContainers(t *testing.T) {
+	// A socket whose listener is gone: what a stopped dockerd leaves.
+	sock := filepath.Join(t.TempDir(), "docker.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+
+	m := newMesh(t, "--root", t.TempDir())
+	join(t, m.token(t, "beta"), "--root", t.TempDir(), "--docker", "unix://"+sock)
+	var beta spec.Node
+	eventually(t, 30*time.Second, "beta's facts", func() (bool, string) {
+		beta = nodeShow(t, m.dir, "beta")
+		return beta.Facts != nil, "no facts yet"
+	})
+	if slices.Contains(beta.Facts.Capabilities, spec.CapContainers) {
+		t.Errorf("beta reports the containers capability with no engine: %v", beta.Facts.Capabilities)
+	}
+	if errs := strings.Join(beta.Facts.Errors, "\n"); !strings.Contains(errs, "container engine") || !strings.Contains(errs, sock) {
+		t.Errorf("beta's facts do not say why it has no engine: %q", errs)
+	}
+
+	mod := filepath.Join(t.TempDir(), "boxed")
+	os.MkdirAll(mod, 0o755)
+	os.WriteFile(filepath.Join(mod, "image.tar"), []byte("not loaded: nothing is sent"), 0o644)
+	os.WriteFile(filepath.Join(mod, "module.json"), []byte(`{"name":"boxed","version":"1","resources":[
+		{"container":{"name":"box","image":"mesh-test/box:1","archive":"image.tar"}}]}`), 0o644)
+	mustRun(t, "module", "register", "--dir", m.dir, mod, "examples/motd")
+	mustRun(t, "assign", "--dir", m.dir, "boxed", "beta")
+	mustRun(t, "assign", "--dir", m.dir, "motd", "alpha")
+	o, code := pushJSON(t, m.dir)
+	if code == 0 {
+		t.Errorf("a push with a node that does not compose exited 0")
+	}
+	for _, n := range o.Nodes {
+		switch n.Node {
+		case "beta":
+			if n.Seq != 0 || !strings.Contains(n.Error, `module "boxed" declares container "box"`) || !strings.Contains(n.Error, spec.CapContainers) {
+				t.Errorf("beta: %+v, want not sent, naming the module and the capability", n.PushNode)
+			}
+		case "alpha":
+			if n.Report == nil || n.Report.Results[0].Outcome != spec.Created {
+				t.Errorf("alpha: %+v, want its own declaration applied", n)
+			}
+		}
+	}
 }
