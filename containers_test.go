@@ -40,7 +40,7 @@ type containerMesh struct {
 
 // loopbackAddress puts addr on the loopback interface until the test ends:
 // an address of the machine that containers reach through their bridge.
-func loopbackAddress(t *testing.T, addr string) {
+func loopbackAddress(t testing.TB, addr string) {
 	t.Helper()
 	if out, err := exec.Command("ip", "addr", "add", addr+"/32", "dev", "lo").CombinedOutput(); err != nil {
 		t.Fatalf("ip addr add %s dev lo: %v: %s", addr, err, out)

@@ -73,7 +73,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func start(t *testing.T, args ...string) *daemon {
+func start(t testing.TB, args ...string) *daemon {
 	t.Helper()
 	d := &daemon{cmd: exec.Command(meshBin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
@@ -92,7 +92,7 @@ func start(t *testing.T, args ...string) *daemon {
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (d *daemon) stop(t *testing.T) {
+func (d *daemon) stop(t testing.TB) {
 	t.Helper()
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -107,7 +107,7 @@ func (d *daemon) stop(t *testing.T) {
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+func eventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	last := ""
@@ -124,7 +124,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() (bo
 	}
 }
 
-func readAddrsFile(t *testing.T, dir string) (spec.Addrs, bool) {
+func readAddrsFile(t testing.TB, dir string) (spec.Addrs, bool) {
 	t.Helper()
 	var a spec.Addrs
 	body, err := os.ReadFile(filepath.Join(dir, "addrs.json"))
@@ -145,7 +145,7 @@ func healthy(addr string) (bool, string) {
 }
 
 // waitReady waits for addrs.json and /healthz, and returns the addresses.
-func waitReady(t *testing.T, d *daemon, dir string) spec.Addrs {
+func waitReady(t testing.TB, d *daemon, dir string) spec.Addrs {
 	t.Helper()
 	var a spec.Addrs
 	eventually(t, 30*time.Second, "addrs.json written", func() (bool, string) {
@@ -164,7 +164,7 @@ func waitReady(t *testing.T, d *daemon, dir string) spec.Addrs {
 }
 
 // mesh runs the CLI and returns its stdout, stderr and exit code.
-func runMesh(t *testing.T, args ...string) (string, string, int) {
+func runMesh(t testing.TB, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(meshBin, args...)
 	var stdout, stderr bytes.Buffer
@@ -179,7 +179,7 @@ func runMesh(t *testing.T, args ...string) (string, string, int) {
 	return stdout.String(), stderr.String(), code
 }
 
-func nodeList(t *testing.T, dir string) []spec.Node {
+func nodeList(t testing.TB, dir string) []spec.Node {
 	t.Helper()
 	out, errOut, code := runMesh(t, "node", "list", "--dir", dir, "--json")
 	if code != 0 {
@@ -192,7 +192,7 @@ func nodeList(t *testing.T, dir string) []spec.Node {
 	return nodes
 }
 
-func genesis(t *testing.T, dir string, extra ...string) *daemon {
+func genesis(t testing.TB, dir string, extra ...string) *daemon {
 	t.Helper()
 	return start(t, append([]string{"genesis", "--dir", dir, "--mesh", "test", "--node", "alpha",
 		"--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1"}, extra...)...)

@@ -29,7 +29,7 @@ type testMesh struct {
 	addrs spec.Addrs
 }
 
-func newMesh(t *testing.T, extra ...string) *testMesh {
+func newMesh(t testing.TB, extra ...string) *testMesh {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "ctl")
 	d := genesis(t, dir, extra...)

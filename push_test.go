@@ -14,7 +14,7 @@ import (
 )
 
 // pushJSON runs mesh push --json and decodes what it printed.
-func pushJSON(t *testing.T, dir string, args ...string) (pushOutcome, int) {
+func pushJSON(t testing.TB, dir string, args ...string) (pushOutcome, int) {
 	t.Helper()
 	out, errOut, code := runMesh(t, append([]string{"push", "--dir", dir, "--json", "--wait", "20s"}, args...)...)
 	var o pushOutcome
@@ -37,7 +37,7 @@ func outcomes(o pushOutcome) map[string]map[string]string {
 	return m
 }
 
-func mustRun(t *testing.T, args ...string) string {
+func mustRun(t testing.TB, args ...string) string {
 	t.Helper()
 	out, errOut, code := runMesh(t, args...)
 	if code != 0 {

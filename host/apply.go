@@ -81,7 +81,7 @@ func NewEngine(root string, blobs BlobFetcher) *Engine {
 // has the resolver serve.
 func (e *Engine) Containers(docker *Docker, node, address string, subnet netip.Prefix, attach func(gateway netip.Addr, subnet netip.Prefix) error) {
 	e.Appliers[spec.KindNetwork] = networkApplier{docker: docker, node: node, subnet: subnet, attach: attach}
-	e.Appliers[spec.KindContainer] = containerApplier{docker: docker, node: node, address: address, subnet: subnet}
+	e.Appliers[spec.KindContainer] = containerApplier{docker: docker, node: node, address: address, subnet: subnet, running: &runningList{}}
 }
 
 // Apply makes the machine hold exactly resources: it applies each (a
@@ -92,6 +92,12 @@ func (e *Engine) Containers(docker *Docker, node, address string, subnet netip.P
 // first), the new record of what is applied, and how many mutating
 // filesystem calls it made.
 func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous []Applied) ([]spec.ResourceResult, []Applied, int) {
+	for _, ap := range e.Appliers {
+		if p, ok := ap.(preparer); ok {
+			p.prepare(ctx, resources)
+			defer p.finish()
+		}
+	}
 	var w Writes
 	results := make([]spec.ResourceResult, 0, len(resources))
 	record := make([]Applied, 0, len(resources))
@@ -177,6 +183,13 @@ func (e *Engine) applier(kind string) (Applier, error) {
 		return nil, fmt.Errorf("no applier for kind %q", kind)
 	}
 	return ap, nil
+}
+
+// preparer is an Applier that reads what it holds once per apply (a
+// container engine's listing) rather than once per resource.
+type preparer interface {
+	prepare(ctx context.Context, resources []spec.Resource)
+	finish()
 }
 
 // noter is an Applier that can say more of a change than its outcome: a

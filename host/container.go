@@ -10,8 +10,11 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
@@ -38,6 +41,63 @@ type containerApplier struct {
 	node    string
 	address string       // the node's address, where ports are published
 	subnet  netip.Prefix // the node's network; its gateway is the only DNS server
+	// running is the node's running containers by name, listed once at the
+	// start of an apply: a container running with the declared digest is
+	// unchanged without an inspect of its own. Anything else is inspected.
+	running *runningList
+}
+
+// runningList is one listing of the node's running containers.
+type runningList struct {
+	mu     sync.Mutex
+	digest map[string]string // engine name to its digest label; nil: not listed
+}
+
+// prepare lists the node's running containers in one engine call, for the
+// apply about to run, if it declares any. A listing that fails lists
+// nothing: each container is then inspected, and fails there with the cause.
+func (c containerApplier) prepare(ctx context.Context, resources []spec.Resource) {
+	if c.docker == nil || c.running == nil || !slices.ContainsFunc(resources, func(r spec.Resource) bool { return r.Kind == spec.KindContainer }) {
+		return
+	}
+	list, err := c.docker.cli.ContainerList(ctx, client.ContainerListOptions{
+		Filters: make(client.Filters).Add("label", spec.LabelNode+"="+c.node).Add("status", "running"),
+	})
+	c.running.mu.Lock()
+	defer c.running.mu.Unlock()
+	c.running.digest = nil
+	if err != nil {
+		return
+	}
+	c.running.digest = map[string]string{}
+	for _, ct := range list.Items {
+		if ct.State != container.StateRunning || ct.Labels[spec.LabelNode] != c.node {
+			continue
+		}
+		for _, n := range ct.Names {
+			c.running.digest[strings.TrimPrefix(n, "/")] = ct.Labels[spec.LabelDigest]
+		}
+	}
+}
+
+// finish forgets the listing: it is good for one apply only.
+func (c containerApplier) finish() {
+	if c.running != nil {
+		c.running.mu.Lock()
+		c.running.digest = nil
+		c.running.mu.Unlock()
+	}
+}
+
+// listedUnchanged says whether the listing has name running with digest.
+func (c containerApplier) listedUnchanged(name, digest string) bool {
+	if c.running == nil {
+		return false
+	}
+	c.running.mu.Lock()
+	defer c.running.mu.Unlock()
+	d, ok := c.running.digest[name]
+	return ok && d == digest
 }
 
 // identity is everything a container is created from: the declared spec and
@@ -121,6 +181,9 @@ func (c containerApplier) apply(ctx context.Context, root string, r spec.Resourc
 	s := *r.Container
 	name := spec.ContainerName(c.node, s.Name)
 	id, digest := c.identity(root, s)
+	if c.listedUnchanged(name, digest) {
+		return "", spec.Unchanged, nil
+	}
 	f, err := c.read(ctx, name, digest)
 	if err != nil {
 		return "", "", err

@@ -118,7 +118,9 @@ func (a *Agent) kept(key ed25519.PublicKey) kept {
 // reconcile pass that changed nothing logs nothing above debug and sends no
 // report.
 func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration, raw []byte, reconcile bool) {
+	began := time.Now()
 	results, applied, writes := a.engine.Apply(ctx, decl.Resources, a.state.Applied)
+	took := time.Since(began)
 	a.state.Applied = applied
 	a.state.AppliedSeq = decl.Seq
 	if err := WriteState(a.cfg.Dir, a.state); err != nil {
@@ -152,7 +154,7 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration,
 	a.log.Info("declaration applied", "seq", decl.Seq, "reconcile", reconcile, "created", counts[spec.Created],
 		"changed", counts[spec.Changed], "removed", counts[spec.Removed], "failed", counts[spec.Failed],
 		"unchanged", counts[spec.Unchanged], "writes", writes)
-	a.report(nc, spec.Report{Seq: decl.Seq, Digest: spec.ContentDigest(raw), Reconcile: reconcile, Writes: writes, Results: results})
+	a.report(nc, spec.Report{Seq: decl.Seq, Digest: spec.ContentDigest(raw), Reconcile: reconcile, Writes: writes, ApplyMicros: took.Microseconds(), Results: results})
 }
 
 // handlePreview answers a dry run: what applying it would change, changing

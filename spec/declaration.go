@@ -240,10 +240,12 @@ type Report struct {
 	// Reconcile is set on a report of a periodic pass that corrected drift.
 	Reconcile bool `json:"reconcile,omitempty"`
 	Preview   bool `json:"preview,omitempty"`
-	// Writes counts the filesystem changes the apply made: zero when
-	// nothing differed.
-	Writes  int              `json:"writes"`
-	Results []ResourceResult `json:"results"`
+	// Writes counts the changing calls the apply made, to the filesystem
+	// and to the container engine: zero when nothing differed.
+	Writes int `json:"writes"`
+	// ApplyMicros is how long the apply took, in microseconds.
+	ApplyMicros int64            `json:"apply_us,omitempty"`
+	Results     []ResourceResult `json:"results"`
 }
 
 // ResourceResult is one resource's outcome.
