@@ -34,7 +34,6 @@ type containerMesh struct {
 	rootA, rootB         string
 	addrA, addrB         string
 	subnetA, subnetB     netip.Prefix
-	webImage, clientImg  string
 	webDir, clientModDir string
 }
 
