@@ -131,6 +131,13 @@ func TestContainerIdentity(t *testing.T) {
 	other.Restart = "no" // the engine does not start it again by itself
 	declared := []spec.Resource{r.network(), r.container(web), r.container(other)}
 
+	// A dry run first: what it would make, making nothing.
+	before := r.docker.Mutations()
+	checkOutcomes(t, r.engine.Preview(declared, nil), allOutcome(declared, spec.Created))
+	if got := r.docker.Mutations() - before; got != 0 {
+		t.Errorf("a preview made %d mutating engine calls", got)
+	}
+
 	results, record, writes := r.engine.Apply(ctx, declared, nil)
 	checkOutcomes(t, results, allOutcome(declared, spec.Created))
 	if writes == 0 {
@@ -167,8 +174,9 @@ func TestContainerIdentity(t *testing.T) {
 	otherFirst := otherID()
 
 	// The same declaration again: nothing changes, and the engine is only
-	// read.
-	before := r.docker.Mutations()
+	// read; a dry run says so too.
+	checkOutcomes(t, r.engine.Preview(declared, record), allOutcome(declared, spec.Unchanged))
+	before = r.docker.Mutations()
 	results, record, writes = r.engine.Apply(ctx, declared, record)
 	checkOutcomes(t, results, allOutcome(declared, spec.Unchanged))
 	if got := r.docker.Mutations() - before; got != 0 || writes != 0 {
@@ -178,6 +186,7 @@ func TestContainerIdentity(t *testing.T) {
 	// An environment change replaces exactly that container.
 	web.Env = map[string]string{"GREETING": "hi"}
 	declared = []spec.Resource{r.network(), r.container(web), r.container(other)}
+	checkOutcomes(t, r.engine.Preview(declared, record), map[string]string{declared[0].Name: spec.Unchanged, declared[1].Name: spec.Changed, declared[2].Name: spec.Unchanged})
 	results, record, _ = r.engine.Apply(ctx, declared, record)
 	checkOutcomes(t, results, map[string]string{declared[0].Name: spec.Unchanged, declared[1].Name: spec.Changed, declared[2].Name: spec.Unchanged})
 	second, _ := r.inspect("web")

@@ -22,6 +22,12 @@ func FuzzVerify(f *testing.F) {
 	f.Add(good, true)
 	f.Add([]byte(`{"mesh":"m","node":"alpha","seq":3}`), true)
 	f.Add([]byte(`{}`), false)
+	withContainer, _ := json.Marshal(spec.Declaration{Mesh: "m", Node: "alpha", Seq: 2, Issued: now, Expires: now.Add(time.Hour), Protocol: 1,
+		Resources: []spec.Resource{{Name: "mesh:network:mesh-alpha", Kind: spec.KindNetwork, Module: "mesh", Network: &spec.NetworkSpec{Name: "mesh-alpha"}},
+			{Name: "w:container:web", Kind: spec.KindContainer, Module: "w", Container: &spec.ContainerSpec{Name: "web", Image: "w:1",
+				Archive: &spec.ImageArchive{Size: 10, Digest: spec.ContentDigest([]byte("0123456789"))}, Env: map[string]string{"A": "b"},
+				Ports: []spec.PortSpec{{Container: 80, Host: 8080}}, Mounts: []spec.MountSpec{{Source: "/srv", Target: "/www", ReadOnly: true}}}}}})
+	f.Add(withContainer, true)
 	f.Add([]byte(`{"mesh":"m","node":"alpha","seq":3,"resources":[{"file":{"mode":"0999"}}]}`), true)
 	k := kept{mesh: "m", node: "alpha", key: pub, seq: 1}
 	f.Fuzz(func(t *testing.T, raw []byte, sign bool) {

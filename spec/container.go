@@ -148,18 +148,26 @@ func (c ContainerSpec) Check() error {
 	return nil
 }
 
-// checkUnfilled checks what a manifest's container can be checked for
-// before settings fill it: every field whose value no ${setting} reaches.
+// checkUnfilled checks a manifest's container before settings fill it:
+// each ${setting} stands for a plain "x", so a mount whose source is all
+// reference ("${dir}") is refused as not absolute, as it would be filled.
 func (c ContainerSpec) checkUnfilled() error {
-	probe := c
-	if len(References(c.Image)) > 0 {
-		probe.Image = "filled"
-	}
-	probe.Mounts = nil
-	for _, m := range c.Mounts {
-		if len(References(m.Source)) == 0 && len(References(m.Target)) == 0 {
-			probe.Mounts = append(probe.Mounts, m)
+	x := func(s string) string {
+		values := map[string]string{}
+		for _, name := range References(s) {
+			values[name] = "x"
 		}
+		filled, err := Fill(s, values)
+		if err != nil {
+			return s
+		}
+		return filled
+	}
+	probe := c
+	probe.Image = x(c.Image)
+	probe.Mounts = make([]MountSpec, len(c.Mounts))
+	for i, m := range c.Mounts {
+		probe.Mounts[i] = MountSpec{Source: x(m.Source), Target: x(m.Target), ReadOnly: m.ReadOnly}
 	}
 	return probe.Check()
 }

@@ -312,7 +312,11 @@ func (m Module) Check() error {
 	}
 	seen := map[string]bool{}
 	for _, r := range m.Resources {
-		if err := r.Check(); err != nil {
+		err := r.Check()
+		if r.Kind == KindContainer && r.Container != nil && err == nil {
+			err = r.Container.checkUnfilled()
+		}
+		if err != nil {
 			return fmt.Errorf("module %q: %w", m.Name, err)
 		}
 		if r.Module != m.Name || r.Name != ResourceName(m.Name, r.Kind, r.Target()) {
