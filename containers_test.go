@@ -31,6 +31,7 @@ type containerMesh struct {
 	*testMesh
 	cli                  *client.Client
 	betaDir              string
+	beta                 *daemon
 	rootA, rootB         string
 	addrA, addrB         string
 	subnetA, subnetB     netip.Prefix
@@ -102,7 +103,7 @@ func newContainerMesh(t *testing.T) *containerMesh {
 	t.Cleanup(func() { removeNodesContainers(cli, "alpha", "beta") })
 
 	m.testMesh = newMesh(t, "--root", m.rootA, "--address", m.addrA, "--subnet", m.subnetA.String(), "--reconcile", "1s")
-	m.betaDir, _ = join(t, m.token(t, "beta"), "--root", m.rootB, "--address", m.addrB, "--subnet", m.subnetB.String())
+	m.betaDir, m.beta = join(t, m.token(t, "beta"), "--root", m.rootB, "--address", m.addrB, "--subnet", m.subnetB.String())
 	eventually(t, 30*time.Second, "both hosts report a container engine", func() (bool, string) {
 		var have []string
 		for _, n := range nodeList(t, m.dir) {
@@ -336,6 +337,24 @@ func TestContainersFindEachOtherByName(t *testing.T) {
 	})
 	if got, _ := m.container(t, "alpha", "web"); !got.Container.State.Running || got.Container.ID != webID {
 		t.Errorf("after reconcile alpha's web is running %v, the same container %v", got.Container.State.Running, got.Container.ID == webID)
+	}
+
+	// beta's host restarts: its container is left running as it is, and
+	// its resolver serves the network's gateway again.
+	m.beta.stop(t)
+	os.Remove(filepath.Join(m.rootB, "srv/client/lookup"))
+	since = time.Now()
+	start(t, "host", "--dir", m.betaDir, "--root", m.rootB, "--subnet", m.subnetB.String(), "--heartbeat", "500ms",
+		"--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream)
+	eventually(t, 30*time.Second, "beta's container looks web.alpha.internal up again after beta's host restarted", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(m.rootB, "srv/client/lookup"))
+		return err == nil && strings.Contains(string(b), m.addrA), fmt.Sprintf("%q %v", b, err)
+	})
+	if m.id(t, "beta", "client") != clientID {
+		t.Error("beta's host restarting replaced its container")
+	}
+	if ev := m.lifecycle(t, since); len(ev) != 0 {
+		t.Errorf("beta's host restarting: the engine saw %v, want nothing", ev)
 	}
 
 	// Unassigned: the container goes, and beta's network with its last one.
