@@ -36,8 +36,8 @@ func BenchmarkRosterOnlyApply(b *testing.B) {
 	dockertest.Build(b, cli, tag, nil)
 	archive := filepath.Join(b.TempDir(), "image.tar")
 	dockertest.Save(b, cli, tag, archive)
-	removeNodesContainers(cli, "alpha")
-	b.Cleanup(func() { removeNodesContainers(cli, "alpha") })
+	dockertest.RemoveNode(cli, "alpha")
+	b.Cleanup(func() { dockertest.RemoveNode(cli, "alpha") })
 
 	modules := b.TempDir()
 	write := func(name, manifest string) string {

@@ -57,20 +57,8 @@ func newEngineRig(t *testing.T) *engineRig {
 	r.docker = d
 	r.engine = host.NewEngine(r.root, r.blobs)
 	r.engine.Containers(d, r.node, "127.0.0.1", r.subnet, nil)
-	t.Cleanup(r.cleanup)
+	t.Cleanup(func() { dockertest.RemoveNode(cli, r.node) })
 	return r
-}
-
-// cleanup removes whatever the node left in the engine.
-func (r *engineRig) cleanup() {
-	ctx := context.Background()
-	list, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", spec.LabelNode+"="+r.node)})
-	if err == nil {
-		for _, c := range list.Items {
-			r.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
-		}
-	}
-	r.cli.NetworkRemove(ctx, spec.NetworkName(r.node), client.NetworkRemoveOptions{})
 }
 
 func (r *engineRig) network() spec.Resource {
@@ -359,15 +347,9 @@ func TestContainerNotThisNodes(t *testing.T) {
 // container and network resources fail with that cause, and the files and
 // directories still apply.
 func TestContainersFailAloneWithoutEngine(t *testing.T) {
-	// A socket whose listener is gone: what a stopped dockerd leaves.
-	sock := filepath.Join(t.TempDir(), "docker.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	l.Close()
-	d, err := host.NewDocker("unix://" + sock)
+	endpoint := dockertest.DeadEngine(t)
+	sock := strings.TrimPrefix(endpoint, "unix://")
+	d, err := host.NewDocker(endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path"
 	"sort"
@@ -275,4 +276,33 @@ func removeImage(cli *client.Client, tag string) error {
 		return err
 	}
 	return nil
+}
+
+// RemoveNode removes what a test node left in the engine: every container
+// labelled with it (mesh.node=NODE) and its network, mesh-NODE.
+func RemoveNode(cli *client.Client, node string) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", "mesh.node="+node)})
+	if err == nil {
+		for _, c := range list.Items {
+			_, _ = cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+		}
+	}
+	_, _ = cli.NetworkRemove(ctx, "mesh-"+node, client.NetworkRemoveOptions{})
+}
+
+// DeadEngine is the endpoint of an engine that does not answer: a socket
+// whose listener is gone, which is what a stopped dockerd leaves behind.
+// It needs no engine, and is not gated.
+func DeadEngine(t testing.TB) string {
+	t.Helper()
+	sock := path.Join(t.TempDir(), "docker.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	return "unix://" + sock
 }
