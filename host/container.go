@@ -360,11 +360,22 @@ func stoppedNote(st *container.State) string {
 	if st == nil {
 		return "started again"
 	}
-	why := fmt.Sprintf("it had %s with code %d", st.Status, st.ExitCode)
+	var why string
+	switch st.Status {
+	case container.StateCreated:
+		why = "it had never started"
+	case container.StateExited:
+		why = fmt.Sprintf("it had exited with code %d", st.ExitCode)
+	default:
+		why = fmt.Sprintf("it was %s (exit code %d)", st.Status, st.ExitCode)
+	}
 	if st.OOMKilled {
 		why += ", out of memory"
 	}
-	if st.FinishedAt != "" && st.FinishedAt != "0001-01-01T00:00:00Z" {
+	if st.Error != "" {
+		why += ": " + st.Error
+	}
+	if st.FinishedAt != "" && !strings.HasPrefix(st.FinishedAt, "0001-") && st.Status != container.StateCreated {
 		why += " at " + st.FinishedAt
 	}
 	return "started again: " + why
