@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -419,4 +421,82 @@ func TestNoEngineNoContainers(t *testing.T) {
 			}
 		}
 	}
+}
+
+// engineProxy passes connections on a socket of the test's to the machine's
+// engine, until stopped: an engine that can be stopped and started again
+// without touching the one every other test uses.
+type engineProxy struct {
+	sock  string
+	l     net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (p *engineProxy) start(t testing.TB) {
+	t.Helper()
+	l, err := net.Listen("unix", p.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.l = l
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c)
+			p.mu.Unlock()
+			go func() {
+				defer c.Close()
+				e, err := net.Dial("unix", "/var/run/docker.sock")
+				if err != nil {
+					return
+				}
+				defer e.Close()
+				go io.Copy(e, c)
+				io.Copy(c, e)
+			}()
+		}
+	}()
+}
+
+// stop closes the socket and every connection through it, as a stopped
+// dockerd does.
+func (p *engineProxy) stop() {
+	p.l.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// TestCapabilityFollowsTheEngine: a host reports the containers capability
+// only while its engine answers, and says so within a few heartbeats of a
+// change, either way.
+func TestCapabilityFollowsTheEngine(t *testing.T) {
+	dockertest.Client(t)
+	p := &engineProxy{sock: filepath.Join(t.TempDir(), "engine.sock")}
+	p.start(t)
+	t.Cleanup(p.stop)
+	m := newMesh(t, "--root", t.TempDir())
+	join(t, m.token(t, "beta"), "--root", t.TempDir(), "--docker", "unix://"+p.sock)
+	capable := func(want bool) func() (bool, string) {
+		return func() (bool, string) {
+			n := nodeShow(t, m.dir, "beta")
+			if n.Facts == nil {
+				return false, "no facts yet"
+			}
+			return slices.Contains(n.Facts.Capabilities, spec.CapContainers) == want, fmt.Sprintf("capabilities %v, errors %v", n.Facts.Capabilities, n.Facts.Errors)
+		}
+	}
+	eventually(t, 30*time.Second, "beta reports the containers capability", capable(true))
+	p.stop()
+	eventually(t, 30*time.Second, "beta no longer reports it once its engine stopped", capable(false))
+	p.start(t)
+	eventually(t, 30*time.Second, "beta reports it again once its engine answers", capable(true))
 }

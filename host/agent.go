@@ -56,9 +56,6 @@ type Agent struct {
 	state  State
 	key    nkeys.KeyPair
 	engine *Engine
-	// engineUp is whether the container engine answered when the facts
-	// were last sent.
-	engineUp bool
 	// lastFailures are the failures of the last apply, so a reconcile pass
 	// that fails the same way again says nothing new.
 	lastFailures string
@@ -177,6 +174,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 	sendFacts()
+	// The engine is watched apart, so that one that hangs delays no
+	// heartbeat or delivery; when it starts or stops answering, the facts
+	// are sent again at once.
+	engineFlips := make(chan struct{}, 1)
+	go a.watchEngine(ctx, engineFlips)
 	// Ready once a heartbeat has reached the bus; until then, retry it at the
 	// reconnect pace rather than the heartbeat's.
 	for {
@@ -208,10 +210,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			if err := sendHeartbeat(); err != nil && !errors.Is(err, nats.ErrConnectionReconnecting) {
 				a.log.Warn("heartbeat not sent", "err", err)
 			}
-			if a.engineChanged(ctx) {
-				sendFacts()
-			}
+
 		case <-facts.C:
+			sendFacts()
+		case <-engineFlips:
 			sendFacts()
 		case <-reconcile.C:
 			a.reconcile(ctx, nc)
@@ -232,7 +234,6 @@ func (a *Agent) engineFacts(ctx context.Context, f *spec.Facts) {
 		return
 	}
 	v, err := a.cfg.Docker.Version(ctx)
-	a.engineUp = err == nil
 	if err != nil {
 		f.Errors = append(f.Errors, "container engine: "+err.Error())
 		return
@@ -241,18 +242,31 @@ func (a *Agent) engineFacts(ctx context.Context, f *spec.Facts) {
 	f.Engine, f.Subnet = v, a.cfg.Subnet.Masked().String()
 }
 
-// engineChanged says whether the engine started or stopped answering since
-// the facts last sent said, so that they are sent again at once.
-func (a *Agent) engineChanged(ctx context.Context) bool {
+// watchEngine checks the container engine at the heartbeat's pace and
+// signals flips when it starts or stops answering, until ctx ends.
+func (a *Agent) watchEngine(ctx context.Context, flips chan<- struct{}) {
 	if a.cfg.Docker == nil {
-		return false
+		return
 	}
-	_, err := a.cfg.Docker.Version(ctx)
-	if up := err == nil; up != a.engineUp {
-		a.log.Info("container engine "+map[bool]string{true: "answers", false: "stopped answering"}[up], "engine", a.cfg.Docker.Endpoint())
-		return true
+	answers := func() bool { _, err := a.cfg.Docker.Version(ctx); return err == nil }
+	up := answers()
+	tick := time.NewTicker(a.cfg.HeartbeatEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if now := answers(); now != up && ctx.Err() == nil {
+			up = now
+			a.log.Info("container engine "+map[bool]string{true: "answers", false: "stopped answering"}[up], "engine", a.cfg.Docker.Endpoint())
+			select {
+			case flips <- struct{}{}:
+			default:
+			}
+		}
 	}
-	return false
 }
 
 // attach has the machine's resolver serve the container network's gateway.
