@@ -1,21 +1,16 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"github.com/mesh-fleet/mesh/internal/dockertest"
-	"github.com/mesh-fleet/mesh/spec"
 )
 
 // BenchmarkRosterOnlyApply is the apply of a declaration whose only change
@@ -106,7 +101,7 @@ func BenchmarkRosterOnlyApply(b *testing.B) {
 				apply = append(apply, rep.ApplyMicros)
 			}
 			b.StopTimer()
-			events = len(alphaEvents(b, cli, since))
+			events = len(engineEvents(b, cli, since, "alpha"))
 			if assigned {
 				run("unassign", "--dir", m.dir, "extra", "alpha")
 			}
@@ -117,31 +112,5 @@ func BenchmarkRosterOnlyApply(b *testing.B) {
 			b.ReportMetric(float64(writes)/float64(b.N), "writes/op")
 			b.ReportMetric(float64(events)/float64(b.N), "engine-events/op")
 		})
-	}
-}
-
-// alphaEvents are the engine's events for alpha's containers and network
-// since then, "TYPE ACTION" each.
-func alphaEvents(b *testing.B, cli *client.Client, since time.Time) []string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	res := cli.Events(ctx, client.EventsListOptions{
-		Since: strconv.FormatInt(since.Unix()-1, 10),
-		Until: strconv.FormatInt(time.Now().Unix()+1, 10),
-	})
-	var got []string
-	for {
-		select {
-		case msg, ok := <-res.Messages:
-			if !ok {
-				return got
-			}
-			a := msg.Actor.Attributes
-			if msg.TimeNano >= since.UnixNano() && (a[spec.LabelNode] == "alpha" || a["name"] == spec.NetworkName("alpha")) {
-				got = append(got, fmt.Sprintf("%s %s", msg.Type, msg.Action))
-			}
-		case <-res.Err:
-			return got
-		}
 	}
 }

@@ -129,14 +129,21 @@ func (m *containerMesh) id(t *testing.T, node, name string) string {
 	return res.Container.ID
 }
 
-// lifecycle is the lifecycle events of the nodes' containers and networks
+// lifecycle is the lifecycle events of alpha's and beta's containers and
+// networks between since and now.
+func (m *containerMesh) lifecycle(t *testing.T, since time.Time) []string {
+	t.Helper()
+	return engineEvents(t, m.cli, since, "alpha", "beta")
+}
+
+// engineEvents is the lifecycle events of nodes' containers and networks
 // between since and now, "TYPE ACTION NAME" each; a network's events name
 // the container joining or leaving it by its ID.
-func (m *containerMesh) lifecycle(t *testing.T, since time.Time) []string {
+func engineEvents(t testing.TB, cli *client.Client, since time.Time, nodes ...string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res := m.cli.Events(ctx, client.EventsListOptions{
+	res := cli.Events(ctx, client.EventsListOptions{
 		Since: strconv.FormatInt(since.Unix()-1, 10),
 		Until: strconv.FormatInt(time.Now().Unix()+1, 10),
 	})
@@ -156,7 +163,7 @@ func (m *containerMesh) lifecycle(t *testing.T, since time.Time) []string {
 				// A container joining or leaving: named by its ID.
 				node, name = strings.TrimPrefix(attrs["name"], "mesh-"), attrs["container"]
 			}
-			if node != "alpha" && node != "beta" {
+			if !slices.Contains(nodes, node) {
 				continue
 			}
 			switch string(msg.Action) {
