@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/mesh-fleet/mesh/broker"
@@ -358,8 +359,12 @@ func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, 
 	if err != nil {
 		return err
 	}
+	// One count of recovered panics for the process: /metrics shows the
+	// host's with the controller's.
+	panics := new(atomic.Uint64)
 	hostCfg.Dir = filepath.Join(dir, hostDir)
 	hostCfg.Names = dns
+	hostCfg.Panics = panics
 	agent, err := host.New(hostCfg, log.With("component", "host"))
 	if err != nil {
 		return err
@@ -369,6 +374,7 @@ func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, 
 		Key:        ctlKey,
 		BusURLs:    []string{"nats://" + reachable(addrs.Bus)},
 		SignKey:    signKey,
+		Panics:     panics,
 		Parts:      []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
 	}, log.With("component", "controller"), mesh.Deps{DB: db, CA: auth, Bus: bus})
 	if err != nil {

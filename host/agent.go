@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
@@ -45,6 +46,9 @@ type Config struct {
 	Docker *Docker
 	// Subnet is the node's container network; zero means DefaultSubnet.
 	Subnet netip.Prefix
+	// Panics counts the panics recovered in the agent; main shares it with
+	// the controller's /metrics on a controller's machine. Nil: its own.
+	Panics *atomic.Uint64
 }
 
 // Agent is the host's agent.
@@ -85,6 +89,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	if cfg.Root == "" {
 		cfg.Root = "/"
+	}
+	if cfg.Panics == nil {
+		cfg.Panics = new(atomic.Uint64)
 	}
 	if !cfg.Subnet.IsValid() {
 		cfg.Subnet = DefaultSubnet
@@ -137,6 +144,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer nc.Close()
 	a.engine = NewEngine(a.cfg.Root, busBlobs{nc: nc, node: a.state.Node})
+	a.engine.Panicked = a.panicked
 	a.engine.Containers(a.cfg.Docker, a.state.Node, a.state.Address, a.cfg.Subnet, a.attach)
 
 	deliveries := make(chan *nats.Msg, 64)
@@ -160,6 +168,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer reconcile.Stop()
 
 	sendFacts := func() {
+		defer a.catch("facts")
 		f := GatherFacts()
 		f.Node, f.Time = a.state.Node, time.Now().UTC()
 		a.engineFacts(ctx, &f)
@@ -178,7 +187,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// heartbeat or delivery; when it starts or stops answering, the facts
 	// are sent again at once.
 	engineFlips := make(chan struct{}, 1)
-	go a.watchEngine(ctx, engineFlips)
+	go a.safely("engine watch", func() { a.watchEngine(ctx, engineFlips) })
 	// Ready once a heartbeat has reached the bus; until then, retry it at the
 	// reconnect pace rather than the heartbeat's.
 	for {
@@ -196,11 +205,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-time.After(time.Second):
 		}
 	}
-	a.serveNames()
+	a.safely("names", a.serveNames)
 	close(a.ready)
 	a.log.Info("host ready", "node", a.state.Node, "bus", nc.ConnectedUrl(), "version", version[:12])
 	// What was kept is held again at start: an apply cut short converges.
-	a.reconcile(ctx, nc)
+	a.safely("reconcile", func() { a.reconcile(ctx, nc) })
 
 	for {
 		select {
@@ -216,11 +225,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-engineFlips:
 			sendFacts()
 		case <-reconcile.C:
-			a.reconcile(ctx, nc)
+			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
 		case m := <-previews:
-			a.handlePreview(nc, m)
+			a.safely("preview", func() { a.handlePreview(nc, m) })
 		case m := <-deliveries:
-			a.handleBatch(ctx, nc, drain(m, deliveries))
+			a.safely("delivery", func() { a.handleBatch(ctx, nc, drain(m, deliveries)) })
 			sendHeartbeat()
 		}
 	}

@@ -60,6 +60,9 @@ type Engine struct {
 	Root     string
 	Blobs    BlobFetcher
 	Appliers map[string]Applier // by kind; NewEngine fills file and directory
+	// Panicked hears of a panic recovered in an applier, with its stack;
+	// the resource fails with it. Nil: it is only that failure.
+	Panicked func(what string, v any, stack []byte)
 }
 
 // NewEngine is an engine for files and directories under root, fetching blobs
@@ -200,6 +203,7 @@ type noter interface {
 
 // applyChecked applies r, which passed Check.
 func (e *Engine) applyChecked(ctx context.Context, r spec.Resource, w *Writes) (outcome, note string, err error) {
+	defer e.recovered("apply "+r.Name, &err)
 	if err := ctx.Err(); err != nil {
 		return "", "", fmt.Errorf("apply %s: %w", r.Target(), err)
 	}
@@ -215,7 +219,8 @@ func (e *Engine) applyChecked(ctx context.Context, r spec.Resource, w *Writes) (
 	return outcome, "", err
 }
 
-func (e *Engine) planOne(r spec.Resource) (string, error) {
+func (e *Engine) planOne(r spec.Resource) (outcome string, err error) {
+	defer e.recovered("plan "+r.Name, &err)
 	if err := r.Check(); err != nil {
 		return "", err
 	}
@@ -226,7 +231,8 @@ func (e *Engine) planOne(r spec.Resource) (string, error) {
 	return ap.Plan(e.Root, r)
 }
 
-func (e *Engine) removeOne(a Applied, w *Writes) error {
+func (e *Engine) removeOne(a Applied, w *Writes) (err error) {
+	defer e.recovered("remove "+a.Name, &err)
 	ap, err := e.applier(a.Kind)
 	if err != nil {
 		return err

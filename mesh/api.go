@@ -27,7 +27,7 @@ func (e callerError) Is(target error) bool { return target == errBadRequest }
 func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg) {
 	c.metrics.apiCalls.Add(1)
 	verb := strings.TrimPrefix(m.Subject, spec.APIPrefix)
-	result, err := c.call(ctx, verb, m.Data)
+	result, err := c.safeCall(ctx, verb, m.Data)
 	// Every call is audited but a blob upload's chunks: the registration
 	// they belong to is.
 	if verb != spec.VerbBlobPut {
@@ -47,6 +47,13 @@ func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg) {
 	if err := m.Respond(body); err != nil {
 		c.log.Warn("api reply not sent", "verb", verb, "err", err)
 	}
+}
+
+// safeCall is call under catch: a verb that panics is answered, and audited,
+// as a failure.
+func (c *Controller) safeCall(ctx context.Context, verb string, data []byte) (result any, err error) {
+	defer c.catch("api "+verb, func(e error) { result, err = nil, e })
+	return c.call(ctx, verb, data)
 }
 
 func decodeRequest(verb string, data []byte, v any) error {

@@ -43,6 +43,10 @@ type Config struct {
 	SignKey ed25519.PrivateKey
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Panics counts the panics recovered in the process (mesh_panics_total):
+	// the controller's own and, when main shares it, its host's. Nil: the
+	// controller counts its own.
+	Panics *atomic.Uint64
 }
 
 // Deps are the parts the controller uses.
@@ -100,7 +104,10 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{})}, nil
+	if cfg.Panics == nil {
+		cfg.Panics = new(atomic.Uint64)
+	}
+	return &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), watchers: map[string][]*watcher{}}, nil
 }
 
 // Ready is closed once the controller answers the API and HTTP.
@@ -161,7 +168,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		{spec.NodeSubject("*", spec.KindBlob), "blob", func(m *nats.Msg) { c.onBlob(ctx, m) }},
 	}
 	for _, s := range subs {
-		if _, err := nc.QueueSubscribe(s.subject, s.queue, s.handle); err != nil {
+		if _, err := nc.QueueSubscribe(s.subject, s.queue, c.guardMsg(s.subject, s.handle)); err != nil {
 			l.Close()
 			return fmt.Errorf("subscribe to %s: %w", s.subject, err)
 		}
@@ -171,7 +178,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe controller: %w", err)
 	}
 
-	srv := &http.Server{Handler: c.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Serve(l) }()
 	c.mu.Lock()
@@ -191,10 +198,7 @@ loop:
 		case err := <-httpDone:
 			return fmt.Errorf("http listener: %w", err)
 		case <-sweep.C:
-			if err := c.syncUsers(ctx); err != nil {
-				c.log.Error("bus users not refreshed", "err", err)
-			}
-			c.dropExpiredWatchers()
+			c.sweep(ctx)
 		}
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -202,6 +206,16 @@ loop:
 	srv.Shutdown(shutdown)
 	nc.Drain()
 	return nil
+}
+
+// sweep withdraws expired tokens' enrolment users and forgets pushes that
+// waited past their expiry.
+func (c *Controller) sweep(ctx context.Context) {
+	defer c.catch("sweep", nil)
+	if err := c.syncUsers(ctx); err != nil {
+		c.log.Error("bus users not refreshed", "err", err)
+	}
+	c.dropExpiredWatchers()
 }
 
 func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {

@@ -224,6 +224,10 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
+			defer c.catch("push to node "+node, func(err error) {
+				pn.Error = err.Error()
+				res.Nodes[i] = pn
+			})
 			resources := g.plans[node].Resources
 			pn.Resources = len(resources)
 			if ctx.Err() != nil {
@@ -349,9 +353,6 @@ func (c *Controller) watch(node, pushID, subject string, preview bool) *watcher 
 	}
 	c.watchMu.Lock()
 	defer c.watchMu.Unlock()
-	if c.watchers == nil {
-		c.watchers = map[string][]*watcher{}
-	}
 	c.watchers[node] = append(c.watchers[node], w)
 	return w
 }
@@ -410,7 +411,11 @@ func (c *Controller) forward(r spec.Report) {
 		}
 		w.mu.Unlock()
 	}
-	c.watchers[r.Node] = keep
+	if len(keep) == 0 {
+		delete(c.watchers, r.Node)
+	} else {
+		c.watchers[r.Node] = keep
+	}
 	c.watchMu.Unlock()
 	for _, w := range due {
 		c.notify(w, r)

@@ -1,0 +1,85 @@
+package host_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// panicky is an applier that panics for one resource and hands the rest to
+// the real one: the seam where a bug in an applier is injected.
+type panicky struct {
+	host.Applier
+	name string
+}
+
+func (p panicky) Plan(root string, r spec.Resource) (string, error) {
+	if r.Name == p.name {
+		panic("injected: plan")
+	}
+	return p.Applier.Plan(root, r)
+}
+
+func (p panicky) Apply(ctx context.Context, root string, r spec.Resource, b host.BlobFetcher, w *host.Writes) (string, error) {
+	if r.Name == p.name {
+		panic("injected: apply")
+	}
+	return p.Applier.Apply(ctx, root, r, b, w)
+}
+
+func (p panicky) Remove(root string, a host.Applied, w *host.Writes) error {
+	if a.Name == p.name {
+		panic("injected: remove")
+	}
+	return p.Applier.Remove(root, a, w)
+}
+
+// TestPanicInAnApplierFailsThatResourceOnly: a panic while applying,
+// planning or removing one resource is that resource's failure, named, and
+// heard of with its stack; the other resources are applied.
+func TestPanicInAnApplierFailsThatResourceOnly(t *testing.T) {
+	root := t.TempDir()
+	bad, good := fileDecl("/etc/bad", 0o644, "x"), fileDecl("/etc/good", 0o644, "y")
+	e := host.NewEngine(root, nil)
+	e.Appliers[spec.KindFile] = panicky{Applier: e.Appliers[spec.KindFile], name: bad.Name}
+	var heard []string
+	e.Panicked = func(what string, v any, stack []byte) {
+		if len(stack) == 0 {
+			t.Errorf("panic in %s heard without its stack", what)
+		}
+		heard = append(heard, what)
+	}
+
+	results, record, _ := e.Apply(context.Background(), []spec.Resource{bad, good}, nil)
+	if r := resultOf(t, results, bad.Name); r.Outcome != spec.Failed || !strings.Contains(r.Error, "internal error (injected: apply)") {
+		t.Fatalf("the resource whose apply panicked: %+v", r)
+	}
+	if r := resultOf(t, results, good.Name); r.Outcome != spec.Created {
+		t.Fatalf("the other resource: %+v", r)
+	}
+	checkContent(t, filepath.Join(root, "etc/good"), "y")
+
+	preview := e.Preview([]spec.Resource{bad, good}, record)
+	if r := resultOf(t, preview, bad.Name); r.Outcome != spec.Failed || !strings.Contains(r.Error, "injected: plan") {
+		t.Fatalf("the resource whose plan panicked: %+v", r)
+	}
+
+	// Removing both (the failed one is on record: it may have written
+	// something): the one whose removal panics fails and stays on record;
+	// the other goes.
+	results, record, _ = e.Apply(context.Background(), nil, record)
+	if r := resultOf(t, results, bad.Name); r.Outcome != spec.Failed || !strings.Contains(r.Error, "injected: remove") {
+		t.Fatalf("the resource whose removal panicked: %+v", r)
+	}
+	if _, ok := recordOf(record, bad.Name); !ok {
+		t.Fatal("a removal that panicked was dropped from the record: it would never be tried again")
+	}
+	checkAbsent(t, filepath.Join(root, "etc/good"))
+	if want := []string{"apply " + bad.Name, "plan " + bad.Name, "remove " + bad.Name}; strings.Join(heard, ",") != strings.Join(want, ",") {
+		t.Fatalf("panics heard: %v, want %v", heard, want)
+	}
+}

@@ -1,0 +1,124 @@
+package mesh
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// panickyStore is the real store but for the reads a test makes panic: the
+// seam where a bug in a handler is injected.
+type panickyStore struct {
+	*store.DB
+	heartbeat, tokens bool
+}
+
+func (s panickyStore) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error {
+	if s.heartbeat {
+		panic("injected: heartbeat")
+	}
+	return s.DB.RecordHeartbeat(ctx, hb, at)
+}
+
+func (s panickyStore) Tokens(ctx context.Context) ([]store.Token, error) {
+	if s.tokens {
+		panic("injected: tokens")
+	}
+	return s.DB.Tokens(ctx)
+}
+
+// TestPanicInAHandlerLeavesTheBusServing injects panics into a bus handler
+// with no caller (a heartbeat), an API verb, and a push worker's read: each
+// is recovered and counted, the caller is answered with a failure, and the
+// bus and every other handler go on answering.
+func TestPanicInAHandlerLeavesTheBusServing(t *testing.T) {
+	clk := &clock{now: time.Now()}
+	c, _ := newControllerWith(t, clk, func(db *store.DB) Store {
+		return panickyStore{DB: db, heartbeat: true, tokens: true}
+	})
+	api := func(verb string, req any) spec.Reply {
+		t.Helper()
+		m, err := c.nc.Request(spec.APIPrefix+verb, mustJSON(t, req), 10*time.Second)
+		if err != nil {
+			t.Fatalf("%s: no answer: %v", verb, err)
+		}
+		var r spec.Reply
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	// A heartbeat: no caller, the handler panics in the store.
+	hb := mustJSON(t, spec.Heartbeat{Node: "alpha", Time: clk.Now(), Protocol: spec.Protocol})
+	if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindHeartbeat), hb); err != nil {
+		t.Fatal(err)
+	}
+	// An API verb that panics is answered with a failure that says so.
+	if r := api(spec.VerbTokenList, spec.TokenListRequest{}); !strings.Contains(r.Error, "internal error") {
+		t.Fatalf("token list that panicked answered %+v, want a failure naming an internal error", r)
+	}
+	// The bus, and the other handlers, still answer.
+	r := api(spec.VerbNodeList, spec.NodeListRequest{})
+	if r.Error != "" {
+		t.Fatalf("node list after two panics: %s", r.Error)
+	}
+	var nodes spec.NodeListResult
+	if err := json.Unmarshal(r.Result, &nodes); err != nil || len(nodes.Nodes) != 1 {
+		t.Fatalf("node list after two panics: %s (%v)", r.Result, err)
+	}
+	if got := c.cfg.Panics.Load(); got != 2 {
+		t.Fatalf("mesh_panics_total counts %d, want 2 (the heartbeat's and the verb's)", got)
+	}
+	resp, err := http.Get("http://" + c.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "\nmesh_panics_total 2\n") {
+		t.Fatalf("/metrics does not count the two panics:\n%s", body)
+	}
+	// The in-process bus itself still routes between clients.
+	sub, err := c.nc.SubscribeSync("probe.after.panics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.nc.Publish("probe.after.panics", []byte("x"))
+	if _, err := sub.NextMsg(5 * time.Second); err != nil {
+		t.Fatalf("the bus does not route after the panics: %v", err)
+	}
+}
+
+// TestReportBeforeAnyPush: a report that reaches a controller before any
+// push since it started (a host correcting drift at its start) is recorded,
+// and nothing panics (the push watchers' map was made by the first push).
+func TestReportBeforeAnyPush(t *testing.T) {
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	r := mustJSON(t, spec.Report{Node: "alpha", Seq: 3, Time: clk.Now(), Results: []spec.ResourceResult{}})
+	if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindReport), r); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := db.LastReport(context.Background(), "alpha")
+		if err == nil && got.Seq == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the early report was not recorded: %+v, %v", got, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := c.cfg.Panics.Load(); n != 0 {
+		t.Fatalf("a report before any push panicked %d time(s)", n)
+	}
+}
