@@ -13,10 +13,16 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 build: ## a static bin/mesh
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN) .
 
-# One-node mesh in ./mesh-state: genesis the first time, the same mesh again after.
+# Flags given to make run on a restart (ROOT=..., DNS=...) override what the
+# mesh keeps in $(STATE)/config.yaml; the defaults do not.
+RESTART_FLAGS = $(if $(filter command line environment,$(origin ROOT)),--root $(ROOT)) \
+                $(if $(filter command line environment,$(origin DNS)),--dns $(DNS))
+
+# One-node mesh in ./mesh-state: genesis the first time, the same mesh again
+# after, with the flags it was made with (kept in $(STATE)/config.yaml).
 run: build
 	@if [ -f $(STATE)/controller/mesh.db ]; then \
-		exec $(BIN) controller --dir $(STATE) --root $(ROOT) --dns $(DNS); \
+		exec $(BIN) controller --dir $(STATE) $(RESTART_FLAGS); \
 	else \
 		mkdir -p $(ROOT) && \
 		exec $(BIN) genesis --dir $(STATE) --mesh $(MESH) --node $(NODE) --bus 127.0.0.1:4222 --http 127.0.0.1:8480 --root $(ROOT) --dns $(DNS); \

@@ -12,6 +12,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -108,6 +111,7 @@ Example:
 			&cli.StringFlag{Name: "bus", Value: "0.0.0.0:4222", Usage: "where the bus listens, host:port (port 0: any free port, kept from then on)"},
 			&cli.StringFlag{Name: "http", Value: "127.0.0.1:8480", Usage: "where /healthz, /metrics and /roots.pem listen, host:port (port 0: any free port)"},
 			&cli.StringFlag{Name: "address", Usage: "where other nodes reach this one (default: the machine's primary address)"},
+			advertiseFlag(),
 			logFlag(),
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
@@ -144,8 +148,11 @@ Example:
 			if err != nil {
 				return err
 			}
-			dnsAddr, err := claimDNSPort(c.String("dns"))
+			dnsAddr, err := claimDNSFlag(c)
 			if err != nil {
+				return err
+			}
+			if err := absRoot(c); err != nil {
 				return err
 			}
 			dnsCfg, err := resolverConfig(c, dnsAddr)
@@ -156,10 +163,26 @@ Example:
 			if err != nil {
 				return err
 			}
+			advertise, err := busURLs(busAddr, c.StringSlice("advertise"))
+			if err != nil {
+				return err
+			}
+			kc, _, _, err := mergeConfig(c, dir)
+			if err != nil {
+				return err
+			}
 			if err := create(c.Context, dir, meshName, node, address, busAddr); err != nil {
 				return err
 			}
-			return serve(c.Context, log, dir, spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}, hostCfg, dnsCfg)
+			release, err := lockDir(dir)
+			if err != nil {
+				return err
+			}
+			defer release()
+			if err := writeConfig(dir, kc); err != nil {
+				return err
+			}
+			return serve(c.Context, log, dir, spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}, advertise, hostCfg, dnsCfg)
 		},
 	}
 }
@@ -169,17 +192,23 @@ func controllerCommand() *cli.Command {
 		Name:  "controller",
 		Usage: "run an existing mesh again: its controller and its host",
 		Description: `Runs the mesh kept in --dir on the addresses it bound before (from
-D/addrs.json), so hosts find the bus again with no action.
+D/addrs.json), so hosts find the bus again with no action, and with the
+host flags it was started with (from D/config.yaml). A flag given here
+overrides the file and is kept from then on; --bus and --http rebind and
+are kept in D/addrs.json.
 
 Example:
-   mesh controller --dir /var/lib/mesh`,
-		Flags: append([]cli.Flag{dirFlag(), logFlag()}, hostFlags()...),
+   mesh controller --dir /var/lib/mesh
+   mesh controller --dir /var/lib/mesh --bus 0.0.0.0:4222 --advertise 192.0.2.10`,
+		Flags: append([]cli.Flag{
+			dirFlag(),
+			&cli.StringFlag{Name: "bus", Usage: "rebind the bus, host:port (default: where it bound before)"},
+			&cli.StringFlag{Name: "http", Usage: "rebind /healthz, /metrics and /roots.pem, host:port (default: where it bound before)"},
+			advertiseFlag(),
+			logFlag(),
+		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
-				return err
-			}
-			log, err := newLogger(c)
-			if err != nil {
 				return err
 			}
 			dir := c.String("dir")
@@ -190,25 +219,145 @@ Example:
 			if !ok {
 				return fmt.Errorf("%s holds no mesh: create one with mesh genesis --dir %s --mesh NAME --node NAME", dir, dir)
 			}
+			release, err := lockDir(dir)
+			if err != nil {
+				return err
+			}
+			defer release()
 			addrs, err := readAddrs(dir)
 			if err != nil {
 				return err
 			}
-			// The resolver binds where it bound before, unless told otherwise.
-			if c.IsSet("dns") || addrs.DNS == "" {
-				addrs.DNS = c.String("dns")
+			// A mesh made before D/config.yaml: its resolver binds where it
+			// bound before, unless told otherwise.
+			if file, err := readConfig(dir); err == nil && file["dns"] == nil && !c.IsSet("dns") && addrs.DNS != "" {
+				if err := c.Set("dns", addrs.DNS); err != nil {
+					return err
+				}
 			}
-			dnsCfg, err := resolverConfig(c, addrs.DNS)
+			kc, changes, fromFile, err := mergeConfig(c, dir)
 			if err != nil {
 				return err
+			}
+			log, err := newLogger(c)
+			if err != nil {
+				return fromFileHint(err, fromFile, dir)
+			}
+			if err := rebind(c, log, &addrs); err != nil {
+				return err
+			}
+			if addrs.DNS, err = claimDNSFlag(c); err != nil {
+				return err
+			}
+			if err := absRoot(c); err != nil {
+				return err
+			}
+			kc["dns"], kc["root"] = []string{addrs.DNS}, []string{c.String("root")}
+			dnsCfg, err := resolverConfig(c, addrs.DNS)
+			if err != nil {
+				return fromFileHint(err, fromFile, dir)
 			}
 			hostCfg, err := hostConfig(c)
 			if err != nil {
+				return fromFileHint(err, fromFile, dir)
+			}
+			advertise, err := busURLs(addrs.Bus, c.StringSlice("advertise"))
+			if err != nil {
+				return fromFileHint(err, fromFile, dir)
+			}
+			if err := checkSubnetChange(c.Context, dir, hostCfg, changes); err != nil {
 				return err
 			}
-			return serve(c.Context, log, dir, addrs, hostCfg, dnsCfg)
+			if err := followBus(dir, addrs.Bus); err != nil {
+				return err
+			}
+			if err := writeConfig(dir, kc); err != nil {
+				return err
+			}
+			logChanges(log, dir, changes)
+			return serve(c.Context, log, dir, addrs, advertise, hostCfg, dnsCfg)
 		},
 	}
+}
+
+func advertiseFlag() cli.Flag {
+	return &cli.StringSliceFlag{Name: "advertise", Usage: "an address other machines reach the bus at, IP or name, with :port when it differs from the bus's; join tokens carry these (repeat; default: the bus's address, the machine's primary address for a wildcard)"}
+}
+
+// rebind takes --bus and --http at a controller's start: each is bound once
+// to check it (a port 0 becomes the port kept), and addrs records it.
+func rebind(c *cli.Context, log *slog.Logger, addrs *spec.Addrs) error {
+	for _, f := range []struct {
+		flag string
+		addr *string
+	}{{"bus", &addrs.Bus}, {"http", &addrs.HTTP}} {
+		if !c.IsSet(f.flag) {
+			continue
+		}
+		bound, err := claimPort("--"+f.flag, c.String(f.flag))
+		if err != nil {
+			return err
+		}
+		if bound != *f.addr {
+			log.Info("rebinding", "flag", "--"+f.flag, "was", *f.addr, "now", bound)
+			*f.addr = bound
+		}
+	}
+	return nil
+}
+
+// busURLs are what join tokens carry: each --advertise address (with the
+// bus's port when it names none), or the bus's own address made reachable.
+func busURLs(bus string, advertise []string) ([]string, error) {
+	if len(advertise) == 0 {
+		return []string{"nats://" + reachable(bus)}, nil
+	}
+	_, busPort, _ := net.SplitHostPort(bus)
+	var urls []string
+	for _, a := range advertise {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			host, port = strings.Trim(a, "[]"), busPort
+		}
+		if host == "" || strings.ContainsAny(host, "/ ") {
+			return nil, usagef("--advertise %q: want an IP address or a name, with :port when it is not the bus's (192.0.2.10, mesh.example.org:4222)", a)
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			return nil, usagef("--advertise %q: a wildcard cannot be reached; give the address other machines dial", a)
+		}
+		urls = append(urls, "nats://"+net.JoinHostPort(host, port))
+	}
+	return urls, nil
+}
+
+// followBus points the controller machine's own host at the bus where it
+// now listens (a --bus that moved the port would leave it dialling the old
+// one).
+func followBus(dir, bus string) error {
+	hostPath := filepath.Join(dir, hostDir)
+	st, _, err := host.ReadState(hostPath)
+	if err != nil {
+		return err
+	}
+	url := "nats://" + dialable(bus)
+	if len(st.Bus) == 1 && st.Bus[0] == url {
+		return nil
+	}
+	st.Bus = []string{url}
+	return host.WriteState(hostPath, st)
+}
+
+// checkSubnetChange refuses a --subnet that moves the node's network while
+// containers are attached to it, before anything is written.
+func checkSubnetChange(ctx context.Context, dir string, cfg host.Config, changes []configChange) error {
+	if cfg.Docker == nil || !slices.ContainsFunc(changes, func(ch configChange) bool { return ch.flag == "subnet" }) {
+		return nil
+	}
+	st, _, err := host.ReadState(filepath.Join(dir, hostDir))
+	if err != nil {
+		return err
+	}
+	return cfg.Docker.CheckSubnet(ctx, st.Node, cfg.Subnet)
 }
 
 // refuseExisting refuses a directory that already holds a mesh, or anything.
@@ -255,7 +404,9 @@ func claimDNSPort(addr string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("--dns %s cannot be bound: %w (choose another with --dns)", addr, err)
 		}
-		bound := u.LocalAddr().String()
+		// The host as asked: a wildcard stays the wildcard (the socket of
+		// 0.0.0.0 calls itself [::], which would then bind IPv6 only).
+		bound := net.JoinHostPort(host, strconv.Itoa(u.LocalAddr().(*net.UDPAddr).Port))
 		t, err := net.Listen("tcp", bound)
 		u.Close()
 		if err == nil {
@@ -316,7 +467,7 @@ func create(ctx context.Context, dir, meshName, node, address, busAddr string) (
 // serve runs a mesh's parts in start order (store, CA, bus, controller,
 // host), each ready before the next starts, until SIGINT or SIGTERM; then
 // stops them in reverse, the store last.
-func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, hostCfg host.Config, dnsCfg resolver.Config) error {
+func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, advertise []string, hostCfg host.Config, dnsCfg resolver.Config) error {
 	ctlDir := filepath.Join(dir, controllerDir)
 
 	db, err := store.Open(ctx, filepath.Join(ctlDir, mesh.DBFile))
@@ -372,7 +523,7 @@ func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, 
 	ctl, err := mesh.New(mesh.Config{
 		HTTPListen: addrs.HTTP,
 		Key:        ctlKey,
-		BusURLs:    []string{"nats://" + reachable(addrs.Bus)},
+		BusURLs:    advertise,
 		SignKey:    signKey,
 		Panics:     panics,
 		Parts:      []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},

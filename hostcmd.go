@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -35,21 +37,50 @@ Examples:
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
 			}
-			log, err := newLogger(c)
+			stateDir := c.String("dir")
+			dir := filepath.Join(stateDir, hostDir)
+			raw := c.String("join")
+			if raw == "" && c.IsSet("address") {
+				return usagef("--address is given when joining (with --join); a joined host keeps the address it joined with")
+			}
+			// A joined host's directory is locked before anything is read;
+			// a joining one's once the join made it.
+			if raw == "" {
+				if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("%s holds no joined host: join a mesh first: mesh host --dir %s --join TOKEN", stateDir, stateDir)
+				}
+				release, err := lockDir(stateDir)
+				if err != nil {
+					return err
+				}
+				defer release()
+			}
+			kc, changes, fromFile, err := mergeConfig(c, stateDir)
 			if err != nil {
 				return err
 			}
-			// Every flag is checked before a join, so a bad one changes nothing.
-			dnsCfg, err := resolverConfig(c, c.String("dns"))
+			log, err := newLogger(c)
 			if err != nil {
+				return fromFileHint(err, fromFile, stateDir)
+			}
+			// Every flag is checked before a join, so a bad one changes nothing.
+			if err := absRoot(c); err != nil {
 				return err
+			}
+			if _, err := resolverConfig(c, c.String("dns")); err != nil {
+				return fromFileHint(err, fromFile, stateDir)
 			}
 			cfg, err := hostConfig(c)
 			if err != nil {
+				return fromFileHint(err, fromFile, stateDir)
+			}
+			dnsAddr, err := claimDNSFlag(c)
+			if err != nil {
 				return err
 			}
-			dir := filepath.Join(c.String("dir"), hostDir)
-			if raw := c.String("join"); raw != "" {
+			kc["dns"], kc["root"] = []string{dnsAddr}, []string{c.String("root")}
+			dnsCfg, _ := resolverConfig(c, dnsAddr)
+			if raw != "" {
 				tok, err := spec.ParseToken(raw)
 				if err != nil {
 					return err
@@ -62,9 +93,18 @@ Examples:
 					return err
 				}
 				log.Info("joined", "mesh", tok.Mesh, "node", tok.Node)
-			} else if c.IsSet("address") {
-				return usagef("--address is given when joining (with --join); a joined host keeps the address it joined with")
+				release, err := lockDir(stateDir)
+				if err != nil {
+					return err
+				}
+				defer release()
+			} else if err := checkSubnetChange(c.Context, stateDir, cfg, changes); err != nil {
+				return err
 			}
+			if err := writeConfig(stateDir, kc); err != nil {
+				return err
+			}
+			logChanges(log, stateDir, changes)
 			dns, err := resolver.New(dnsCfg, log.With("component", "resolver"))
 			if err != nil {
 				return err
@@ -72,11 +112,11 @@ Examples:
 			cfg.Dir, cfg.Names = dir, dns
 			agent, err := host.New(cfg, log.With("component", "host"))
 			if err != nil {
-				return fmt.Errorf("%w (join a mesh first: mesh host --dir %s --join TOKEN)", err, c.String("dir"))
+				return fmt.Errorf("%w (join a mesh first: mesh host --dir %s --join TOKEN)", err, stateDir)
 			}
 			parts := []part{{"resolver", dns.Run, dns.Ready()}, {"host", agent.Run, agent.Ready()}}
 			return runParts(c.Context, log, parts, func() error {
-				if err := writeAddrs(c.String("dir"), spec.Addrs{DNS: dns.Addrs()[0]}); err != nil {
+				if err := writeAddrs(stateDir, spec.Addrs{DNS: dns.Addrs()[0]}); err != nil {
 					return err
 				}
 				log.Info("host running", "node", agent.Node(), "dns", dns.Addrs()[0])

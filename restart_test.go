@@ -2,13 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/miekg/dns"
 )
 
 // statusOf runs mesh status --json: the result and whether it exited 0.
@@ -79,5 +83,221 @@ func TestDriftAtStartBeforeAnyPush(t *testing.T) {
 	if _, clear := statusOf(t, m.dir); !clear {
 		res, _ := statusOf(t, m.dir)
 		t.Fatalf("status after the correction is not all-clear: %+v", res)
+	}
+}
+
+// exited waits for d to exit and returns its exit code.
+func (d *daemon) exited(t testing.TB, within time.Duration) int {
+	t.Helper()
+	select {
+	case err := <-d.done:
+		d.done <- err
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(within):
+		t.Fatalf("mesh still runs after %s:\n%s", within, d.out.String())
+		return -1
+	}
+}
+
+// configOf reads D/config.yaml.
+func configOf(t testing.TB, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestRestartKeepsHowItWasStarted: what genesis and a join were given is
+// kept in D/config.yaml, and a start with no flags runs as they did: the
+// files land under the same --root (never the machine's /), drift is
+// corrected at the same --reconcile pace. A flag given at a start
+// overrides the file and is kept, with a log line; a bad value or key in
+// the file is refused with its name and changes nothing; a second process
+// on one state directory is refused.
+func TestRestartKeepsHowItWasStarted(t *testing.T) {
+	t.Parallel()
+	rootA, rootB := t.TempDir(), t.TempDir()
+	m := newMesh(t, "--root", rootA, "--reconcile", "500ms", "--dns-allow", "10.9.0.0/16", "--docker", "none")
+	betaDir, beta := join(t, m.token(t, "beta"), "--root", rootB, "--reconcile", "500ms", "--docker", "none")
+	for _, c := range []struct{ dir, want string }{
+		{m.dir, "root: " + rootA},
+		{m.dir, "reconcile: 500ms"},
+		{m.dir, "- 10.9.0.0/16"},
+		{m.dir, "docker: none"},
+		{m.dir, "- " + deadUpstream},
+		{betaDir, "root: " + rootB},
+		{betaDir, "heartbeat: 500ms"},
+		{betaDir, "- " + deadUpstream},
+	} {
+		if got := configOf(t, c.dir); !strings.Contains(got, c.want+"\n") {
+			t.Errorf("%s/config.yaml lacks %q:\n%s", c.dir, c.want, got)
+		}
+	}
+	// The state directory is locked while a process runs on it.
+	_, errOut, code := runMesh(t, "controller", "--dir", m.dir)
+	if code == 0 || !strings.Contains(errOut, "another mesh process runs on "+m.dir) {
+		t.Fatalf("a second controller on a running mesh: exit %d: %s", code, errOut)
+	}
+	_, errOut, code = runMesh(t, "host", "--dir", betaDir)
+	if code == 0 || !strings.Contains(errOut, "another mesh process runs on "+betaDir) {
+		t.Fatalf("a second host on a running host: exit %d: %s", code, errOut)
+	}
+
+	// Both stopped, both started again with nothing but --dir.
+	keptA, keptB := configOf(t, m.dir), configOf(t, betaDir)
+	betaDNS := dnsAddr(t, betaDir)
+	m.d.stop(t)
+	beta.stop(t)
+	d := start(t, "controller", "--dir", m.dir)
+	waitReady(t, d, m.dir)
+	os.Remove(filepath.Join(betaDir, "addrs.json")) // written again once the host runs
+	beta = start(t, "host", "--dir", betaDir)
+	eventually(t, 20*time.Second, "beta running again", func() (bool, string) {
+		beta.alive(t)
+		_, err := os.Stat(filepath.Join(betaDir, "addrs.json"))
+		return err == nil, fmt.Sprint(err)
+	})
+	// Checked before anything is pushed: a host that forgot its flags
+	// would apply under the machine's own /.
+	if got := dnsAddr(t, betaDir); got != betaDNS {
+		t.Fatalf("beta's resolver moved from %s to %s: the restart did not keep its flags", betaDNS, got)
+	}
+	if configOf(t, m.dir) != keptA || configOf(t, betaDir) != keptB {
+		t.Errorf("a start without flags rewrote config.yaml:\n%s\nwas\n%s", configOf(t, m.dir), keptA)
+	}
+	mustRun(t, "module", "register", "--dir", m.dir, "examples/motd")
+	mustRun(t, "assign", "--dir", m.dir, "motd", "alpha")
+	mustRun(t, "assign", "--dir", m.dir, "motd", "beta")
+	if o, code := pushJSON(t, m.dir); code != 0 || !o.OK {
+		t.Fatalf("push after the restart: exit %d %+v", code, o)
+	}
+	for _, root := range []string{rootA, rootB} {
+		if _, err := os.Stat(filepath.Join(root, "etc/motd")); err != nil {
+			t.Fatalf("the file did not land under the kept --root: %v", err)
+		}
+		// Drift is corrected at the kept pace (the default is 5 minutes).
+		os.WriteFile(filepath.Join(root, "etc/motd"), []byte("drift\n"), 0o644)
+	}
+	eventually(t, 10*time.Second, "drift corrected at the kept --reconcile", func() (bool, string) {
+		for _, root := range []string{rootA, rootB} {
+			if b, _ := os.ReadFile(filepath.Join(root, "etc/motd")); string(b) == "drift\n" {
+				return false, root + " still drifted"
+			}
+		}
+		return true, ""
+	})
+
+	// A flag given at a start overrides the file, is kept, and is logged.
+	d.stop(t)
+	d = start(t, "controller", "--dir", m.dir, "--reconcile", "2s")
+	waitReady(t, d, m.dir)
+	if got := configOf(t, m.dir); !strings.Contains(got, "reconcile: 2s\n") || !strings.Contains(got, "root: "+rootA+"\n") {
+		t.Errorf("config.yaml after --reconcile 2s:\n%s", got)
+	}
+	if !strings.Contains(d.out.String(), `flag=--reconcile was=500ms now=2s`) {
+		t.Errorf("the change was not logged:\n%s", d.out.String())
+	}
+	d.stop(t)
+
+	// A bad value or an unknown key is refused by name; nothing changes.
+	for _, bad := range []struct{ edit, want string }{
+		{strings.Replace(configOf(t, m.dir), "subnet: 10.213.0.0/24", "subnet: bogus", 1), `--subnet "bogus"`},
+		{configOf(t, m.dir) + "colour: blue\n", `"colour" is not a flag mesh keeps`},
+	} {
+		before := configOf(t, m.dir)
+		os.WriteFile(filepath.Join(m.dir, "config.yaml"), []byte(bad.edit), 0o600)
+		_, errOut, code := runMesh(t, "controller", "--dir", m.dir)
+		if code != 2 || !strings.Contains(errOut, bad.want) || !strings.Contains(errOut, "config.yaml") {
+			t.Errorf("a config.yaml with %s: exit %d: %s", bad.want, code, errOut)
+		}
+		if configOf(t, m.dir) != bad.edit {
+			t.Errorf("a refused start rewrote config.yaml")
+		}
+		os.WriteFile(filepath.Join(m.dir, "config.yaml"), []byte(before), 0o600)
+	}
+}
+
+// TestWildcardResolverOnAController: --dns 0.0.0.0 on genesis binds both
+// families (the trial's controller bound [::] only and refused every IPv4
+// query, 127.0.0.1 included), addrs.json and config.yaml keep the wildcard
+// asked for, and a restart binds it the same.
+func TestWildcardResolverOnAController(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t, "--root", t.TempDir(), "--dns", "0.0.0.0:0")
+	check := func() {
+		t.Helper()
+		addr := dnsAddr(t, m.dir)
+		host, port, _ := net.SplitHostPort(addr)
+		if host != "0.0.0.0" {
+			t.Fatalf("addrs.json keeps the resolver at %s, want the wildcard asked for", addr)
+		}
+		if got := configOf(t, m.dir); !strings.Contains(got, "dns: 0.0.0.0:"+port+"\n") {
+			t.Fatalf("config.yaml does not keep the resolver's wildcard and port:\n%s", got)
+		}
+		for _, to := range []string{"127.0.0.1", "::1"} {
+			r, err := ask(t, net.JoinHostPort(to, port), "alpha.internal", dns.TypeA)
+			if err != nil || r.Rcode == dns.RcodeRefused {
+				t.Fatalf("the resolver on %s, asked on %s: %v %v", addr, to, r, err)
+			}
+		}
+	}
+	check()
+	m.d.stop(t)
+	d := start(t, "controller", "--dir", m.dir)
+	waitReady(t, d, m.dir)
+	check()
+}
+
+// TestBusRebindAndAdvertise: a mesh whose bus listens on loopback warns
+// that its tokens reach no other machine; mesh controller --bus rebinds
+// (kept in addrs.json, the machine's own host follows) and --advertise sets
+// what tokens carry (kept in config.yaml).
+func TestBusRebindAndAdvertise(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t, "--root", t.TempDir())
+	_, errOut, code := runMesh(t, "token", "create", "--dir", m.dir, "beta")
+	if code != 0 || !strings.Contains(errOut, "warning: the token carries only loopback addresses") || !strings.Contains(errOut, "--advertise") {
+		t.Fatalf("token create on a loopback bus: exit %d, no warning: %s", code, errOut)
+	}
+	m.d.stop(t)
+
+	d := start(t, "controller", "--dir", m.dir, "--bus", "127.0.0.1:0", "--advertise", "192.0.2.10", "--advertise", "mesh.example.org:7422")
+	eventually(t, 20*time.Second, "addrs.json names the new bus", func() (bool, string) {
+		d.alive(t)
+		a, _ := readAddrsFile(t, m.dir)
+		return a.Bus != m.addrs.Bus, "still " + a.Bus
+	})
+	addrs := waitReady(t, d, m.dir)
+	eventually(t, 20*time.Second, "the controller's own host heard on the new bus", func() (bool, string) {
+		return heardAfter(t, m.dir, "alpha", time.Now().Add(-time.Second))
+	})
+	_, port, _ := net.SplitHostPort(addrs.Bus)
+	out, errOut, code := runMesh(t, "token", "create", "--dir", m.dir, "gamma")
+	if code != 0 || strings.Contains(errOut, "warning") {
+		t.Fatalf("token create with --advertise: exit %d: %s", code, errOut)
+	}
+	tok, err := spec.ParseToken(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"nats://192.0.2.10:" + port, "nats://mesh.example.org:7422"}; strings.Join(tok.Bus, " ") != strings.Join(want, " ") {
+		t.Fatalf("the token carries %v, want %v", tok.Bus, want)
+	}
+	if got := configOf(t, m.dir); !strings.Contains(got, "advertise:\n    - 192.0.2.10\n    - mesh.example.org:7422\n") {
+		t.Fatalf("config.yaml does not keep --advertise:\n%s", got)
+	}
+	// A wildcard cannot be advertised.
+	d.stop(t)
+	_, errOut, code = runMesh(t, "controller", "--dir", m.dir, "--advertise", "0.0.0.0")
+	if code != 2 || !strings.Contains(errOut, "a wildcard cannot be reached") {
+		t.Fatalf("--advertise 0.0.0.0: exit %d: %s", code, errOut)
 	}
 }

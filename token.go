@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"net"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -48,6 +50,11 @@ Example:
 					fmt.Fprintln(c.App.Writer, res.Token)
 					fmt.Fprintf(c.App.ErrWriter, "token %s for node %q, single use, expires %s (in %s)\n",
 						res.ID, node, res.Expires.Format(time.RFC3339), time.Until(res.Expires).Round(time.Second))
+					if tok, err := spec.ParseToken(res.Token); err == nil && onlyLoopback(tok.Bus) {
+						fmt.Fprintf(c.App.ErrWriter, "warning: the token carries only loopback addresses (%s): only this machine can join with it.\n"+
+							"  For another machine, run the controller with --bus 0.0.0.0:PORT --advertise ADDRESS (an address it can reach), then create a token again.\n",
+							strings.Join(tok.Bus, ", "))
+					}
 					return nil
 				},
 			},
@@ -111,4 +118,18 @@ func tokenState(t spec.TokenInfo) string {
 	default:
 		return "open"
 	}
+}
+
+// onlyLoopback says whether every bus URL a token carries is on loopback.
+func onlyLoopback(urls []string) bool {
+	for _, u := range urls {
+		host, _, err := net.SplitHostPort(strings.TrimPrefix(u, "nats://"))
+		if err != nil {
+			return false
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return false
+		}
+	}
+	return len(urls) > 0
 }

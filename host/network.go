@@ -132,3 +132,31 @@ func subnets(nw network.Inspect) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// CheckSubnet says whether node's network may move to subnet at this
+// start: it may when the network is not there, is on subnet already, or
+// has no container attached. Otherwise the move is refused, naming the
+// containers, before anything changes: a network that stayed where it was
+// under containers whose resolver moved would leave every name lookup
+// failing.
+func (d *Docker) CheckSubnet(ctx context.Context, node string, subnet netip.Prefix) error {
+	name := spec.NetworkName(node)
+	res, err := d.cli.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+	if notFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("--subnet %s: cannot tell whether containers are on network %s: %w (start the engine, or keep the subnet it has)", subnet, name, d.wrap("inspect network "+name, err))
+	}
+	nw := res.Network
+	if slices.ContainsFunc(nw.IPAM.Config, func(c network.IPAMConfig) bool { return c.Subnet == subnet.Masked() }) || len(nw.Containers) == 0 {
+		return nil
+	}
+	var names []string
+	for _, c := range nw.Containers {
+		names = append(names, c.Name)
+	}
+	slices.Sort(names)
+	return fmt.Errorf("--subnet %s: network %s is on %s and has containers attached (%s); nothing was changed: unassign their modules and push first, or keep --subnet %s",
+		subnet, name, subnets(nw), strings.Join(names, ", "), subnets(nw))
+}

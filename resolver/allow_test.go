@@ -244,3 +244,26 @@ func TestRun(t *testing.T) {
 		t.Error("a second Run started")
 	}
 }
+
+// TestWildcardBindsBothFamilies: 0.0.0.0 and :: each answer IPv4 and IPv6
+// queries, over UDP and TCP, and Addrs keeps the wildcard asked for (the
+// trial's controller bound [::] only and refused every IPv4 query).
+func TestWildcardBindsBothFamilies(t *testing.T) {
+	t.Parallel()
+	up := startUpstream(t, answerA(60))
+	for _, listen := range []string{"0.0.0.0:0", "[::]:0"} {
+		s, _ := start(t, Config{Listen: []string{listen}, Upstreams: []string{up.addr}}, testZone)
+		got := s.Addrs()[0]
+		host, port, _ := net.SplitHostPort(got)
+		if wantHost, _, _ := net.SplitHostPort(listen); host != wantHost {
+			t.Fatalf("listen %s: Addrs %v, want the wildcard asked for", listen, s.Addrs())
+		}
+		for _, to := range []string{"127.0.0.1", "::1"} {
+			for _, network := range []string{"udp", "tcp"} {
+				if r := ask(t, network, net.JoinHostPort(to, port), "alpha.internal.", dns.TypeA, 0); len(r.Answer) != 2 {
+					t.Errorf("listen %s, %s to %s: answer %v", listen, network, to, r.Answer)
+				}
+			}
+		}
+	}
+}

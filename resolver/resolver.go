@@ -256,8 +256,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 }
 
 // parseListen reads a listen address, host:port: the host unmapped, and
-// IPv6's unspecified address for an empty host, which binds both families
-// (dual).
+// IPv6's unspecified address for an empty host. A wildcard (empty, 0.0.0.0
+// or ::) binds both families (dual): a resolver on 0.0.0.0:53 that answered
+// IPv6 only, or IPv4 only, would refuse half of the machine's queries.
 func parseListen(a string) (ap netip.AddrPort, dual bool, err error) {
 	host, port, err := net.SplitHostPort(a)
 	if err != nil {
@@ -273,7 +274,8 @@ func parseListen(a string) (ap netip.AddrPort, dual bool, err error) {
 			return netip.AddrPort{}, false, fmt.Errorf("host is not an IP address: %w", err)
 		}
 	}
-	return netip.AddrPortFrom(ip.Unmap(), uint16(p)), host == "", nil
+	ip = ip.Unmap()
+	return netip.AddrPortFrom(ip, uint16(p)), ip.IsUnspecified(), nil
 }
 
 // asksItself says whether upstream up is listen address l (a wildcard
@@ -369,7 +371,7 @@ func bindListeners(addrs []string, h dns.Handler) (*listeners, error) {
 			return nil, err
 		}
 		ls.closers = append(ls.closers, func() { pc.Close() }, func() { l.Close() })
-		ls.addrs = append(ls.addrs, pc.LocalAddr().String())
+		ls.addrs = append(ls.addrs, asBound(a, pc))
 		ap := pc.LocalAddr().(*net.UDPAddr).AddrPort()
 		ls.bound = append(ls.bound, boundAddr{netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), dual})
 		if want.Addr().IsUnspecified() {
@@ -588,14 +590,25 @@ func (s *Server) addAllow(p netip.Prefix) (before *[]netip.Prefix) {
 	return before
 }
 
+// asBound is listen address a as bound: its host as asked (a wildcard
+// stays the wildcard asked, not the [::] of a dual-stack socket) and the
+// port the kernel gave.
+func asBound(a string, pc net.PacketConn) string {
+	host, _, _ := net.SplitHostPort(a)
+	if host == "" {
+		return pc.LocalAddr().String()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port))
+}
+
 // bind binds UDP on a, then TCP on the port UDP got. With port 0, a TCP port
 // that is taken has UDP try another port.
 func bind(a string) (net.PacketConn, net.Listener, error) {
 	host, port, _ := net.SplitHostPort(a)
-	// An IPv4 address binds IPv4 only (Go would make 0.0.0.0 a dual-stack
-	// [::]); an empty host binds both.
+	// An IPv4 address binds IPv4 only, an IPv6 one IPv6 only; a wildcard
+	// binds both (Go makes an unspecified address a dual-stack socket).
 	suffix := ""
-	if ip, err := netip.ParseAddr(host); err == nil {
+	if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
 		suffix = "6"
 		if ip.Is4() {
 			suffix = "4"
