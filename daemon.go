@@ -526,6 +526,7 @@ func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, 
 		BusURLs:    advertise,
 		SignKey:    signKey,
 		Panics:     panics,
+		Node:       agent.Node(),
 		Parts:      []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
 	}, log.With("component", "controller"), mesh.Deps{DB: db, CA: auth, Bus: bus})
 	if err != nil {

@@ -23,8 +23,11 @@ func nodeCommand() *cli.Command {
 				Usage:     "remove a node: its credential stops working at once",
 				ArgsUsage: "NODE",
 				Description: `The node's bus credential is withdrawn (its connections are closed and its
-next connection is refused) and it leaves the lists. To bring the machine
-back, make a new token and join again.
+next connection is refused), the declarations the bus kept for it are purged
+and its delivery consumer deleted, and it leaves the store and the lists. A
+removal that failed half-way is finished by running it again. To bring the
+machine back, make a new token and join again (with a new --dir, or after removing D/host): it starts
+from nothing until a push. The controller's own node cannot be removed.
 
 Example:
    mesh node remove beta`,

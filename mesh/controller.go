@@ -41,6 +41,9 @@ type Config struct {
 	BusURLs []string
 	// SignKey signs declarations; hosts learn its public half at enrolment.
 	SignKey ed25519.PrivateKey
+	// Node is the node whose host runs in this process, if any: it cannot be
+	// removed, since its host would lose the bus for good.
+	Node string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Panics counts the panics recovered in the process (mesh_panics_total):
@@ -257,7 +260,8 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 	c.log.Debug("facts recorded", "node", node)
 }
 
-// ensureDelivery creates the declaration stream and every node's consumer.
+// ensureDelivery creates the declaration stream and the consumer of every
+// node but one being removed.
 func (c *Controller) ensureDelivery(ctx context.Context) error {
 	if err := ensureStream(ctx, c.js); err != nil {
 		return err
@@ -267,6 +271,9 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 		return err
 	}
 	for _, n := range nodes {
+		if !n.Removing.IsZero() {
+			continue
+		}
 		if err := ensureConsumer(ctx, c.js, n.Name); err != nil {
 			return err
 		}

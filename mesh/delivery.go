@@ -55,3 +55,17 @@ func deleteConsumer(ctx context.Context, js jetstream.JetStream, node string) er
 	}
 	return nil
 }
+
+// purgeDeclarations removes every declaration the stream keeps for node: a
+// node removed or joined again under the name receives none of them. A
+// subject with none is no error.
+func purgeDeclarations(ctx context.Context, js jetstream.JetStream, node string) error {
+	s, err := js.Stream(ctx, spec.DeclarationStream)
+	if err == nil {
+		err = s.Purge(ctx, jetstream.WithPurgeSubject(spec.DeclarationSubject(node)))
+	}
+	if err != nil {
+		return fmt.Errorf("purge the declarations of node %q from stream %s: %w", node, spec.DeclarationStream, err)
+	}
+	return nil
+}

@@ -55,9 +55,7 @@ func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateReques
 	if ttl < time.Minute || ttl > MaxTokenTTL {
 		return spec.TokenCreateResult{}, callerError(fmt.Sprintf("--ttl %s: a token lives from 1m to %s", ttl, MaxTokenTTL))
 	}
-	if _, err := c.deps.DB.Node(ctx, req.Node); err == nil {
-		return spec.TokenCreateResult{}, callerError(fmt.Sprintf("a node called %q is already in the mesh: choose another name, or mesh node remove %s first", req.Node, req.Node))
-	} else if !errors.Is(err, store.ErrNotFound) {
+	if err := c.nameTaken(ctx, req.Node); err != nil {
 		return spec.TokenCreateResult{}, err
 	}
 	m, err := c.deps.DB.Mesh(ctx)
@@ -134,25 +132,70 @@ func (c *Controller) revokeToken(ctx context.Context, req spec.TokenRevokeReques
 	return spec.Empty{}, nil
 }
 
+// removeNode removes a node in steps that can each be taken again, so that
+// a removal that fails half-way is finished by running it again:
+//
+//  1. the store records that the removal began (the node keeps its row);
+//  2. the bus drops the node's user, composed from the store, and with it
+//     the node's connections;
+//  3. the stream's declarations for the node are purged, and
+//  4. its delivery consumer is deleted: both are no error when already done;
+//  5. the store forgets the node, its assignments, declarations and report.
+//
+// Until the last step mesh status shows the node as being removed, nothing
+// is sent to it, it is in no roster, and its name cannot be given to a new
+// token. Every step runs under
+// the node's lock, so no declaration is sent to it between the purge and
+// the end.
 func (c *Controller) removeNode(ctx context.Context, req spec.NodeRemoveRequest) (spec.Empty, error) {
 	if err := spec.CheckName("node", req.Name); err != nil {
 		return spec.Empty{}, callerError(err.Error())
 	}
-	if err := c.deps.DB.RemoveNode(ctx, req.Name); errors.Is(err, store.ErrNotFound) {
+	if req.Name == c.cfg.Node {
+		return spec.Empty{}, callerError(fmt.Sprintf("node %q is this controller's own machine: its host runs in the controller's process and cannot be removed from the mesh", req.Name))
+	}
+	lock := c.nodeLock(req.Name)
+	lock.Lock()
+	defer lock.Unlock()
+	if err := c.deps.DB.BeginRemoval(ctx, req.Name, c.cfg.Now()); errors.Is(err, store.ErrNotFound) {
 		return spec.Empty{}, callerError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Name))
 	} else if err != nil {
 		return spec.Empty{}, err
 	}
+	unfinished := func(err error) error {
+		return fmt.Errorf("node %q is only partly removed: %w; run mesh node remove %s again to finish", req.Name, err, req.Name)
+	}
 	// The node's credential stops working now: the bus drops its user and
 	// with it the node's connections.
 	if err := c.syncUsers(ctx); err != nil {
-		return spec.Empty{}, fmt.Errorf("node %q removed from the store, but its credential is still on the bus: %w", req.Name, err)
+		return spec.Empty{}, unfinished(fmt.Errorf("its credential is still on the bus: %w", err))
+	}
+	if err := purgeDeclarations(ctx, c.js, req.Name); err != nil {
+		return spec.Empty{}, unfinished(err)
 	}
 	if err := deleteConsumer(ctx, c.js, req.Name); err != nil {
-		return spec.Empty{}, fmt.Errorf("node %q removed and its credential withdrawn, but: %w", req.Name, err)
+		return spec.Empty{}, unfinished(err)
+	}
+	if err := c.deps.DB.RemoveNode(ctx, req.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return spec.Empty{}, unfinished(err)
 	}
 	c.log.Info("node removed", "node", req.Name)
 	return spec.Empty{}, nil
+}
+
+// nameTaken says why name cannot be given to a new node, or nil if it can.
+func (c *Controller) nameTaken(ctx context.Context, name string) error {
+	n, err := c.deps.DB.Node(ctx, name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case !n.Removing.IsZero():
+		return callerError(fmt.Sprintf("node %q is only partly removed: run mesh node remove %s again to finish, then join it again", name, name))
+	default:
+		return callerError(fmt.Sprintf("a node called %q is already in the mesh: choose another name, or mesh node remove %s first", name, name))
+	}
 }
 
 // onEnrol answers a joining host: it checks the token the request is bound
@@ -210,9 +253,17 @@ func (c *Controller) enrol(ctx context.Context, data []byte) (spec.EnrolResult, 
 	if _, err := nkeys.FromPublicKey(req.NKey); err != nil || req.NKey[0] != 'U' {
 		return spec.EnrolResult{}, callerError(fmt.Sprintf("enrolment of %q: %q is not a user public key", req.Node, req.NKey))
 	}
-	if _, err := c.deps.DB.Node(ctx, req.Node); err == nil {
-		return spec.EnrolResult{}, callerError(fmt.Sprintf("a node called %q is already in the mesh", req.Node))
-	} else if !errors.Is(err, store.ErrNotFound) {
+	// The name starts from nothing: no declaration the stream kept for an
+	// earlier node of that name (one removed before removals purged) is
+	// delivered to this one. Under the node's lock, so a removal of the name
+	// cannot interleave.
+	lock := c.nodeLock(req.Node)
+	lock.Lock()
+	defer lock.Unlock()
+	if err := c.nameTaken(ctx, req.Node); err != nil {
+		return spec.EnrolResult{}, err
+	}
+	if err := purgeDeclarations(ctx, c.js, req.Node); err != nil {
 		return spec.EnrolResult{}, err
 	}
 	if err := c.deps.DB.Enrol(ctx, t.ID, store.Node{Name: req.Node, Address: req.Address, NKey: req.NKey, Joined: now}); err != nil {

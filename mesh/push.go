@@ -59,6 +59,9 @@ func (c *Controller) gather(ctx context.Context) (gathered, error) {
 	}
 	g := gathered{plans: map[string]Plan{}, own: map[string]error{}, roster: spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}}}
 	for _, n := range nodes {
+		if !n.Removing.IsZero() {
+			continue // leaving the mesh: in nobody's roster, sent nothing
+		}
 		g.roster.Nodes = append(g.roster.Nodes, spec.RosterNode{Name: n.Name, Address: n.Address})
 		as, err := c.deps.DB.AssignmentsOf(ctx, n.Name)
 		if err != nil {
@@ -119,8 +122,14 @@ func (c *Controller) next(ctx context.Context, node string, ttl time.Duration) (
 		return spec.Declaration{}, err
 	}
 	n, err := c.deps.DB.Node(ctx, node)
+	if errors.Is(err, store.ErrNotFound) {
+		return spec.Declaration{}, callerError(fmt.Sprintf("node %q was removed: nothing was sent to it", node))
+	}
 	if err != nil {
 		return spec.Declaration{}, err
+	}
+	if !n.Removing.IsZero() {
+		return spec.Declaration{}, callerError(removingError(node))
 	}
 	m, err := c.deps.DB.Mesh(ctx)
 	if err != nil {
@@ -215,6 +224,11 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 			res.Nodes[i] = pn
 			continue
 		}
+		if n := byName[node]; !n.Removing.IsZero() {
+			pn.Error = removingError(node)
+			res.Nodes[i] = pn
+			continue
+		}
 		if err := g.own[node]; err != nil {
 			pn.Error = err.Error() + "; nothing was sent to it"
 			res.Nodes[i] = pn
@@ -280,6 +294,11 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		return spec.PushResult{}, fmt.Errorf("%w; the push stopped: sent to %s", firstErr, orNone(sent))
 	}
 	return res, nil
+}
+
+// removingError says that node's removal began and did not finish.
+func removingError(node string) string {
+	return fmt.Sprintf("node %q is only partly removed: nothing was sent to it (mesh node remove %s finishes the removal)", node, node)
 }
 
 func reasonSuffix(reason string) string {

@@ -59,6 +59,12 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	for _, n := range nodes {
 		st := spec.NodeStatus{Node: n.Name, AppliedSeq: n.AppliedSeq, HostVersion: n.HostVersion, Protocol: n.Protocol,
 			ProtocolKnown: n.Protocol == spec.Protocol, Held: !n.Held.IsZero(), HeldReason: n.HeldReason, Failures: []string{}}
+		if !n.Removing.IsZero() {
+			st.State, st.Heard = "being removed", "-"
+			problem("%s is only partly removed: mesh node remove %s finishes the removal", n.Name, n.Name)
+			res.Nodes = append(res.Nodes, st)
+			continue
+		}
 		if n.LastHeard.IsZero() {
 			st.Heard, st.State = "never", "never heard"
 			problem("%s has never been heard", n.Name)

@@ -19,6 +19,7 @@ type Store interface {
 	Nodes(ctx context.Context) ([]store.Node, error)
 	RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error
 	RecordFacts(ctx context.Context, f spec.Facts, at time.Time) error
+	BeginRemoval(ctx context.Context, name string, at time.Time) error
 	RemoveNode(ctx context.Context, name string) error
 	Hold(ctx context.Context, node string, at time.Time, reason string) error
 

@@ -10,7 +10,7 @@ import (
 
 // Users composes the bus's users from the store: the controller (full power
 // in the mesh account), every operator, every node with exactly its own
-// subjects, and the enrolment user of every token not yet expired. A store
+// subjects (but a node being removed), and the enrolment user of every token not yet expired. A store
 // that cannot be read is an error, never an empty list.
 //
 // A used or revoked token keeps its enrolment user until it expires, so a
@@ -33,7 +33,9 @@ func Users(ctx context.Context, db Store, controllerKey string, now time.Time) (
 		return nil, err
 	}
 	for _, n := range nodes {
-		add(n.NKey, spec.NodePermissions(n.Name))
+		if n.Removing.IsZero() {
+			add(n.NKey, spec.NodePermissions(n.Name))
+		}
 	}
 	tokens, err := db.Tokens(ctx)
 	if err != nil {

@@ -34,7 +34,8 @@ type (
 		Heard  string `json:"heard"`
 		Silent bool   `json:"silent"`
 		// SentSeq and AppliedSeq; State is "current", "applying" (sent,
-		// not yet reported applied), "nothing sent", or "never heard".
+		// not yet reported applied), "nothing sent", "never heard", or
+		// "being removed" (a removal that failed half-way; Heard is "-").
 		SentSeq    uint64 `json:"sent_seq"`
 		AppliedSeq uint64 `json:"applied_seq"`
 		State      string `json:"state"`

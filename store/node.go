@@ -24,6 +24,7 @@ type Node struct {
 	Facts       *spec.Facts // nil if none received
 	Held        time.Time   // zero unless held
 	HeldReason  string
+	Removing    time.Time // zero unless its removal began and has not finished
 }
 
 // AddNode records a new node. A node of that name already present is refused.
@@ -77,13 +78,13 @@ func (db *DB) updateNode(ctx context.Context, node, format, query string, args .
 	return nil
 }
 
-const nodeColumns = `name, address, nkey, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason`
+const nodeColumns = `name, address, nkey, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason, removing_at`
 
 func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 	var n Node
 	var joined string
-	var heard, facts, held sql.NullString
-	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason); err != nil {
+	var heard, facts, held, removing sql.NullString
+	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason, &removing); err != nil {
 		return Node{}, err
 	}
 	if held.Valid {
@@ -92,6 +93,13 @@ func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 			return Node{}, fmt.Errorf("held_at: %w", err)
 		}
 		n.Held = t
+	}
+	if removing.Valid {
+		t, err := parseTime(removing.String)
+		if err != nil {
+			return Node{}, fmt.Errorf("removing_at: %w", err)
+		}
+		n.Removing = t
 	}
 	var err error
 	if n.Joined, err = parseTime(joined); err != nil {

@@ -139,7 +139,17 @@ func (db *DB) Enrol(ctx context.Context, id string, n Node) error {
 	return nil
 }
 
-// RemoveNode deletes node name. A missing node wraps ErrNotFound.
+// BeginRemoval records that node name's removal began at the time given; a
+// removal already begun keeps its first time. A missing node wraps
+// ErrNotFound.
+func (db *DB) BeginRemoval(ctx context.Context, name string, at time.Time) error {
+	return db.updateNode(ctx, name, "begin the removal of node %q: %w",
+		`UPDATE nodes SET removing_at = coalesce(removing_at, ?) WHERE name = ?`, formatTime(at), name)
+}
+
+// RemoveNode deletes node name, and with it (ON DELETE CASCADE) its
+// assignments, the last declaration sent to it and its last report. A
+// missing node wraps ErrNotFound.
 func (db *DB) RemoveNode(ctx context.Context, name string) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE name = ?`, name)

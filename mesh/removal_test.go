@@ -1,0 +1,206 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// removalFailing is the real store whose RemoveNode fails on demand: the
+// seam where a removal stops half-way, after the bus's steps.
+type removalFailing struct {
+	*store.DB
+	fail atomic.Bool
+}
+
+func (f *removalFailing) RemoveNode(ctx context.Context, name string) error {
+	if f.fail.Load() {
+		return errors.New(`remove node "` + name + `": database is locked`)
+	}
+	return f.DB.RemoveNode(ctx, name)
+}
+
+// onStream is how many declarations the stream keeps for node.
+func onStream(t *testing.T, c *Controller, node string) uint64 {
+	t.Helper()
+	s, err := c.js.Stream(context.Background(), spec.DeclarationStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(spec.DeclarationSubject(node)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[spec.DeclarationSubject(node)]
+}
+
+func onBus(c *Controller, nkey string) bool {
+	for _, u := range c.deps.Bus.Users() {
+		if u.NKey == nkey {
+			return true
+		}
+	}
+	return false
+}
+
+// joinNode enrols node through a token, as a host does.
+func joinNode(t *testing.T, c *Controller, node string) {
+	t.Helper()
+	res, err := c.createToken(context.Background(), spec.TokenCreateRequest{Node: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := spec.ParseToken(res.Token)
+	if _, err := c.enrol(context.Background(), enrolRequest(t, tok, node)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRemovalFailedHalfWayIsFinishedByRunningItAgain: a removal whose last
+// step (the store) fails has already taken the node off the bus, purged its
+// declarations and deleted its consumer; the node is shown as being removed
+// and sent nothing; running the removal again finishes it.
+func TestRemovalFailedHalfWayIsFinishedByRunningItAgain(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	var fs *removalFailing
+	c, db := newControllerWith(t, clk, func(db *store.DB) Store { fs = &removalFailing{DB: db}; return fs })
+	ctx := context.Background()
+	joinNode(t, c, "beta")
+	mod := spec.Module{Name: "m", Version: "1", Resources: []spec.Resource{resource("/srv/m")}}
+	if _, err := db.RegisterModules(ctx, []spec.Module{mod}, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Assign(ctx, "m", "beta", nil, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := c.send(ctx, "beta", mod.Resources, spec.Roster{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.RecordReport(ctx, store.Report{Node: "beta", Seq: 2, Body: []byte(`{"node":"beta","seq":2}`), Received: clk.Now()}, true); err != nil {
+		t.Fatal(err)
+	}
+	beta, _ := db.Node(ctx, "beta")
+	if n := onStream(t, c, "beta"); n != 2 || !onBus(c, beta.NKey) {
+		t.Fatalf("before removal: %d declarations on the stream, credential on the bus %v", n, onBus(c, beta.NKey))
+	}
+
+	fs.fail.Store(true)
+	_, err := c.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"})
+	if err == nil || !strings.Contains(err.Error(), "only partly removed") || !strings.Contains(err.Error(), "run mesh node remove beta again") {
+		t.Fatalf("removal with the store failing: %v, want it to say to run it again", err)
+	}
+	// Every step before the store's was taken, and a sweep keeps them so.
+	if err := c.syncUsers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if onBus(c, beta.NKey) {
+		t.Error("the half-removed node's credential is on the bus")
+	}
+	if n := onStream(t, c, "beta"); n != 0 {
+		t.Errorf("the stream keeps %d declarations of the half-removed node", n)
+	}
+	if _, err := c.js.PushConsumer(ctx, spec.DeclarationStream, "beta"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Errorf("the half-removed node's consumer: %v, want it gone", err)
+	}
+	// It is shown as being removed, and sent nothing.
+	st, err := c.status(ctx, spec.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shown spec.NodeStatus
+	for _, n := range st.Nodes {
+		if n.Node == "beta" {
+			shown = n
+		}
+	}
+	if shown.State != "being removed" || st.AllClear || !strings.Contains(strings.Join(st.Problems, "\n"), "beta is only partly removed") {
+		t.Errorf("status of the half-removed node: %+v, problems %q", shown, st.Problems)
+	}
+	res, err := c.push(ctx, spec.PushRequest{Nodes: []string{"beta"}})
+	if err != nil || len(res.Nodes) != 1 || res.Nodes[0].Seq != 0 || !strings.Contains(res.Nodes[0].Error, "only partly removed") {
+		t.Errorf("push to the half-removed node: %+v, %v", res, err)
+	}
+	if n := onStream(t, c, "beta"); n != 0 {
+		t.Errorf("a push sent the half-removed node %d declarations", n)
+	}
+	if _, err := c.createToken(ctx, spec.TokenCreateRequest{Node: "beta"}); err == nil || !strings.Contains(err.Error(), "run mesh node remove beta again") {
+		t.Errorf("a token for the half-removed node's name: %v", err)
+	}
+
+	// Run again: the steps already taken are no errors, the store's is done.
+	fs.fail.Store(false)
+	if _, err := c.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"}); err != nil {
+		t.Fatalf("removal run again: %v", err)
+	}
+	if _, err := db.Node(ctx, "beta"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("beta still in the store: %v", err)
+	}
+	if _, err := db.LastDeclaration(ctx, "beta"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("beta's last declaration still in the store: %v", err)
+	}
+	if _, err := db.LastReport(ctx, "beta"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("beta's last report still in the store: %v", err)
+	}
+	if as, err := db.AssignmentsOf(ctx, "beta"); err != nil || len(as) != 0 {
+		t.Errorf("beta's assignments after removal: %v %v", as, err)
+	}
+	if _, err := c.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"}); err == nil || !strings.Contains(err.Error(), `no node called "beta"`) {
+		t.Errorf("removing a removed node: %v", err)
+	}
+}
+
+// TestJoinedAgainStartsFromNothing: declarations the stream kept for a name
+// (left by a removal made before removals purged them) are never delivered
+// to a node that joins under that name; its first declaration is 1.
+func TestJoinedAgainStartsFromNothing(t *testing.T) {
+	t.Parallel()
+	c, _ := newController(t, &clock{now: time.Now()})
+	ctx := context.Background()
+	for _, body := range []string{`{"node":"gamma","seq":6}`, `{"node":"gamma","seq":7}`} {
+		if _, err := c.js.Publish(ctx, spec.DeclarationSubject("gamma"), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	joinNode(t, c, "gamma")
+	if n := onStream(t, c, "gamma"); n != 0 {
+		t.Fatalf("the stream keeps %d declarations of the earlier gamma after the new one joined", n)
+	}
+	cons, err := c.js.PushConsumer(ctx, spec.DeclarationStream, "gamma")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := cons.Info(ctx); err != nil || info.NumPending != 0 {
+		t.Fatalf("the new gamma's consumer has %v pending (%v), want none", info.NumPending, err)
+	}
+	if seq, err := c.send(ctx, "gamma", nil, spec.Roster{}); err != nil || seq != 1 {
+		t.Fatalf("first declaration of the new gamma: seq %d, err %v", seq, err)
+	}
+}
+
+// TestControllersOwnNodeIsNotRemoved: the node whose host runs in the
+// controller's process is refused by name, and keeps its credential.
+func TestControllersOwnNodeIsNotRemoved(t *testing.T) {
+	t.Parallel()
+	c, db := newController(t, &clock{now: time.Now()})
+	c.cfg.Node = "alpha"
+	ctx := context.Background()
+	_, err := c.removeNode(ctx, spec.NodeRemoveRequest{Name: "alpha"})
+	var caller callerError
+	if !errors.As(err, &caller) || !strings.Contains(err.Error(), "this controller's own machine") {
+		t.Fatalf("removing the controller's own node: %v", err)
+	}
+	alpha, err := db.Node(ctx, "alpha")
+	if err != nil || !alpha.Removing.IsZero() || !onBus(c, alpha.NKey) {
+		t.Fatalf("after the refusal: %+v %v, on the bus %v", alpha, err, onBus(c, alpha.NKey))
+	}
+}
