@@ -537,7 +537,7 @@ func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, 
 		{"bus", bus.Run, bus.Ready()},
 		{"resolver", dns.Run, dns.Ready()},
 		{"controller", ctl.Run, ctl.Ready()},
-		{"host", agent.Run, agent.Ready()},
+		{"host", ownHost(log, agent), agent.Ready()},
 	}
 	runErr := runParts(ctx, log, parts, func() error {
 		addrs.Bus, addrs.HTTP, addrs.DNS = bus.Addr(), ctl.HTTPAddr(), dns.Addrs()[0]

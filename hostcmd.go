@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -115,13 +117,40 @@ Examples:
 				return fmt.Errorf("%w (join a mesh first: mesh host --dir %s --join TOKEN)", err, stateDir)
 			}
 			parts := []part{{"resolver", dns.Run, dns.Ready()}, {"host", agent.Run, agent.Ready()}}
-			return runParts(c.Context, log, parts, func() error {
+			err = runParts(c.Context, log, parts, func() error {
 				if err := writeAddrs(stateDir, spec.Addrs{DNS: dns.Addrs()[0]}); err != nil {
 					return err
 				}
 				log.Info("host running", "node", agent.Node(), "dns", dns.Addrs()[0])
 				return nil
 			})
+			if errors.Is(err, host.ErrRemoved) {
+				return removedError(agent.Node(), stateDir)
+			}
+			return err
 		},
+	}
+}
+
+// removedError says that node was removed from the mesh and how this
+// machine joins it again: exit code 3.
+func removedError(node, dir string) error {
+	return fmt.Errorf("node %q: %w; to join again, run mesh token create %s on the controller, then mesh host --dir %s --join TOKEN here after removing %s (or give --dir a new directory)",
+		node, host.ErrRemoved, node, dir, filepath.Join(dir, hostDir))
+}
+
+// ownHost runs the host of a controller's machine. Its node cannot be
+// removed (the controller refuses), but one removed before that was refused
+// must not take the controller and the bus down with it: the controller
+// serves on without a host.
+func ownHost(log *slog.Logger, agent *host.Agent) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := agent.Run(ctx)
+		if !errors.Is(err, host.ErrRemoved) {
+			return err
+		}
+		log.Error("this machine's own node was removed from the mesh; the controller serves on without a host", "node", agent.Node())
+		<-ctx.Done()
+		return nil
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/mesh-fleet/mesh/host"
 	"github.com/urfave/cli/v2"
 )
 
@@ -30,6 +31,9 @@ const (
 	exitOK    = 0
 	exitFail  = 1 // the command ran and failed
 	exitUsage = 2 // the command was called wrongly; nothing was done
+	// exitRemoved: mesh host stopped because its node was removed from the
+	// mesh (the bus refuses its credential); starting it again cannot help.
+	exitRemoved = 3
 )
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -50,6 +54,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var u usageError
 	if errors.As(err, &u) || isFlagError(err) {
 		return exitUsage
+	}
+	if errors.Is(err, host.ErrRemoved) {
+		return exitRemoved
 	}
 	return exitFail
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,6 +27,26 @@ func fileModule(t *testing.T, name, path, content string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// waitExit waits for d to exit and returns its exit code.
+func waitExit(t *testing.T, d *daemon, within time.Duration) int {
+	t.Helper()
+	select {
+	case err := <-d.done:
+		d.done <- err
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(within):
+		t.Fatalf("mesh did not exit within %s\n%s", within, d.out.String())
+		return -1
+	}
 }
 
 func showNode(t *testing.T, dir, node string) spec.Node {
@@ -91,5 +113,48 @@ func TestRemovedNodeJoinedAgainStartsFromNothing(t *testing.T) {
 	body, _ := os.ReadFile(filepath.Join(dir2, "host", "state.json"))
 	if err := json.Unmarshal(body, &st); err != nil || st.Seq != 1 {
 		t.Fatalf("the new gamma keeps sequence %d (%v), want 1", st.Seq, err)
+	}
+}
+
+// TestRemovedHostExitsSayingSo: the host of a removed node says it was
+// removed and how to join again, and exits with code 3, both while it runs
+// and when it is started again.
+func TestRemovedHostExitsSayingSo(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	hostDir, h := join(t, m.token(t, "beta"))
+	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
+
+	// The controller's own node is refused: its host runs in the
+	// controller's process.
+	if _, errOut, code := runMesh(t, "node", "remove", "--dir", m.dir, "alpha"); code != 1 || !strings.Contains(errOut, "this controller's own machine") {
+		t.Fatalf("removing the controller's own node: exit %d: %s", code, errOut)
+	}
+
+	removed := time.Now()
+	mustRun(t, "node", "remove", "--dir", m.dir, "beta")
+	wantRemoved := func(d *daemon) {
+		t.Helper()
+		if code := waitExit(t, d, 30*time.Second); code != 3 {
+			t.Fatalf("the removed host exited with %d, want 3\n%s", code, d.out.String())
+		}
+		for _, want := range []string{`node "beta": removed from the mesh`, "mesh token create beta", "--join TOKEN"} {
+			if !strings.Contains(d.out.String(), want) {
+				t.Errorf("the removed host's output does not say %q:\n%s", want, d.out.String())
+			}
+		}
+	}
+	wantRemoved(h)
+	t.Logf("the removed host exited %s after the removal", time.Since(removed).Round(100*time.Millisecond))
+
+	// Started again, it connects for the first time with a credential the
+	// bus refuses: it says so too, rather than waiting for ever.
+	again := start(t, "host", "--dir", hostDir, "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream)
+	wantRemoved(again)
+	if strings.Contains(again.out.String(), "host running") {
+		t.Errorf("the removed host said it runs:\n%s", again.out.String())
+	}
+	if got := m.nodeNames(t); got != "alpha" {
+		t.Errorf("nodes after the removals: %s", got)
 	}
 }

@@ -108,7 +108,9 @@ func (a *Agent) Node() string { return a.state.Node }
 // Ready is closed once the agent's first heartbeat reached the bus.
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
 
-// Run connects to the bus (reconnecting for ever) and reports until ctx ends.
+// Run connects to the bus (reconnecting for ever) and reports until ctx
+// ends, or until the bus refuses the node's credential for good: then it
+// returns ErrRemoved.
 func (a *Agent) Run(ctx context.Context) error {
 	version, err := executableDigest(a.cfg.Executable)
 	if err != nil {
@@ -131,6 +133,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
 		nats.RetryOnFailedConnect(true),
+		nats.IgnoreAuthErrorAbort(), // watchRemoval decides (removed.go)
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				a.log.Warn("bus connection lost", "err", err)
@@ -143,6 +146,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("connect to the bus at %v: %w", a.state.Bus, err)
 	}
 	defer nc.Close()
+	removed, stopWatching := a.watchRemoval(nc)
+	defer stopWatching()
 	a.engine = NewEngine(a.cfg.Root, busBlobs{nc: nc, node: a.state.Node})
 	a.engine.Panicked = a.panicked
 	a.engine.Containers(a.cfg.Docker, a.state.Node, a.state.Address, a.cfg.Subnet, a.attach)
@@ -202,6 +207,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-removed:
+			return ErrRemoved
 		case <-time.After(time.Second):
 		}
 	}
@@ -215,6 +222,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-removed:
+			return ErrRemoved
 		case <-heartbeat.C:
 			if err := sendHeartbeat(); err != nil && !errors.Is(err, nats.ErrConnectionReconnecting) {
 				a.log.Warn("heartbeat not sent", "err", err)
