@@ -301,3 +301,44 @@ func TestBusRebindAndAdvertise(t *testing.T) {
 		t.Fatalf("--advertise 0.0.0.0: exit %d: %s", code, errOut)
 	}
 }
+
+// TestSubnetMoveUnderContainersIsRefused: a restart with a --subnet that
+// would move the node's network while a container is attached is refused
+// with the container's name before anything changes (the trial's hosts
+// replaced both containers and pointed them at a gateway where nothing
+// listened); a restart with no flags keeps the subnet and replaces nothing.
+func TestSubnetMoveUnderContainersIsRefused(t *testing.T) {
+	m := newContainerMesh(t)
+	mustRun(t, "module", "register", "--dir", m.dir, m.webDir)
+	mustRun(t, "assign", "--dir", m.dir, "web", "beta")
+	if got := outcomes(push(t, m.dir)); got["beta"]["web:container:web"] != spec.Created {
+		t.Fatalf("push: %v", got)
+	}
+	webID := m.id(t, "beta", "web")
+	kept := configOf(t, m.betaDir)
+	m.beta.stop(t)
+	since := time.Now()
+
+	// 10.214/16 is no other test's.
+	refused := start(t, "host", "--dir", m.betaDir, "--subnet", "10.214.250.0/24")
+	code, errOut := refused.exited(t, 30*time.Second), refused.out.String()
+	if code == 0 || !strings.Contains(errOut, "has containers attached (beta-web)") || !strings.Contains(errOut, "nothing was changed") {
+		t.Fatalf("a --subnet move under a container: exit %d: %s", code, errOut)
+	}
+	if configOf(t, m.betaDir) != kept {
+		t.Fatalf("a refused --subnet rewrote config.yaml:\n%s", configOf(t, m.betaDir))
+	}
+
+	start(t, "host", "--dir", m.betaDir)
+	eventually(t, 30*time.Second, "beta heard again", func() (bool, string) { return heardAfter(t, m.dir, "beta", since) })
+	o := push(t, m.dir)
+	if got := outcomes(o); got["beta"]["web:container:web"] != spec.Unchanged || got["beta"]["mesh:network:mesh-beta"] != spec.Unchanged {
+		t.Fatalf("a push after the restart with the kept subnet: %v", got)
+	}
+	if m.id(t, "beta", "web") != webID {
+		t.Fatal("the restarts replaced beta's container")
+	}
+	if ev := m.lifecycle(t, since); len(ev) != 0 {
+		t.Fatalf("the restarts: the engine saw %v, want nothing", ev)
+	}
+}
