@@ -342,3 +342,133 @@ func TestSubnetMoveUnderContainersIsRefused(t *testing.T) {
 		t.Fatalf("the restarts: the engine saw %v, want nothing", ev)
 	}
 }
+
+// kill9 kills d with SIGKILL and waits for it to go.
+func (d *daemon) kill9(t testing.TB) {
+	t.Helper()
+	d.cmd.Process.Kill()
+	err := <-d.done
+	d.done <- err
+}
+
+// TestRestartsOfEveryKind drives a restart of every kind (the controller,
+// the host, both; each stopped and each killed with -9) with a declaration
+// in flight and drift present, and starts each again with nothing but
+// --dir. After every one the processes live, the hosts converge without
+// help (nothing is left sent and never applied), status ends all-clear, no
+// container was replaced, and sequence numbers only rose.
+func TestRestartsOfEveryKind(t *testing.T) {
+	m := newContainerMesh(t)
+	mustRun(t, "module", "register", "--dir", m.dir, m.webDir, "examples/motd", "examples/hello")
+	for _, node := range []string{"alpha", "beta"} {
+		mustRun(t, "assign", "--dir", m.dir, "web", node)
+		mustRun(t, "assign", "--dir", m.dir, "motd", node)
+		mustRun(t, "assign", "--dir", m.dir, "--set", "token=r0", "hello", node)
+	}
+	if o, code := pushJSON(t, m.dir); code != 0 || !o.OK {
+		t.Fatalf("first push: exit %d %+v", code, o)
+	}
+	ids := map[string]string{"alpha": m.id(t, "alpha", "web"), "beta": m.id(t, "beta", "web")}
+	roots := map[string]string{"alpha": m.rootA, "beta": m.rootB}
+	seqs := func() map[string][2]uint64 {
+		res, _ := statusOf(t, m.dir)
+		s := map[string][2]uint64{}
+		for _, n := range res.Nodes {
+			s[n.Node] = [2]uint64{n.SentSeq, n.AppliedSeq}
+		}
+		return s
+	}
+	last := seqs()
+
+	ctl, host := m.d, m.beta
+	for round, kind := range []struct {
+		name      string
+		ctl, host string // "", "stop" or "kill"
+	}{
+		{"controller stopped", "stop", ""},
+		{"host stopped", "", "stop"},
+		{"both stopped", "stop", "stop"},
+		{"controller killed", "kill", ""},
+		{"host killed", "", "kill"},
+		{"both killed", "kill", "kill"},
+	} {
+		since := time.Now()
+		token := fmt.Sprintf("r%d", round+1)
+		for node, root := range roots {
+			os.WriteFile(filepath.Join(root, "etc/motd"), []byte("drift\n"), 0o644)
+			mustRun(t, "assign", "--dir", m.dir, "--set", "token="+token, "hello", node)
+		}
+		// A push in flight: not waited for.
+		inFlight := exec.Command(meshBin, "push", "--dir", m.dir, "--wait", "10s")
+		if err := inFlight.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []struct {
+			how string
+			d   *daemon
+		}{{kind.host, host}, {kind.ctl, ctl}} {
+			switch p.how {
+			case "stop":
+				p.d.stop(t)
+			case "kill":
+				p.d.kill9(t)
+			}
+		}
+		inFlight.Wait()
+		if kind.ctl != "" {
+			ctl = start(t, "controller", "--dir", m.dir)
+			waitReady(t, ctl, m.dir)
+		}
+		if kind.host != "" {
+			host = start(t, "host", "--dir", m.betaDir)
+		}
+
+		// The hosts converge on what was sent without a push: nothing is
+		// left sent and never applied, nothing failed.
+		eventually(t, 60*time.Second, kind.name+": every node applied what was sent", func() (bool, string) {
+			ctl.alive(t)
+			host.alive(t)
+			res, _ := statusOf(t, m.dir)
+			for _, n := range res.Nodes {
+				if n.Silent || n.SentSeq != n.AppliedSeq || len(n.Failures) > 0 || n.Refused != "" {
+					return false, fmt.Sprintf("%+v", n)
+				}
+			}
+			return true, ""
+		})
+		// A push the restart cut short before it sent is the operator's to
+		// push again.
+		if res, _ := statusOf(t, m.dir); !res.AllClear {
+			if o, code := pushJSON(t, m.dir); code != 0 || !o.OK {
+				t.Fatalf("%s: push after the restart: exit %d %+v", kind.name, code, o)
+			}
+		}
+		eventually(t, 30*time.Second, kind.name+": all-clear", func() (bool, string) {
+			res, clear := statusOf(t, m.dir)
+			return clear, fmt.Sprint(res.Problems)
+		})
+		for node, root := range roots {
+			if b, _ := os.ReadFile(filepath.Join(root, "etc/motd")); string(b) == "drift\n" {
+				t.Errorf("%s: %s's drift was not corrected", kind.name, node)
+			}
+			if b, _ := os.ReadFile(filepath.Join(root, "srv/hello/token")); string(b) != token {
+				t.Errorf("%s: %s holds token %q, want %q", kind.name, node, b, token)
+			}
+			if got := m.id(t, node, "web"); got != ids[node] {
+				t.Errorf("%s: %s's container was replaced", kind.name, node)
+			}
+		}
+		if ev := m.lifecycle(t, since); len(ev) != 0 {
+			t.Errorf("%s: the engine saw %v, want nothing", kind.name, ev)
+		}
+		now := seqs()
+		for node, s := range now {
+			if s[0] < last[node][0] || s[1] < last[node][1] {
+				t.Errorf("%s: %s's sent/applied went from %v to %v", kind.name, node, last[node], s)
+			}
+		}
+		last = now
+		ctl.alive(t)
+		host.alive(t)
+	}
+}
