@@ -277,6 +277,9 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 		if err := ensureConsumer(ctx, c.js, n.Name); err != nil {
 			return err
 		}
+		if err := c.publishRecorded(ctx, n); err != nil {
+			return err
+		}
 	}
 	return nil
 }

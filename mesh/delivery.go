@@ -2,11 +2,15 @@ package mesh
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -67,5 +71,49 @@ func purgeDeclarations(ctx context.Context, js jetstream.JetStream, node string)
 	if err != nil {
 		return fmt.Errorf("purge the declarations of node %q from stream %s: %w", node, spec.DeclarationStream, err)
 	}
+	return nil
+}
+
+// publishRecorded publishes node's last recorded declaration again when the
+// stream does not hold it and the node has not applied it: a controller
+// killed between recording a send and publishing it would otherwise show
+// that declaration as sent, and the host would never get it. The bytes and
+// the signature are the ones recorded, so a host that has it already takes
+// it as a duplicate.
+func (c *Controller) publishRecorded(ctx context.Context, n store.Node) error {
+	d, err := c.deps.DB.LastDeclaration(ctx, n.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if n.AppliedSeq >= d.Seq {
+		return nil
+	}
+	stream, err := c.js.Stream(ctx, spec.DeclarationStream)
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", spec.DeclarationStream, err)
+	}
+	held, err := stream.GetLastMsgForSubject(ctx, spec.DeclarationSubject(n.Name))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return fmt.Errorf("read the last declaration of node %q in the stream: %w", n.Name, err)
+	default:
+		var claim struct {
+			Seq uint64 `json:"seq"`
+		}
+		if json.Unmarshal(held.Data, &claim) == nil && claim.Seq >= d.Seq {
+			return nil
+		}
+	}
+	msg := nats.NewMsg(spec.DeclarationSubject(n.Name))
+	msg.Data = d.Body
+	msg.Header.Set(spec.SigHeader, base64.StdEncoding.EncodeToString(d.Sig))
+	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish the recorded declaration %d of node %q: %w", d.Seq, n.Name, err)
+	}
+	c.log.Info("declaration recorded but not published before a stop: published now", "node", n.Name, "seq", d.Seq)
 	return nil
 }
