@@ -150,7 +150,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopWatching()
 	a.engine = NewEngine(a.cfg.Root, busBlobs{nc: nc, node: a.state.Node})
 	a.engine.Panicked = a.panicked
-	a.engine.Containers(a.cfg.Docker, a.state.Node, a.state.Address, a.cfg.Subnet, a.attach)
+	a.engine.Containers(a.cfg.Docker, a.state.Node, a.state.Address, a.cfg.Subnet, a.cfg.Names)
 
 	deliveries := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(spec.DeliverySubject(a.state.Node), deliveries)
@@ -285,14 +285,6 @@ func (a *Agent) watchEngine(ctx context.Context, flips chan<- struct{}) {
 			}
 		}
 	}
-}
-
-// attach has the machine's resolver serve the container network's gateway.
-func (a *Agent) attach(gateway netip.Addr, subnet netip.Prefix) error {
-	if a.cfg.Names == nil {
-		return errors.New("the host runs no resolver")
-	}
-	return a.cfg.Names.Attach(netip.AddrPortFrom(gateway, 53).String(), subnet)
 }
 
 func publish(nc *nats.Conn, subject string, v any) error {

@@ -80,10 +80,11 @@ func NewEngine(root string, blobs BlobFetcher) *Engine {
 
 // Containers has the engine hold containers and the node's network in the
 // engine docker (nil: those resources fail with the reason), publishing
-// ports on address and putting containers on subnet, whose gateway attach
-// has the resolver serve.
-func (e *Engine) Containers(docker *Docker, node, address string, subnet netip.Prefix, attach func(gateway netip.Addr, subnet netip.Prefix) error) {
-	e.Appliers[spec.KindNetwork] = networkApplier{docker: docker, node: node, subnet: subnet, attach: attach}
+// ports on address and putting containers on subnet, whose gateway names
+// (the machine's resolver) serves while the network is there. Nil names:
+// names are not served to containers.
+func (e *Engine) Containers(docker *Docker, node, address string, subnet netip.Prefix, names Names) {
+	e.Appliers[spec.KindNetwork] = networkApplier{docker: docker, node: node, subnet: subnet, names: names}
 	e.Appliers[spec.KindContainer] = containerApplier{docker: docker, node: node, address: address, subnet: subnet, running: &runningList{}}
 }
 

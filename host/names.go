@@ -13,6 +13,10 @@ type Names interface {
 	// Attach serves addr too (the container network's gateway, port 53),
 	// answering queries from allow.
 	Attach(addr string, allow netip.Prefix) error
+	// Detach stops serving addr and answering the prefixes only its Attach
+	// allowed (the container network is gone); an address not attached is
+	// no error.
+	Detach(addr string) error
 }
 
 // zoneOf is the roster as the resolver answers it: NODE.internal for each

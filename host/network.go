@@ -22,16 +22,20 @@ var DefaultSubnet = netip.MustParsePrefix("10.213.0.0/24")
 func Gateway(subnet netip.Prefix) netip.Addr { return subnet.Masked().Addr().Next() }
 
 // networkApplier holds the node's own bridge network, mesh-<node>, on the
-// host's subnet. Once the network is there, attach has the host's resolver
-// listen on its gateway.
+// host's subnet. Once the network is there, the host's resolver listens on
+// its gateway; once it is removed, no more.
 type networkApplier struct {
 	docker *Docker
 	node   string
 	subnet netip.Prefix
-	// attach makes the resolver serve the gateway's port 53 to the subnet;
-	// nil: names are not served to containers (tests of the engine alone).
-	attach func(gateway netip.Addr, subnet netip.Prefix) error
+	// names is the machine's resolver, which serves the gateway's port 53
+	// to the subnet; nil: names are not served to containers (tests of the
+	// engine alone).
+	names Names
 }
+
+// gatewayAddr is where the resolver serves a network's gateway.
+func gatewayAddr(gateway netip.Addr) string { return netip.AddrPortFrom(gateway, 53).String() }
 
 // Plan says whether the network would be made or remade.
 func (n networkApplier) Plan(_ string, r spec.Resource) (string, error) {
@@ -104,23 +108,45 @@ func (n networkApplier) Apply(ctx context.Context, _ string, r spec.Resource, _ 
 			return "", n.docker.wrap(fmt.Sprintf("create network %s on %s", name, n.subnet), err)
 		}
 	}
-	if n.attach != nil {
-		if err := n.attach(Gateway(n.subnet), n.subnet.Masked()); err != nil {
+	if n.names != nil {
+		if err := n.names.Attach(gatewayAddr(Gateway(n.subnet)), n.subnet.Masked()); err != nil {
 			return "", fmt.Errorf("serve names on network %s's gateway %s: %w", name, Gateway(n.subnet), err)
 		}
 	}
 	return outcome, nil
 }
 
-// Remove removes the network; one already gone is removed.
+// Remove removes the network (one already gone is removed), then has the
+// resolver stop serving its gateway: the one it was made with, and the
+// host's, which is what Apply attached.
 func (n networkApplier) Remove(_ string, a Applied, w *Writes) error {
 	if n.docker == nil {
 		return errNoEngine
 	}
-	w.add()
-	_, err := n.docker.cli.NetworkRemove(context.Background(), a.Path, client.NetworkRemoveOptions{})
-	if err != nil && !notFound(err) {
-		return n.docker.wrap("remove network "+a.Path, err)
+	ctx := context.Background()
+	gateways := []netip.Addr{Gateway(n.subnet)}
+	res, err := n.docker.cli.NetworkInspect(ctx, a.Path, client.NetworkInspectOptions{})
+	switch {
+	case err == nil:
+		for _, c := range res.Network.IPAM.Config {
+			if c.Gateway.IsValid() && !slices.Contains(gateways, c.Gateway) {
+				gateways = append(gateways, c.Gateway)
+			}
+		}
+		w.add()
+		if _, err := n.docker.cli.NetworkRemove(ctx, res.Network.ID, client.NetworkRemoveOptions{}); err != nil && !notFound(err) {
+			return n.docker.wrap("remove network "+a.Path, err)
+		}
+	case !notFound(err):
+		return n.docker.wrap("inspect network "+a.Path, err)
+	}
+	if n.names == nil {
+		return nil
+	}
+	for _, gw := range gateways {
+		if err := n.names.Detach(gatewayAddr(gw)); err != nil {
+			return fmt.Errorf("stop serving names on network %s's gateway %s: %w", a.Path, gw, err)
+		}
 	}
 	return nil
 }

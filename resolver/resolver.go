@@ -46,7 +46,7 @@
 // holds, from the packet's bytes without allocating, and gives any other to
 // ServeDNS (see udp.go). Both give the same bytes for the same query. Attach
 // adds an address at run time (a bridge network's gateway, say), served the
-// same way until Run ends.
+// same way until Run ends or Detach takes it away.
 //
 // The cache holds CacheSize answers, keyed by name, type, class and the DO
 // and CD bits, and evicts with the clock algorithm (a referenced bit set on
@@ -143,7 +143,7 @@ type Server struct {
 	state    runState      // where Run is
 	addrs    []string      // bound, host:port: the Listen ones, then Attach's
 	bound    []boundAddr   // addrs, parsed: what Attach compares with
-	attached []*listeners  // Attach's, shut down with Run's
+	attached []attachment  // Attach's, in order; their listeners shut down with Run's
 	failed   chan error    // Run's: the first error a server ends with
 	stop     chan struct{} // closed when Run begins to shut down
 }
@@ -488,15 +488,29 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-// end marks Run ended, so that Attach binds nothing more, and hands over
-// the listeners Attach added.
+// attachment is one Attach that succeeded: the address it serves (as
+// bound, so port 0 is the port the kernel gave), the listeners it bound
+// (nil when an address already bound served it) and the prefix it allowed.
+type attachment struct {
+	at    netip.AddrPort
+	ls    *listeners
+	allow netip.Prefix
+}
+
+// end marks Run ended, so that Attach binds nothing more and Detach finds
+// nothing, and hands over the listeners Attach added.
 func (s *Server) end() []*listeners {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.state = runEnded
-	attached := s.attached
+	var bound []*listeners
+	for _, a := range s.attached {
+		if a.ls != nil {
+			bound = append(bound, a.ls)
+		}
+	}
 	s.attached = nil
-	return attached
+	return bound
 }
 
 // Attach serves addr (host:port) too, until Run ends, and answers queries
@@ -541,6 +555,11 @@ func (s *Server) Attach(addr string, allow netip.Prefix) error {
 		return fmt.Errorf("resolver attach %s: resolver stopped", addr)
 	}
 	if served {
+		s.mu.Lock()
+		if s.state == runServing {
+			s.attached = append(s.attached, attachment{at: want, allow: allow})
+		}
+		s.mu.Unlock()
 		s.addAllow(allow)
 		return nil
 	}
@@ -570,11 +589,59 @@ func (s *Server) Attach(addr string, allow netip.Prefix) error {
 		undo()
 		return fmt.Errorf("resolver attach %s: resolver stopped", addr)
 	}
-	s.attached = append(s.attached, ls)
+	s.attached = append(s.attached, attachment{at: ls.bound[0].ap, ls: ls, allow: allow})
 	s.addrs = append(s.addrs, ls.addrs...)
 	s.bound = append(s.bound, ls.bound...)
 	s.mu.Unlock()
 	s.log.Info("resolver attached", "addr", ls.addrs[0], "allow", allow)
+	return nil
+}
+
+// Detach stops serving addr (host:port), which an earlier Attach added, and
+// stops answering the prefixes only Attach calls at addr allowed: the
+// addresses it bound are unbound (UDP and TCP) before it returns. addr is
+// compared as Attach compares it, after an Attach of port 0 with the port
+// bound (as Addrs reports it). An address no Attach added (a Listen address,
+// or one never attached) is left as it is, and that is no error; so is any
+// address once Run has ended. An address attached while a wildcard attached
+// earlier served it goes with that wildcard.
+func (s *Server) Detach(addr string) error {
+	want, _, err := parseListen(addr)
+	if err != nil {
+		return fmt.Errorf("resolver detach address %q: %w", addr, err)
+	}
+	s.attachMu.Lock()
+	defer s.attachMu.Unlock()
+	s.mu.Lock()
+	var gone []*listeners
+	kept := make([]attachment, 0, len(s.attached))
+	for _, a := range s.attached {
+		if a.at != want {
+			kept = append(kept, a)
+		} else if a.ls != nil {
+			gone = append(gone, a.ls)
+		}
+	}
+	if len(kept) == len(s.attached) {
+		s.mu.Unlock()
+		return nil
+	}
+	s.attached = kept
+	for _, ls := range gone {
+		s.addrs = slices.DeleteFunc(s.addrs, func(a string) bool { return slices.Contains(ls.addrs, a) })
+		s.bound = slices.DeleteFunc(s.bound, func(b boundAddr) bool { return slices.Contains(ls.bound, b) })
+	}
+	// Config's prefixes, and those the attachments left still allow.
+	allow := slices.Clone(s.cfg.Allow)
+	for _, a := range kept {
+		if !slices.Contains(allow, a.allow) {
+			allow = append(allow, a.allow)
+		}
+	}
+	s.allow.Store(&allow)
+	s.mu.Unlock()
+	shutdown(s.cfg.Timeout, gone...)
+	s.log.Info("resolver detached", "addr", want.String())
 	return nil
 }
 
