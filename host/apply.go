@@ -85,7 +85,7 @@ func NewEngine(root string, blobs BlobFetcher) *Engine {
 // names are not served to containers.
 func (e *Engine) Containers(docker *Docker, node, address string, subnet netip.Prefix, names Names) {
 	e.Appliers[spec.KindNetwork] = networkApplier{docker: docker, node: node, subnet: subnet, names: names}
-	e.Appliers[spec.KindContainer] = containerApplier{docker: docker, node: node, address: address, subnet: subnet, running: &runningList{}}
+	e.Appliers[spec.KindContainer] = containerApplier{docker: docker, node: node, address: address, subnet: subnet, running: &runningList{}, archives: &archiveIDs{}}
 }
 
 // Apply makes the machine hold exactly resources: it applies each (a

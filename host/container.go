@@ -45,6 +45,10 @@ type containerApplier struct {
 	// start of an apply: a container running with the declared digest is
 	// unchanged without an inspect of its own. Anything else is inspected.
 	running *runningList
+	// archives are the image IDs of the archives seen, by digest and
+	// reference: an image the engine holds already is neither fetched nor
+	// loaded again.
+	archives *archiveIDs
 }
 
 // runningList is one listing of the node's running containers.
@@ -274,11 +278,18 @@ func (c containerApplier) config(r spec.Resource, id identity, digest string) (*
 	return cfg, host, net, nil
 }
 
-// image makes the engine hold s's image: loaded from its archive (always,
-// when one is declared: the archive, not a tag that may be stale, is what
-// was declared), or else pulled when the engine lacks it.
+// image makes the engine hold s's image: from its archive when one is
+// declared (the archive, not a tag that may be stale, is what was
+// declared), loaded only when the engine holds no image of the archive's ID
+// under s's reference; or else pulled when the engine lacks it.
 func (c containerApplier) image(ctx context.Context, s spec.ContainerSpec, blobs BlobFetcher, w *Writes) error {
 	if a := s.Archive; a != nil {
+		key := a.Digest + " " + s.Image
+		if id := c.archives.get(key); id != "" {
+			if held, err := c.holds(ctx, s.Image, id); err != nil || held {
+				return err
+			}
+		}
 		if blobs == nil {
 			return fmt.Errorf("image archive %s of container %s: no blob source", a.Digest, s.Name)
 		}
@@ -288,6 +299,12 @@ func (c containerApplier) image(ctx context.Context, s spec.ContainerSpec, blobs
 		}
 		if int64(len(data)) != a.Size || spec.ContentDigest(data) != a.Digest {
 			return fmt.Errorf("image archive of container %s does not match its size %d and digest %s", s.Name, a.Size, a.Digest)
+		}
+		if id := archiveImageID(data, s.Image); id != "" {
+			c.archives.put(key, id)
+			if held, err := c.holds(ctx, s.Image, id); err != nil || held {
+				return err
+			}
 		}
 		w.add()
 		res, err := c.docker.cli.ImageLoad(ctx, bytes.NewReader(data), client.ImageLoadWithQuiet(true))
@@ -325,6 +342,18 @@ func (c containerApplier) image(ctx context.Context, s spec.ContainerSpec, blobs
 		return fmt.Errorf("pull image %s for container %s (no archive is declared): %w", s.Image, s.Name, err)
 	}
 	return nil
+}
+
+// holds says whether the engine has the image of ID id under ref.
+func (c containerApplier) holds(ctx context.Context, ref, id string) (bool, error) {
+	res, err := c.docker.cli.ImageInspect(ctx, ref)
+	switch {
+	case notFound(err):
+		return false, nil
+	case err != nil:
+		return false, c.docker.wrap("inspect image "+ref, err)
+	}
+	return res.ID == id, nil
 }
 
 // remove stops a container (killing it after stopTimeout) and removes it.

@@ -1,0 +1,127 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/mesh-fleet/mesh/internal/dockertest"
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// imageLoads is how many images the engine loaded since since (its events
+// of type image, action load).
+func imageLoads(t *testing.T, cli *client.Client, since time.Time) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res := cli.Events(ctx, client.EventsListOptions{
+		Since:   strconv.FormatInt(since.Unix()-1, 10),
+		Until:   strconv.FormatInt(time.Now().Unix()+1, 10),
+		Filters: make(client.Filters).Add("type", "image").Add("event", "load"),
+	})
+	n := 0
+	for {
+		select {
+		case msg, ok := <-res.Messages:
+			if !ok {
+				return n
+			}
+			if msg.TimeNano >= since.UnixNano() {
+				n++
+			}
+		case err := <-res.Err:
+			if err != nil && !errors.Is(err, io.EOF) {
+				t.Fatalf("docker events: %v", err)
+			}
+			return n
+		}
+	}
+}
+
+// TestArchiveLoadedOnlyWhenImageDiffers: a container's image archive is
+// loaded when the engine lacks the image; a container made again from it
+// (its spec changed, so it is replaced) loads nothing, and does not fetch
+// the archive again; when the tag names
+// another image, the archive is loaded again and the container runs the
+// archive's image.
+func TestArchiveLoadedOnlyWhenImageDiffers(t *testing.T) {
+	r := newEngineRig(t)
+	ctx := context.Background()
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	dockertest.Save(t, r.cli, r.image, archive)
+	built, err := r.cli.ImageInspect(ctx, r.image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dockertest.Remove(t, r.cli, r.image)
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.blobs.blobs[spec.ContentDigest(data)] = data
+	web := httpd("web")
+	web.Archive = &spec.ImageArchive{Size: int64(len(data)), Digest: spec.ContentDigest(data)}
+	imageOf := func() string {
+		t.Helper()
+		got, ok := r.inspect("web")
+		if !ok || !got.Container.State.Running {
+			t.Fatal("container web is not running")
+		}
+		return got.Container.Image
+	}
+
+	since := time.Now()
+	declared := []spec.Resource{r.network(), r.container(web)}
+	results, record, _ := r.engine.Apply(ctx, declared, nil)
+	checkOutcomes(t, results, allOutcome(declared, spec.Created))
+	if n := imageLoads(t, r.cli, since); n != 1 {
+		t.Errorf("the engine lacking the image: %d image loads, want 1", n)
+	}
+	if got := imageOf(); got != built.ID {
+		t.Errorf("container web runs image %s, want the archive's %s", got, built.ID)
+	}
+
+	// Replaced for a spec change: the engine holds the archive's image, so
+	// the archive is neither loaded nor even fetched again.
+	for i, greeting := range []string{"hello", "hi"} {
+		since = time.Now()
+		fetched := r.blobs.calls
+		web.Env = map[string]string{"GREETING": greeting}
+		declared = []spec.Resource{r.network(), r.container(web)}
+		results, record, _ = r.engine.Apply(ctx, declared, record)
+		checkOutcomes(t, results, map[string]string{declared[0].Name: spec.Unchanged, declared[1].Name: spec.Changed})
+		if n := imageLoads(t, r.cli, since); n != 0 {
+			t.Errorf("replacement %d, the engine holding the archive's image: %d image loads, want none", i+1, n)
+		}
+		if n := r.blobs.calls - fetched; n != 0 {
+			t.Errorf("replacement %d fetched the archive %d times, want none", i+1, n)
+		}
+	}
+
+	// The tag now names another image: the archive is loaded again.
+	dockertest.Build(t, r.cli, r.image, map[string]string{"/www/index.html": "another image\n"})
+	other, err := r.cli.ImageInspect(ctx, r.image)
+	if err != nil || other.ID == built.ID {
+		t.Fatalf("rebuilt %s: %v, ID %s (the archive's is %s)", r.image, err, other.ID, built.ID)
+	}
+	t.Cleanup(func() { r.cli.ImageRemove(context.Background(), other.ID, client.ImageRemoveOptions{Force: true}) })
+	since = time.Now()
+	web.Env = map[string]string{"GREETING": "hey"}
+	declared = []spec.Resource{r.network(), r.container(web)}
+	results, _, _ = r.engine.Apply(ctx, declared, record)
+	checkOutcomes(t, results, map[string]string{declared[0].Name: spec.Unchanged, declared[1].Name: spec.Changed})
+	if n := imageLoads(t, r.cli, since); n != 1 {
+		t.Errorf("the tag naming another image: %d image loads, want 1", n)
+	}
+	if got := imageOf(); got != built.ID {
+		t.Errorf("container web runs image %s, want the archive's %s", got, built.ID)
+	}
+}
