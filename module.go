@@ -127,7 +127,11 @@ Example:
 							}
 							fmt.Fprintf(tw, "file\t%s\t%04o\t%s\t%s\n", r.File.Path, r.File.Mode, owner(r.File.Owner, r.File.Group), content)
 						case r.Directory != nil:
-							fmt.Fprintf(tw, "directory\t%s\t%04o\t%s\t-\n", r.Directory.Path, r.Directory.Mode, owner(r.Directory.Owner, r.Directory.Group))
+							content := "-"
+							if r.Directory.OnRemove == spec.OnRemoveDelete {
+								content = "on_remove delete: removed with its contents"
+							}
+							fmt.Fprintf(tw, "directory\t%s\t%04o\t%s\t%s\n", r.Directory.Path, r.Directory.Mode, owner(r.Directory.Owner, r.Directory.Group), content)
 						case r.Container != nil:
 							image := r.Container.Image
 							if a := r.Container.Archive; a != nil {

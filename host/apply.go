@@ -29,6 +29,18 @@ type Applied struct {
 	Kind   string `json:"kind"`
 	Path   string `json:"path"`
 	Digest string `json:"digest"` // the resource's Digest() when it was applied; "" when its apply failed
+	// OnRemove is a directory's on_remove: what its removal does with what
+	// it holds that nothing declares.
+	OnRemove string `json:"on_remove,omitempty"`
+}
+
+// applied is the record of r, applied (digest given) or tried.
+func applied(r spec.Resource, digest string) Applied {
+	a := Applied{Name: r.Name, Kind: r.Kind, Path: r.Target(), Digest: digest}
+	if r.Directory != nil {
+		a.OnRemove = r.Directory.OnRemove
+	}
+	return a
 }
 
 // Applier holds one kind of resource.
@@ -126,11 +138,11 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 
 		switch {
 		case err == nil:
-			record = append(record, Applied{Name: r.Name, Kind: r.Kind, Path: r.Target(), Digest: r.Digest()})
+			record = append(record, applied(r, r.Digest()))
 		case wellFormed:
 			// It may have created something before it failed: keep it on
 			// record so that a declaration without it still removes it.
-			record = append(record, Applied{Name: r.Name, Kind: r.Kind, Path: r.Target()})
+			record = append(record, applied(r, ""))
 		default:
 			// A malformed resource touched nothing; what an earlier
 			// declaration applied under its name stays on record.
@@ -141,6 +153,7 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 		}
 	}
 
+	var held []string // the paths declared, made when first needed
 	for _, rm := range removals(resources, previous) {
 		a := rm.Applied
 		res := spec.ResourceResult{Name: a.Name, Kind: a.Kind, Outcome: spec.Removed}
@@ -148,7 +161,10 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 		if err != nil {
 			err = fmt.Errorf("remove %s: %w", a.Path, err)
 		} else if !rm.handedOver {
-			err = e.removeOne(a, &w)
+			if held == nil {
+				held = heldPaths(resources)
+			}
+			res.Note, err = e.removeOne(a, held, &w)
 		}
 		if err != nil {
 			res.Outcome, res.Error = spec.Failed, err.Error()
@@ -232,13 +248,36 @@ func (e *Engine) planOne(r spec.Resource) (outcome string, err error) {
 	return ap.Plan(e.Root, r)
 }
 
-func (e *Engine) removeOne(a Applied, w *Writes) (err error) {
+// removeNoter is an Applier whose removal can leave something in place on
+// purpose and say so (a directory that holds what nothing declared), and
+// must never take what is still declared (held: the paths of the files and
+// directories declared now).
+type removeNoter interface {
+	remove(root string, a Applied, held []string, w *Writes) (note string, err error)
+}
+
+func (e *Engine) removeOne(a Applied, held []string, w *Writes) (note string, err error) {
 	defer e.recovered("remove "+a.Name, &err)
 	ap, err := e.applier(a.Kind)
 	if err != nil {
-		return err
+		return "", err
 	}
-	return ap.Remove(e.Root, a, w)
+	if n, ok := ap.(removeNoter); ok {
+		return n.remove(e.Root, a, held, w)
+	}
+	return "", ap.Remove(e.Root, a, w)
+}
+
+// heldPaths are the paths of the well-formed files and directories among
+// resources (never nil).
+func heldPaths(resources []spec.Resource) []string {
+	held := []string{}
+	for _, r := range resources {
+		if (r.Kind == spec.KindFile || r.Kind == spec.KindDirectory) && r.Check() == nil {
+			held = append(held, r.Target())
+		}
+	}
+	return held
 }
 
 // applyOrder is resources in the order they depend on each other: files

@@ -566,9 +566,8 @@ func TestApplyHandsOverAPathBetweenNames(t *testing.T) {
 	}
 }
 
-// Invariant 5: what is no longer declared is removed, deepest first; a
-// directory that still holds what nobody declared stays, fails, and stays on
-// record to be tried again.
+// Invariant 5: what is no longer declared is removed, deepest first (a
+// directory that still holds what nobody declared: TestDirectoryOnRemove).
 func TestApplyRemoves(t *testing.T) {
 	ctx := context.Background()
 	t.Run("no longer declared", func(t *testing.T) {
@@ -594,42 +593,6 @@ func TestApplyRemoves(t *testing.T) {
 		checkAbsent(t, filepath.Join(root, "d"))
 		if len(record) != 1 || record[0].Name != keep.Name {
 			t.Errorf("record %+v, want only %s", record, keep.Name)
-		}
-	})
-
-	t.Run("undeclared entry stays", func(t *testing.T) {
-		root := t.TempDir()
-		e := host.NewEngine(root, nil)
-		d, f := dirDecl("/d", 0o755), fileDecl("/d/f", 0o644, "f")
-		_, record, _ := e.Apply(ctx, []spec.Resource{d, f}, nil)
-		stray := filepath.Join(root, "d", "stray")
-		if err := os.WriteFile(stray, []byte("someone's data"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-
-		results, record, _ := e.Apply(ctx, nil, record)
-		checkOutcomes(t, results, map[string]string{f.Name: spec.Removed, d.Name: spec.Failed})
-		cause := resultOf(t, results, d.Name).Error
-		for _, part := range []string{filepath.Join(root, "d"), "1 entry", "stray"} {
-			if !strings.Contains(cause, part) {
-				t.Errorf("cause %q does not say %q", cause, part)
-			}
-		}
-		checkContent(t, stray, "someone's data")
-		checkAbsent(t, filepath.Join(root, "d/f"))
-		if len(record) != 1 || record[0].Name != d.Name {
-			t.Fatalf("record %+v, want only %s (to try again)", record, d.Name)
-		}
-
-		// Tried again next time: once emptied, it goes.
-		if err := os.Remove(stray); err != nil {
-			t.Fatal(err)
-		}
-		results, record, _ = e.Apply(ctx, nil, record)
-		checkOutcomes(t, results, map[string]string{d.Name: spec.Removed})
-		checkAbsent(t, filepath.Join(root, "d"))
-		if len(record) != 0 {
-			t.Errorf("record %+v, want empty", record)
 		}
 	})
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -14,8 +15,8 @@ import (
 )
 
 // directoryApplier holds directories: mode and (when declared) owner and
-// group. It never removes what it did not make: only an empty directory
-// goes.
+// group. Removed, an empty directory goes; what one holds that nothing
+// declared goes only when its on_remove is delete.
 type directoryApplier struct{}
 
 // dirDecision is what applying a directory takes, read from the machine.
@@ -106,50 +107,62 @@ func (directoryApplier) Apply(_ context.Context, root string, r spec.Resource, _
 	return d.outcome(), nil
 }
 
-// Remove removes the directory a was, only if it is empty: entries nobody
-// declared are not ours to delete, so a directory that holds any stays and
-// the error says how many. A missing directory is fine, and so is something
-// else standing at its path (a file, a link): it is left in place.
-func (directoryApplier) Remove(root string, a Applied, w *Writes) error {
+// Remove removes the directory a was, as remove does.
+func (d directoryApplier) Remove(root string, a Applied, w *Writes) error {
+	_, err := d.remove(root, a, nil, w)
+	return err
+}
+
+// remove removes the directory a was. An empty one goes. One that holds
+// anything goes with everything in it when its on_remove is delete (see
+// deleteTree for when it stays all the same); otherwise (keep, the default)
+// it is left in place with what it holds, which is no failure: the note
+// says so. A missing directory is fine, and so is something else standing
+// at its path (a file, a link): it is left in place.
+func (directoryApplier) remove(root string, a Applied, held []string, w *Writes) (string, error) {
 	path, err := recordedPath(root, a)
 	if err != nil {
-		return err
+		return "", err
 	}
 	st, ok, err := lstatExact(path)
 	if err != nil || !ok {
-		return err
+		return "", err
 	}
 	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 		// Not a directory, so not what a was: whatever stands there is
 		// someone else's, and stays.
-		return nil
+		return "", nil
 	}
 	d, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("remove directory %s: %w", path, err)
+		return "", fmt.Errorf("remove directory %s: %w", path, err)
 	}
 	names, err := d.Readdirnames(-1)
 	d.Close()
 	if err != nil {
-		return fmt.Errorf("remove directory %s: list it: %w", path, err)
+		return "", fmt.Errorf("remove directory %s: list it: %w", path, err)
 	}
-	if len(names) > 0 {
-		slices.Sort(names)
-		return notEmpty(path, names)
-	}
-	w.add()
-	if err := syscall.Rmdir(path); err != nil {
-		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
-			return fmt.Errorf("remove directory %s: entries appeared in it; it is left in place: %w", path, err)
+	if len(names) == 0 {
+		w.add()
+		err := syscall.Rmdir(path)
+		if err == nil {
+			return "", syncDir(filepath.Dir(path))
 		}
-		return fmt.Errorf("remove directory %s: %w", path, err)
+		if !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+			return "", fmt.Errorf("remove directory %s: %w", path, err)
+		}
+		names = []string{"entries that appeared as it was removed"}
 	}
-	return syncDir(filepath.Dir(path))
+	if a.OnRemove == spec.OnRemoveDelete {
+		return "", deleteTree(root, path, a.Path, held, w)
+	}
+	slices.Sort(names)
+	return keptNote(names), nil
 }
 
-// notEmpty is the error for a directory that still holds entries nothing
-// declared: how many, and the first few by name.
-func notEmpty(path string, names []string) error {
+// keptNote says that a directory no longer declared stays with what it
+// holds: how many entries, and the first few by name.
+func keptNote(names []string) string {
 	shown := names
 	if len(shown) > 3 {
 		shown = shown[:3]
@@ -162,6 +175,86 @@ func notEmpty(path string, names []string) error {
 	if len(names) == 1 {
 		noun = "entry"
 	}
-	return fmt.Errorf("remove directory %s: %d %s nothing declared remain in it (%s), not ours to delete, so it is left in place: %w",
-		path, len(names), noun, list, syscall.ENOTEMPTY)
+	return fmt.Sprintf("left in place with the %d %s it holds (%s): its on_remove is %s (delete would remove them)", len(names), noun, list, spec.OnRemoveKeep)
+}
+
+// deleteTree removes the directory at path (declared as p) with everything
+// in it, links inside removed and never followed. It stays, and the error
+// says why, when a path declared now (held) lies in it, when a link among
+// its parents leads outside root, or when a file system is mounted in it
+// (or on it): what is deleted is only ever under the host's root, on the
+// file system the directory is on.
+func deleteTree(root, path, p string, held []string, w *Writes) error {
+	for _, h := range held {
+		if h == p || strings.HasPrefix(h, p+"/") {
+			return fmt.Errorf("remove directory %s: %s in it is still declared, so it is left in place with everything in it", path, h)
+		}
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return fmt.Errorf("remove directory %s: resolve the root %s: %w", path, root, err)
+	}
+	parent, err := filepath.EvalSymlinks(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("remove directory %s: resolve its parent: %w", path, err)
+	}
+	if rel, err := filepath.Rel(realRoot, parent); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return fmt.Errorf("remove directory %s: a link leads its parent to %s, outside the root %s, so it is left in place with everything in it", path, parent, root)
+	}
+	target := filepath.Join(parent, filepath.Base(path))
+	st, ok, err := lstatExact(target)
+	if err != nil || !ok || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return err // gone, or something else stands there now: not ours
+	}
+	mounts, err := mountPoints()
+	if err != nil {
+		return fmt.Errorf("remove directory %s: %w; it is left in place with everything in it", path, err)
+	}
+	for _, m := range mounts {
+		if m == target || strings.HasPrefix(m, target+"/") {
+			return fmt.Errorf("remove directory %s: a file system is mounted at %s, so it is left in place with everything in it", path, m)
+		}
+	}
+	w.add()
+	if err := os.RemoveAll(target); err != nil {
+		return fmt.Errorf("remove directory %s with everything in it: %w", path, err)
+	}
+	return syncDir(parent)
+}
+
+// mountPoints are the mount points of the host's mount namespace, as
+// /proc/self/mountinfo lists them.
+func mountPoints() ([]string, error) {
+	body, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read the mount points: %w", err)
+	}
+	var points []string
+	for _, line := range strings.Split(string(body), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 5 {
+			continue
+		}
+		points = append(points, unescapeMount(fields[4]))
+	}
+	return points, nil
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

@@ -94,6 +94,7 @@ type goldenResource struct {
 	Owner     string              `json:"owner,omitempty"`
 	Group     string              `json:"group,omitempty"`
 	Content   string              `json:"content,omitempty"`
+	OnRemove  string              `json:"on_remove,omitempty"`
 	Network   *spec.NetworkSpec   `json:"network,omitempty"`
 	Container *spec.ContainerSpec `json:"container,omitempty"`
 }
@@ -128,7 +129,7 @@ func composeAll(nodes []NodeInput, modules map[string]spec.Module) map[string]go
 					g.Content += " (DIGEST OR SIZE DOES NOT MATCH THE CONTENT)"
 				}
 			case r.Directory != nil:
-				g.Mode, g.Owner, g.Group = fmt.Sprintf("%04o", r.Directory.Mode), r.Directory.Owner, r.Directory.Group
+				g.Mode, g.Owner, g.Group, g.OnRemove = fmt.Sprintf("%04o", r.Directory.Mode), r.Directory.Owner, r.Directory.Group, r.Directory.OnRemove
 			case r.Network != nil:
 				g.Network = r.Network
 			case r.Container != nil:

@@ -86,6 +86,29 @@ type DirectorySpec struct {
 	Mode  Mode   `json:"mode"`
 	Owner string `json:"owner,omitempty"`
 	Group string `json:"group,omitempty"`
+	// OnRemove is what removing the directory does with what it holds that
+	// nothing declares: OnRemoveKeep (empty means the same) or
+	// OnRemoveDelete.
+	OnRemove string `json:"on_remove,omitempty"`
+}
+
+// What removing a directory does with contents nothing declares.
+const (
+	// OnRemoveKeep leaves a directory that holds anything in place, with
+	// what it holds, and says so in a note: the default.
+	OnRemoveKeep = "keep"
+	// OnRemoveDelete removes the directory with everything in it (never
+	// past the host's root, nor onto another file system).
+	OnRemoveDelete = "delete"
+)
+
+// CheckOnRemove refuses a directory's on_remove that is none of the
+// values allowed, naming them.
+func CheckOnRemove(v string) error {
+	if v != "" && v != OnRemoveKeep && v != OnRemoveDelete {
+		return fmt.Errorf("on_remove %q is not one of %s (the default) and %s", v, OnRemoveKeep, OnRemoveDelete)
+	}
+	return nil
 }
 
 // Mode is a Unix permission mode (07777 at most), written in JSON as an
@@ -192,6 +215,9 @@ func (r Resource) Check() error {
 			return fmt.Errorf("resource %q: kind directory needs exactly a directory spec", r.Name)
 		}
 		if err := CheckPath(r.Directory.Path); err != nil {
+			return fmt.Errorf("resource %q: %w", r.Name, err)
+		}
+		if err := CheckOnRemove(r.Directory.OnRemove); err != nil {
 			return fmt.Errorf("resource %q: %w", r.Name, err)
 		}
 	case KindNetwork:

@@ -60,12 +60,14 @@ type ManifestFileSpec struct {
 	Source  string  `json:"source,omitempty"`
 }
 
-// ManifestDirectorySpec is a directory in a manifest. Mode defaults to 0755.
+// ManifestDirectorySpec is a directory in a manifest (DirectorySpec, whose
+// fields it keeps in step). Mode defaults to 0755, OnRemove to keep.
 type ManifestDirectorySpec struct {
-	Path  string `json:"path"`
-	Mode  *Mode  `json:"mode,omitempty"`
-	Owner string `json:"owner,omitempty"`
-	Group string `json:"group,omitempty"`
+	Path     string `json:"path"`
+	Mode     *Mode  `json:"mode,omitempty"`
+	Owner    string `json:"owner,omitempty"`
+	Group    string `json:"group,omitempty"`
+	OnRemove string `json:"on_remove,omitempty"`
 }
 
 // Module is a registered module: its manifest with every source read, as the
@@ -175,6 +177,9 @@ func ParseManifest(data []byte) (Manifest, error) {
 		case r.Directory != nil && r.File == nil && r.Container == nil:
 			field += ".directory"
 			p = r.Directory.Path
+			if err := CheckOnRemove(r.Directory.OnRemove); err != nil {
+				return Manifest{}, fmt.Errorf("%s.on_remove: %w", field, err)
+			}
 		case r.Container != nil && r.File == nil && r.Directory == nil:
 			field += ".container"
 			c := r.Container
@@ -271,6 +276,9 @@ func (m Manifest) Resolve(read func(source string) ([]byte, error)) (Module, err
 			spec := &DirectorySpec{Path: d.Path, Mode: 0o755, Owner: d.Owner, Group: d.Group}
 			if d.Mode != nil {
 				spec.Mode = *d.Mode
+			}
+			if d.OnRemove == OnRemoveDelete {
+				spec.OnRemove = d.OnRemove // keep, the default, is left out: one spelling, one digest
 			}
 			mod.Resources = append(mod.Resources, Resource{Name: ResourceName(m.Name, KindDirectory, d.Path), Kind: KindDirectory, Module: m.Name, Directory: spec})
 		case r.Container != nil:
