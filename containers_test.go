@@ -364,7 +364,7 @@ func TestContainersFindEachOtherByName(t *testing.T) {
 		t.Errorf("unassign: exit %d, %v", code, got)
 	}
 	for _, r := range reportOf(t, o, "beta").Results {
-		if r.Name == "client:directory:/srv/client" && (r.Outcome != spec.Removed || !strings.Contains(r.Note, "left in place with the 2 entries it holds (lookup, page)")) {
+		if r.Name == "client:directory:/srv/client" && (r.Outcome != spec.Removed || !strings.Contains(r.Note, "left in place with the 2 entries it holds: lookup, page;")) {
 			t.Errorf("unassign: the directory the container wrote in: %+v", r)
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -147,6 +148,21 @@ Example:
 	}
 }
 
+// printAssigned says what was done and which nodes need a push for it: the
+// ones whose declaration it changes, as the controller worked them out.
+func printAssigned(w io.Writer, done string, res spec.AssignResult) {
+	switch {
+	case res.Unknown != "":
+		fmt.Fprintf(w, "%s; which nodes it changes is not known (%s): mesh push sends every node its declaration\n", done, res.Unknown)
+	case len(res.Changed) == 0:
+		fmt.Fprintf(w, "%s; it changes no node's declaration: there is nothing to push\n", done)
+	case len(res.Changed) == res.Nodes && res.Nodes > 1:
+		fmt.Fprintf(w, "%s; it changes the names every node serves: mesh push sends it to all %d nodes\n", done, res.Nodes)
+	default:
+		fmt.Fprintf(w, "%s; mesh push %s sends it\n", done, strings.Join(res.Changed, " "))
+	}
+}
+
 func owner(user, group string) string {
 	if user == "" && group == "" {
 		return "-"
@@ -180,11 +196,11 @@ func assignCommands() []*cli.Command {
 					}
 					req.Settings[k] = v
 				}
-				var res spec.Empty
+				var res spec.AssignResult
 				if err := callCmd(c, verb, req, &res); err != nil {
 					return err
 				}
-				fmt.Fprintf(c.App.Writer, "%s %s %s; mesh push %s sends it\n", req.Module, past, req.Node, req.Node)
+				printAssigned(c.App.Writer, req.Module+" "+past+" "+req.Node, res)
 				return nil
 			},
 		}

@@ -65,7 +65,11 @@ func TestRouteAddedOnAResolvesOnB(t *testing.T) {
 	if r, err := ask(t, betaDNS, "hello.alpha.internal", dns.TypeA); err != nil || r.Rcode != dns.RcodeNameError {
 		t.Fatalf("before the push: %v %v, want NXDOMAIN", r, err)
 	}
-	mustRun(t, "assign", "--dir", m.dir, "--set", "token=t", "hello", "alpha")
+	// hello serves routes: every node's resolver serves them, so the hint
+	// names every node, not alpha alone.
+	if out := mustRun(t, "assign", "--dir", m.dir, "--set", "token=t", "hello", "alpha"); out != "hello assigned to alpha; it changes the names every node serves: mesh push sends it to all 2 nodes\n" {
+		t.Errorf("assign hello alpha said %q", out)
+	}
 	if o, code := pushJSON(t, m.dir); code != 0 {
 		t.Fatalf("push: %+v", o)
 	}
@@ -90,5 +94,22 @@ func TestRouteAddedOnAResolvesOnB(t *testing.T) {
 	// alpha's own resolver answers the same.
 	if r, err := ask(t, m.addrs.DNS, "hello.alpha.internal", dns.TypeA); err != nil || answers(r) != "127.0.0.1" {
 		t.Errorf("alpha's resolver: %v %v", r, err)
+	}
+
+	// A module without routes changes alpha's declaration alone; the same
+	// assignment again changes none; unassigning hello changes every one.
+	mustRun(t, "module", "register", "--dir", m.dir, "examples/motd")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"assign", "motd", "alpha"}, "motd assigned to alpha; mesh push alpha sends it\n"},
+		{[]string{"assign", "motd", "alpha"}, "motd assigned to alpha; it changes no node's declaration: there is nothing to push\n"},
+		{[]string{"unassign", "hello", "alpha"}, "hello unassigned from alpha; it changes the names every node serves: mesh push sends it to all 2 nodes\n"},
+	} {
+		args := append([]string{tc.args[0], "--dir", m.dir}, tc.args[1:]...)
+		if out := mustRun(t, args...); out != tc.want {
+			t.Errorf("mesh %s said %q, want %q", strings.Join(tc.args, " "), out, tc.want)
+		}
 	}
 }

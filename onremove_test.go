@@ -56,7 +56,7 @@ func TestUnassignedDirectoryKeepsOrDeletes(t *testing.T) {
 	for _, r := range reportOf(t, o, "alpha").Results {
 		switch r.Name {
 		case "data:directory:/srv/data":
-			if r.Outcome != spec.Removed || r.Error != "" || !strings.Contains(r.Note, "left in place with the 1 entry it holds (db)") {
+			if r.Outcome != spec.Removed || r.Error != "" || !strings.Contains(r.Note, "left in place with the 1 entry it holds: db;") {
 				t.Errorf("the kept directory: %+v, want removed with a note", r)
 			}
 		case "scratch:directory:/srv/scratch":

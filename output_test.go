@@ -48,6 +48,7 @@ func TestOutputGolden(t *testing.T) {
 	report := spec.Report{Node: "alpha", Seq: 5, Writes: 3, Results: []spec.ResourceResult{
 		{Name: "a:file:/a", Outcome: spec.Created}, {Name: "a:file:/b", Outcome: spec.Changed}, {Name: "a:file:/c", Outcome: spec.Removed},
 		{Name: "a:file:/d", Outcome: spec.Unchanged}, {Name: "a:file:/e", Outcome: spec.Failed, Error: "open /e: permission denied"},
+		{Name: "a:directory:/f", Outcome: spec.Removed, Note: "left in place with the 1 entry it holds: data.db; its on_remove is keep"},
 		{Name: "a:container:web", Outcome: spec.Changed, Note: "started again: it had exited with code 1"}}}
 	preview := report
 	preview.Preview, preview.Writes = true, 0
@@ -64,6 +65,19 @@ func TestOutputGolden(t *testing.T) {
 			printReport(b, spec.Report{Node: "alpha", Seq: 6, Refused: "sequence 6 is lower than the kept 9"}, false)
 			return nil
 		},
+		"assign": func(b *bytes.Buffer) error {
+			for _, res := range []spec.AssignResult{
+				{Changed: []string{"alpha"}, Nodes: 3},
+				{Changed: []string{"alpha", "beta", "gamma"}, Nodes: 3},
+				{Changed: []string{"alpha", "gamma"}, Nodes: 3},
+				{Changed: []string{"alpha"}, Nodes: 1},
+				{Changed: []string{}, Nodes: 3},
+				{Changed: []string{}, Unknown: `compose node "beta": database is locked`},
+			} {
+				printAssigned(b, "hello assigned to alpha", res)
+			}
+			return nil
+		},
 	}
 	path := filepath.Join("testdata", "output.txtar")
 	ar, err := txtar.ParseFile(path)
@@ -78,7 +92,7 @@ func TestOutputGolden(t *testing.T) {
 		want[f.Name] = f.Data
 	}
 	var files []txtar.File
-	for _, name := range []string{"node-list", "node-show", "node-show-never", "status-clear", "status-not-clear", "push-report", "push-dry-run", "push-refused"} {
+	for _, name := range []string{"node-list", "node-show", "node-show-never", "status-clear", "status-not-clear", "push-report", "push-dry-run", "push-refused", "assign"} {
 		var b bytes.Buffer
 		if err := cases[name](&b); err != nil {
 			t.Fatalf("%s: %v", name, err)

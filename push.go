@@ -196,7 +196,11 @@ func printReport(w io.Writer, r spec.Report, verbose bool) bool {
 				fmt.Fprintf(w, "  ~ %s\n", res.Name)
 			}
 		case spec.Removed:
-			fmt.Fprintf(w, "  - %s\n", res.Name)
+			if res.Note != "" {
+				fmt.Fprintf(w, "  - %s (%s)\n", res.Name, res.Note)
+			} else {
+				fmt.Fprintf(w, "  - %s\n", res.Name)
+			}
 		case spec.Unchanged:
 			if verbose {
 				fmt.Fprintf(w, "  = %s\n", res.Name)

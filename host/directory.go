@@ -175,7 +175,7 @@ func keptNote(names []string) string {
 	if len(names) == 1 {
 		noun = "entry"
 	}
-	return fmt.Sprintf("left in place with the %d %s it holds (%s): its on_remove is %s (delete would remove them)", len(names), noun, list, spec.OnRemoveKeep)
+	return fmt.Sprintf("left in place with the %d %s it holds: %s; its on_remove is %s", len(names), noun, list, spec.OnRemoveKeep)
 }
 
 // deleteTree removes the directory at path (declared as p) with everything

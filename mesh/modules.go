@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -99,10 +100,10 @@ func (c *Controller) showModule(ctx context.Context, req spec.ModuleShowRequest)
 	return spec.ModuleShowResult{}, callerError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Name))
 }
 
-func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.Empty, error) {
+func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.AssignResult, error) {
 	mods, err := c.deps.DB.Modules(ctx)
 	if err != nil {
-		return spec.Empty{}, err
+		return spec.AssignResult{}, err
 	}
 	var mod *spec.Module
 	for i := range mods {
@@ -111,7 +112,7 @@ func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.E
 		}
 	}
 	if mod == nil {
-		return spec.Empty{}, callerError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Module))
+		return spec.AssignResult{}, callerError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Module))
 	}
 	// The settings are checked as composition will check them, so a bad one
 	// is refused now, naming it, and nothing is recorded.
@@ -122,28 +123,30 @@ func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.E
 			for _, s := range mod.Settings {
 				names = append(names, s.Name)
 			}
-			return spec.Empty{}, callerError(fmt.Sprintf("module %q declares no setting %q (it declares: %s); nothing was assigned", req.Module, se.Setting, orNone(names)))
+			return spec.AssignResult{}, callerError(fmt.Sprintf("module %q declares no setting %q (it declares: %s); nothing was assigned", req.Module, se.Setting, orNone(names)))
 		}
 		var ce *ComposeError
 		if errors.As(err, &ce) {
-			return spec.Empty{}, callerError(ce.Reason + "; nothing was assigned")
+			return spec.AssignResult{}, callerError(ce.Reason + "; nothing was assigned")
 		}
-		return spec.Empty{}, err
+		return spec.AssignResult{}, err
 	}
-	err = c.deps.DB.Assign(ctx, req.Module, req.Node, req.Settings, c.cfg.Now())
-	if errors.Is(err, store.ErrNotFound) {
-		return spec.Empty{}, callerError(err.Error())
-	}
-	if err == nil {
-		// Setting names only: a secret's value never reaches a log.
-		names := make([]string, 0, len(req.Settings))
-		for k := range req.Settings {
-			names = append(names, k)
+	return c.changedBy(ctx, func() error {
+		err := c.deps.DB.Assign(ctx, req.Module, req.Node, req.Settings, c.cfg.Now())
+		if errors.Is(err, store.ErrNotFound) {
+			return callerError(err.Error())
 		}
-		sort.Strings(names)
-		c.log.Info("module assigned", "module", req.Module, "node", req.Node, "settings", names)
-	}
-	return spec.Empty{}, err
+		if err == nil {
+			// Setting names only: a secret's value never reaches a log.
+			names := make([]string, 0, len(req.Settings))
+			for k := range req.Settings {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			c.log.Info("module assigned", "module", req.Module, "node", req.Node, "settings", names)
+		}
+		return err
+	})
 }
 
 func orNone(names []string) string {
@@ -153,15 +156,62 @@ func orNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-func (c *Controller) unassign(ctx context.Context, req spec.AssignRequest) (spec.Empty, error) {
-	err := c.deps.DB.Unassign(ctx, req.Module, req.Node)
-	if errors.Is(err, store.ErrNotFound) {
-		return spec.Empty{}, callerError(fmt.Sprintf("module %q is not assigned to node %q", req.Module, req.Node))
+func (c *Controller) unassign(ctx context.Context, req spec.AssignRequest) (spec.AssignResult, error) {
+	return c.changedBy(ctx, func() error {
+		err := c.deps.DB.Unassign(ctx, req.Module, req.Node)
+		if errors.Is(err, store.ErrNotFound) {
+			return callerError(fmt.Sprintf("module %q is not assigned to node %q", req.Module, req.Node))
+		}
+		if err == nil {
+			c.log.Info("module unassigned", "module", req.Module, "node", req.Node)
+		}
+		return err
+	})
+}
+
+// changedBy records a change of assignments (record) and says which nodes'
+// declarations it alters: each node composed before and after, compared
+// (its resources and the roster). A node that does not compose after is
+// altered unless it did not before either: nothing would be sent to it
+// either way. When the mesh cannot be composed, the change is recorded all
+// the same and the result says why the nodes are not known.
+func (c *Controller) changedBy(ctx context.Context, record func() error) (spec.AssignResult, error) {
+	before, errBefore := c.gather(ctx)
+	if err := record(); err != nil {
+		return spec.AssignResult{}, err
 	}
+	res := spec.AssignResult{Changed: []string{}}
+	after, err := c.gather(ctx)
 	if err == nil {
-		c.log.Info("module unassigned", "module", req.Module, "node", req.Node)
+		err = errBefore
 	}
-	return spec.Empty{}, err
+	if err != nil {
+		res.Unknown = err.Error()
+		return res, nil
+	}
+	res.Nodes = len(after.plans) + len(after.own)
+	for node := range after.plans {
+		if before.own[node] != nil || composedKey(before, node) != composedKey(after, node) {
+			res.Changed = append(res.Changed, node)
+		}
+	}
+	for node := range after.own {
+		if before.own[node] == nil {
+			res.Changed = append(res.Changed, node)
+		}
+	}
+	sort.Strings(res.Changed)
+	return res, nil
+}
+
+// composedKey is what g would send node that composes: its resources and
+// the roster, as bytes.
+func composedKey(g gathered, node string) string {
+	b, _ := json.Marshal(struct {
+		R []spec.Resource
+		N spec.Roster
+	}{g.plans[node].Resources, g.roster})
+	return string(b)
 }
 
 // putBlob takes one chunk of an upload; the blob is stored once it is whole

@@ -385,6 +385,17 @@ type (
 		Node     string            `json:"node"`
 		Settings map[string]string `json:"settings,omitempty"`
 	}
+	// AssignResult is what an assignment or unassignment changed, recorded:
+	// the nodes whose declaration it alters (each needs a push; every node
+	// when the mesh's names change), sorted, out of how many nodes the mesh
+	// has.
+	AssignResult struct {
+		Changed []string `json:"changed"`
+		Nodes   int      `json:"nodes"`
+		// Unknown says why Changed could not be worked out (then any node
+		// may need the push); the change is recorded all the same.
+		Unknown string `json:"unknown,omitempty"`
+	}
 	BlobPutRequest struct {
 		Digest string `json:"digest"`
 		Size   int64  `json:"size"`

@@ -1,0 +1,87 @@
+package mesh
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// dirModule is a module declaring one directory at path, serving routes.
+func dirModule(name, path string, routes ...spec.Route) spec.Module {
+	return spec.Module{Name: name, Version: "1", Routes: routes, Resources: []spec.Resource{{
+		Name: spec.ResourceName(name, spec.KindDirectory, path), Kind: spec.KindDirectory, Module: name,
+		Directory: &spec.DirectorySpec{Path: path, Mode: 0o755}}}}
+}
+
+// TestAssignSaysWhichNodesChange: an assignment or unassignment answers
+// with the nodes whose composed declaration it alters: the node alone for a
+// module without routes; every node that composes for one with routes (the
+// roster every node serves changes), but not a node that did not compose
+// before and does not now (nothing is sent to it either way); a node that
+// composes again; none for an assignment that changes nothing. When the
+// mesh cannot be composed, the change is recorded and the answer says why
+// the nodes are not known.
+func TestAssignSaysWhichNodesChange(t *testing.T) {
+	clk := &clock{now: time.Now()}
+	fs := &failingStore{node: "beta"}
+	c, db := newControllerWith(t, clk, func(db *store.DB) Store { fs.DB = db; return fs })
+	ctx := context.Background()
+	for _, n := range []string{"beta", "gamma"} {
+		if err := db.AddNode(ctx, store.Node{Name: n, Address: "127.0.0.9", NKey: "U" + n, Joined: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mods := []spec.Module{dirModule("plain", "/srv/plain"), dirModule("routed", "/srv/routed", spec.Route{Name: "web", Port: 80}),
+		dirModule("clash1", "/srv/clash"), dirModule("clash2", "/srv/clash")}
+	if _, err := db.RegisterModules(ctx, mods, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// gamma's own set does not compose.
+	for _, m := range []string{"clash1", "clash2"} {
+		if err := db.Assign(ctx, m, "gamma", nil, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, tc := range []struct {
+		unassign     bool
+		module, node string
+		want         []string
+	}{
+		{false, "plain", "alpha", []string{"alpha"}},
+		{false, "plain", "alpha", []string{}},
+		{false, "routed", "beta", []string{"alpha", "beta"}},
+		{true, "routed", "beta", []string{"alpha", "beta"}},
+		{true, "clash2", "gamma", []string{"gamma"}},
+		{false, "routed", "gamma", []string{"alpha", "beta", "gamma"}},
+	} {
+		req := spec.AssignRequest{Module: tc.module, Node: tc.node}
+		do, what := c.assign, "assign"
+		if tc.unassign {
+			do, what = c.unassign, "unassign"
+		}
+		res, err := do(ctx, req)
+		if err != nil {
+			t.Fatalf("%s %s %s: %v", what, tc.module, tc.node, err)
+		}
+		if !slices.Equal(res.Changed, tc.want) || res.Nodes != 3 || res.Unknown != "" {
+			t.Errorf("%s %s %s: %+v, want changed %v of 3 nodes", what, tc.module, tc.node, res, tc.want)
+		}
+	}
+
+	fs.fail.Store(true)
+	res, err := c.assign(ctx, spec.AssignRequest{Module: "plain", Node: "beta"})
+	if err != nil || len(res.Changed) != 0 || !strings.Contains(res.Unknown, `read assignments of node "beta"`) {
+		t.Errorf("assign with the mesh not composing: %+v %v, want the reason the nodes are not known", res, err)
+	}
+	fs.fail.Store(false)
+	as, err := db.AssignmentsOf(ctx, "beta")
+	if err != nil || !slices.ContainsFunc(as, func(a store.Assignment) bool { return a.Module == "plain" }) {
+		t.Errorf("the assignment made while the mesh did not compose was not recorded: %+v %v", as, err)
+	}
+}
