@@ -63,6 +63,10 @@ type Agent struct {
 	// lastFailures are the failures of the last apply, so a reconcile pass
 	// that fails the same way again says nothing new.
 	lastFailures string
+	// reported is set once this run has reported an apply: the first
+	// reconcile of a run reports even when it changed nothing, since what
+	// the controller last heard may be a failure from before the restart.
+	reported bool
 }
 
 // New reads the host's state and credential and starts nothing.

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ type bench struct {
 	hostDir string
 	reports chan spec.Report
 	start   func() // starts the host
+	stop    func() // stops it, as a SIGTERM does, and waits for it
 }
 
 func newBench(t *testing.T) *bench {
@@ -94,14 +96,21 @@ func newBench(t *testing.T) *bench {
 		t.Fatal(err)
 	}
 	var agentDone chan struct{}
+	agentCancel := func() {}
 	b.start = func() {
 		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: time.Hour, ReconcileEvery: time.Hour}, log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		agentDone = make(chan struct{})
-		go func() { agent.Run(ctx); close(agentDone) }()
+		actx, acancel := context.WithCancel(ctx)
+		agentDone, agentCancel = make(chan struct{}), acancel
+		go func() { agent.Run(actx); close(agentDone) }()
 		<-agent.Ready()
+	}
+	b.stop = func() {
+		agentCancel()
+		<-agentDone
+		agentDone = nil
 	}
 	t.Cleanup(func() {
 		cancel()
@@ -260,5 +269,72 @@ func TestKeptSequenceSurvivesRestart(t *testing.T) {
 	st, _, err := host.ReadState(b.hostDir)
 	if err != nil || st.Seq != 3 || len(st.Declaration) == 0 || len(st.Signature) == 0 {
 		t.Fatalf("state after apply: seq %d, %d bytes kept, err %v", st.Seq, len(st.Declaration), err)
+	}
+}
+
+// TestStopMidApplyReportsNoFailure: a host stopped while an apply waits (on
+// a blob nobody serves) reports nothing: its resources did not fail, the
+// host stopped; its next start applies the declaration again and reports.
+// The trial run's status kept "context canceled" failures after such a
+// stop.
+func TestStopMidApplyReportsNoFailure(t *testing.T) {
+	b := newBench(t)
+	blob := []byte("a blob served only after the restart")
+	asked := make(chan struct{}, 1)
+	var serve atomic.Bool
+	if _, err := b.nc.Subscribe(spec.NodeSubject("alpha", spec.KindBlob), func(m *nats.Msg) {
+		if serve.Load() {
+			res, _ := json.Marshal(spec.BlobChunkReply{Size: int64(len(blob)), Data: blob})
+			body, _ := json.Marshal(spec.Reply{Result: res})
+			m.Respond(body)
+			return
+		}
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.nc.Flush()
+	b.start()
+	r := spec.Resource{Name: spec.ResourceName("t", spec.KindFile, "/big"), Kind: spec.KindFile, Module: "t",
+		File: &spec.FileSpec{Path: "/big", Mode: 0o644, Blob: true, Size: int64(len(blob)), Digest: spec.ContentDigest(blob)}}
+	b.publish(encode(t, b.declaration(1, fileResource("/small", "s"), r)), nil)
+	select {
+	case <-asked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the host did not ask for the blob")
+	}
+	b.stop()
+	b.nc.Flush()
+	select {
+	case rep := <-b.reports:
+		t.Fatalf("a host stopped mid-apply reported: %+v", rep)
+	default:
+	}
+	// Started again: the declaration is applied again and reported.
+	serve.Store(true)
+	b.start()
+	if rep := b.report(); rep.Seq != 1 || !rep.Reconcile || len(rep.Results) != 2 || rep.Results[0].Outcome != spec.Created || rep.Results[1].Outcome != spec.Created {
+		t.Fatalf("the start after the stop reported %+v, want a reconcile of seq 1 creating both", rep)
+	}
+}
+
+// TestFirstReconcileOfARunReports: a host started again reports its first
+// reconcile even when it changes nothing, so what the controller last heard
+// (perhaps a failure from before the restart) does not stand.
+func TestFirstReconcileOfARunReports(t *testing.T) {
+	b := newBench(t)
+	b.start()
+	b.publish(encode(t, b.declaration(1, fileResource("/f", "one"))), nil)
+	if rep := b.report(); rep.Seq != 1 || rep.Reconcile {
+		t.Fatalf("first report %+v", rep)
+	}
+	b.stop()
+	b.start()
+	rep := b.report()
+	if rep.Seq != 1 || !rep.Reconcile || rep.Writes != 0 || len(rep.Results) != 1 || rep.Results[0].Outcome != spec.Unchanged {
+		t.Fatalf("the first reconcile after a start reported %+v, want seq 1 unchanged, no writes", rep)
 	}
 }

@@ -126,6 +126,14 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration,
 	if err := WriteState(a.cfg.Dir, a.state); err != nil {
 		a.log.Error("what was applied is not recorded", "seq", decl.Seq, "err", err)
 	}
+	// An apply cut short by the host stopping failed only because it was
+	// stopped: reporting "context canceled" would leave that in status
+	// until something else changed. The next start applies it again and
+	// reports.
+	if ctx.Err() != nil {
+		a.log.Info("apply cut short by the stop; the next start applies it again", "seq", decl.Seq)
+		return
+	}
 	counts := map[string]int{}
 	var failures strings.Builder
 	for _, r := range results {
@@ -139,8 +147,16 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration,
 	a.lastFailures = failures.String()
 	// A reconcile pass that changed nothing, and failed only as the last
 	// pass did, has nothing new to say (invariant 14).
-	if reconcile && changed == 0 && sameFailures {
+	quiet := reconcile && changed == 0 && sameFailures
+	if quiet && a.reported {
 		a.log.Debug("reconcile: nothing to change", "seq", decl.Seq, "resources", len(results), "failed", counts[spec.Failed])
+		return
+	}
+	a.reported = true
+	if quiet {
+		// The first pass of a run: reported, so the controller's view is
+		// fresh, but with nothing new to log.
+		a.report(nc, spec.Report{Seq: decl.Seq, Digest: spec.ContentDigest(raw), Reconcile: true, ApplyMicros: took.Microseconds(), Results: results})
 		return
 	}
 	for _, r := range results {
