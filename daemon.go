@@ -25,7 +25,6 @@ import (
 	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
-	"github.com/nats-io/nkeys"
 	"github.com/urfave/cli/v2"
 )
 
@@ -484,12 +483,11 @@ func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, 
 	if err != nil {
 		return err
 	}
-	ctlKey, err := nkeys.CreateUser()
+	ctlKeys, err := mesh.NewKeys()
 	if err != nil {
-		return fmt.Errorf("generate the controller's bus key: %w", err)
+		return err
 	}
-	ctlPub, _ := ctlKey.PublicKey()
-	users, err := mesh.Users(ctx, db, ctlPub, time.Now())
+	users, err := mesh.Users(ctx, db, ctlKeys, time.Now())
 	if err != nil {
 		return err
 	}
@@ -522,7 +520,7 @@ func serve(ctx context.Context, log *slog.Logger, dir string, addrs spec.Addrs, 
 	}
 	ctl, err := mesh.New(mesh.Config{
 		HTTPListen: addrs.HTTP,
-		Key:        ctlKey,
+		Keys:       ctlKeys,
 		BusURLs:    advertise,
 		SignKey:    signKey,
 		Panics:     panics,

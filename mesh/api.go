@@ -24,7 +24,13 @@ type callerError string
 func (e callerError) Error() string        { return string(e) }
 func (e callerError) Is(target error) bool { return target == errBadRequest }
 
-func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg) {
+// serveAPI answers an operator's call. A call whose reply subject is not
+// under the operator's inbox is dropped before anything is done or audited:
+// no one asked for it who could hear the answer.
+func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg, r requester) {
+	if !c.allowReply(m, r) {
+		return
+	}
 	c.metrics.apiCalls.Add(1)
 	verb := strings.TrimPrefix(m.Subject, spec.APIPrefix)
 	result, err := c.safeCall(ctx, verb, m.Data)
@@ -44,9 +50,7 @@ func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg) {
 		reply = spec.Reply{Error: fmt.Sprintf("encode %s result: %v", verb, err)}
 	}
 	body, _ := json.Marshal(reply)
-	if err := m.Respond(body); err != nil {
-		c.log.Warn("api reply not sent", "verb", verb, "err", err)
-	}
+	c.respond(m, r, body)
 }
 
 // safeCall is call under catch: a verb that panics is answered, and audited,

@@ -32,8 +32,9 @@ type Config struct {
 	// HTTPListen is host:port of /healthz, /metrics and /roots.pem; port 0
 	// takes a free port.
 	HTTPListen string
-	// Key is the controller's own bus user, composed into the bus's users.
-	Key nkeys.KeyPair
+	// Keys are the controller's own bus users, composed into the bus's
+	// users (Users).
+	Keys Keys
 	// Parts are the other parts of the process; /healthz is ready only when
 	// every one of them and the controller are.
 	Parts []Part
@@ -72,8 +73,9 @@ type Controller struct {
 	usersMu sync.Mutex
 	users   []broker.User // as last given to the bus
 
-	nc *nats.Conn
-	js jetstream.JetStream
+	nc      *nats.Conn // full power: declarations, previews, JetStream; serves nothing
+	js      jetstream.JetStream
+	serving *nats.Conn // serves requests and progress; may publish only to inboxes
 
 	locksMu sync.Mutex
 	locks   map[string]*sync.Mutex // per node: sequences are taken under it
@@ -92,8 +94,8 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if deps.DB == nil || deps.CA == nil || deps.Bus == nil {
 		return nil, errors.New("controller: store, CA and bus are all required")
 	}
-	if cfg.Key == nil {
-		return nil, errors.New("controller: no bus key")
+	if cfg.Keys.Full == nil || cfg.Keys.Serve == nil {
+		return nil, errors.New("controller: no bus keys")
 	}
 	if _, _, err := net.SplitHostPort(cfg.HTTPListen); err != nil {
 		return nil, fmt.Errorf("http address %q: %w (want host:port, e.g. 127.0.0.1:8480)", cfg.HTTPListen, err)
@@ -137,19 +139,20 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bind http address %s: %w", c.cfg.HTTPListen, err)
 	}
-	pub, err := c.cfg.Key.PublicKey()
+	nc, err := c.connect(c.cfg.Keys.Full, "controller")
 	if err != nil {
 		l.Close()
-		return fmt.Errorf("controller bus key: %w", err)
-	}
-	nc, err := nats.Connect("", nats.InProcessServer(c.deps.Bus.NATS()),
-		nats.Nkey(pub, c.cfg.Key.Sign), nats.Name("controller"))
-	if err != nil {
-		l.Close()
-		return fmt.Errorf("connect controller to the bus: %w", err)
+		return err
 	}
 	defer nc.Close()
 	c.nc = nc
+	serving, err := c.connect(c.cfg.Keys.Serve, "controller serving")
+	if err != nil {
+		l.Close()
+		return err
+	}
+	defer serving.Close()
+	c.serving = serving
 	if c.js, err = jetstream.New(nc); err != nil {
 		l.Close()
 		return fmt.Errorf("controller JetStream: %w", err)
@@ -159,24 +162,27 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 
+	// Each handler is told who sent its message, as the subject places
+	// them, and answers only under that requester's own inbox.
 	subs := []struct {
 		subject, queue string
-		handle         nats.MsgHandler
+		who            func(*nats.Msg) requester
+		handle         func(*nats.Msg, requester)
 	}{
-		{spec.APIPrefix + ">", "api", func(m *nats.Msg) { c.serveAPI(ctx, m) }},
-		{spec.NodeSubject("*", spec.KindHeartbeat), "", func(m *nats.Msg) { c.onHeartbeat(ctx, m) }},
-		{spec.NodeSubject("*", spec.KindFacts), "", func(m *nats.Msg) { c.onFacts(ctx, m) }},
-		{spec.EnrolSubject, "enrol", func(m *nats.Msg) { c.onEnrol(ctx, m) }},
-		{spec.NodeSubject("*", spec.KindReport), "", func(m *nats.Msg) { c.onReport(ctx, m) }},
-		{spec.NodeSubject("*", spec.KindBlob), "blob", func(m *nats.Msg) { c.onBlob(ctx, m) }},
+		{spec.APIPrefix + ">", "api", byOperatorSubject, func(m *nats.Msg, r requester) { c.serveAPI(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindHeartbeat), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onHeartbeat(ctx, m) }},
+		{spec.NodeSubject("*", spec.KindFacts), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onFacts(ctx, m) }},
+		{spec.EnrolSubject, "enrol", c.enrolRequester(ctx), func(m *nats.Msg, r requester) { c.onEnrol(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindReport), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onReport(ctx, m) }},
+		{spec.NodeSubject("*", spec.KindBlob), "blob", byNodeSubject, func(m *nats.Msg, r requester) { c.onBlob(ctx, m, r) }},
 	}
 	for _, s := range subs {
-		if _, err := nc.QueueSubscribe(s.subject, s.queue, c.guardMsg(s.subject, s.handle)); err != nil {
+		if _, err := serving.QueueSubscribe(s.subject, s.queue, c.guardMsg(s.subject, s.who, s.handle)); err != nil {
 			l.Close()
 			return fmt.Errorf("subscribe to %s: %w", s.subject, err)
 		}
 	}
-	if err := nc.Flush(); err != nil {
+	if err := serving.Flush(); err != nil {
 		l.Close()
 		return fmt.Errorf("subscribe controller: %w", err)
 	}
@@ -207,8 +213,22 @@ loop:
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(shutdown)
+	serving.Drain()
 	nc.Drain()
 	return nil
+}
+
+// connect opens an in-process connection to the bus as key's user.
+func (c *Controller) connect(key nkeys.KeyPair, name string) (*nats.Conn, error) {
+	pub, err := key.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("%s bus key: %w", name, err)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(c.deps.Bus.NATS()), nats.Nkey(pub, key.Sign), nats.Name(name))
+	if err != nil {
+		return nil, fmt.Errorf("connect %s to the bus: %w", name, err)
+	}
+	return nc, nil
 }
 
 // sweep withdraws expired tokens' enrolment users and forgets pushes that
@@ -290,4 +310,7 @@ type metrics struct {
 	apiCalls   atomic.Uint64
 	apiErrors  atomic.Uint64
 	enrols     atomic.Uint64
+	// repliesRefused counts requests dropped because their reply subject
+	// was not under the requester's own inbox.
+	repliesRefused atomic.Uint64
 }

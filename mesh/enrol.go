@@ -25,12 +25,12 @@ const (
 )
 
 // syncUsers composes the bus's users from the store and gives them to the
-// bus if they changed. It returns once they are in force.
+// bus if they changed. It returns once they are in force: a user withdrawn
+// has had its connections closed.
 func (c *Controller) syncUsers(ctx context.Context) error {
 	c.usersMu.Lock()
 	defer c.usersMu.Unlock()
-	pub, _ := c.cfg.Key.PublicKey()
-	users, err := Users(ctx, c.deps.DB, pub, c.cfg.Now())
+	users, err := Users(ctx, c.deps.DB, c.cfg.Keys, c.cfg.Now())
 	if err != nil {
 		return fmt.Errorf("compose the bus's users: %w", err)
 	}
@@ -200,8 +200,13 @@ func (c *Controller) nameTaken(ctx context.Context, name string) error {
 
 // onEnrol answers a joining host: it checks the token the request is bound
 // to, records the node and puts its credential in force before answering.
-func (c *Controller) onEnrol(ctx context.Context, m *nats.Msg) {
+// A request whose reply subject is not under its own token's enrolment
+// inbox is dropped, and nothing is done for it.
+func (c *Controller) onEnrol(ctx context.Context, m *nats.Msg, who requester) {
 	c.metrics.enrols.Add(1)
+	if !c.allowReply(m, who) {
+		return
+	}
 	res, err := c.enrol(ctx, m.Data)
 	var reply spec.Reply
 	if err != nil {
@@ -215,9 +220,7 @@ func (c *Controller) onEnrol(ctx context.Context, m *nats.Msg) {
 		reply.Result, _ = json.Marshal(res)
 	}
 	body, _ := json.Marshal(reply)
-	if err := m.Respond(body); err != nil {
-		c.log.Warn("enrolment reply not sent", "err", err)
-	}
+	c.respond(m, who, body)
 }
 
 func (c *Controller) enrol(ctx context.Context, data []byte) (spec.EnrolResult, error) {

@@ -64,9 +64,11 @@ func newControllerWith(t testing.TB, clk *clock, wrap func(*store.DB) Store) (*C
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := nkeys.CreateUser()
-	pub, _ := key.PublicKey()
-	users, err := Users(ctx, db, pub, clk.Now())
+	keys, err := NewKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := Users(ctx, db, keys, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +79,7 @@ func newControllerWith(t testing.TB, clk *clock, wrap func(*store.DB) Store) (*C
 		t.Fatal(err)
 	}
 	_, sign, _ := ed25519.GenerateKey(rand.Reader)
-	c, err := New(Config{HTTPListen: "127.0.0.1:0", Key: key, BusURLs: []string{"nats://x"}, SignKey: sign, Now: clk.Now},
+	c, err := New(Config{HTTPListen: "127.0.0.1:0", Keys: keys, BusURLs: []string{"nats://x"}, SignKey: sign, Now: clk.Now},
 		log, Deps{DB: seam(db, wrap), CA: auth, Bus: bus})
 	if err != nil {
 		t.Fatal(err)
@@ -104,11 +106,18 @@ func seam(db *store.DB, wrap func(*store.DB) Store) Store {
 
 func enrolRequest(t *testing.T, tok spec.Token, node string) []byte {
 	t.Helper()
+	nodeKey, _ := nkeys.CreateUser()
+	return enrolRequestWith(t, tok, node, nodeKey)
+}
+
+// enrolRequestWith is an enrolment request for node, with nodeKey's public
+// half, signed by tok's secret.
+func enrolRequestWith(t *testing.T, tok spec.Token, node string, nodeKey nkeys.KeyPair) []byte {
+	t.Helper()
 	kp, err := nkeys.FromSeed([]byte(tok.Secret))
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodeKey, _ := nkeys.CreateUser()
 	nodePub, _ := nodeKey.PublicKey()
 	req := spec.EnrolRequest{TokenID: tok.ID, Node: node, NKey: nodePub, Address: "127.0.0.2"}
 	req.Proof, _ = kp.Sign(req.ProofBytes())
@@ -214,11 +223,11 @@ func TestUsersIsNeverEmptyOnFailure(t *testing.T) {
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
 	before := len(c.users)
-	if before != 3 { // the controller, the operator, alpha
-		t.Fatalf("the controller starts with %d bus users, want 3", before)
+	if before != 4 { // the controller's two, the operator, alpha
+		t.Fatalf("the controller starts with %d bus users, want 4", before)
 	}
 	db.Close()
-	users, err := Users(context.Background(), db, "UX", clk.Now())
+	users, err := Users(context.Background(), db, c.cfg.Keys, clk.Now())
 	if err == nil || users != nil {
 		t.Fatalf("Users on a closed store: %d users, err %v", len(users), err)
 	}

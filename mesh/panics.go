@@ -33,18 +33,21 @@ func (c *Controller) catch(what string, answer func(error)) {
 	}
 }
 
-// guardMsg runs h under catch; a request that panics is answered with a
-// failure in the API's reply envelope.
-func (c *Controller) guardMsg(what string, h nats.MsgHandler) nats.MsgHandler {
+// guardMsg places who sent m and runs h under catch; a request that panics
+// is answered with a failure in the API's reply envelope, under the
+// requester's own inbox only, as every answer is.
+func (c *Controller) guardMsg(what string, who func(*nats.Msg) requester, h func(*nats.Msg, requester)) nats.MsgHandler {
 	return func(m *nats.Msg) {
+		var r requester // not known until who returns: a panic in it is answered nowhere
 		defer c.catch(what, func(err error) {
 			if m.Reply == "" {
 				return
 			}
 			body, _ := json.Marshal(spec.Reply{Error: err.Error()})
-			m.Respond(body)
+			c.respond(m, r, body)
 		})
-		h(m)
+		r = who(m)
+		h(m, r)
 	}
 }
 

@@ -43,9 +43,10 @@ func TestPanicInAHandlerLeavesTheBusServing(t *testing.T) {
 	c, _ := newControllerWith(t, clk, func(db *store.DB) Store {
 		return panickyStore{DB: db, heartbeat: true, tokens: true}
 	})
+	op := operatorConn(t, c)
 	api := func(verb string, req any) spec.Reply {
 		t.Helper()
-		m, err := c.nc.Request(spec.APIPrefix+verb, mustJSON(t, req), 10*time.Second)
+		m, err := op.Request(spec.APIPrefix+verb, mustJSON(t, req), 10*time.Second)
 		if err != nil {
 			t.Fatalf("%s: no answer: %v", verb, err)
 		}

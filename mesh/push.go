@@ -360,7 +360,9 @@ func (c *Controller) setSeq(node string, w *watcher, seq uint64) {
 
 func (c *Controller) notify(w *watcher, r spec.Report) {
 	body, _ := json.Marshal(spec.PushEvent{PushID: w.pushID, Report: r})
-	if err := c.nc.Publish(w.subject, body); err != nil {
+	// On the serving connection: the progress subject is under the
+	// operator's inbox (push checked it), and the bus holds it there.
+	if err := c.serving.Publish(w.subject, body); err != nil {
 		c.log.Warn("push progress not forwarded", "node", r.Node, "err", err)
 	}
 }
@@ -477,8 +479,11 @@ func (c *Controller) onReport(ctx context.Context, m *nats.Msg) {
 
 // onBlob serves a chunk of a blob that node's last declaration names, and
 // nothing else.
-func (c *Controller) onBlob(ctx context.Context, m *nats.Msg) {
-	node, _, _ := spec.NodeFromSubject(m.Subject)
+func (c *Controller) onBlob(ctx context.Context, m *nats.Msg, who requester) {
+	if !c.allowReply(m, who) {
+		return
+	}
+	node := who.name
 	reply := func(v any, err error) {
 		var r spec.Reply
 		if err != nil {
@@ -487,7 +492,7 @@ func (c *Controller) onBlob(ctx context.Context, m *nats.Msg) {
 			r.Result, _ = json.Marshal(v)
 		}
 		body, _ := json.Marshal(r)
-		m.Respond(body)
+		c.respond(m, who, body)
 	}
 	var req spec.BlobRequest
 	if err := spec.Decode(m.Data, &req); err != nil {

@@ -2,25 +2,63 @@ package mesh
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nkeys"
 )
 
-// Users composes the bus's users from the store: the controller (full power
-// in the mesh account), every operator, every node with exactly its own
-// subjects (but a node being removed), and the enrolment user of every token not yet expired. A store
-// that cannot be read is an error, never an empty list.
+// Keys are the controller's two bus users, made anew at each start.
+type Keys struct {
+	// Full may do anything in the mesh account: its connection publishes
+	// declarations and previews and manages the stream and consumers. It
+	// serves no request.
+	Full nkeys.KeyPair
+	// Serve is the user of the connection that receives requests and the
+	// nodes' messages: it may publish only under inboxes
+	// (spec.ControllerServePermissions).
+	Serve nkeys.KeyPair
+}
+
+// NewKeys makes the controller's two bus users.
+func NewKeys() (Keys, error) {
+	full, err := nkeys.CreateUser()
+	if err != nil {
+		return Keys{}, fmt.Errorf("generate the controller's bus key: %w", err)
+	}
+	serve, err := nkeys.CreateUser()
+	if err != nil {
+		return Keys{}, fmt.Errorf("generate the controller's serving bus key: %w", err)
+	}
+	return Keys{Full: full, Serve: serve}, nil
+}
+
+// Users composes the bus's users from the store: the controller's two
+// (one with full power in the mesh account, one that serves and may publish
+// only to inboxes), every operator, every node with exactly its own
+// subjects (but a node being removed), and the enrolment user of every token
+// not yet expired. A store that cannot be read is an error, never an empty
+// list.
 //
 // A used or revoked token keeps its enrolment user until it expires, so a
 // host that presents it hears why it was refused; the user can do nothing but
 // ask, and the controller refuses.
-func Users(ctx context.Context, db Store, controllerKey string, now time.Time) ([]broker.User, error) {
-	users := []broker.User{{NKey: controllerKey, Full: true}}
+func Users(ctx context.Context, db Store, keys Keys, now time.Time) ([]broker.User, error) {
+	full, err := keys.Full.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("the controller's bus key: %w", err)
+	}
+	serve, err := keys.Serve.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("the controller's serving bus key: %w", err)
+	}
+	users := []broker.User{{NKey: full, Full: true}}
 	add := func(key string, p spec.Permissions) {
 		users = append(users, broker.User{NKey: key, Publish: p.Publish, Subscribe: p.Subscribe})
 	}
+	add(serve, spec.ControllerServePermissions())
 	ops, err := db.Operators(ctx)
 	if err != nil {
 		return nil, err

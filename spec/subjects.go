@@ -111,3 +111,18 @@ func OperatorPermissions() Permissions {
 		Subscribe: []string{OperatorInbox + ".>"},
 	}
 }
+
+// ControllerServePermissions is everything the controller's serving
+// connection may do: receive the requests and messages it serves, and
+// publish only under inboxes (nodes', enrolments', the operator's), so that
+// an answer a bug would send elsewhere is denied by the bus itself. The
+// controller publishes declarations and previews, and manages the stream,
+// on another connection, which serves nothing.
+func ControllerServePermissions() Permissions {
+	return Permissions{
+		Publish: []string{"_INBOX.>", OperatorInbox + ".>"},
+		Subscribe: []string{APIPrefix + ">", EnrolSubject,
+			NodeSubject("*", KindHeartbeat), NodeSubject("*", KindFacts),
+			NodeSubject("*", KindReport), NodeSubject("*", KindBlob)},
+	}
+}
