@@ -208,8 +208,8 @@ func TestBadTokensAreRefusedAndLeaveNothing(t *testing.T) {
 		{"expired", reencode(t, fresh, func(tk *spec.Token) { tk.Expires = time.Now().Add(-time.Minute) }), "expired at", true},
 		{"forged secret", reencode(t, fresh, func(tk *spec.Token) { tk.Secret = string(otherSecret) }), "the bus refused token", true},
 		{"pinned to another root", reencode(t, fresh, func(tk *spec.Token) { tk.Pin = "sha256:" + hex.EncodeToString(otherPin[:]) }), "is not the mesh this token was made for", true},
-		{"used", used, "was already used", false},
-		{"revoked", revoked, "was revoked", false},
+		{"used", used, "the bus refused token " + mustParse(t, used).ID + ": it was already used, or revoked, or it expired (or it is forged): create a new one with mesh token create used", true},
+		{"revoked", revoked, "create a new one with mesh token create revoked", true},
 		{"node exists", twiceB, `a node called "twice" is already in the mesh`, false},
 	}
 	for _, c := range cases {

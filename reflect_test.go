@@ -1,12 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // auditVerbs are the verbs of the audit's rows, oldest first, but the
@@ -69,5 +77,67 @@ func TestNodeCannotMakeTheControllerAnswerElsewhere(t *testing.T) {
 	}
 	if out := m.d.out.String(); !strings.Contains(out, "request dropped") || !strings.Contains(out, spec.APISubject(spec.VerbNodeRemove)) {
 		t.Errorf("the controller's log does not name the dropped requests and their reply subjects:\n%s", out)
+	}
+}
+
+// TestRevokedTokenIsRefusedAtConnect: once mesh token revoke returns, the
+// token's secret is refused by the bus within a second, and a connection
+// that held it is closed.
+func TestRevokedTokenIsRefusedAtConnect(t *testing.T) {
+	m := newMesh(t)
+	tok := mustParse(t, m.token(t, "gamma"))
+	kp, err := nkeys.FromSeed([]byte(tok.Secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	connect := func() (*nats.Conn, error) {
+		return nats.Connect(strings.Join(tok.Bus, ","), nats.Nkey(pub, kp.Sign),
+			nats.Secure(ca.PinnedTLS(tok.Pin, spec.BusTLSName, nil)), nats.TLSHandshakeFirst(), nats.NoReconnect())
+	}
+	held, err := connect()
+	if err != nil {
+		t.Fatalf("an open token's secret is refused: %v", err)
+	}
+	defer held.Close()
+	if _, errOut, code := runMesh(t, "token", "revoke", "--dir", m.dir, tok.ID); code != 0 {
+		t.Fatalf("token revoke: %s", errOut)
+	}
+	eventually(t, time.Second, "the revoked token's secret refused at connect", func() (bool, string) {
+		nc, err := connect()
+		if err == nil {
+			nc.Close()
+			return false, "connected"
+		}
+		return errors.Is(err, nats.ErrAuthorization), fmt.Sprint(err)
+	})
+	eventually(t, time.Second, "the connection that held the revoked secret closed", func() (bool, string) {
+		return held.IsClosed(), held.Status().String()
+	})
+}
+
+// TestJoinHearsItsAnswerAsTheTokenLeaves: the controller withdraws a used
+// token's user, closing the joining host's connection, right after it
+// answered; every join still hears its answer, and the used token's secret
+// is refused at connect from then on.
+func TestJoinHearsItsAnswerAsTheTokenLeaves(t *testing.T) {
+	m := newMesh(t)
+	for i := range 10 {
+		tok := mustParse(t, m.token(t, fmt.Sprintf("n%d", i)))
+		dir := filepath.Join(t.TempDir(), "host")
+		if err := host.Join(context.Background(), host.JoinConfig{Dir: dir, Token: tok, Address: "127.0.0.3", Now: time.Now()}); err != nil {
+			t.Fatalf("join %d: %v", i, err)
+		}
+		kp, _ := nkeys.FromSeed([]byte(tok.Secret))
+		pub, _ := kp.PublicKey()
+		nc, err := nats.Connect(strings.Join(tok.Bus, ","), nats.Nkey(pub, kp.Sign),
+			nats.Secure(ca.PinnedTLS(tok.Pin, spec.BusTLSName, nil)), nats.TLSHandshakeFirst(), nats.NoReconnect())
+		if err == nil {
+			nc.Close()
+			t.Fatalf("token %s's secret connects after the join used it", tok.ID)
+		}
+		if !errors.Is(err, nats.ErrAuthorization) {
+			t.Fatalf("token %s's secret after the join: %v, want an authorization violation", tok.ID, err)
+		}
 	}
 }

@@ -82,7 +82,7 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 		return fmt.Errorf("sign the enrolment request: %w", err)
 	}
 	var res spec.EnrolResult
-	if err := request(ctx, nc, spec.EnrolSubject, req, &res); err != nil {
+	if err := enrolAsk(ctx, nc, t, req, &res); err != nil {
 		return fmt.Errorf("join as %q: %w", t.Node, err)
 	}
 	if res.Node != t.Node || res.Mesh != t.Mesh {
@@ -106,10 +106,59 @@ func joinConnectError(t spec.Token, err error) error {
 	case strings.Contains(msg, "no root with pin"), strings.Contains(msg, "pinned root"):
 		return fmt.Errorf("the bus at %s is not the mesh this token was made for: %w; nothing was sent", strings.Join(t.Bus, ","), err)
 	case errors.Is(err, nats.ErrAuthorization), strings.Contains(strings.ToLower(msg), "authorization"):
-		return fmt.Errorf("the bus refused token %s: it has expired, or it is forged, or it was made by another controller", t.ID)
+		return fmt.Errorf("the bus refused token %s: it was already used, or revoked, or it expired (or it is forged): create a new one with mesh token create %s", t.ID, t.Node)
 	default:
 		return fmt.Errorf("reach the bus at %s: %w", strings.Join(t.Bus, ","), err)
 	}
+}
+
+// enrolAsk sends the enrolment request and decodes the controller's answer
+// into res. The answer is read into a channel the connection fills as it
+// reads: once it has answered, the controller withdraws the used token's
+// user and the bus closes this connection, so the answer must not wait in a
+// handler's queue that the close discards.
+func enrolAsk(ctx context.Context, nc *nats.Conn, t spec.Token, req spec.EnrolRequest, res *spec.EnrolResult) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode the request: %w", err)
+	}
+	inbox := nc.NewInbox()
+	answers := make(chan *nats.Msg, 1)
+	sub, err := nc.ChanSubscribe(inbox, answers)
+	if err != nil {
+		return fmt.Errorf("listen for the controller's answer: %w", err)
+	}
+	defer sub.Unsubscribe()
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := nc.PublishRequest(spec.EnrolSubject, inbox, body); err != nil {
+		return fmt.Errorf("send the enrolment request: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var msg *nats.Msg
+	select {
+	case msg = <-answers:
+	case <-closed:
+		select {
+		case msg = <-answers:
+		default:
+			return fmt.Errorf("the bus closed the connection before the controller answered: token %s was used or revoked meanwhile; create a new one with mesh token create %s", t.ID, t.Node)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("no answer from the controller: %w", ctx.Err())
+	}
+	if msg.Header.Get("Status") == "503" {
+		return errors.New("no controller answers on the bus")
+	}
+	var reply spec.Reply
+	if err := spec.Decode(msg.Data, &reply); err != nil {
+		return fmt.Errorf("the controller's reply: %w", err)
+	}
+	if reply.Error != "" {
+		return errors.New(reply.Error)
+	}
+	return spec.Decode(reply.Result, res)
 }
 
 // request sends v to subject and decodes the controller's reply into res.

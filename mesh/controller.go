@@ -16,6 +16,7 @@ import (
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -70,8 +71,9 @@ type Controller struct {
 	mu       sync.Mutex
 	httpAddr string
 
-	usersMu sync.Mutex
-	users   []broker.User // as last given to the bus
+	usersMu   sync.Mutex
+	users     []broker.User          // as last given to the bus
+	answering map[string]store.Token // used tokens whose host is still hearing its answer
 
 	nc      *nats.Conn // full power: declarations, previews, JetStream; serves nothing
 	js      jetstream.JetStream

@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
 	"time"
 
+	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
@@ -34,6 +36,7 @@ func (c *Controller) syncUsers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("compose the bus's users: %w", err)
 	}
+	users = c.keepAnswering(users)
 	if reflect.DeepEqual(users, c.users) {
 		return nil
 	}
@@ -128,6 +131,11 @@ func (c *Controller) revokeToken(ctx context.Context, req spec.TokenRevokeReques
 	if err := c.deps.DB.RevokeToken(ctx, req.ID, c.cfg.Now()); err != nil {
 		return spec.Empty{}, err
 	}
+	// Its secret stops working now: the bus drops the enrolment user and
+	// with it any connection that holds it.
+	if err := c.syncUsers(ctx); err != nil {
+		return spec.Empty{}, fmt.Errorf("token %s is revoked, but its secret still reaches the bus: %w; the controller retries within 15 s", req.ID, err)
+	}
 	c.log.Info("token revoked", "token", req.ID, "node", t.Node)
 	return spec.Empty{}, nil
 }
@@ -199,31 +207,65 @@ func (c *Controller) nameTaken(ctx context.Context, name string) error {
 }
 
 // onEnrol answers a joining host: it checks the token the request is bound
-// to, records the node and puts its credential in force before answering.
-// A request whose reply subject is not under its own token's enrolment
-// inbox is dropped, and nothing is done for it.
+// to, records the node and puts its credential in force before answering,
+// then withdraws the token's enrolment user. A request whose reply subject
+// is not under its own token's enrolment inbox is dropped, and nothing is
+// done for it.
 func (c *Controller) onEnrol(ctx context.Context, m *nats.Msg, who requester) {
 	c.metrics.enrols.Add(1)
 	if !c.allowReply(m, who) {
 		return
 	}
-	res, err := c.enrol(ctx, m.Data)
-	var reply spec.Reply
-	if err != nil {
-		reply.Error = err.Error()
-		if errors.Is(err, errBadRequest) {
-			c.log.Warn("enrolment refused", "err", err)
+	c.enrolAnswering(ctx, m.Data, func(res spec.EnrolResult, err error) {
+		var reply spec.Reply
+		if err != nil {
+			reply.Error = err.Error()
+			if errors.Is(err, errBadRequest) {
+				c.log.Warn("enrolment refused", "err", err)
+			} else {
+				c.log.Error("enrolment failed", "err", err)
+			}
 		} else {
-			c.log.Error("enrolment failed", "err", err)
+			reply.Result, _ = json.Marshal(res)
 		}
-	} else {
-		reply.Result, _ = json.Marshal(res)
-	}
-	body, _ := json.Marshal(reply)
-	c.respond(m, who, body)
+		body, _ := json.Marshal(reply)
+		c.respond(m, who, body)
+		// The answer is with the bus before the enrolment user, and its
+		// connection, go: the bus writes what it holds for a connection
+		// before closing it.
+		if err := c.serving.Flush(); err != nil {
+			c.log.Warn("enrolment answer not flushed", "err", err)
+		}
+	})
 }
 
+// enrol is enrolAnswering with no one to answer.
 func (c *Controller) enrol(ctx context.Context, data []byte) (spec.EnrolResult, error) {
+	return c.enrolAnswering(ctx, data, nil)
+}
+
+// enrolAnswering enrols the node a request asks for and hands the outcome
+// to answer (when given) while the token's enrolment user is still on the
+// bus; then a token used, or found used or revoked, leaves the bus, and its
+// connections are closed: its secret reaches the bus no more.
+func (c *Controller) enrolAnswering(ctx context.Context, data []byte, answer func(spec.EnrolResult, error)) (spec.EnrolResult, error) {
+	var held *store.Token
+	defer func() {
+		if held != nil {
+			c.releaseEnrolUser(ctx, *held)
+		}
+	}()
+	res, err := c.enrolSteps(ctx, data, &held)
+	if answer != nil {
+		answer(res, err)
+	}
+	return res, err
+}
+
+// enrolSteps checks the request and the token it proves, and records the
+// node, its consumer and its credential. Before the store spends the token
+// it holds the token's enrolment user on the bus, and says so in held.
+func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.Token) (spec.EnrolResult, error) {
 	var req spec.EnrolRequest
 	if err := spec.Decode(data, &req); err != nil {
 		return spec.EnrolResult{}, callerError("malformed enrolment request: " + err.Error())
@@ -269,6 +311,10 @@ func (c *Controller) enrol(ctx context.Context, data []byte) (spec.EnrolResult, 
 	if err := purgeDeclarations(ctx, c.js, req.Node); err != nil {
 		return spec.EnrolResult{}, err
 	}
+	// The token's user stays on the bus until the host heard its answer,
+	// and goes as soon as it has, whatever the outcome.
+	c.holdEnrolUser(t)
+	*held = &t
 	if err := c.deps.DB.Enrol(ctx, t.ID, store.Node{Name: req.Node, Address: req.Address, NKey: req.NKey, Joined: now}); err != nil {
 		if errors.Is(err, store.ErrTokenSpent) {
 			return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s was used or revoked a moment ago", t.ID))
@@ -296,6 +342,51 @@ func (c *Controller) enrol(ctx context.Context, data []byte) (spec.EnrolResult, 
 		Mesh: m.Name, Node: req.Node, Bus: c.cfg.BusURLs,
 		SignKey: base64.StdEncoding.EncodeToString(c.cfg.SignKey.Public().(ed25519.PublicKey)),
 	}, nil
+}
+
+// holdEnrolUser keeps t's enrolment user on the bus while its host is
+// being answered, even once the store says t is used.
+func (c *Controller) holdEnrolUser(t store.Token) {
+	c.usersMu.Lock()
+	defer c.usersMu.Unlock()
+	if c.answering == nil {
+		c.answering = map[string]store.Token{}
+	}
+	c.answering[t.ID] = t
+}
+
+// releaseEnrolUser ends holdEnrolUser: a token the store says is used (or
+// revoked, or expired) leaves the bus now, and its connections are closed.
+// If the bus cannot be told, the sweep withdraws it.
+func (c *Controller) releaseEnrolUser(ctx context.Context, t store.Token) {
+	c.usersMu.Lock()
+	delete(c.answering, t.ID)
+	c.usersMu.Unlock()
+	if err := c.syncUsers(ctx); err != nil {
+		c.log.Error("a used token's secret still reaches the bus; the next sweep withdraws it", "token", t.ID, "err", err)
+	}
+}
+
+// keepAnswering adds to users the enrolment users held for an answer that
+// Users left out. Called with usersMu held.
+func (c *Controller) keepAnswering(users []broker.User) []broker.User {
+	ids := make([]string, 0, len(c.answering))
+	for id := range c.answering {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+next:
+	for _, id := range ids {
+		t := c.answering[id]
+		for _, u := range users {
+			if u.NKey == t.EnrolNKey {
+				continue next
+			}
+		}
+		p := spec.EnrolPermissions(t.ID)
+		users = append(users, broker.User{NKey: t.EnrolNKey, Publish: p.Publish, Subscribe: p.Subscribe})
+	}
+	return users
 }
 
 func randomHex(n int) string {

@@ -286,6 +286,8 @@ func TestPanickedRequestIsAnsweredOnlyToItsRequester(t *testing.T) {
 // secret, sending a valid enrolment request with a reply subject that is
 // not its token's enrolment inbox, is dropped and nothing is done for it;
 // so is a request that names another token than the secret that signed it.
+// Once its own request is answered, the used token's connection is closed
+// and its secret refused at connect.
 func TestEnrolmentCannotMakeTheControllerAnswerElsewhere(t *testing.T) {
 	t.Parallel()
 	c, db := newController(t, &clock{now: time.Now()})
@@ -300,10 +302,12 @@ func TestEnrolmentCannotMakeTheControllerAnswerElsewhere(t *testing.T) {
 	}
 	tok, other := mk("gamma"), mk("delta")
 	secret, _ := nkeys.FromSeed([]byte(tok.Secret))
+	closed := make(chan struct{})
 	nc, err := busConn(t, c, secret, spec.EnrolInbox(tok.ID), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
 
 	own := spec.EnrolInbox(tok.ID)
 	nodeKey, _ := nkeys.CreateUser()
@@ -321,6 +325,16 @@ func TestEnrolmentCannotMakeTheControllerAnswerElsewhere(t *testing.T) {
 	}
 	if o, _ := db.Token(ctx, other.ID); !o.Used.IsZero() {
 		t.Error("the token another secret claimed was used")
+	}
+
+	// The used token's secret leaves the bus with its connection.
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Error("the used token's connection is still open")
+	}
+	if _, err := busConn(t, c, secret, spec.EnrolInbox(tok.ID), nil); !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("a used token's secret connects: %v, want an authorization violation", err)
 	}
 }
 
@@ -341,6 +355,38 @@ func TestOperatorIsAnsweredOnlyUnderItsInbox(t *testing.T) {
 	}
 	if nodes, _ := db.Nodes(context.Background()); len(nodes) != 2 {
 		t.Errorf("%d nodes: a dropped call removed a node", len(nodes))
+	}
+}
+
+// TestRevokedTokenLeavesTheBusAtOnce: revoking a token closes the
+// connections that hold its secret, and the secret is refused at connect
+// when revoke returns.
+func TestRevokedTokenLeavesTheBusAtOnce(t *testing.T) {
+	t.Parallel()
+	c, _ := newController(t, &clock{now: time.Now()})
+	ctx := context.Background()
+	res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: "gamma"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := spec.ParseToken(res.Token)
+	secret, _ := nkeys.FromSeed([]byte(tok.Secret))
+	nc, err := busConn(t, c, secret, spec.EnrolInbox(tok.ID), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if _, err := c.revokeToken(ctx, spec.TokenRevokeRequest{ID: tok.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := busConn(t, c, secret, spec.EnrolInbox(tok.ID), nil); !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("a revoked token's secret connects: %v, want an authorization violation", err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Error("the revoked token's open connection survived its revocation")
 	}
 }
 

@@ -38,13 +38,10 @@ func NewKeys() (Keys, error) {
 // Users composes the bus's users from the store: the controller's two
 // (one with full power in the mesh account, one that serves and may publish
 // only to inboxes), every operator, every node with exactly its own
-// subjects (but a node being removed), and the enrolment user of every token
-// not yet expired. A store that cannot be read is an error, never an empty
-// list.
-//
-// A used or revoked token keeps its enrolment user until it expires, so a
-// host that presents it hears why it was refused; the user can do nothing but
-// ask, and the controller refuses.
+// subjects (but a node being removed), and the enrolment user of every open
+// token: not used, not revoked, not expired. A used or revoked token's
+// secret is refused at connect. A store that cannot be read is an error,
+// never an empty list.
 func Users(ctx context.Context, db Store, keys Keys, now time.Time) ([]broker.User, error) {
 	full, err := keys.Full.PublicKey()
 	if err != nil {
@@ -80,7 +77,7 @@ func Users(ctx context.Context, db Store, keys Keys, now time.Time) ([]broker.Us
 		return nil, err
 	}
 	for _, t := range tokens {
-		if now.Before(t.Expires) {
+		if t.Used.IsZero() && t.Revoked.IsZero() && now.Before(t.Expires) {
 			add(t.EnrolNKey, spec.EnrolPermissions(t.ID))
 		}
 	}
