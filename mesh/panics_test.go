@@ -6,11 +6,13 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
 )
 
 // panickyStore is the real store but for the reads a test makes panic: the
@@ -122,4 +124,24 @@ func TestReportBeforeAnyPush(t *testing.T) {
 	if n := c.cfg.Panics.Load(); n != 0 {
 		t.Fatalf("a report before any push panicked %d time(s)", n)
 	}
+}
+
+// BenchmarkGuardMsg: what the recovering wrapper costs a handler that does
+// nothing, against the same handler called bare (the peer in this run).
+func BenchmarkGuardMsg(b *testing.B) {
+	c := &Controller{cfg: Config{Panics: new(atomic.Uint64)}}
+	m := &nats.Msg{Subject: spec.NodeSubject("alpha", spec.KindHeartbeat)}
+	var n int
+	h := func(*nats.Msg, requester) { n++ }
+	b.Run("bare", func(b *testing.B) {
+		for b.Loop() {
+			h(m, byNodeSubject(m))
+		}
+	})
+	b.Run("guarded", func(b *testing.B) {
+		g := c.guardMsg("bench", byNodeSubject, h)
+		for b.Loop() {
+			g(m)
+		}
+	})
 }
