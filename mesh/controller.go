@@ -89,6 +89,9 @@ type Controller struct {
 	uploads   map[string]*bytes.Buffer // blobs being uploaded, by digest
 
 	metrics metrics
+	// dropLog lets one line a requester through every 10 s for dropped
+	// requests; mesh_replies_refused_total counts them all.
+	dropLog logGate
 }
 
 // New checks cfg and starts nothing.
@@ -114,7 +117,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if cfg.Panics == nil {
 		cfg.Panics = new(atomic.Uint64)
 	}
-	return &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), watchers: map[string][]*watcher{}}, nil
+	return &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, watchers: map[string][]*watcher{}}, nil
 }
 
 // Ready is closed once the controller answers the API and HTTP.

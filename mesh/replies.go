@@ -86,8 +86,10 @@ func (c *Controller) allowReply(m *nats.Msg, r requester) bool {
 	if who == "" {
 		who = "unknown"
 	}
-	c.log.Warn("request dropped: its reply subject is not under the requester's own inbox",
-		"requester", who, "node", r.name, "subject", m.Subject, "reply", m.Reply)
+	if ok, held := c.dropLog.allow(who+"/"+r.name, c.cfg.Now()); ok {
+		c.log.Warn("request dropped: its reply subject is not under the requester's own inbox",
+			"requester", who, "node", r.name, "subject", m.Subject, "reply", m.Reply, "dropped_unlogged_before", held)
+	}
 	return false
 }
 
