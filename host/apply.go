@@ -7,13 +7,13 @@ import (
 	"net/netip"
 	"os"
 	"os/user"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/mesh-fleet/mesh/spec"
+	"golang.org/x/sys/unix"
 )
 
 // BlobFetcher fetches the content of a blob by digest; the engine verifies
@@ -67,7 +67,9 @@ func (w *Writes) add() {
 }
 
 // Engine applies declarations under Root: a resource's path p is
-// filepath.Join(Root, p). Root is "/" in production.
+// filepath.Join(Root, p), reached from Root without ever leaving it (see
+// tree.locate: a link among p's parents is followed only while it stays
+// under Root). Root is "/" in production.
 type Engine struct {
 	Root     string
 	Blobs    BlobFetcher
@@ -423,20 +425,6 @@ func resolveID(role, s string, lookup func(string) (string, error)) (int, error)
 	return int(id), nil
 }
 
-// lstatExact reads what is at path without following a link. A missing path
-// (or one under a non-directory, which ensureParents reports) is ok=false
-// with no error.
-func lstatExact(path string) (st syscall.Stat_t, ok bool, err error) {
-	err = syscall.Lstat(path, &st)
-	switch {
-	case err == nil:
-		return st, true, nil
-	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR):
-		return st, false, nil
-	}
-	return st, false, fmt.Errorf("inspect %s: %w", path, err)
-}
-
 // what says what kind of thing a mode is, for messages.
 func what(mode uint32) string {
 	switch mode & syscall.S_IFMT {
@@ -460,7 +448,7 @@ func what(mode uint32) string {
 
 // permBits is the exact permission part of a stat mode, setuid, setgid and
 // sticky included.
-func permBits(st *syscall.Stat_t) spec.Mode { return spec.Mode(st.Mode & 0o7777) }
+func permBits(st *unix.Stat_t) spec.Mode { return spec.Mode(st.Mode & 0o7777) }
 
 // osMode is m as an os.FileMode, keeping setuid, setgid and sticky (which
 // os.FileMode carries outside its permission bits).
@@ -480,95 +468,55 @@ func osMode(m spec.Mode) os.FileMode {
 
 // metaDrift says whether what st describes needs a chown or a chmod to have
 // the declared mode and ids (-1: not managed).
-func metaDrift(st *syscall.Stat_t, mode spec.Mode, uid, gid int) (chown, chmod bool) {
+func metaDrift(st *unix.Stat_t, mode spec.Mode, uid, gid int) (chown, chmod bool) {
 	chown = (uid >= 0 && st.Uid != uint32(uid)) || (gid >= 0 && st.Gid != uint32(gid))
 	return chown, permBits(st) != mode
 }
 
-// fixMeta chowns and chmods path, in that order: a chown clears the setuid
-// and setgid bits of a file, so the chmod comes after it whenever it runs.
-func fixMeta(path string, mode spec.Mode, uid, gid int, chown, chmod bool, w *Writes) error {
+// fixMeta chowns and chmods what is at s, which must be of kind (S_IFREG,
+// S_IFDIR), in that order: a chown clears the setuid and setgid bits of a
+// file, so the chmod comes after it whenever it runs. Both act on a
+// descriptor of what is there, never through a link.
+func fixMeta(s *spot, kind uint32, mode spec.Mode, uid, gid int, chown, chmod bool, w *Writes) error {
+	if !chown && !chmod {
+		return nil
+	}
+	step := "chmod"
+	if chown {
+		step = "chown"
+	}
+	fd, err := s.openMeta(kind)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", step, s.path, err)
+	}
+	defer unix.Close(fd)
 	if chown {
 		w.add()
-		if err := os.Lchown(path, uid, gid); err != nil {
-			return fmt.Errorf("chown %s: %w", path, err)
+		if err := chownFd(fd, uid, gid); err != nil {
+			return fmt.Errorf("chown %s: %w", s.path, err)
 		}
 		chmod = true
 	}
 	if chmod {
 		w.add()
-		if err := os.Chmod(path, osMode(mode)); err != nil {
-			return fmt.Errorf("chmod %s: %w", path, err)
+		if err := chmodFd(fd, uint32(mode&0o7777)); err != nil {
+			return fmt.Errorf("chmod %s: %w", s.path, err)
 		}
 	}
 	return nil
 }
 
-// missingParents is the directories that must be made (deepest first) for
-// path to be created. An ancestor that exists but is not a directory (after
-// following links, so /var/run -> /run serves) is an error naming it.
-func missingParents(path string) ([]string, error) {
-	var missing []string
-	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
-		fi, err := os.Stat(dir)
-		if err == nil {
-			if !fi.IsDir() {
-				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-					return nil, fmt.Errorf("parent %s of %s is %s, not a directory", dir, path, what(st.Mode))
-				}
-				return nil, fmt.Errorf("parent %s of %s is not a directory", dir, path)
-			}
-			return missing, nil
-		}
-		if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
-			return nil, fmt.Errorf("inspect %s: %w", dir, err)
-		}
-		if filepath.Dir(dir) == dir {
-			return nil, fmt.Errorf("inspect %s: %w", dir, err)
-		}
-		missing = append(missing, dir)
-	}
-}
-
-// makeParents creates the missing parents of path, 0755 each (exactly, not
-// as the umask leaves it). They are not recorded: nothing declared them.
-func makeParents(path string, w *Writes) error {
-	missing, err := missingParents(path)
-	if err != nil {
-		return err
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		dir := missing[i]
-		w.add()
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return fmt.Errorf("create parent directory %s: %w", dir, err)
-		}
-		w.add()
-		if err := os.Chmod(dir, 0o755); err != nil {
-			return fmt.Errorf("chmod parent directory %s: %w", dir, err)
-		}
-	}
-	return nil
-}
-
-// syncDir fsyncs a directory, so that an entry made or removed in it lasts.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
-}
-
-// recordedPath is where a record's path lies under root, refusing a path
-// that a well-formed resource could not have had.
-func recordedPath(root string, a Applied) (string, error) {
+// locateRecorded is where a record's path lies under t, refusing a path
+// that a well-formed resource could not have had. Nil with no error: nothing
+// can be there (a parent is not a directory, or a link to what is missing).
+func locateRecorded(t *tree, a Applied) (*spot, error) {
 	if err := spec.CheckPath(a.Path); err != nil {
-		return "", fmt.Errorf("remove %s: %w", a.Name, err)
+		return nil, fmt.Errorf("remove %s: %w", a.Name, err)
 	}
-	return filepath.Join(root, a.Path), nil
+	s, err := t.locate(a.Path)
+	var gone *unreachableError
+	if errors.As(err, &gone) {
+		return nil, nil
+	}
+	return s, err
 }

@@ -9,9 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/mesh-fleet/mesh/spec"
+	"golang.org/x/sys/unix"
 )
 
 // directoryApplier holds directories: mode and (when declared) owner and
@@ -21,7 +21,7 @@ type directoryApplier struct{}
 
 // dirDecision is what applying a directory takes, read from the machine.
 type dirDecision struct {
-	path     string
+	at       *spot // where the directory lies under the engine's root; the caller closes it
 	uid, gid int
 	exists   bool
 	chown    bool
@@ -38,27 +38,35 @@ func (d dirDecision) outcome() string {
 	return spec.Unchanged
 }
 
-// planDirectory reads what is at ds's path, exactly, and decides what
-// applying ds takes. It writes nothing.
+// planDirectory reads what is at ds's path under root, exactly, and
+// decides what applying ds takes. It writes nothing. On success the
+// decision holds the directory's spot open: the caller closes it.
 func planDirectory(root string, ds *spec.DirectorySpec) (dirDecision, error) {
-	d := dirDecision{path: filepath.Join(root, ds.Path)}
+	d := dirDecision{}
 	var err error
 	if d.uid, d.gid, err = ownerIDs(ds.Owner, ds.Group); err != nil {
 		return d, err
 	}
-	st, ok, err := lstatExact(d.path)
+	t, err := openTree(root)
 	if err != nil {
 		return d, err
 	}
+	defer t.close()
+	if d.at, err = t.locate(ds.Path); err != nil {
+		return d, err
+	}
+	st, ok, err := d.at.lstat()
+	if err != nil {
+		d.at.close()
+		return d, err
+	}
 	if !ok {
-		if _, err := missingParents(d.path); err != nil {
-			return d, err
-		}
 		return d, nil
 	}
 	d.exists = true
-	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		return d, fmt.Errorf("%s is at %s where a directory is declared; it is left in place", what(st.Mode), d.path)
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		d.at.close()
+		return d, fmt.Errorf("%s is at %s where a directory is declared; it is left in place", what(st.Mode), d.at.path)
 	}
 	d.chown, d.chmod = metaDrift(&st, ds.Mode, d.uid, d.gid)
 	return d, nil
@@ -73,6 +81,7 @@ func (directoryApplier) Plan(root string, r spec.Resource) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	d.at.close()
 	return d.outcome(), nil
 }
 
@@ -88,20 +97,21 @@ func (directoryApplier) Apply(_ context.Context, root string, r spec.Resource, _
 	if err != nil {
 		return "", err
 	}
+	defer d.at.close()
 	if d.exists {
-		if err := fixMeta(d.path, ds.Mode, d.uid, d.gid, d.chown, d.chmod, w); err != nil {
+		if err := fixMeta(d.at, unix.S_IFDIR, ds.Mode, d.uid, d.gid, d.chown, d.chmod, w); err != nil {
 			return "", err
 		}
 		return d.outcome(), nil
 	}
-	if err := makeParents(d.path, w); err != nil {
+	if err := d.at.makeParents(w); err != nil {
 		return "", err
 	}
 	w.add()
-	if err := os.Mkdir(d.path, 0o700); err != nil {
-		return "", fmt.Errorf("create directory %s: %w", d.path, err)
+	if err := unix.Mkdirat(d.at.dir, d.at.name, 0o700); err != nil {
+		return "", fmt.Errorf("create directory %s: %w", d.at.path, err)
 	}
-	if err := fixMeta(d.path, ds.Mode, d.uid, d.gid, d.uid >= 0 || d.gid >= 0, true, w); err != nil {
+	if err := fixMeta(d.at, unix.S_IFDIR, ds.Mode, d.uid, d.gid, d.uid >= 0 || d.gid >= 0, true, w); err != nil {
 		return "", err
 	}
 	return d.outcome(), nil
@@ -120,41 +130,42 @@ func (d directoryApplier) Remove(root string, a Applied, w *Writes) error {
 // says so. A missing directory is fine, and so is something else standing
 // at its path (a file, a link): it is left in place.
 func (directoryApplier) remove(root string, a Applied, held []string, w *Writes) (string, error) {
-	path, err := recordedPath(root, a)
+	t, err := openTree(root)
 	if err != nil {
 		return "", err
 	}
-	st, ok, err := lstatExact(path)
+	defer t.close()
+	at, err := locateRecorded(t, a)
+	if err != nil || at == nil {
+		return "", err
+	}
+	defer at.close()
+	st, ok, err := at.lstat()
 	if err != nil || !ok {
 		return "", err
 	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		// Not a directory, so not what a was: whatever stands there is
 		// someone else's, and stays.
 		return "", nil
 	}
-	d, err := os.Open(path)
+	names, err := at.names()
 	if err != nil {
-		return "", fmt.Errorf("remove directory %s: %w", path, err)
-	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
-	if err != nil {
-		return "", fmt.Errorf("remove directory %s: list it: %w", path, err)
+		return "", fmt.Errorf("remove directory %s: list it: %w", at.path, err)
 	}
 	if len(names) == 0 {
 		w.add()
-		err := syscall.Rmdir(path)
+		err := unix.Unlinkat(at.dir, at.name, unix.AT_REMOVEDIR)
 		if err == nil {
-			return "", syncDir(filepath.Dir(path))
+			return "", at.syncDir()
 		}
-		if !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
-			return "", fmt.Errorf("remove directory %s: %w", path, err)
+		if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+			return "", fmt.Errorf("remove directory %s: %w", at.path, err)
 		}
 		names = []string{"entries that appeared as it was removed"}
 	}
 	if a.OnRemove == spec.OnRemoveDelete {
-		return "", deleteTree(root, path, a.Path, held, w)
+		return "", deleteTree(at, a.Path, held, w)
 	}
 	slices.Sort(names)
 	return keptNote(names), nil
@@ -178,48 +189,45 @@ func keptNote(names []string) string {
 	return fmt.Sprintf("left in place with the %d %s it holds: %s; its on_remove is %s", len(names), noun, list, spec.OnRemoveKeep)
 }
 
-// deleteTree removes the directory at path (declared as p) with everything
+// deleteTree removes the directory at at (declared as p) with everything
 // in it, links inside removed and never followed. It stays, and the error
-// says why, when a path declared now (held) lies in it, when a link among
-// its parents leads outside root, or when a file system is mounted in it
-// (or on it): what is deleted is only ever under the host's root, on the
-// file system the directory is on.
-func deleteTree(root, path, p string, held []string, w *Writes) error {
+// says why, when a path declared now (held) lies in it or when a file
+// system is mounted in it (or on it). It was reached beneath the root (a
+// link among its parents that leads outside fails before it is found), and
+// the removal is made from a descriptor of its parent, so what is deleted is
+// only ever under the host's root, on the file system the directory is on.
+func deleteTree(at *spot, p string, held []string, w *Writes) error {
 	for _, h := range held {
 		if h == p || strings.HasPrefix(h, p+"/") {
-			return fmt.Errorf("remove directory %s: %s in it is still declared, so it is left in place with everything in it", path, h)
+			return fmt.Errorf("remove directory %s: %s in it is still declared, so it is left in place with everything in it", at.path, h)
 		}
 	}
-	realRoot, err := filepath.EvalSymlinks(root)
+	parent, err := fdPath(at.dir)
 	if err != nil {
-		return fmt.Errorf("remove directory %s: resolve the root %s: %w", path, root, err)
+		return fmt.Errorf("remove directory %s: find its parent: %w; it is left in place with everything in it", at.path, err)
 	}
-	parent, err := filepath.EvalSymlinks(filepath.Dir(path))
-	if err != nil {
-		return fmt.Errorf("remove directory %s: resolve its parent: %w", path, err)
-	}
-	if rel, err := filepath.Rel(realRoot, parent); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return fmt.Errorf("remove directory %s: a link leads its parent to %s, outside the root %s, so it is left in place with everything in it", path, parent, root)
-	}
-	target := filepath.Join(parent, filepath.Base(path))
-	st, ok, err := lstatExact(target)
-	if err != nil || !ok || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		return err // gone, or something else stands there now: not ours
-	}
+	target := filepath.Join(parent, at.name)
 	mounts, err := mountPoints()
 	if err != nil {
-		return fmt.Errorf("remove directory %s: %w; it is left in place with everything in it", path, err)
+		return fmt.Errorf("remove directory %s: %w; it is left in place with everything in it", at.path, err)
 	}
 	for _, m := range mounts {
 		if m == target || strings.HasPrefix(m, target+"/") {
-			return fmt.Errorf("remove directory %s: a file system is mounted at %s, so it is left in place with everything in it", path, m)
+			return fmt.Errorf("remove directory %s: a file system is mounted at %s, so it is left in place with everything in it", at.path, m)
 		}
 	}
-	w.add()
-	if err := os.RemoveAll(target); err != nil {
-		return fmt.Errorf("remove directory %s with everything in it: %w", path, err)
+	// The parent, as a root of its own: RemoveAll below it opens every
+	// directory it goes into without following a link.
+	under, err := os.OpenRoot(procFd(at.dir))
+	if err != nil {
+		return fmt.Errorf("remove directory %s: open its parent: %w; it is left in place with everything in it", at.path, err)
 	}
-	return syncDir(parent)
+	defer under.Close()
+	w.add()
+	if err := under.RemoveAll(at.name); err != nil {
+		return fmt.Errorf("remove directory %s with everything in it: %w", at.path, err)
+	}
+	return at.syncDir()
 }
 
 // mountPoints are the mount points of the host's mount namespace, as

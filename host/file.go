@@ -6,12 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
-	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/mesh-fleet/mesh/spec"
+	"golang.org/x/sys/unix"
 )
 
 // fileApplier holds files: content, mode and (when declared) owner and
@@ -20,7 +21,7 @@ type fileApplier struct{}
 
 // fileDecision is what applying a file takes, read from the machine.
 type fileDecision struct {
-	path     string // under the engine's root
+	at       *spot  // where the file lies under the engine's root; the caller closes it
 	uid, gid int    // -1: not managed
 	exists   bool
 	write    bool // the content must be (re)written
@@ -38,32 +39,43 @@ func (d fileDecision) outcome() string {
 	return spec.Unchanged
 }
 
-// planFile reads what is at f's path, exactly, and decides what applying f
-// takes. It writes nothing.
+// planFile reads what is at f's path under root, exactly, and decides what
+// applying f takes. It writes nothing. On success the decision holds the
+// file's spot open: the caller closes it.
 func planFile(root string, f *spec.FileSpec) (fileDecision, error) {
-	d := fileDecision{path: filepath.Join(root, f.Path)}
+	d := fileDecision{}
 	var err error
 	if d.uid, d.gid, err = ownerIDs(f.Owner, f.Group); err != nil {
 		return d, err
 	}
-	st, ok, err := lstatExact(d.path)
+	t, err := openTree(root)
 	if err != nil {
 		return d, err
 	}
+	defer t.close()
+	if d.at, err = t.locate(f.Path); err != nil {
+		return d, err
+	}
+	fail := func(err error) (fileDecision, error) {
+		d.at.close()
+		d.at = nil
+		return d, err
+	}
+	st, ok, err := d.at.lstat()
+	if err != nil {
+		return fail(err)
+	}
 	if !ok {
-		if _, err := missingParents(d.path); err != nil {
-			return d, err
-		}
 		d.write = true
 		return d, nil
 	}
 	d.exists = true
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return d, fmt.Errorf("%s is at %s where a file is declared; it is left in place", what(st.Mode), d.path)
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fail(fmt.Errorf("%s is at %s where a file is declared; it is left in place", what(st.Mode), d.at.path))
 	}
-	same, err := sameContent(d.path, &st, f)
+	same, err := sameContent(d.at, &st, f)
 	if err != nil {
-		return d, err
+		return fail(err)
 	}
 	if !same {
 		d.write = true
@@ -73,28 +85,28 @@ func planFile(root string, f *spec.FileSpec) (fileDecision, error) {
 	return d, nil
 }
 
-// sameContent says whether the regular file at path (st) holds f's
-// content: sizes first, and only when they agree the SHA-256 of the
-// content, streamed through one small buffer.
-func sameContent(path string, st *syscall.Stat_t, f *spec.FileSpec) (bool, error) {
+// sameContent says whether the regular file at s (st) holds f's content:
+// sizes first, and only when they agree the SHA-256 of the content,
+// streamed through one small buffer.
+func sameContent(s *spot, st *unix.Stat_t, f *spec.FileSpec) (bool, error) {
 	if st.Size != f.Size {
 		return false, nil
 	}
-	fd, err := openNoFollow(path)
+	fd, err := s.openRead()
 	if err != nil {
-		return false, fmt.Errorf("read %s: %w", path, err)
+		return false, fmt.Errorf("read %s: %w", s.path, err)
 	}
-	defer syscall.Close(fd)
+	defer unix.Close(fd)
 	buf := make([]byte, min(max(f.Size, 1), 64<<10))
 	h := sha256.New()
 	var total int64
 	for {
-		n, err := syscall.Read(fd, buf)
-		if errors.Is(err, syscall.EINTR) {
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			return false, fmt.Errorf("read %s: %w", path, err)
+			return false, fmt.Errorf("read %s: %w", s.path, err)
 		}
 		if n == 0 {
 			break
@@ -108,17 +120,6 @@ func sameContent(path string, st *syscall.Stat_t, f *spec.FileSpec) (bool, error
 	return total == f.Size && "sha256:"+hex.EncodeToString(h.Sum(nil)) == f.Digest, nil
 }
 
-// openNoFollow opens path to read, refusing a link, without the runtime's
-// poller: a plain descriptor for one quick read.
-func openNoFollow(path string) (int, error) {
-	for {
-		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-		if !errors.Is(err, syscall.EINTR) {
-			return fd, err
-		}
-	}
-}
-
 // Plan says what Apply would do to hold r, writing nothing.
 func (fileApplier) Plan(root string, r spec.Resource) (string, error) {
 	if r.File == nil {
@@ -128,6 +129,7 @@ func (fileApplier) Plan(root string, r spec.Resource) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	d.at.close()
 	return d.outcome(), nil
 }
 
@@ -143,8 +145,9 @@ func (fileApplier) Apply(ctx context.Context, root string, r spec.Resource, blob
 	if err != nil {
 		return "", err
 	}
+	defer d.at.close()
 	if !d.write {
-		if err := fixMeta(d.path, f.Mode, d.uid, d.gid, d.chown, d.chmod, w); err != nil {
+		if err := fixMeta(d.at, unix.S_IFREG, f.Mode, d.uid, d.gid, d.chown, d.chmod, w); err != nil {
 			return "", err
 		}
 		return d.outcome(), nil
@@ -153,12 +156,10 @@ func (fileApplier) Apply(ctx context.Context, root string, r spec.Resource, blob
 	if err != nil {
 		return "", err
 	}
-	if !d.exists {
-		if err := makeParents(d.path, w); err != nil {
-			return "", err
-		}
+	if err := d.at.makeParents(w); err != nil {
+		return "", err
 	}
-	if err := writeFileExact(d.path, data, f.Mode, d.uid, d.gid, w); err != nil {
+	if err := writeFileExact(d.at, data, f.Mode, d.uid, d.gid, w); err != nil {
 		return "", err
 	}
 	return d.outcome(), nil
@@ -185,34 +186,36 @@ func fileContent(ctx context.Context, f *spec.FileSpec, blobs BlobFetcher) ([]by
 	return data, nil
 }
 
-// writeFileExact writes data to path atomically: a temporary file in the
-// same directory, written, chowned (uid or gid >= 0) and then chmodded to
-// exactly mode (after the chown, which would clear setuid and setgid), synced,
-// renamed over path, and the directory synced. A program that had the old
-// file open keeps its inode. Unlike WriteFileAtomic it keeps setuid, setgid
-// and sticky bits, sets the owner, and counts its writes.
-func writeFileExact(path string, data []byte, mode spec.Mode, uid, gid int, w *Writes) error {
-	dir := filepath.Dir(path)
+// writeFileExact writes data to s atomically: a temporary file in the same
+// directory, written, chowned (uid or gid >= 0) and then chmodded to exactly
+// mode (after the chown, which would clear setuid and setgid), synced,
+// renamed over s, and the directory synced. A program that had the old file
+// open keeps its inode. Every step is made relative to the directory s was
+// reached in, so none of it lands outside the root. Unlike WriteFileAtomic
+// it keeps setuid, setgid and sticky bits, sets the owner, and counts its
+// writes.
+func writeFileExact(s *spot, data []byte, mode spec.Mode, uid, gid int, w *Writes) error {
 	// A host killed between creating a temporary file and renaming it left
 	// one behind: it is ours, and goes before the next is made.
-	prefix := "." + filepath.Base(path) + ".mesh-"
-	if stale, _ := filepath.Glob(filepath.Join(dir, globEscape(prefix)+"*")); len(stale) > 0 {
-		for _, s := range stale {
-			w.add()
-			os.Remove(s)
+	prefix := "." + s.name + ".mesh-"
+	if names, err := s.siblings(); err == nil {
+		for _, n := range names {
+			if strings.HasPrefix(n, prefix) {
+				w.add()
+				unix.Unlinkat(s.dir, n, 0)
+			}
 		}
 	}
 	w.add()
-	f, err := os.CreateTemp(dir, prefix+"*")
+	f, tmp, err := createTemp(s.dir, prefix)
 	if err != nil {
-		return fmt.Errorf("create a temporary file for %s: %w", path, err)
+		return fmt.Errorf("create a temporary file for %s: %w", s.path, err)
 	}
-	tmp := f.Name()
 	discard := func(step string, err error) error {
 		f.Close()
 		w.add()
-		os.Remove(tmp)
-		return fmt.Errorf("%s %s: %w", step, path, err)
+		unix.Unlinkat(s.dir, tmp, 0)
+		return fmt.Errorf("%s %s: %w", step, s.path, err)
 	}
 	w.add()
 	if _, err := f.Write(data); err != nil {
@@ -235,44 +238,55 @@ func writeFileExact(path string, data []byte, mode spec.Mode, uid, gid int, w *W
 		return discard("close", err)
 	}
 	w.add()
-	if err := os.Rename(tmp, path); err != nil {
+	if err := unix.Renameat(s.dir, tmp, s.dir, s.name); err != nil {
 		return discard("rename a temporary file over", err)
 	}
-	return syncDir(dir)
+	return s.syncDir()
 }
 
-// globEscape quotes the characters filepath.Match treats specially.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[\`, r) {
-			b.WriteByte('\\')
+// createTemp creates a new file named prefix and a random suffix in the
+// directory dir, 0600, never through a link.
+func createTemp(dir int, prefix string) (*os.File, string, error) {
+	for range 100 {
+		name := prefix + strconv.FormatUint(uint64(rand.Uint32()), 36)
+		fd, err := openFileRetry(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if errors.Is(err, unix.EEXIST) {
+			continue
 		}
-		b.WriteRune(r)
+		if err != nil {
+			return nil, "", err
+		}
+		return os.NewFile(uintptr(fd), name), name, nil
 	}
-	return b.String()
+	return nil, "", fmt.Errorf("100 names taken, beginning %s", prefix)
 }
 
 // Remove removes the file a was. A missing file is fine, and so is
 // something else standing at its path (a directory, a link): it is not the
 // file, and it is left in place.
 func (fileApplier) Remove(root string, a Applied, w *Writes) error {
-	path, err := recordedPath(root, a)
+	t, err := openTree(root)
 	if err != nil {
 		return err
 	}
-	st, ok, err := lstatExact(path)
+	defer t.close()
+	at, err := locateRecorded(t, a)
+	if err != nil || at == nil {
+		return err
+	}
+	defer at.close()
+	st, ok, err := at.lstat()
 	if err != nil || !ok {
 		return err
 	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		// Not a file, so not what a was: this applier makes only regular
 		// files at its paths. Whatever stands there is someone else's.
 		return nil
 	}
 	w.add()
-	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-		return fmt.Errorf("remove file %s: %w", path, err)
+	if err := unix.Unlinkat(at.dir, at.name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("remove file %s: %w", at.path, err)
 	}
-	return syncDir(filepath.Dir(path))
+	return at.syncDir()
 }
