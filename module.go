@@ -247,7 +247,7 @@ func readModules(paths ...string) ([]spec.Module, map[string][]byte, error) {
 		}
 		dir := filepath.Dir(mf)
 		mod, err := man.Resolve(func(source string) ([]byte, error) {
-			b, err := os.ReadFile(filepath.Join(dir, source))
+			b, err := readSource(dir, source)
 			if err == nil {
 				contents[spec.ContentDigest(b)] = b
 			}
