@@ -60,14 +60,14 @@ Example:
 					if err := wantArgs(c, 0, "no arguments"); err != nil {
 						return err
 					}
-					var res spec.NodeListResult
-					if err := callCmd(c, spec.VerbNodeList, spec.NodeListRequest{}, &res); err != nil {
+					nodes, err := listNodes(c)
+					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
-						return printJSON(c.App.Writer, res.Nodes)
+						return printJSON(c.App.Writer, nodes)
 					}
-					return printNodeList(c.App.Writer, res.Nodes)
+					return printNodeList(c.App.Writer, nodes)
 				},
 			},
 			{
@@ -97,6 +97,29 @@ Example:
 				},
 			},
 		}...),
+	}
+}
+
+// listNodes asks for every node, page by page: a reply holds as many as
+// fit the bus's message size.
+func listNodes(c *cli.Context) ([]spec.Node, error) {
+	op, err := dialOperator(c)
+	if err != nil {
+		return nil, err
+	}
+	defer op.Close()
+	nodes := []spec.Node{}
+	req := spec.NodeListRequest{}
+	for {
+		var res spec.NodeListResult
+		if err := op.call(spec.VerbNodeList, req, &res); err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, res.Nodes...)
+		if res.Next == "" || res.Next <= req.After {
+			return nodes, nil
+		}
+		req.After = res.Next
 	}
 }
 
@@ -173,6 +196,9 @@ func printNode(w io.Writer, n spec.Node) error {
 			case res.Note != "":
 				row("  "+res.Outcome, res.Name+": "+res.Note)
 			}
+		}
+		if r.Omitted > 0 {
+			row("  not kept", fmt.Sprintf("%d more result(s): the node sent a report larger than the controller keeps", r.Omitted))
 		}
 	}
 	if f := n.Facts; f == nil {

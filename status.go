@@ -20,9 +20,12 @@ func statusCommand() *cli.Command {
 		Description: `Per node: when it was last heard, the declaration sent and the one applied,
 whether the mesh has changes it has not pushed, the resources that failed and
 why, holds, the host version and protocol. Host versions are grouped by
-equality: no version is called older or newer. The all-clear line is printed
-only when every node is heard, applied the latest, has nothing pending, no
-failure and no hold; otherwise each thing in the way is listed.
+equality: no version is called older or newer. A node that reports applying
+a declaration above the last sent to it is named (far above, its state is
+"not believed"). At most 5 failures are listed per node (mesh node show lists
+them all). The all-clear line is printed only when every node is heard,
+applied the latest, has nothing pending, no failure and no hold; otherwise
+each thing in the way is listed.
 
 Exit status: 0 with the all-clear, 1 without it.
 
@@ -143,6 +146,9 @@ func auditCommand() *cli.Command {
 			var res spec.AuditResult
 			if err := callCmd(c, spec.VerbAudit, spec.AuditRequest{Since: time.Now().Add(-c.Duration("since")), Limit: c.Int("limit")}, &res); err != nil {
 				return err
+			}
+			if res.More {
+				defer fmt.Fprintf(c.App.ErrWriter, "more entries than one answer carries: narrow --since or --limit to see the rest\n")
 			}
 			if c.Bool("json") {
 				return printJSON(c.App.Writer, res.Entries)

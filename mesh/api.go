@@ -50,6 +50,7 @@ func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg, r requester) {
 		reply = spec.Reply{Error: fmt.Sprintf("encode %s result: %v", verb, err)}
 	}
 	body, _ := json.Marshal(reply)
+	body = c.bounded(verb, body)
 	c.respond(m, r, body)
 }
 
@@ -70,24 +71,7 @@ func decodeRequest(verb string, data []byte, v any) error {
 func (c *Controller) call(ctx context.Context, verb string, data []byte) (any, error) {
 	switch verb {
 	case spec.VerbNodeList:
-		var req spec.NodeListRequest
-		if err := decodeRequest(verb, data, &req); err != nil {
-			return nil, err
-		}
-		nodes, err := c.deps.DB.Nodes(ctx)
-		if err != nil {
-			return nil, err
-		}
-		res := spec.NodeListResult{Nodes: []spec.Node{}}
-		now := c.cfg.Now()
-		for _, n := range nodes {
-			v := nodeView(n, now)
-			if err := c.addDelivery(ctx, &v); err != nil {
-				return nil, err
-			}
-			res.Nodes = append(res.Nodes, v)
-		}
-		return res, nil
+		return handle(ctx, verb, data, c.listNodes)
 	case spec.VerbNodeShow:
 		var req spec.NodeShowRequest
 		if err := decodeRequest(verb, data, &req); err != nil {
@@ -167,10 +151,14 @@ func (c *Controller) addDelivery(ctx context.Context, v *spec.Node) error {
 	r, err := c.deps.DB.LastReport(ctx, v.Name)
 	switch {
 	case err == nil:
-		v.LastReport = new(spec.Report)
-		if err := json.Unmarshal(r.Body, v.LastReport); err != nil {
+		var rep spec.Report
+		if err := json.Unmarshal(r.Body, &rep); err != nil {
 			return fmt.Errorf("read last report of node %q: %w", v.Name, err)
 		}
+		// Capped as on receipt: a store written before reports were
+		// capped may hold a larger one.
+		rep = keptReport(rep)
+		v.LastReport = &rep
 	case !errors.Is(err, store.ErrNotFound):
 		return err
 	}
@@ -183,11 +171,14 @@ func nodeView(n store.Node, now time.Time) spec.Node {
 		Name:          n.Name,
 		Address:       n.Address,
 		Joined:        n.Joined.UTC(),
-		HostVersion:   n.HostVersion,
+		HostVersion:   spec.Clip(n.HostVersion, spec.MaxFactText),
 		Protocol:      n.Protocol,
 		ProtocolKnown: n.Protocol == spec.Protocol,
 		AppliedSeq:    n.AppliedSeq,
-		Facts:         n.Facts,
+	}
+	if n.Facts != nil {
+		f := keptFacts(*n.Facts) // as on receipt, whatever the store holds
+		v.Facts = &f
 	}
 	if !n.LastHeard.IsZero() {
 		t := n.LastHeard.UTC()
@@ -195,4 +186,56 @@ func nodeView(n store.Node, now time.Time) spec.Node {
 		v.HeardAgo = now.Sub(n.LastHeard).Round(time.Second).String()
 	}
 	return v
+}
+
+// listNodes lists the nodes after req.After, by name, as many as fit one
+// reply; Next names where the next page starts. Every node's view is
+// bounded (its report and facts are capped on receipt), so a page holds at
+// least one node.
+func (c *Controller) listNodes(ctx context.Context, req spec.NodeListRequest) (spec.NodeListResult, error) {
+	nodes, err := c.deps.DB.Nodes(ctx)
+	if err != nil {
+		return spec.NodeListResult{}, err
+	}
+	res := spec.NodeListResult{Nodes: []spec.Node{}}
+	now := c.cfg.Now()
+	size := replyOverhead
+	for _, n := range nodes {
+		if n.Name <= req.After {
+			continue
+		}
+		v := nodeView(n, now)
+		if err := c.addDelivery(ctx, &v); err != nil {
+			return spec.NodeListResult{}, err
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return spec.NodeListResult{}, fmt.Errorf("encode node %q: %w", n.Name, err)
+		}
+		if size += len(b) + 1; size > spec.MaxReply && len(res.Nodes) > 0 {
+			res.Next = res.Nodes[len(res.Nodes)-1].Name
+			break
+		}
+		res.Nodes = append(res.Nodes, v)
+	}
+	return res, nil
+}
+
+// replyOverhead is room for a reply's envelope and a page's fields.
+const replyOverhead = 4 << 10
+
+// bounded is a reply's body if it fits spec.MaxReply, and otherwise an
+// error that says so: a reply past the bus's max_payload would not be
+// sent at all, and its caller would wait out its timeout for nothing.
+// Replies are built to fit (lists are paged, a node's texts are cut on
+// receipt); this is the last guard.
+func (c *Controller) bounded(verb string, body []byte) []byte {
+	if len(body) <= spec.MaxReply {
+		return body
+	}
+	c.metrics.apiErrors.Add(1)
+	c.log.Error("api reply too large to send", "verb", verb, "bytes", len(body), "max", spec.MaxReply)
+	b, _ := json.Marshal(spec.Reply{Error: fmt.Sprintf("%s: the answer is %d bytes, more than the %d a reply may carry, so it was not sent; ask for less (mesh %s --help), and report this: the controller should have cut it to fit",
+		verb, len(body), spec.MaxReply, strings.ReplaceAll(verb, ".", " "))})
+	return b
 }

@@ -89,8 +89,16 @@ func (c *Controller) auditLog(ctx context.Context, req spec.AuditRequest) (spec.
 		return spec.AuditResult{}, err
 	}
 	res := spec.AuditResult{Entries: []spec.AuditEntry{}}
+	size := replyOverhead
 	for _, e := range es {
-		res.Entries = append(res.Entries, spec.AuditEntry{Time: e.At.UTC(), Operator: e.Operator, Verb: e.Verb, Args: e.Args, Outcome: e.Outcome})
+		entry := spec.AuditEntry{Time: e.At.UTC(), Operator: e.Operator, Verb: e.Verb,
+			Args: spec.Clip(e.Args, spec.MaxAuditText), Outcome: spec.Clip(e.Outcome, spec.MaxAuditText)}
+		b, _ := json.Marshal(entry)
+		if size += len(b) + 1; size > spec.MaxReply {
+			res.More = true
+			break
+		}
+		res.Entries = append(res.Entries, entry)
 	}
 	return res, nil
 }

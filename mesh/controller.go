@@ -85,6 +85,9 @@ type Controller struct {
 	watchMu  sync.Mutex
 	watchers map[string][]*watcher // per node: pushes waiting for its report
 
+	claimsMu sync.Mutex
+	claims   map[string]claim // per node: an applied sequence above the last sent
+
 	uploadsMu sync.Mutex
 	uploads   map[string]*bytes.Buffer // blobs being uploaded, by digest
 
@@ -258,6 +261,11 @@ func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
 		c.log.Warn("heartbeat refused: it names another node than its subject", "node", node, "names", hb.Node)
 		return
 	}
+	hb, err := c.believe(ctx, keptHeartbeat(hb))
+	if err != nil {
+		c.log.Error("heartbeat not recorded", "node", node, "err", err)
+		return
+	}
 	if err := c.deps.DB.RecordHeartbeat(ctx, hb, c.cfg.Now()); err != nil {
 		c.log.Error("heartbeat not recorded", "node", node, "err", err)
 		return
@@ -278,7 +286,7 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 		c.log.Warn("facts refused: they name another node than their subject", "node", node, "names", f.Node)
 		return
 	}
-	if err := c.deps.DB.RecordFacts(ctx, f, c.cfg.Now()); err != nil {
+	if err := c.deps.DB.RecordFacts(ctx, keptFacts(f), c.cfg.Now()); err != nil {
 		c.log.Error("facts not recorded", "node", node, "err", err)
 		return
 	}

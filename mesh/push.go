@@ -112,8 +112,9 @@ func (c *Controller) servedRoutes(ctx context.Context, node string) ([]spec.Rost
 }
 
 // next is node's next declaration, without its content: numbered
-// max(last sent, last applied) + 1, so a restored store never wedges a host,
-// issued now and expiring after ttl.
+// max(last sent, last applied) + 1, so a restored store never wedges a host
+// (an applied sequence far above the last sent is not believed: see
+// believe), issued now and expiring after ttl.
 func (c *Controller) next(ctx context.Context, node string, ttl time.Duration) (spec.Declaration, error) {
 	var last uint64
 	if d, err := c.deps.DB.LastDeclaration(ctx, node); err == nil {
@@ -136,7 +137,7 @@ func (c *Controller) next(ctx context.Context, node string, ttl time.Duration) (
 		return spec.Declaration{}, err
 	}
 	now := c.cfg.Now().UTC()
-	return spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, n.AppliedSeq) + 1,
+	return spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, believedApplied(n.AppliedSeq, last)) + 1,
 		Issued: now, Expires: now.Add(ttl), Protocol: spec.Protocol}, nil
 }
 
@@ -166,7 +167,10 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 	msg := nats.NewMsg(spec.DeclarationSubject(node))
 	msg.Data = body
 	msg.Header.Set(spec.SigHeader, base64.StdEncoding.EncodeToString(sig))
-	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+	// Recorded as sent, it is published whatever happens to the caller's
+	// context: a push that stops never leaves a recorded declaration
+	// unsent, nor one sent that it does not list.
+	if _, err := c.js.PublishMsg(context.WithoutCancel(ctx), msg); err != nil {
 		return 0, fmt.Errorf("publish declaration %d of node %q: %w", decl.Seq, node, err)
 	}
 	c.log.Info("declaration sent", "node", node, "seq", decl.Seq, "resources", len(resources))
@@ -207,15 +211,26 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		return spec.PushResult{}, fmt.Errorf("compose the mesh: %w; nothing was sent, every host keeps what it has", err)
 	}
 	res := spec.PushResult{ID: "p" + randomHex(5), Nodes: make([]spec.PushNode, len(targets))}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// A failure is one node's: the others are sent theirs. Only a store
+	// that is busy (another writer holds it) stops the sends not yet
+	// recorded, which would each wait it out in vain; a declaration
+	// recorded is published whatever happens after (see send).
+	sendCtx, stopSends := context.WithCancel(ctx)
+	defer stopSends()
 	var (
-		mu       sync.Mutex
-		firstErr error
-		stopped  []string
-		wg       sync.WaitGroup
-		slots    = make(chan struct{}, pushParallel)
+		mu    sync.Mutex
+		busy  error // the first send that found the store busy
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, pushParallel)
 	)
+	busyError := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if busy == nil {
+			return nil
+		}
+		return fmt.Errorf("the store is busy (%w): nothing was sent to this node; run the push again once the store is free", busy)
+	}
 	for i, node := range targets {
 		pn := spec.PushNode{Node: node}
 		if n := byName[node]; !n.Held.IsZero() {
@@ -238,17 +253,16 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
+			// A row says a sequence only once its declaration was published:
+			// the push's answer lists exactly the nodes that were sent one.
 			defer c.catch("push to node "+node, func(err error) {
-				pn.Error = err.Error()
+				pn.Seq, pn.Error = 0, err.Error()
 				res.Nodes[i] = pn
 			})
 			resources := g.plans[node].Resources
 			pn.Resources = len(resources)
-			if ctx.Err() != nil {
-				mu.Lock()
-				stopped = append(stopped, node)
-				mu.Unlock()
-				pn.Error = "not sent: the push stopped at a failure"
+			if err := busyError(); err != nil {
+				pn.Error = err.Error()
 				res.Nodes[i] = pn
 				return
 			}
@@ -257,24 +271,28 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 			var seq uint64
 			var err error
 			if req.DryRun {
-				seq, err = c.preview(ctx, node, resources, g.roster)
+				seq, err = c.preview(sendCtx, node, resources, g.roster)
 			} else {
-				seq, err = c.send(ctx, node, resources, g.roster)
+				seq, err = c.send(sendCtx, node, resources, g.roster)
 			}
 			if err != nil {
 				c.unwatch(node, w)
+				if b := busyError(); b != nil && errors.Is(err, context.Canceled) {
+					err = b
+				}
 				pn.Error = err.Error()
 				res.Nodes[i] = pn
 				var caller callerError
 				if !errors.As(err, &caller) {
-					// The store or the bus failed: stop rather than go on
-					// sending from a mesh that cannot be read or written.
+					c.log.Error("declaration not sent", "node", node, "err", err)
+				}
+				if store.IsBusy(err) {
 					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("node %q: %w", node, err)
+					if busy == nil {
+						busy = err
 					}
 					mu.Unlock()
-					cancel()
+					stopSends()
 				}
 				return
 			}
@@ -284,15 +302,6 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		}()
 	}
 	wg.Wait()
-	if firstErr != nil {
-		var sent []string
-		for _, pn := range res.Nodes {
-			if pn.Seq != 0 {
-				sent = append(sent, pn.Node)
-			}
-		}
-		return spec.PushResult{}, fmt.Errorf("%w; the push stopped: sent to %s", firstErr, orNone(sent))
-	}
 	return res, nil
 }
 
@@ -454,9 +463,20 @@ func (c *Controller) onReport(ctx context.Context, m *nats.Msg) {
 		c.log.Warn("report refused: it names another node than its subject", "node", node, "names", r.Node)
 		return
 	}
+	r = keptReport(r)
 	if !r.Preview {
+		ok, err := c.weigh(ctx, node, r.Seq)
+		if err != nil {
+			c.log.Error("report not recorded", "node", node, "err", err)
+			return
+		}
+		if !ok {
+			c.log.Warn("report refused: it names a declaration far above the last sent to the node", "node", node, "seq", r.Seq)
+			return
+		}
 		applied := r.Refused == ""
-		if err := c.deps.DB.RecordReport(ctx, store.Report{Node: node, Seq: r.Seq, Body: m.Data, Received: c.cfg.Now()}, applied); err != nil {
+		body, _ := json.Marshal(r)
+		if err := c.deps.DB.RecordReport(ctx, store.Report{Node: node, Seq: r.Seq, Body: body, Received: c.cfg.Now()}, applied); err != nil {
 			c.log.Error("report not recorded", "node", node, "err", err)
 		}
 	}

@@ -3,6 +3,8 @@ package mesh
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,5 +147,121 @@ func TestExpiredWatchersAreDropped(t *testing.T) {
 	c.dropExpiredWatchers()
 	if len(c.watchers) != 0 {
 		t.Fatalf("%d nodes still have expired watchers", len(c.watchers))
+	}
+}
+
+// sendFailStore is the real store but for the declarations a test makes
+// fail or wait, node by node: the seam where one node's store write fails.
+type sendFailStore struct {
+	*store.DB
+	record func(ctx context.Context, db *store.DB, d store.Declaration) error
+}
+
+func (s sendFailStore) RecordDeclaration(ctx context.Context, d store.Declaration) error {
+	return s.record(ctx, s.DB, d)
+}
+
+// TestPushFailureIsTheNodes: a store write that fails for one node stops no
+// other node, and the push's answer lists exactly the nodes whose
+// declaration was published, each with its sequence, whatever happened
+// after; a busy store stops only the sends not yet recorded.
+func TestPushFailureIsTheNodes(t *testing.T) {
+	type want struct {
+		seq   uint64 // 0: not sent
+		error string
+	}
+	for _, tc := range []struct {
+		name   string
+		record func(recorded chan struct{}) func(ctx context.Context, db *store.DB, d store.Declaration) error
+		want   map[string]want
+	}{
+		{
+			name: "one node's write fails",
+			record: func(chan struct{}) func(ctx context.Context, db *store.DB, d store.Declaration) error {
+				return func(ctx context.Context, db *store.DB, d store.Declaration) error {
+					if d.Node == "beta" {
+						return errors.New("record declaration of node \"beta\": disk I/O error")
+					}
+					return db.RecordDeclaration(ctx, d)
+				}
+			},
+			want: map[string]want{"alpha": {seq: 1}, "beta": {error: "disk I/O error"}, "gamma": {seq: 1}},
+		},
+		{
+			// alpha is recorded, then beta finds the store busy and the push
+			// stops the sends not recorded (gamma's); alpha is still
+			// published, and listed.
+			name: "a busy store stops the sends not yet recorded",
+			record: func(recorded chan struct{}) func(ctx context.Context, db *store.DB, d store.Declaration) error {
+				return func(ctx context.Context, db *store.DB, d store.Declaration) error {
+					switch d.Node {
+					case "alpha":
+						if err := db.RecordDeclaration(ctx, d); err != nil {
+							return err
+						}
+						close(recorded)
+						waitDone(ctx)
+						return nil
+					case "beta":
+						<-recorded
+						return fmt.Errorf("record declaration of node %q: %w", d.Node, store.ErrBusy)
+					default:
+						waitDone(ctx)
+						return db.RecordDeclaration(ctx, d)
+					}
+				}
+			},
+			want: map[string]want{"alpha": {seq: 1}, "beta": {error: "the store is busy"}, "gamma": {error: "the store is busy (record declaration of node \"beta\""}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			recorded := make(chan struct{})
+			c, db := newControllerWith(t, &clock{now: time.Now()}, func(db *store.DB) Store {
+				return sendFailStore{DB: db, record: tc.record(recorded)}
+			})
+			ctx := context.Background()
+			for _, n := range []string{"beta", "gamma"} {
+				if err := db.AddNode(ctx, store.Node{Name: n, Address: "127.0.0.9", NKey: "U" + n, Joined: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := c.push(ctx, spec.PushRequest{})
+			if err != nil {
+				t.Fatalf("push: %v", err)
+			}
+			if len(res.Nodes) != 3 {
+				t.Fatalf("push lists %d nodes: %+v", len(res.Nodes), res.Nodes)
+			}
+			stream, err := c.js.Stream(ctx, spec.DeclarationStream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, pn := range res.Nodes {
+				w := tc.want[pn.Node]
+				if pn.Seq != w.seq || !strings.Contains(pn.Error, w.error) || (w.error == "") != (pn.Error == "") {
+					t.Errorf("%s: seq %d error %q, want seq %d error with %q", pn.Node, pn.Seq, pn.Error, w.seq, w.error)
+				}
+				// Listed with a sequence exactly when it is on the stream.
+				msg, err := stream.GetLastMsgForSubject(ctx, spec.DeclarationSubject(pn.Node))
+				if published := err == nil; published != (pn.Seq != 0) {
+					t.Errorf("%s: listed with sequence %d, on the stream: %v (%v)", pn.Node, pn.Seq, published, err)
+				} else if published {
+					var d spec.Declaration
+					if err := spec.Decode(msg.Data, &d); err != nil || d.Seq != pn.Seq {
+						t.Errorf("%s: on the stream %d, listed %d (%v)", pn.Node, d.Seq, pn.Seq, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// waitDone waits until ctx ends, or fails the wait after a while: a seam
+// that waits for the push to stop.
+func waitDone(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
 	}
 }

@@ -57,6 +57,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	res := spec.StatusResult{Time: now.UTC(), Nodes: []spec.NodeStatus{}, Versions: map[string][]string{}, Problems: []string{}}
 	problem := func(format string, args ...any) { res.Problems = append(res.Problems, fmt.Sprintf(format, args...)) }
 	for _, n := range nodes {
+		n.HostVersion = spec.Clip(n.HostVersion, spec.MaxFactText) // as on receipt, whatever the store holds
 		st := spec.NodeStatus{Node: n.Name, AppliedSeq: n.AppliedSeq, HostVersion: n.HostVersion, Protocol: n.Protocol,
 			ProtocolKnown: n.Protocol == spec.Protocol, Held: !n.Held.IsZero(), HeldReason: n.HeldReason, Failures: []string{}}
 		if !n.Removing.IsZero() {
@@ -92,6 +93,12 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 		default:
 			st.SentSeq = last.Seq
 		}
+		if cl, ok := c.claimOf(n.Name); ok {
+			problem("%s", cl.problem(n.Name))
+			if st.State == "" && !cl.believed {
+				st.State = "not believed"
+			}
+		}
 		if st.State == "" {
 			switch {
 			case st.SentSeq == 0:
@@ -117,17 +124,16 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 			if err := json.Unmarshal(r.Body, &rep); err != nil {
 				return spec.StatusResult{}, fmt.Errorf("read last report of node %q: %w", n.Name, err)
 			}
-			st.Refused = rep.Refused
+			st.Refused = clipStatus(rep.Refused)
 			if rep.Refused != "" {
-				problem("%s refused declaration %d: %s", n.Name, rep.Seq, rep.Refused)
+				problem("%s refused declaration %d: %s", n.Name, rep.Seq, st.Refused)
 			}
-			for _, rr := range rep.Results {
-				if rr.Outcome == spec.Failed {
-					st.Failures = append(st.Failures, rr.Name+": "+rr.Error)
-				}
+			failed := statusFailures(&st, n.Name, rep)
+			if failed > 0 {
+				problem("%s failed %d resource(s)", n.Name, failed)
 			}
-			if len(st.Failures) > 0 {
-				problem("%s failed %d resource(s)", n.Name, len(st.Failures))
+			if rep.Omitted > 0 {
+				problem("%s sent a report larger than the controller keeps: %d result(s) not kept", n.Name, rep.Omitted)
 			}
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return spec.StatusResult{}, err
@@ -142,6 +148,30 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	}
 	res.AllClear = len(res.Problems) == 0 && len(res.Nodes) > 0
 	return res, nil
+}
+
+// clipStatus is a node's text as status shows it: the whole mesh must fit
+// one reply, so each text is cut at spec.MaxStatusText (mesh node show has
+// it as kept).
+func clipStatus(s string) string { return spec.Clip(s, spec.MaxStatusText) }
+
+// statusFailures lists at most spec.MaxStatusFailures of rep's failures in
+// st, the last line counting the rest, and returns how many there are.
+func statusFailures(st *spec.NodeStatus, node string, rep spec.Report) int {
+	failed := 0
+	for _, rr := range rep.Results {
+		if rr.Outcome != spec.Failed {
+			continue
+		}
+		failed++
+		if failed <= spec.MaxStatusFailures {
+			st.Failures = append(st.Failures, clipStatus(rr.Name)+": "+clipStatus(rr.Error))
+		}
+	}
+	if failed > spec.MaxStatusFailures {
+		st.Failures = append(st.Failures, fmt.Sprintf("…and %d more: mesh node show %s lists them", failed-spec.MaxStatusFailures, node))
+	}
+	return failed
 }
 
 // differs reports whether resources and roster differ from those of the

@@ -8,12 +8,17 @@ type Reply struct {
 	Result json.RawMessage `json:"result,omitempty"`
 }
 
-// NodeListRequest asks for every node.
-type NodeListRequest struct{}
+// NodeListRequest asks for the nodes, by name, from the first after After
+// (from the first when empty).
+type NodeListRequest struct {
+	After string `json:"after,omitempty"`
+}
 
-// NodeListResult lists the nodes, by name.
+// NodeListResult lists nodes, by name, as many as fit one reply (MaxReply).
+// Next, when set, says there are more: ask again with After set to it.
 type NodeListResult struct {
 	Nodes []Node `json:"nodes"`
+	Next  string `json:"next,omitempty"`
 }
 
 // NodeShowRequest asks for one node.

@@ -272,6 +272,9 @@ type Report struct {
 	// ApplyMicros is how long the apply took, in microseconds.
 	ApplyMicros int64            `json:"apply_us,omitempty"`
 	Results     []ResourceResult `json:"results"`
+	// Omitted counts the results the controller did not keep: a report is
+	// kept within MaxReportResults and MaxReportKept (a host sends none).
+	Omitted int `json:"omitted,omitempty"`
 }
 
 // ResourceResult is one resource's outcome.

@@ -34,8 +34,10 @@ type (
 		Heard  string `json:"heard"`
 		Silent bool   `json:"silent"`
 		// SentSeq and AppliedSeq; State is "current", "applying" (sent,
-		// not yet reported applied), "nothing sent", "never heard", or
-		// "being removed" (a removal that failed half-way; Heard is "-").
+		// not yet reported applied), "nothing sent", "never heard",
+		// "being removed" (a removal that failed half-way; Heard is "-"),
+		// or "not believed" (it reports applying a sequence far above the
+		// last sent to it: see MaxSeqAhead; Problems says which).
 		SentSeq    uint64 `json:"sent_seq"`
 		AppliedSeq uint64 `json:"applied_seq"`
 		State      string `json:"state"`
@@ -65,8 +67,12 @@ type (
 		Since time.Time `json:"since"`
 		Limit int       `json:"limit"`
 	}
+	// AuditResult is the entries asked for, as many as fit one reply
+	// (MaxReply), each text cut at MaxAuditText; More says some were left
+	// out to fit: ask again from the last one's time.
 	AuditResult struct {
 		Entries []AuditEntry `json:"entries"`
+		More    bool         `json:"more,omitempty"`
 	}
 	AuditEntry struct {
 		Time     time.Time `json:"time"`

@@ -5,8 +5,18 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
+
+// checkSeq refuses a sequence SQLite cannot keep: its integers are signed
+// 64-bit, and the driver refuses a uint64 with the high bit set.
+func checkSeq(seq uint64) error {
+	if seq > math.MaxInt64 {
+		return fmt.Errorf("sequence %d is above 2^63-1, the largest the store keeps", seq)
+	}
+	return nil
+}
 
 // Declaration is the last declaration sent to a node: its exact signed
 // bytes and signature.
@@ -22,6 +32,9 @@ type Declaration struct {
 // RecordDeclaration records d as the last sent to its node. A sequence not
 // above the one recorded is refused: sequences only go up.
 func (db *DB) RecordDeclaration(ctx context.Context, d Declaration) error {
+	if err := checkSeq(d.Seq); err != nil {
+		return fmt.Errorf("record declaration of node %q: %w", d.Node, err)
+	}
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		var prev uint64
 		err := tx.QueryRowContext(ctx, `SELECT seq FROM declarations WHERE node = ?`, d.Node).Scan(&prev)
@@ -90,6 +103,9 @@ type Report struct {
 // RecordReport keeps node's report, and when applied is set, the sequence it
 // applied.
 func (db *DB) RecordReport(ctx context.Context, r Report, applied bool) error {
+	if err := checkSeq(r.Seq); err != nil {
+		return fmt.Errorf("record report of node %q: %w", r.Node, err)
+	}
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO reports (node, seq, body, received_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (node) DO UPDATE SET seq = excluded.seq, body = excluded.body, received_at = excluded.received_at`,

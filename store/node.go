@@ -42,6 +42,9 @@ func (db *DB) AddNode(ctx context.Context, n Node) error {
 
 // RecordHeartbeat records that node was heard at, with what its heartbeat says.
 func (db *DB) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error {
+	if err := checkSeq(hb.AppliedSeq); err != nil {
+		return fmt.Errorf("record heartbeat of node %q: %w", hb.Node, err)
+	}
 	return db.updateNode(ctx, hb.Node, "record heartbeat of node %q: %w",
 		`UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ? WHERE name = ?`,
 		formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, hb.Node)

@@ -18,7 +18,8 @@ import (
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+	"modernc.org/sqlite" // also the database/sql driver "sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // ErrNotFound is returned by lookups of one thing that does not exist. Any
@@ -168,3 +169,25 @@ func (db *DB) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func parseTime(s string) (time.Time, error) { return time.Parse(time.RFC3339Nano, s) }
+
+// ErrBusy says the store is busy: another writer holds it. IsBusy knows
+// SQLite's own busy errors too.
+var ErrBusy = errors.New("the store is busy: another writer holds it")
+
+// IsBusy reports whether err is ErrBusy or SQLite's "busy" or "locked":
+// another writer holds the store, and every write fails alike until it
+// lets go.
+func IsBusy(err error) bool {
+	if errors.Is(err, ErrBusy) {
+		return true
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return true
+	}
+	return false
+}

@@ -490,3 +490,41 @@ func assertFailure(t *testing.T, call string, err error, wants ...string) {
 		}
 	}
 }
+
+// TestIsBusy: a write that waited out the busy timeout behind another
+// process's write lock is known as busy; other failures are not.
+func TestIsBusy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, path := openTemp(t)
+	if err := db.AddNode(ctx, store.Node{Name: "alpha", NKey: "UALPHA", Joined: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", store.DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	err = db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "alpha", AppliedSeq: 1}, time.Now())
+	if err == nil || !store.IsBusy(err) {
+		t.Fatalf("a write behind a lock: %v, want it known as busy", err)
+	}
+	conn.ExecContext(ctx, `ROLLBACK`)
+	if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "ghost"}, time.Now()); store.IsBusy(err) {
+		t.Fatalf("a missing node is not busy: %v", err)
+	}
+	// A sequence past what SQLite keeps is refused by the store, clearly,
+	// and is not busy either.
+	err = db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "alpha", AppliedSeq: 1 << 63}, time.Now())
+	if err == nil || store.IsBusy(err) || !strings.Contains(err.Error(), "above 2^63-1") {
+		t.Fatalf("a sequence of 2^63: %v", err)
+	}
+}

@@ -1,0 +1,96 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// claim is a sequence a node reported having applied that is above the
+// last one sent to it.
+type claim struct {
+	claimed, sent uint64
+	believed      bool // within spec.MaxSeqAhead: a restored store, numbered past
+}
+
+// weigh checks a sequence node says it applied against the last one sent to
+// it. At or below it: believed. Above it by at most spec.MaxSeqAhead:
+// believed too (a store restored from an older copy forgot the pushes
+// since; the next push is numbered past it), and named in status. Further
+// above: not believed, the node's own failure, named in status.
+func (c *Controller) weigh(ctx context.Context, node string, applied uint64) (bool, error) {
+	var sent uint64
+	d, err := c.deps.DB.LastDeclaration(ctx, node)
+	switch {
+	case err == nil:
+		sent = d.Seq
+	case !errors.Is(err, store.ErrNotFound):
+		return false, err
+	}
+	c.claimsMu.Lock()
+	defer c.claimsMu.Unlock()
+	if c.claims == nil {
+		c.claims = map[string]claim{}
+	}
+	if applied <= sent {
+		delete(c.claims, node)
+		return true, nil
+	}
+	cl := claim{claimed: applied, sent: sent, believed: applied-sent <= spec.MaxSeqAhead}
+	if prev, ok := c.claims[node]; !ok || prev.believed != cl.believed {
+		if cl.believed {
+			c.log.Warn("a node reports applying a declaration above the last sent to it: believed (a restored store?)", "node", node, "applied", applied, "sent", sent)
+		} else {
+			c.log.Warn("a node reports applying a declaration far above the last sent to it: not believed", "node", node, "applied", applied, "sent", sent)
+		}
+	}
+	c.claims[node] = cl
+	return cl.believed, nil
+}
+
+// believe is hb as it is recorded: a claim weigh does not believe is
+// replaced by the applied sequence kept before it, so it numbers nothing
+// and reaches no other node.
+func (c *Controller) believe(ctx context.Context, hb spec.Heartbeat) (spec.Heartbeat, error) {
+	ok, err := c.weigh(ctx, hb.Node, hb.AppliedSeq)
+	if err != nil || ok {
+		return hb, err
+	}
+	n, err := c.deps.DB.Node(ctx, hb.Node)
+	if err != nil {
+		return hb, err
+	}
+	hb.AppliedSeq = n.AppliedSeq
+	return hb, nil
+}
+
+// claimOf is node's claim, if it made one.
+func (c *Controller) claimOf(node string) (claim, bool) {
+	c.claimsMu.Lock()
+	defer c.claimsMu.Unlock()
+	cl, ok := c.claims[node]
+	return cl, ok
+}
+
+// problem says what status shows of node's claim.
+func (cl claim) problem(node string) string {
+	if cl.believed {
+		return fmt.Sprintf("%s reports applying declaration %d, above the last sent to it (%d): believed, as if this store were restored from an older copy; the next push is numbered past it",
+			node, cl.claimed, cl.sent)
+	}
+	return fmt.Sprintf("%s reports applying declaration %d, more than %d above the last sent to it (%d): not believed, and not used to number its declarations; its host keeps another mesh's state or does not tell the truth (mesh node remove %s, then join it again)",
+		node, cl.claimed, spec.MaxSeqAhead, cl.sent, node)
+}
+
+// believedApplied is the applied sequence of a stored node that numbering
+// may build on: not one more than spec.MaxSeqAhead above the last sent
+// (a store written before claims were checked may hold one).
+func believedApplied(applied, sent uint64) uint64 {
+	if applied > sent && applied-sent > spec.MaxSeqAhead {
+		return 0
+	}
+	return applied
+}

@@ -1,0 +1,97 @@
+package mesh
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// What a node sends is capped on receipt, before it is kept, logged,
+// forwarded or shown: a node is not trusted, and no node may make an
+// operator's answer too large to send (spec's limits say why each cap is
+// what it is).
+
+// keptReport is r as the controller keeps, forwards and shows it: each text
+// within spec.MaxReportText, at most spec.MaxReportResults results, and its
+// encoding within spec.MaxReportKept. Results past the caps are dropped,
+// failures last, and counted in Omitted (added to the count a report kept
+// already carries: keeping is idempotent).
+func keptReport(r spec.Report) spec.Report {
+	clip := func(s string) string { return spec.Clip(s, spec.MaxReportText) }
+	omitted := max(r.Omitted, 0)
+	r.Digest, r.Refused, r.Omitted = clip(r.Digest), clip(r.Refused), 0
+	results := make([]spec.ResourceResult, len(r.Results))
+	for i, res := range r.Results {
+		results[i] = spec.ResourceResult{Name: clip(res.Name), Kind: clip(res.Kind), Outcome: clip(res.Outcome), Error: clip(res.Error), Note: clip(res.Note)}
+	}
+	r.Results = nil
+	base, _ := json.Marshal(r)
+	// The room for the results: the array's brackets are in base; each
+	// result takes its encoding and a comma; the omitted count takes at
+	// most `,"omitted":NNNNNNN`.
+	room := spec.MaxReportKept - len(base) - 32
+	sizes := make([]int, len(results))
+	total := 0
+	for i, res := range results {
+		b, _ := json.Marshal(res)
+		sizes[i] = len(b) + 1
+		total += sizes[i]
+	}
+	keep := make([]bool, len(results))
+	for i := range keep {
+		keep[i] = true
+	}
+	kept := len(results)
+	// Drop from the end, the results that are not failures first: a
+	// failure is what the operator must see.
+	for _, failures := range []bool{false, true} {
+		for i := len(results) - 1; i >= 0 && (kept > spec.MaxReportResults || total > room); i-- {
+			if keep[i] && (results[i].Outcome == spec.Failed) == failures {
+				keep[i], kept, total = false, kept-1, total-sizes[i]
+			}
+		}
+	}
+	r.Results = make([]spec.ResourceResult, 0, kept)
+	for i, res := range results {
+		if keep[i] {
+			r.Results = append(r.Results, res)
+		}
+	}
+	r.Omitted = omitted + len(results) - kept
+	return r
+}
+
+// keptFacts is f as the controller keeps and shows it: each text within
+// spec.MaxFactText, each list within spec.MaxFactList.
+func keptFacts(f spec.Facts) spec.Facts {
+	clip := func(s string) string { return spec.Clip(s, spec.MaxFactText) }
+	for _, s := range []*string{&f.Arch, &f.OS, &f.Kernel, &f.Distro, &f.DistroVer, &f.CPUModel, &f.Virtual, &f.Hostname, &f.Engine, &f.Subnet} {
+		*s = clip(*s)
+	}
+	clipList := func(l []string, marker bool) []string {
+		if l == nil {
+			return nil
+		}
+		out := make([]string, 0, min(len(l), spec.MaxFactList))
+		for i, s := range l {
+			if i == spec.MaxFactList {
+				if marker {
+					out = append(out, fmt.Sprintf("…[%d more not kept]", len(l)-i))
+				}
+				break
+			}
+			out = append(out, clip(s))
+		}
+		return out
+	}
+	f.Capabilities = clipList(f.Capabilities, false)
+	f.Errors = clipList(f.Errors, true)
+	return f
+}
+
+// keptHeartbeat is hb with its host version within spec.MaxFactText.
+func keptHeartbeat(hb spec.Heartbeat) spec.Heartbeat {
+	hb.HostVersion = spec.Clip(hb.HostVersion, spec.MaxFactText)
+	return hb
+}
