@@ -10,17 +10,102 @@ import (
 )
 
 // audit records one operator API call with its arguments, secrets redacted.
-// A call the audit cannot record is logged as an error: the record is the
-// point.
+// An operator call that was made is always audited, even if it failed: an
+// entry the store cannot take now (it is busy, held by another writer) is
+// queued, in order, and written by drainAudit as soon as the store takes
+// writes again.
 func (c *Controller) audit(ctx context.Context, verb string, data []byte, callErr error) {
 	outcome := "ok"
 	if callErr != nil {
 		outcome = callErr.Error()
 	}
 	e := store.AuditEntry{At: c.cfg.Now(), Operator: "operator", Verb: verb, Args: c.redact(ctx, verb, data), Outcome: outcome}
-	if err := c.deps.DB.Audit(ctx, e); err != nil {
-		c.log.Error("api call not audited", "verb", verb, "err", err)
+	c.auditMu.Lock()
+	defer c.auditMu.Unlock()
+	if len(c.auditPending) == 0 {
+		err := c.deps.DB.Audit(ctx, e)
+		if err == nil {
+			return
+		}
+		c.log.Warn("api call not audited yet: queued, and written once the store takes it", "verb", verb, "err", err)
 	}
+	if len(c.auditPending) >= maxAuditPending {
+		// The log is the record of last resort.
+		c.log.Error("api call not audited: the audit queue is full", "verb", verb, "at", e.At, "args", e.Args, "outcome", e.Outcome)
+		return
+	}
+	c.auditPending = append(c.auditPending, e)
+	select {
+	case c.auditKick <- struct{}{}:
+	default:
+	}
+}
+
+// maxAuditPending bounds the audit entries kept in memory while the store
+// refuses them.
+const maxAuditPending = 10000
+
+// auditRetry is how long drainAudit waits before it tries a refused entry
+// again.
+const auditRetry = 500 * time.Millisecond
+
+// drainAudit writes the queued audit entries, oldest first, until ctx ends;
+// then it tries once more and logs, as the record of last resort, each entry
+// the store still refuses.
+func (c *Controller) drainAudit(ctx context.Context) {
+	defer c.catch("audit queue", nil)
+	retry := time.NewTimer(auditRetry)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if c.writeAudit(last) != nil {
+				c.auditMu.Lock()
+				for _, e := range c.auditPending {
+					c.log.Error("api call not audited: the store refused it until the controller stopped", "verb", e.Verb, "at", e.At, "args", e.Args, "outcome", e.Outcome)
+				}
+				c.auditPending = nil
+				c.auditMu.Unlock()
+			}
+			return
+		case <-c.auditKick:
+		case <-retry.C:
+		}
+		if err := c.writeAudit(ctx); err != nil {
+			retry.Reset(auditRetry)
+		}
+	}
+}
+
+// writeAudit writes the queued entries, oldest first, and stops at the
+// first the store refuses. Only drainAudit takes entries off the queue, and
+// it holds no lock while the store answers, so calls go on being queued.
+func (c *Controller) writeAudit(ctx context.Context) error {
+	for {
+		c.auditMu.Lock()
+		if len(c.auditPending) == 0 {
+			c.auditPending = nil
+			c.auditMu.Unlock()
+			return nil
+		}
+		e := c.auditPending[0]
+		c.auditMu.Unlock()
+		if err := c.deps.DB.Audit(ctx, e); err != nil {
+			return err
+		}
+		c.auditMu.Lock()
+		c.auditPending = c.auditPending[1:]
+		c.auditMu.Unlock()
+	}
+}
+
+// auditQueued is how many audit entries wait for the store.
+func (c *Controller) auditQueued() int {
+	c.auditMu.Lock()
+	defer c.auditMu.Unlock()
+	return len(c.auditPending)
 }
 
 // redact is a call's arguments as the audit keeps them: without secret

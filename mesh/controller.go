@@ -88,6 +88,10 @@ type Controller struct {
 	claimsMu sync.Mutex
 	claims   map[string]claim // per node: an applied sequence above the last sent
 
+	auditMu      sync.Mutex
+	auditPending []store.AuditEntry // calls the store did not take yet, oldest first
+	auditKick    chan struct{}
+
 	uploadsMu sync.Mutex
 	uploads   map[string]*bytes.Buffer // blobs being uploaded, by digest
 
@@ -120,7 +124,8 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if cfg.Panics == nil {
 		cfg.Panics = new(atomic.Uint64)
 	}
-	return &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, watchers: map[string][]*watcher{}}, nil
+	return &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, watchers: map[string][]*watcher{},
+		auditKick: make(chan struct{}, 1)}, nil
 }
 
 // Ready is closed once the controller answers the API and HTTP.
@@ -194,6 +199,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		l.Close()
 		return fmt.Errorf("subscribe controller: %w", err)
 	}
+
+	auditDone := make(chan struct{})
+	go func() { defer close(auditDone); c.drainAudit(ctx) }()
+	defer func() { <-auditDone }()
 
 	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}
 	httpDone := make(chan error, 1)
