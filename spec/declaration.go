@@ -132,6 +132,16 @@ func (m *Mode) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// CheckFile refuses a file mode that is setuid or setgid and writable by
+// anyone: anyone on the machine could replace a program that runs with its
+// owner's or its group's rights.
+func (m Mode) CheckFile() error {
+	if m&0o6000 != 0 && m&0o002 != 0 {
+		return fmt.Errorf("mode %04o is setuid or setgid and writable by anyone, so anyone could replace a program that runs with its owner's or group's rights: drop the s bit or o+w (such as %04o)", uint32(m), uint32(m&^0o002))
+	}
+	return nil
+}
+
 // Target is the path the resource manages.
 func (r Resource) Target() string {
 	switch {
@@ -199,6 +209,9 @@ func (r Resource) Check() error {
 			return fmt.Errorf("resource %q: kind file needs exactly a file spec", r.Name)
 		}
 		if err := CheckPath(r.File.Path); err != nil {
+			return fmt.Errorf("resource %q: %w", r.Name, err)
+		}
+		if err := r.File.Mode.CheckFile(); err != nil {
 			return fmt.Errorf("resource %q: %w", r.Name, err)
 		}
 		if !strings.HasPrefix(r.File.Digest, "sha256:") || len(r.File.Digest) != 71 {

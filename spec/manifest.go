@@ -165,6 +165,11 @@ func ParseManifest(data []byte) (Manifest, error) {
 		case r.File != nil && r.Directory == nil && r.Container == nil:
 			field += ".file"
 			p = r.File.Path
+			if m := r.File.Mode; m != nil {
+				if err := m.CheckFile(); err != nil {
+					return Manifest{}, fmt.Errorf("%s.mode: %w", field, err)
+				}
+			}
 			hasContent, hasSource := r.File.Content != nil, r.File.Source != ""
 			if hasContent == hasSource {
 				return Manifest{}, fmt.Errorf("%s: give exactly one of content and source", field)
