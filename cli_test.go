@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -17,6 +20,30 @@ func TestCLI(t *testing.T) {
 			env.Setenv("PATH", filepath.Dir(meshBin)+string(os.PathListSeparator)+env.Getenv("PATH"))
 			env.Setenv("MESH_DIR", filepath.Join(env.WorkDir, "default-dir"))
 			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			// exits CODE PROG ARGS... runs PROG like exec and checks its exit
+			// code: scripts rely on them (2: called wrongly, nothing done).
+			"exits": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) < 2 {
+					ts.Fatalf("usage: exits CODE PROG [ARGS...]")
+				}
+				want, err := strconv.Atoi(args[0])
+				if err != nil {
+					ts.Fatalf("exits: %q is not an exit code", args[0])
+				}
+				code := 0
+				if err := ts.Exec(args[1], args[2:]...); err != nil {
+					var ee *exec.ExitError
+					if !errors.As(err, &ee) {
+						ts.Fatalf("exits: %v", err)
+					}
+					code = ee.ExitCode()
+				}
+				if code != want {
+					ts.Fatalf("%s exited %d, want %d", args[1], code, want)
+				}
+			},
 		},
 	})
 }

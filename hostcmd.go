@@ -45,6 +45,15 @@ Examples:
 			if raw == "" && c.IsSet("address") {
 				return usagef("--address is given when joining (with --join); a joined host keeps the address it joined with")
 			}
+			// A token that does not parse is a mistake in the call: refused
+			// before anything is read or written.
+			var tok spec.Token
+			if raw != "" {
+				var err error
+				if tok, err = spec.ParseToken(raw); err != nil {
+					return usagef("--join: %v; nothing was done", err)
+				}
+			}
 			// A joined host's directory is locked before anything is read;
 			// a joining one's once the join made it.
 			if raw == "" {
@@ -83,10 +92,6 @@ Examples:
 			kc["dns"], kc["root"] = []string{dnsAddr}, []string{c.String("root")}
 			dnsCfg, _ := resolverConfig(c, dnsAddr)
 			if raw != "" {
-				tok, err := spec.ParseToken(raw)
-				if err != nil {
-					return err
-				}
 				address, err := addressOf(c)
 				if err != nil {
 					return err

@@ -47,6 +47,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	if strings.HasPrefix(err.Error(), "No help topic for ") {
+		err = unknownCommand(app, args)
+	}
 	var q quietError
 	if !errors.As(err, &q) {
 		fmt.Fprintf(stderr, "mesh: %v\n", err)
@@ -59,6 +62,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitRemoved
 	}
 	return exitFail
+}
+
+// unknownCommand names the word of args that is no command, and where the
+// commands it could have been are listed: called wrongly, exit code 2.
+func unknownCommand(app *cli.App, args []string) error {
+	path, cmds := []string{"mesh"}, app.Commands
+	for _, a := range args[1:] {
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		var next *cli.Command
+		for _, c := range cmds {
+			if c.HasName(a) {
+				next = c
+			}
+		}
+		if next == nil {
+			where := strings.Join(path, " ")
+			return usagef("%q is not a command of %s: see %s --help", a, where, where)
+		}
+		path, cmds = append(path, next.Name), next.Subcommands
+	}
+	return usagef("no such command: see mesh --help")
 }
 
 // isFlagError recognises urfave/cli's own complaints about flags.

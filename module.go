@@ -183,6 +183,12 @@ func assignCommands() []*cli.Command {
 					return err
 				}
 				req := spec.AssignRequest{Module: c.Args().Get(0), Node: c.Args().Get(1)}
+				if err := spec.CheckName("module", req.Module); err != nil {
+					return usageError{err.Error()}
+				}
+				if err := spec.CheckName("node", req.Node); err != nil {
+					return usageError{err.Error()}
+				}
 				for _, kv := range c.StringSlice("set") {
 					k, v, ok := strings.Cut(kv, "=")
 					if !ok || k == "" {

@@ -62,6 +62,9 @@ Examples:
 					return usageError{err.Error()}
 				}
 			}
+			if c.Duration("wait") < 0 {
+				return usagef("--wait %s: a wait is 0 or more; nothing was sent", c.Duration("wait"))
+			}
 			op, err := dialOperator(c)
 			if err != nil {
 				return err

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mesh-fleet/mesh/mesh"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/urfave/cli/v2"
 )
@@ -39,6 +40,9 @@ Example:
 					node := c.Args().First()
 					if err := spec.CheckName("node", node); err != nil {
 						return usageError{err.Error()}
+					}
+					if ttl := c.Duration("ttl"); ttl < mesh.MinTokenTTL || ttl > mesh.MaxTokenTTL {
+						return usagef("--ttl %s: a token lives from %s to %s; nothing was made", ttl, mesh.MinTokenTTL, mesh.MaxTokenTTL)
 					}
 					var res spec.TokenCreateResult
 					if err := callCmd(c, spec.VerbTokenCreate, spec.TokenCreateRequest{Node: node, TTL: c.Duration("ttl")}, &res); err != nil {

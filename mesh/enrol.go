@@ -23,6 +23,7 @@ import (
 // Token lifetimes an operator may ask for.
 const (
 	DefaultTokenTTL = time.Hour
+	MinTokenTTL     = time.Minute
 	MaxTokenTTL     = 7 * 24 * time.Hour
 )
 
@@ -55,8 +56,8 @@ func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateReques
 	if ttl == 0 {
 		ttl = DefaultTokenTTL
 	}
-	if ttl < time.Minute || ttl > MaxTokenTTL {
-		return spec.TokenCreateResult{}, callerError(fmt.Sprintf("--ttl %s: a token lives from 1m to %s", ttl, MaxTokenTTL))
+	if ttl < MinTokenTTL || ttl > MaxTokenTTL {
+		return spec.TokenCreateResult{}, callerError(fmt.Sprintf("--ttl %s: a token lives from %s to %s", ttl, MinTokenTTL, MaxTokenTTL))
 	}
 	if err := c.nameTaken(ctx, req.Node); err != nil {
 		return spec.TokenCreateResult{}, err

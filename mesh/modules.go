@@ -100,7 +100,22 @@ func (c *Controller) showModule(ctx context.Context, req spec.ModuleShowRequest)
 	return spec.ModuleShowResult{}, callerError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Name))
 }
 
+// checkAssignNames refuses a module or node name that breaks the naming
+// rule, naming the rule: such a name is never "not found".
+func checkAssignNames(req spec.AssignRequest) error {
+	if err := spec.CheckName("module", req.Module); err != nil {
+		return callerError(err.Error() + "; nothing was changed")
+	}
+	if err := spec.CheckName("node", req.Node); err != nil {
+		return callerError(err.Error() + "; nothing was changed")
+	}
+	return nil
+}
+
 func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.AssignResult, error) {
+	if err := checkAssignNames(req); err != nil {
+		return spec.AssignResult{}, err
+	}
 	mods, err := c.deps.DB.Modules(ctx)
 	if err != nil {
 		return spec.AssignResult{}, err
@@ -157,6 +172,9 @@ func orNone(names []string) string {
 }
 
 func (c *Controller) unassign(ctx context.Context, req spec.AssignRequest) (spec.AssignResult, error) {
+	if err := checkAssignNames(req); err != nil {
+		return spec.AssignResult{}, err
+	}
 	return c.changedBy(ctx, func() error {
 		err := c.deps.DB.Unassign(ctx, req.Module, req.Node)
 		if errors.Is(err, store.ErrNotFound) {
