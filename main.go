@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -152,8 +153,8 @@ func guard(c *cli.Command) {
 					if i == 0 {
 						return usagef("%q is not a flag of %s: see %s --help", a, name, name)
 					}
-					return usagef("flag %s comes after the argument %q: flags go before arguments (%s %s %s)",
-						a, args[0], name, a, strings.Join(args[:i], " "))
+					return usagef("flag %s comes after the argument %q: flags go before arguments (%s %s)",
+						a, args[0], name, strings.Join(flagsFirst(ctx.Command, args), " "))
 				}
 			}
 			return action(ctx)
@@ -182,4 +183,30 @@ func wantArgs(c *cli.Context, n int, names string) error {
 		return usagef("%s takes %s; got %d argument(s): see %s --help", c.Command.HelpName, names, c.NArg(), c.Command.HelpName)
 	}
 	return nil
+}
+
+// flagsFirst is args with every flag (and the value of one that takes a
+// value) moved before the arguments, each group in its order: the call as
+// it should have been written.
+func flagsFirst(cmd *cli.Command, args []string) []string {
+	var flags, rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") || len(a) == 1 {
+			rest = append(rest, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		for _, f := range cmd.Flags {
+			if _, isBool := f.(*cli.BoolFlag); !isBool && slices.Contains(f.Names(), name) && i+1 < len(args) {
+				i++
+				flags = append(flags, args[i])
+			}
+		}
+	}
+	return append(flags, rest...)
 }

@@ -160,9 +160,11 @@ func (t *tree) locate(p string) (*spot, error) {
 		release(0)
 		return nil, err
 	}
-	here := func(c string) string { return filepath.Join(slices.Concat([]string{t.root}, names[1:], []string{c})...) }
+	here := func(c string) string {
+		return filepath.Join(slices.Concat([]string{t.root}, names[1:], []string{c})...)
+	}
 	links := 0
-	var via *escapeError // the last link followed, for a ".." out of the root
+	var via *escapeError  // the last link followed, for a ".." out of the root
 	declared := len(todo) // how many at todo's end are the declared path's own
 	for len(todo) > 0 {
 		c := todo[0]

@@ -146,7 +146,7 @@ func TestApplyDoesNotFollowLinksOutOfTheRoot(t *testing.T) {
 			link := filepath.Join(root, tc.linkAt)
 			os.MkdirAll(filepath.Dir(link), 0o755)
 			named := link + " -> " + target // the link the cause names
-			if target == "/chain" { // link -> ROOT/chain -> OUT: the second leads out
+			if target == "/chain" {         // link -> ROOT/chain -> OUT: the second leads out
 				target = filepath.Join(root, "chain")
 				if err := os.Symlink(outside, target); err != nil {
 					t.Fatal(err)

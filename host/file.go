@@ -21,8 +21,8 @@ type fileApplier struct{}
 
 // fileDecision is what applying a file takes, read from the machine.
 type fileDecision struct {
-	at       *spot  // where the file lies under the engine's root; the caller closes it
-	uid, gid int    // -1: not managed
+	at       *spot // where the file lies under the engine's root; the caller closes it
+	uid, gid int   // -1: not managed
 	exists   bool
 	write    bool // the content must be (re)written
 	chown    bool // the content is right but the owner or group is not
