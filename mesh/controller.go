@@ -96,6 +96,8 @@ type Controller struct {
 	uploads   map[string]*bytes.Buffer // blobs being uploaded, by digest
 
 	metrics metrics
+	// beats are the heartbeats not yet written, and each node's rate.
+	beats *beats
 	// dropLog lets one line a requester through every 10 s for dropped
 	// requests; mesh_replies_refused_total counts them all.
 	dropLog logGate
@@ -124,7 +126,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if cfg.Panics == nil {
 		cfg.Panics = new(atomic.Uint64)
 	}
-	return &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, watchers: map[string][]*watcher{},
+	return &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(), watchers: map[string][]*watcher{},
 		auditKick: make(chan struct{}, 1)}, nil
 }
 
@@ -203,6 +205,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	auditDone := make(chan struct{})
 	go func() { defer close(auditDone); c.drainAudit(ctx) }()
 	defer func() { <-auditDone }()
+	beatsDone := make(chan struct{})
+	go func() { defer close(beatsDone); c.writeBeats(ctx) }()
+	defer func() { <-beatsDone }()
 
 	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}
 	httpDone := make(chan error, 1)
@@ -270,17 +275,10 @@ func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
 		c.log.Warn("heartbeat refused: it names another node than its subject", "node", node, "names", hb.Node)
 		return
 	}
-	hb, err := c.believe(ctx, keptHeartbeat(hb))
-	if err != nil {
-		c.log.Error("heartbeat not recorded", "node", node, "err", err)
-		return
-	}
-	if err := c.deps.DB.RecordHeartbeat(ctx, hb, c.cfg.Now()); err != nil {
-		c.log.Error("heartbeat not recorded", "node", node, "err", err)
-		return
-	}
-	if err := c.resendIfExpired(ctx, hb); err != nil {
-		c.log.Error("expired declaration not re-sent", "node", node, "err", err)
+	// Kept as the node's latest and written with the next batch
+	// (heartbeats.go): one node's rate delays no other's.
+	if c.beats.add(keptHeartbeat(hb), c.cfg.Now()) {
+		c.metrics.heartbeatsExcess.Add(1)
 	}
 }
 
@@ -329,9 +327,12 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 // metrics are the controller's counters, shown on /metrics.
 type metrics struct {
 	heartbeats atomic.Uint64
-	apiCalls   atomic.Uint64
-	apiErrors  atomic.Uint64
-	enrols     atomic.Uint64
+	// heartbeatsExcess counts heartbeats beyond floodBeats a window from
+	// one node.
+	heartbeatsExcess atomic.Uint64
+	apiCalls         atomic.Uint64
+	apiErrors        atomic.Uint64
+	enrols           atomic.Uint64
 	// repliesRefused counts requests dropped because their reply subject
 	// was not under the requester's own inbox.
 	repliesRefused atomic.Uint64

@@ -188,6 +188,7 @@ func (c *Controller) removeNode(ctx context.Context, req spec.NodeRemoveRequest)
 	if err := c.deps.DB.RemoveNode(ctx, req.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return spec.Empty{}, unfinished(err)
 	}
+	c.beats.forget(req.Name)
 	c.log.Info("node removed", "node", req.Name)
 	return spec.Empty{}, nil
 }

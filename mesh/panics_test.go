@@ -19,14 +19,23 @@ import (
 // seam where a bug in a handler is injected.
 type panickyStore struct {
 	*store.DB
-	heartbeat, tokens bool
+	heartbeat, facts, tokens bool
 }
 
-func (s panickyStore) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error {
+func (s panickyStore) RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at time.Time) (map[string]error, error) {
 	if s.heartbeat {
-		panic("injected: heartbeat")
+		panic("injected: heartbeats")
 	}
-	return s.DB.RecordHeartbeat(ctx, hb, at)
+	return s.DB.RecordHeartbeats(ctx, hbs, at)
+}
+
+// RecordFacts panics for facts whose kernel is "injected" (an enrolment
+// records facts too).
+func (s panickyStore) RecordFacts(ctx context.Context, f spec.Facts, at time.Time) error {
+	if s.facts && f.Kernel == "injected" {
+		panic("injected: facts")
+	}
+	return s.DB.RecordFacts(ctx, f, at)
 }
 
 func (s panickyStore) Tokens(ctx context.Context) ([]store.Token, error) {
@@ -37,13 +46,13 @@ func (s panickyStore) Tokens(ctx context.Context) ([]store.Token, error) {
 }
 
 // TestPanicInAHandlerLeavesTheBusServing injects panics into a bus handler
-// with no caller (a heartbeat), an API verb, and a push worker's read: each
-// is recovered and counted, the caller is answered with a failure, and the
-// bus and every other handler go on answering.
+// with no caller (facts), the loop that writes heartbeats, and an API verb:
+// each is recovered and counted, the caller is answered with a failure, and
+// the bus and every other handler go on answering.
 func TestPanicInAHandlerLeavesTheBusServing(t *testing.T) {
 	clk := &clock{now: time.Now()}
 	c, _ := newControllerWith(t, clk, func(db *store.DB) Store {
-		return panickyStore{DB: db, heartbeat: true, tokens: true}
+		return panickyStore{DB: db, heartbeat: true, facts: true, tokens: true}
 	})
 	op := operatorConn(t, c)
 	api := func(verb string, req any) spec.Reply {
@@ -59,7 +68,12 @@ func TestPanicInAHandlerLeavesTheBusServing(t *testing.T) {
 		return r
 	}
 
-	// A heartbeat: no caller, the handler panics in the store.
+	// Facts: no caller, the handler panics in the store; a heartbeat: the
+	// loop that writes them panics in the store.
+	facts := mustJSON(t, spec.Facts{Node: "alpha", Time: clk.Now(), Kernel: "injected"})
+	if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindFacts), facts); err != nil {
+		t.Fatal(err)
+	}
 	hb := mustJSON(t, spec.Heartbeat{Node: "alpha", Time: clk.Now(), Protocol: spec.Protocol})
 	if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindHeartbeat), hb); err != nil {
 		t.Fatal(err)
@@ -71,14 +85,16 @@ func TestPanicInAHandlerLeavesTheBusServing(t *testing.T) {
 	// The bus, and the other handlers, still answer.
 	r := api(spec.VerbNodeList, spec.NodeListRequest{})
 	if r.Error != "" {
-		t.Fatalf("node list after two panics: %s", r.Error)
+		t.Fatalf("node list after the panics: %s", r.Error)
 	}
 	var nodes spec.NodeListResult
 	if err := json.Unmarshal(r.Result, &nodes); err != nil || len(nodes.Nodes) != 1 {
-		t.Fatalf("node list after two panics: %s (%v)", r.Result, err)
+		t.Fatalf("node list after the panics: %s (%v)", r.Result, err)
 	}
-	if got := c.cfg.Panics.Load(); got != 2 {
-		t.Fatalf("mesh_panics_total counts %d, want 2 (the heartbeat's and the verb's)", got)
+	for deadline := time.Now().Add(10 * time.Second); c.cfg.Panics.Load() != 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("mesh_panics_total counts %d, want 3 (the facts', the heartbeat batch's and the verb's)", c.cfg.Panics.Load())
+		}
 	}
 	resp, err := http.Get("http://" + c.HTTPAddr() + "/metrics")
 	if err != nil {
@@ -86,8 +102,8 @@ func TestPanicInAHandlerLeavesTheBusServing(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), "\nmesh_panics_total 2\n") {
-		t.Fatalf("/metrics does not count the two panics:\n%s", body)
+	if !strings.Contains(string(body), "\nmesh_panics_total 3\n") {
+		t.Fatalf("/metrics does not count the three panics:\n%s", body)
 	}
 	// The in-process bus itself still routes between clients.
 	sub, err := c.nc.SubscribeSync("probe.after.panics")

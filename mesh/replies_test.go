@@ -263,7 +263,7 @@ func TestNodeCannotMakeTheControllerAnswerElsewhere(t *testing.T) {
 func TestPanickedRequestIsAnsweredOnlyToItsRequester(t *testing.T) {
 	t.Parallel()
 	c, db := newControllerWith(t, &clock{now: time.Now()}, func(db *store.DB) Store {
-		return panickyStore{DB: db, heartbeat: true}
+		return panickyStore{DB: db, facts: true}
 	})
 	key := joinWithKey(t, c, "beta")
 	nc, err := busConn(t, c, key, spec.NodeInbox("beta"), nil)
@@ -271,14 +271,14 @@ func TestPanickedRequestIsAnsweredOnlyToItsRequester(t *testing.T) {
 		t.Fatal(err)
 	}
 	own := spec.NodeInbox("beta")
-	hb := mustJSON(t, spec.Heartbeat{Node: "beta", Time: time.Now(), Protocol: spec.Protocol})
-	attempts := same(foreign(own), hb)
-	reply := tryReflect(t, c, db, nc, own, spec.NodeSubject("beta", spec.KindHeartbeat), attempts, hb, 0)
+	facts := mustJSON(t, spec.Facts{Node: "beta", Time: time.Now(), Kernel: "injected"})
+	attempts := same(foreign(own), facts)
+	reply := tryReflect(t, c, db, nc, own, spec.NodeSubject("beta", spec.KindFacts), attempts, facts, 0)
 	if !strings.Contains(reply.Error, "internal error") {
 		t.Errorf("the panicked request with its own inbox: %+v, want a failure naming an internal error", reply)
 	}
 	if got := c.cfg.Panics.Load(); got != uint64(len(attempts)+1) {
-		t.Errorf("%d panics, want %d: every heartbeat reached its handler", got, len(attempts)+1)
+		t.Errorf("%d panics, want %d: every message reached its handler", got, len(attempts)+1)
 	}
 }
 

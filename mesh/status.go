@@ -93,6 +93,9 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 		default:
 			st.SentSeq = last.Seq
 		}
+		if st.Flooding = c.beats.flooding(n.Name, now); st.Flooding != "" {
+			problem("%s %s", n.Name, st.Flooding)
+		}
 		if cl, ok := c.claimOf(n.Name); ok {
 			problem("%s", cl.problem(n.Name))
 			if st.State == "" && !cl.believed {

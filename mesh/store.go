@@ -18,6 +18,7 @@ type Store interface {
 	Node(ctx context.Context, name string) (store.Node, error)
 	Nodes(ctx context.Context) ([]store.Node, error)
 	RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error
+	RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at time.Time) (map[string]error, error)
 	RecordFacts(ctx context.Context, f spec.Facts, at time.Time) error
 	BeginRemoval(ctx context.Context, name string, at time.Time) error
 	RemoveNode(ctx context.Context, name string) error

@@ -48,8 +48,11 @@ type (
 		PendingWhy string   `json:"pending_why,omitempty"`
 		Failures   []string `json:"failures"` // "resource: cause" from the last report
 		Refused    string   `json:"refused,omitempty"`
-		Held       bool     `json:"held"`
-		HeldReason string   `json:"held_reason,omitempty"`
+		// Flooding says that the node sent heartbeats faster than a host
+		// does, and how many; empty when it did not within the last minute.
+		Flooding   string `json:"flooding,omitempty"`
+		Held       bool   `json:"held"`
+		HeldReason string `json:"held_reason,omitempty"`
 		// HostVersion is compared for equality only.
 		HostVersion   string `json:"host_version"`
 		Protocol      int    `json:"protocol"`

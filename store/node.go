@@ -50,6 +50,40 @@ func (db *DB) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Ti
 		formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, hb.Node)
 }
 
+// RecordHeartbeats records a batch of heartbeats, one node's each, in one
+// transaction. A heartbeat that cannot be recorded (its node is gone, its
+// sequence does not fit) is that node's, in failed; the others are written.
+func (db *DB) RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at time.Time) (failed map[string]error, err error) {
+	err = db.tx(ctx, func(tx *sql.Tx) error {
+		failed = map[string]error{}
+		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ? WHERE name = ?`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, hb := range hbs {
+			if err := checkSeq(hb.AppliedSeq); err != nil {
+				failed[hb.Node] = fmt.Errorf("record heartbeat of node %q: %w", hb.Node, err)
+				continue
+			}
+			res, err := stmt.ExecContext(ctx, formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, hb.Node)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				failed[hb.Node] = fmt.Errorf("record heartbeat of node %q: %w", hb.Node, ErrNotFound)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record %d heartbeats: %w", len(hbs), err)
+	}
+	return failed, nil
+}
+
 // RecordFacts records what node reported about its machine.
 func (db *DB) RecordFacts(ctx context.Context, f spec.Facts, at time.Time) error {
 	body, err := json.Marshal(f)
