@@ -147,11 +147,9 @@ func TestOversizedReportBlindsNobody(t *testing.T) {
 		{[]string{"status"}, 1, []string{"bytes cut]", "more: mesh node show beta lists them", "beta sent a report larger than the controller keeps"}},
 		{[]string{"status", "--json"}, 1, []string{"bytes cut]"}},
 	} {
-		args := append([]string{tc.args[0]}, tc.args[1:]...)
+		args := append([]string{tc.args[0], "--dir", m.dir}, tc.args[1:]...)
 		if tc.args[0] == "node" {
 			args = append([]string{"node", tc.args[1], "--dir", m.dir}, tc.args[2:]...)
-		} else {
-			args = append([]string{tc.args[0], "--dir", m.dir}, tc.args[1:]...)
 		}
 		out, errOut, code := runMesh(t, args...)
 		if code != tc.code {
