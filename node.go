@@ -136,6 +136,25 @@ func heard(n spec.Node) string {
 	return n.HeardAgo + " ago"
 }
 
+// every is how often a node said it sends a heartbeat, or "-" if it did
+// not say (never heard, or a host older than the heartbeat's interval).
+func every(ms int64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+// heartbeatRow is how often a heard node sends a heartbeat, and when it is
+// silent.
+func heartbeatRow(n spec.Node) string {
+	silent := (time.Duration(n.SilentAfterMS) * time.Millisecond).String()
+	if n.HeartbeatMS <= 0 {
+		return "not said (a host older than the heartbeat's interval); silent after " + silent + " unheard"
+	}
+	return "every " + every(n.HeartbeatMS) + "; silent after " + silent + " unheard (two missed)"
+}
+
 func shortVersion(v string) string {
 	if v == "" {
 		return "-"
@@ -159,13 +178,13 @@ func protocol(n spec.Node) string {
 
 func printNodeList(w io.Writer, nodes []spec.Node) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tHEARD\tVERSION\tPROTOCOL\tARCH\tOS")
+	fmt.Fprintln(tw, "NODE\tADDRESS\tHEARD\tEVERY\tVERSION\tPROTOCOL\tARCH\tOS")
 	for _, n := range nodes {
 		arch, osName := "-", "-"
 		if n.Facts != nil {
 			arch, osName = n.Facts.Arch, n.Facts.Distro+" "+n.Facts.DistroVer
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Address, heard(n), shortVersion(n.HostVersion), protocol(n), arch, strings.TrimSpace(osName))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Address, heard(n), every(n.HeartbeatMS), shortVersion(n.HostVersion), protocol(n), arch, strings.TrimSpace(osName))
 	}
 	return tw.Flush()
 }
@@ -180,6 +199,7 @@ func printNode(w io.Writer, n spec.Node) error {
 		row("heard", "never: this node has not sent a heartbeat")
 	} else {
 		row("heard", fmt.Sprintf("%s (%s)", heard(n), n.LastHeard.Format(time.RFC3339)))
+		row("heartbeat", heartbeatRow(n))
 	}
 	row("host version", orDash(n.HostVersion))
 	row("protocol", protocol(n))

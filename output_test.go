@@ -24,23 +24,23 @@ func TestOutputGolden(t *testing.T) {
 	facts := &spec.Facts{Node: "alpha", Time: at, Arch: "amd64", OS: "linux", Kernel: "6.1.0", Distro: "Debian GNU/Linux", DistroVer: "12",
 		CPUModel: "AMD EPYC", Cores: 2, MemoryBytes: 24 << 30, DiskBytes: 250 << 30, DiskFree: 80 << 30, Virtual: "virtual (KVM)", UptimeSecond: 3600, Hostname: "vm",
 		Capabilities: []string{spec.CapContainers}, Engine: "20.10.24+dfsg1, API 1.41", Subnet: "10.213.0.0/24"}
-	alpha := spec.Node{Name: "alpha", Address: "10.0.0.1", Joined: at.Add(-time.Hour), LastHeard: &heard, HeardAgo: "3s",
+	alpha := spec.Node{Name: "alpha", Address: "10.0.0.1", Joined: at.Add(-time.Hour), LastHeard: &heard, HeardAgo: "3s", HeartbeatMS: 1000, SilentAfterMS: 3000,
 		HostVersion: "1a2b3c4d5e6f7a8b9c0d", Protocol: 1, ProtocolKnown: true, AppliedSeq: 4, SentSeq: 4, Facts: facts,
 		LastReport: &spec.Report{Node: "alpha", Time: at, Seq: 4, Writes: 0, Results: []spec.ResourceResult{
 			{Name: "motd:file:/etc/motd", Outcome: spec.Unchanged}, {Name: "web:directory:/srv", Outcome: spec.Failed, Error: "mkdir /srv: read-only file system"},
 			{Name: "web:container:web", Outcome: spec.Changed, Note: "started again: it had exited with code 137 at 2026-11-30T11:59:00Z"}}}}
 	never := spec.Node{Name: "beta", Address: "10.0.0.2", Joined: at.Add(-time.Minute)}
-	foreign := spec.Node{Name: "gamma", Address: "10.0.0.3", Joined: at, LastHeard: &heard, HeardAgo: "3s", HostVersion: "ffff", Protocol: 7}
+	foreign := spec.Node{Name: "gamma", Address: "10.0.0.3", Joined: at, LastHeard: &heard, HeardAgo: "3s", SilentAfterMS: 30000, HostVersion: "ffff", Protocol: 7}
 	st := func(clear bool) spec.StatusResult {
 		r := spec.StatusResult{Time: at, Versions: map[string][]string{"1a2b3c4d5e6f": {"alpha"}}, AllClear: clear, Problems: []string{},
-			Nodes: []spec.NodeStatus{{Node: "alpha", LastHeard: &heard, Heard: "3s ago", SentSeq: 4, AppliedSeq: 4, State: "current",
+			Nodes: []spec.NodeStatus{{Node: "alpha", LastHeard: &heard, Heard: "3s ago", HeartbeatMS: 10000, SentSeq: 4, AppliedSeq: 4, State: "current",
 				Failures: []string{}, HostVersion: "1a2b3c4d5e6f", Protocol: 1, ProtocolKnown: true}}}
 		if !clear {
 			r.Versions["0f0f0f0f0f0f"] = []string{"beta"}
-			r.Nodes = append(r.Nodes, spec.NodeStatus{Node: "beta", LastHeard: &heard, Heard: "45s ago", Silent: true, SentSeq: 5, AppliedSeq: 3,
+			r.Nodes = append(r.Nodes, spec.NodeStatus{Node: "beta", LastHeard: &heard, Heard: "45s ago", Silent: true, HeartbeatMS: 1000, SentSeq: 5, AppliedSeq: 3,
 				State: "applying", Pending: true, Failures: []string{"web:directory:/srv: mkdir /srv: read-only file system"},
 				Held: true, HeldReason: "disk swap", HostVersion: "0f0f0f0f0f0f", Protocol: 1, ProtocolKnown: true})
-			r.Problems = []string{"beta has not been heard for 45s", "beta has not reported applying declaration 5 (it applied 3)",
+			r.Problems = []string{"beta has not been heard for 45s (it sends a heartbeat every 1s)", "beta has not reported applying declaration 5 (it applied 3)",
 				"beta has changes pending: mesh push beta", "beta failed 1 resource(s)", "beta is held (disk swap)"}
 		}
 		return r
@@ -57,6 +57,7 @@ func TestOutputGolden(t *testing.T) {
 		"node-list":        func(b *bytes.Buffer) error { return printNodeList(b, []spec.Node{alpha, never, foreign}) },
 		"node-show":        func(b *bytes.Buffer) error { return printNode(b, alpha) },
 		"node-show-never":  func(b *bytes.Buffer) error { return printNode(b, never) },
+		"node-show-older":  func(b *bytes.Buffer) error { return printNode(b, foreign) },
 		"status-clear":     func(b *bytes.Buffer) error { return printStatus(b, st(true)) },
 		"status-not-clear": func(b *bytes.Buffer) error { return printStatus(b, st(false)) },
 		"push-report":      func(b *bytes.Buffer) error { printReport(b, report, false); return nil },
@@ -92,7 +93,7 @@ func TestOutputGolden(t *testing.T) {
 		want[f.Name] = f.Data
 	}
 	var files []txtar.File
-	for _, name := range []string{"node-list", "node-show", "node-show-never", "status-clear", "status-not-clear", "push-report", "push-dry-run", "push-refused", "assign"} {
+	for _, name := range []string{"node-list", "node-show", "node-show-never", "node-show-older", "status-clear", "status-not-clear", "push-report", "push-dry-run", "push-refused", "assign"} {
 		var b bytes.Buffer
 		if err := cases[name](&b); err != nil {
 			t.Fatalf("%s: %v", name, err)

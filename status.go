@@ -66,7 +66,7 @@ func (e quietError) Error() string { return e.msg }
 
 func printStatus(w io.Writer, res spec.StatusResult) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tHEARD\tSENT\tAPPLIED\tSTATE\tPENDING\tFAILED\tHOLD\tVERSION\tPROTOCOL")
+	fmt.Fprintln(tw, "NODE\tHEARD\tEVERY\tSENT\tAPPLIED\tSTATE\tPENDING\tFAILED\tHOLD\tVERSION\tPROTOCOL")
 	for _, n := range res.Nodes {
 		pending := "no"
 		if n.Pending {
@@ -94,7 +94,7 @@ func printStatus(w io.Writer, res spec.StatusResult) error {
 		if n.Refused != "" {
 			state += ", refused"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Node, heard, n.SentSeq, n.AppliedSeq, state, pending,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Node, heard, every(n.HeartbeatMS), n.SentSeq, n.AppliedSeq, state, pending,
 			len(n.Failures), hold, shortVersion(n.HostVersion), proto)
 	}
 	if err := tw.Flush(); err != nil {

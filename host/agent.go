@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -67,6 +66,10 @@ type Agent struct {
 	// reconcile of a run reports even when it changed nothing, since what
 	// the controller last heard may be a failure from before the restart.
 	reported bool
+	// appliedSeq is state.AppliedSeq, for the heartbeats sent apart from
+	// the loop that applies; beatNow has one sent at once.
+	appliedSeq atomic.Uint64
+	beatNow    chan struct{}
 }
 
 // New reads the host's state and credential and starts nothing.
@@ -103,7 +106,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 29 {
 		return nil, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", cfg.Subnet)
 	}
-	return &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key}, nil
+	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1)}
+	a.appliedSeq.Store(st.AppliedSeq)
+	return a, nil
 }
 
 // Node is the node this agent is.
@@ -116,6 +121,10 @@ func (a *Agent) Ready() <-chan struct{} { return a.ready }
 // ends, or until the bus refuses the node's credential for good: then it
 // returns ErrRemoved.
 func (a *Agent) Run(ctx context.Context) error {
+	// What Run starts beside its loop (heartbeats, the engine's events)
+	// ends with it, a removal included.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	version, err := executableDigest(a.cfg.Executable)
 	if err != nil {
 		return err
@@ -169,8 +178,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer psub.Unsubscribe()
 
-	heartbeat := time.NewTicker(a.cfg.HeartbeatEvery)
-	defer heartbeat.Stop()
 	facts := time.NewTicker(a.cfg.FactsEvery)
 	defer facts.Stop()
 	reconcile := time.NewTicker(a.cfg.ReconcileEvery)
@@ -185,12 +192,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("facts not sent", "err", err)
 		}
 	}
-	sendHeartbeat := func() error {
-		return publish(nc, spec.NodeSubject(a.state.Node, spec.KindHeartbeat), spec.Heartbeat{
-			Node: a.state.Node, Time: time.Now().UTC(), AppliedSeq: a.state.AppliedSeq,
-			HostVersion: version, Protocol: spec.Protocol,
-		})
-	}
 	sendFacts()
 	// The engine is watched apart, so that one that hangs delays no
 	// heartbeat or delivery; when it starts or stops answering, the facts
@@ -200,7 +201,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Ready once a heartbeat has reached the bus; until then, retry it at the
 	// reconnect pace rather than the heartbeat's.
 	for {
-		err := sendHeartbeat()
+		err := a.sendHeartbeat(nc, version)
 		if err == nil {
 			err = nc.FlushTimeout(5 * time.Second)
 		}
@@ -216,6 +217,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-time.After(time.Second):
 		}
 	}
+	go a.safely("heartbeats", func() { a.heartbeats(ctx, nc, version, a.beatNow) })
 	a.safely("names", a.serveNames)
 	close(a.ready)
 	a.log.Info("host ready", "node", a.state.Node, "bus", nc.ConnectedUrl(), "version", version[:12])
@@ -228,11 +230,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-removed:
 			return ErrRemoved
-		case <-heartbeat.C:
-			if err := sendHeartbeat(); err != nil && !errors.Is(err, nats.ErrConnectionReconnecting) {
-				a.log.Warn("heartbeat not sent", "err", err)
-			}
-
 		case <-facts.C:
 			sendFacts()
 		case <-engineFlips:
@@ -243,7 +240,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.safely("preview", func() { a.handlePreview(nc, m) })
 		case m := <-deliveries:
 			a.safely("delivery", func() { a.handleBatch(ctx, nc, drain(m, deliveries)) })
-			sendHeartbeat()
+			a.nudgeHeartbeat()
 		}
 	}
 }

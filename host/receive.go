@@ -123,6 +123,7 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration,
 	took := time.Since(began)
 	a.state.Applied = applied
 	a.state.AppliedSeq = decl.Seq
+	a.appliedSeq.Store(decl.Seq)
 	if err := WriteState(a.cfg.Dir, a.state); err != nil {
 		a.log.Error("what was applied is not recorded", "seq", decl.Seq, "err", err)
 	}

@@ -175,6 +175,8 @@ func nodeView(n store.Node, now time.Time) spec.Node {
 		Protocol:      n.Protocol,
 		ProtocolKnown: n.Protocol == spec.Protocol,
 		AppliedSeq:    n.AppliedSeq,
+		HeartbeatMS:   n.Heartbeat.Milliseconds(),
+		SilentAfterMS: SilentAfter(n.Heartbeat).Milliseconds(),
 	}
 	if n.Facts != nil {
 		f := keptFacts(*n.Facts) // as on receipt, whatever the store holds

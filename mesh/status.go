@@ -13,10 +13,6 @@ import (
 	"github.com/mesh-fleet/mesh/store"
 )
 
-// SilentAfter is how long a node may go unheard before status calls it
-// silent: three heartbeats.
-const SilentAfter = 30 * time.Second
-
 func (c *Controller) hold(ctx context.Context, req spec.HoldRequest) (spec.Empty, error) {
 	if err := spec.CheckName("node", req.Node); err != nil {
 		return spec.Empty{}, callerError(err.Error())
@@ -59,7 +55,8 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	for _, n := range nodes {
 		n.HostVersion = spec.Clip(n.HostVersion, spec.MaxFactText) // as on receipt, whatever the store holds
 		st := spec.NodeStatus{Node: n.Name, AppliedSeq: n.AppliedSeq, HostVersion: n.HostVersion, Protocol: n.Protocol,
-			ProtocolKnown: n.Protocol == spec.Protocol, Held: !n.Held.IsZero(), HeldReason: n.HeldReason, Failures: []string{}}
+			ProtocolKnown: n.Protocol == spec.Protocol, Held: !n.Held.IsZero(), HeldReason: n.HeldReason, Failures: []string{},
+			HeartbeatMS: n.Heartbeat.Milliseconds()}
 		if !n.Removing.IsZero() {
 			st.State, st.Heard = "being removed", "-"
 			problem("%s is only partly removed: mesh node remove %s finishes the removal", n.Name, n.Name)
@@ -74,9 +71,9 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 			st.LastHeard = &t
 			age := now.Sub(n.LastHeard)
 			st.Heard = age.Round(time.Second).String() + " ago"
-			if age > SilentAfter {
+			if Silent(n.LastHeard, now, n.Heartbeat) {
 				st.Silent = true
-				problem("%s has not been heard for %s", n.Name, age.Round(time.Second))
+				problem("%s has not been heard for %s%s", n.Name, age.Round(time.Second), beatsSuffix(n.Heartbeat))
 			}
 			if n.HostVersion != "" {
 				res.Versions[n.HostVersion] = append(res.Versions[n.HostVersion], n.Name)
@@ -175,6 +172,15 @@ func statusFailures(st *spec.NodeStatus, node string, rep spec.Report) int {
 		st.Failures = append(st.Failures, fmt.Sprintf("…and %d more: mesh node show %s lists them", failed-spec.MaxStatusFailures, node))
 	}
 	return failed
+}
+
+// beatsSuffix says how often a silent node said it would be heard, if it
+// said.
+func beatsSuffix(interval time.Duration) string {
+	if interval <= 0 {
+		return ""
+	}
+	return " (it sends a heartbeat every " + interval.String() + ")"
 }
 
 // differs reports whether resources and roster differ from those of the

@@ -12,6 +12,11 @@ type Heartbeat struct {
 	// digest an upgrade uses as the binary's path.
 	HostVersion string `json:"host_version"`
 	Protocol    int    `json:"protocol"`
+	// IntervalMS is how often the host sends a heartbeat, in milliseconds:
+	// the controller calls the node silent once it misses two. A host older
+	// than this field sends none (zero), and the controller falls back to a
+	// fixed window for it.
+	IntervalMS int64 `json:"interval_ms,omitempty"`
 }
 
 // Facts is what a host reports about its machine, at start and daily, on
@@ -50,10 +55,15 @@ type Node struct {
 	Joined  time.Time `json:"joined"`
 	// LastHeard is when the controller last received a heartbeat; nil if
 	// never. Heard is the age of that heartbeat when the answer was made.
-	LastHeard   *time.Time `json:"last_heard"`
-	HeardAgo    string     `json:"heard_ago,omitempty"`
-	HostVersion string     `json:"host_version,omitempty"`
-	Protocol    int        `json:"protocol,omitempty"`
+	LastHeard *time.Time `json:"last_heard"`
+	HeardAgo  string     `json:"heard_ago,omitempty"`
+	// HeartbeatMS is how often the node said it sends a heartbeat, in
+	// milliseconds; zero if it did not say (an older host). SilentAfterMS is
+	// how long it may go unheard before status calls it silent.
+	HeartbeatMS   int64  `json:"heartbeat_ms,omitempty"`
+	SilentAfterMS int64  `json:"silent_after_ms"`
+	HostVersion   string `json:"host_version,omitempty"`
+	Protocol      int    `json:"protocol,omitempty"`
 	// ProtocolKnown is false when the host speaks a protocol this controller
 	// does not: shown as such, not as broken.
 	ProtocolKnown bool   `json:"protocol_known"`

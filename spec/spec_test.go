@@ -96,20 +96,25 @@ func TestDecode(t *testing.T) {
 }
 
 func TestDecodeHeartbeatFields(t *testing.T) {
-	body := `{"node":"alpha","time":"2024-05-01T10:00:00Z","applied_seq":7,"host_version":"abc","protocol":1}`
-	var hb spec.Heartbeat
-	if err := spec.Decode([]byte(body), &hb); err != nil {
-		t.Fatal(err)
+	at := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name, body string
+		want       spec.Heartbeat
+	}{
+		{"with its interval", `{"node":"alpha","time":"2024-05-01T10:00:00Z","applied_seq":7,"host_version":"abc","protocol":1,"interval_ms":1000}`,
+			spec.Heartbeat{Node: "alpha", Time: at, AppliedSeq: 7, HostVersion: "abc", Protocol: 1, IntervalMS: 1000}},
+		// An older host's heartbeat says no interval: it decodes, with zero.
+		{"without an interval", `{"node":"alpha","time":"2024-05-01T10:00:00Z","applied_seq":7,"host_version":"abc","protocol":1}`,
+			spec.Heartbeat{Node: "alpha", Time: at, AppliedSeq: 7, HostVersion: "abc", Protocol: 1}},
 	}
-	want := spec.Heartbeat{
-		Node:        "alpha",
-		Time:        time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC),
-		AppliedSeq:  7,
-		HostVersion: "abc",
-		Protocol:    1,
-	}
-	if !heartbeatsEqual(hb, want) {
-		t.Errorf("Decode = %+v, want %+v", hb, want)
+	for _, tt := range tests {
+		var hb spec.Heartbeat
+		if err := spec.Decode([]byte(tt.body), &hb); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if !heartbeatsEqual(hb, tt.want) {
+			t.Errorf("%s: Decode = %+v, want %+v", tt.name, hb, tt.want)
+		}
 	}
 }
 
@@ -218,7 +223,7 @@ func TestOwnSubject(t *testing.T) {
 
 func heartbeatsEqual(a, b spec.Heartbeat) bool {
 	return a.Node == b.Node && a.Time.Equal(b.Time) && a.AppliedSeq == b.AppliedSeq &&
-		a.HostVersion == b.HostVersion && a.Protocol == b.Protocol
+		a.HostVersion == b.HostVersion && a.Protocol == b.Protocol && a.IntervalMS == b.IntervalMS
 }
 
 // factsEqual compares facts by value: times by instant, and a nil Errors the

@@ -30,9 +30,11 @@ type (
 		Node      string     `json:"node"`
 		LastHeard *time.Time `json:"last_heard"`
 		// Heard is "never", or how long ago; Silent is set when the node
-		// has not been heard for three heartbeats.
-		Heard  string `json:"heard"`
-		Silent bool   `json:"silent"`
+		// has missed two heartbeats (HeartbeatMS, how often it said it
+		// sends one; zero if it did not say, and then 30 s unheard).
+		Heard       string `json:"heard"`
+		Silent      bool   `json:"silent"`
+		HeartbeatMS int64  `json:"heartbeat_ms,omitempty"`
 		// SentSeq and AppliedSeq; State is "current", "applying" (sent,
 		// not yet reported applied), "nothing sent", "never heard",
 		// "being removed" (a removal that failed half-way; Heard is "-"),

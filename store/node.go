@@ -25,6 +25,9 @@ type Node struct {
 	Held        time.Time   // zero unless held
 	HeldReason  string
 	Removing    time.Time // zero unless its removal began and has not finished
+	// Heartbeat is how often the node said it sends a heartbeat; zero if
+	// its heartbeats do not say (a host older than the field).
+	Heartbeat time.Duration
 }
 
 // AddNode records a new node. A node of that name already present is refused.
@@ -40,23 +43,25 @@ func (db *DB) AddNode(ctx context.Context, n Node) error {
 	return nil
 }
 
-// RecordHeartbeat records that node was heard at, with what its heartbeat says.
+// RecordHeartbeat records that node was heard at, with what its heartbeat
+// says, its interval included (a heartbeat that does not say records zero).
 func (db *DB) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error {
 	if err := checkSeq(hb.AppliedSeq); err != nil {
 		return fmt.Errorf("record heartbeat of node %q: %w", hb.Node, err)
 	}
+	interval := max(hb.IntervalMS, 0)
 	return db.updateNode(ctx, hb.Node, "record heartbeat of node %q: %w",
-		`UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ? WHERE name = ?`,
-		formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, hb.Node)
+		`UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ?, heartbeat_ms = ? WHERE name = ?`,
+		formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, interval, hb.Node)
 }
 
 // RecordHeartbeats records a batch of heartbeats, one node's each, in one
-// transaction. A heartbeat that cannot be recorded (its node is gone, its
+// transaction, their intervals included as RecordHeartbeat does. A heartbeat that cannot be recorded (its node is gone, its
 // sequence does not fit) is that node's, in failed; the others are written.
 func (db *DB) RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at time.Time) (failed map[string]error, err error) {
 	err = db.tx(ctx, func(tx *sql.Tx) error {
 		failed = map[string]error{}
-		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ? WHERE name = ?`)
+		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ?, heartbeat_ms = ? WHERE name = ?`)
 		if err != nil {
 			return err
 		}
@@ -66,7 +71,7 @@ func (db *DB) RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at tim
 				failed[hb.Node] = fmt.Errorf("record heartbeat of node %q: %w", hb.Node, err)
 				continue
 			}
-			res, err := stmt.ExecContext(ctx, formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, hb.Node)
+			res, err := stmt.ExecContext(ctx, formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, max(hb.IntervalMS, 0), hb.Node)
 			if err != nil {
 				return err
 			}
@@ -115,15 +120,17 @@ func (db *DB) updateNode(ctx context.Context, node, format, query string, args .
 	return nil
 }
 
-const nodeColumns = `name, address, nkey, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason, removing_at`
+const nodeColumns = `name, address, nkey, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason, removing_at, heartbeat_ms`
 
 func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 	var n Node
 	var joined string
 	var heard, facts, held, removing sql.NullString
-	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason, &removing); err != nil {
+	var heartbeatMS int64
+	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason, &removing, &heartbeatMS); err != nil {
 		return Node{}, err
 	}
+	n.Heartbeat = time.Duration(heartbeatMS) * time.Millisecond
 	if held.Valid {
 		t, err := parseTime(held.String)
 		if err != nil {

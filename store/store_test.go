@@ -187,7 +187,7 @@ func TestNodes(t *testing.T) {
 	}
 
 	heard := time.Date(2024, 5, 2, 8, 30, 0, 5, time.UTC)
-	hb := spec.Heartbeat{Node: "alpha", Time: heard, AppliedSeq: 42, HostVersion: "deadbeef", Protocol: spec.Protocol}
+	hb := spec.Heartbeat{Node: "alpha", Time: heard, AppliedSeq: 42, HostVersion: "deadbeef", Protocol: spec.Protocol, IntervalMS: 1500}
 	if err := db.RecordHeartbeat(ctx, hb, heard); err != nil {
 		t.Fatalf("RecordHeartbeat: %v", err)
 	}
@@ -209,8 +209,25 @@ func TestNodes(t *testing.T) {
 	if !n.LastHeard.Equal(heard) {
 		t.Errorf("LastHeard = %v, want %v", n.LastHeard, heard)
 	}
-	if n.AppliedSeq != 42 || n.HostVersion != "deadbeef" || n.Protocol != spec.Protocol {
+	if n.AppliedSeq != 42 || n.HostVersion != "deadbeef" || n.Protocol != spec.Protocol || n.Heartbeat != 1500*time.Millisecond {
 		t.Errorf("after heartbeat Node = %+v", n)
+	}
+	// A heartbeat that does not say its interval (an older host) records
+	// none: the controller falls back to its fixed window.
+	hb.IntervalMS = 0
+	if err := db.RecordHeartbeat(ctx, hb, heard); err != nil {
+		t.Fatalf("RecordHeartbeat: %v", err)
+	}
+	if n, err := db.Node(ctx, "alpha"); err != nil || n.Heartbeat != 0 {
+		t.Errorf("after a heartbeat without its interval: %v, %v", n.Heartbeat, err)
+	}
+	// Batched as the controller writes them, too.
+	hb.IntervalMS = 2000
+	if failed, err := db.RecordHeartbeats(ctx, []spec.Heartbeat{hb}, heard); err != nil || len(failed) != 0 {
+		t.Fatalf("RecordHeartbeats: %v %v", failed, err)
+	}
+	if n, err := db.Node(ctx, "alpha"); err != nil || n.Heartbeat != 2*time.Second {
+		t.Errorf("after a batch with its interval: %v, %v", n.Heartbeat, err)
 	}
 	if n.Facts == nil {
 		t.Fatal("Facts = nil after RecordFacts")
