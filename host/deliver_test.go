@@ -39,6 +39,9 @@ type bench struct {
 	reports chan spec.Report
 	start   func() // starts the host
 	stop    func() // stops it, as a SIGTERM does, and waits for it
+	// heartbeat is the host's heartbeat interval, an hour unless a test
+	// sets it before start.
+	heartbeat time.Duration
 }
 
 func newBench(t *testing.T) *bench {
@@ -79,7 +82,7 @@ func newBench(t *testing.T) *bench {
 		DeliverSubject: spec.DeliverySubject("alpha"), FilterSubject: spec.DeclarationSubject("alpha"), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
-	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64)}
+	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64), heartbeat: time.Hour}
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	b.key = priv
 	if _, err := nc.Subscribe(spec.NodeSubject("alpha", spec.KindReport), func(m *nats.Msg) {
@@ -98,7 +101,7 @@ func newBench(t *testing.T) *bench {
 	var agentDone chan struct{}
 	agentCancel := func() {}
 	b.start = func() {
-		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: time.Hour, ReconcileEvery: time.Hour}, log)
+		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: b.heartbeat, ReconcileEvery: time.Hour}, log)
 		if err != nil {
 			t.Fatal(err)
 		}
