@@ -72,7 +72,10 @@ func exampleModule(t *testing.T, cli *client.Client, name, tag string) string {
 	return dir
 }
 
-func newContainerMesh(t *testing.T) *containerMesh {
+// newContainerMesh starts alpha (genesis, reconciling every second unless
+// alphaFlags say otherwise: a later flag wins) and beta, and waits for both
+// to report a container engine.
+func newContainerMesh(t *testing.T, alphaFlags ...string) *containerMesh {
 	cli := dockertest.Client(t)
 	r := mrand.IntN(120) + 1
 	m := &containerMesh{cli: cli, rootA: t.TempDir(), rootB: t.TempDir(),
@@ -92,7 +95,7 @@ func newContainerMesh(t *testing.T) *containerMesh {
 		t.Cleanup(func() { dockertest.RemoveNode(cli, node) })
 	}
 
-	m.testMesh = newMesh(t, "--root", m.rootA, "--address", m.addrA, "--subnet", m.subnetA.String(), "--reconcile", "1s")
+	m.testMesh = newMesh(t, append([]string{"--root", m.rootA, "--address", m.addrA, "--subnet", m.subnetA.String(), "--reconcile", "1s"}, alphaFlags...)...)
 	m.betaDir, m.beta = join(t, m.token(t, "beta"), "--root", m.rootB, "--address", m.addrB, "--subnet", m.subnetB.String())
 	eventually(t, 30*time.Second, "both hosts report a container engine", func() (bool, string) {
 		var have []string

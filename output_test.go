@@ -34,7 +34,8 @@ func TestOutputGolden(t *testing.T) {
 	st := func(clear bool) spec.StatusResult {
 		r := spec.StatusResult{Time: at, Versions: map[string][]string{"1a2b3c4d5e6f": {"alpha"}}, AllClear: clear, Problems: []string{},
 			Nodes: []spec.NodeStatus{{Node: "alpha", LastHeard: &heard, Heard: "3s ago", HeartbeatMS: 10000, SentSeq: 4, AppliedSeq: 4, State: "current",
-				Failures: []string{}, HostVersion: "1a2b3c4d5e6f", Protocol: 1, ProtocolKnown: true}}}
+				Failures: []string{}, HostVersion: "1a2b3c4d5e6f", Protocol: 1, ProtocolKnown: true,
+				Notes: []string{"web:container:web: started again: it had exited with code 137 at 2026-11-30T11:59:00Z"}}}}
 		if !clear {
 			r.Versions["0f0f0f0f0f0f"] = []string{"beta"}
 			r.Nodes = append(r.Nodes, spec.NodeStatus{Node: "beta", LastHeard: &heard, Heard: "45s ago", Silent: true, HeartbeatMS: 1000, SentSeq: 5, AppliedSeq: 3,

@@ -104,6 +104,9 @@ func printStatus(w io.Writer, res spec.StatusResult) error {
 		for _, f := range n.Failures {
 			fmt.Fprintf(w, "  ! %s %s\n", n.Node, f)
 		}
+		for _, note := range n.Notes {
+			fmt.Fprintf(w, "  ~ %s %s\n", n.Node, note)
+		}
 	}
 	if len(res.Versions) > 1 {
 		versions := make([]string, 0, len(res.Versions))

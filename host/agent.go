@@ -70,6 +70,12 @@ type Agent struct {
 	// the loop that applies; beatNow has one sent at once.
 	appliedSeq atomic.Uint64
 	beatNow    chan struct{}
+	// stops are what the engine's events said of the node's containers;
+	// kicks ask for a pass because of them, and recheck is the pass due
+	// when a container that keeps stopping may clear.
+	stops   stops
+	kicks   chan struct{}
+	recheck *time.Timer
 }
 
 // New reads the host's state and credential and starts nothing.
@@ -106,7 +112,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 29 {
 		return nil, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", cfg.Subnet)
 	}
-	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1)}
+	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), kicks: make(chan struct{}, 1)}
 	a.appliedSeq.Store(st.AppliedSeq)
 	return a, nil
 }
@@ -221,6 +227,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.safely("names", a.serveNames)
 	close(a.ready)
 	a.log.Info("host ready", "node", a.state.Node, "bus", nc.ConnectedUrl(), "version", version[:12])
+	// A container that stops is started again and reported within
+	// seconds, not at the next reconcile.
+	eventPasses := a.followContainers(ctx)
 	// What was kept is held again at start: an apply cut short converges.
 	a.safely("reconcile", func() { a.reconcile(ctx, nc) })
 
@@ -235,6 +244,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-engineFlips:
 			sendFacts()
 		case <-reconcile.C:
+			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
+		case <-eventPasses:
 			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
 		case m := <-previews:
 			a.safely("preview", func() { a.handlePreview(nc, m) })

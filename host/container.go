@@ -94,8 +94,10 @@ func (c containerApplier) finish() {
 }
 
 // listedUnchanged says whether the listing has name running with digest.
+// A container that died lately is not taken from the listing, which may
+// still have it running.
 func (c containerApplier) listedUnchanged(name, digest string) bool {
-	if c.running == nil {
+	if c.running == nil || c.docker.diedRecently(name) {
 		return false
 	}
 	c.running.mu.Lock()
@@ -358,6 +360,7 @@ func (c containerApplier) holds(ctx context.Context, ref, id string) (bool, erro
 
 // remove stops a container (killing it after stopTimeout) and removes it.
 func (c containerApplier) remove(ctx context.Context, id, name string, w *Writes) error {
+	c.docker.stopping(id)
 	timeout := stopTimeout
 	w.add()
 	if _, err := c.docker.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &timeout}); err != nil && !notFound(err) {

@@ -22,6 +22,9 @@ type Docker struct {
 	// mutations counts the engine calls that change something (every
 	// request but GET and HEAD): what a roster-only apply must make none of.
 	mutations atomic.Int64
+	// hostStops are the containers the host itself stopped, by ID, and
+	// deaths those the engine said died, by name.
+	hostStops, deaths recent
 }
 
 // NewDocker is a client of the engine at endpoint (unix:///path or

@@ -121,6 +121,7 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration,
 	began := time.Now()
 	results, applied, writes := a.engine.Apply(ctx, decl.Resources, a.state.Applied)
 	took := time.Since(began)
+	told := a.noteStops(results, time.Now())
 	a.state.Applied = applied
 	a.state.AppliedSeq = decl.Seq
 	a.appliedSeq.Store(decl.Seq)
@@ -146,9 +147,10 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration,
 	changed := counts[spec.Created] + counts[spec.Changed] + counts[spec.Removed]
 	sameFailures := failures.String() == a.lastFailures
 	a.lastFailures = failures.String()
-	// A reconcile pass that changed nothing, and failed only as the last
-	// pass did, has nothing new to say (invariant 14).
-	quiet := reconcile && changed == 0 && sameFailures
+	// A reconcile pass that changed nothing, failed only as the last pass
+	// did, and has no container stop to tell has nothing new to say
+	// (invariant 14).
+	quiet := reconcile && changed == 0 && sameFailures && !told
 	if quiet && a.reported {
 		a.log.Debug("reconcile: nothing to change", "seq", decl.Seq, "resources", len(results), "failed", counts[spec.Failed])
 		return

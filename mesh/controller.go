@@ -336,4 +336,5 @@ type metrics struct {
 	// repliesRefused counts requests dropped because their reply subject
 	// was not under the requester's own inbox.
 	repliesRefused atomic.Uint64
+	reports        atomic.Uint64
 }

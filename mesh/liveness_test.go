@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
 )
 
 // TestSilenceRule: a node that said how often it beats is silent once it
@@ -68,5 +69,27 @@ func TestStatusSilentByInterval(t *testing.T) {
 	}
 	if n := shown.(spec.NodeShowResult).Node; n.HeartbeatMS != 1000 || n.SilentAfterMS != 3000 {
 		t.Fatalf("node show: %+v", n)
+	}
+}
+
+// TestStatusTellsNotes: a container the host started again is told in
+// status, with why it had stopped, and is no problem: it runs again.
+func TestStatusTellsNotes(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	c, db := newController(t, clk)
+	ctx := context.Background()
+	if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "alpha", Protocol: spec.Protocol, IntervalMS: 1000}, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	note := "started again: it had exited with code 143 at 2026-05-01T11:59:59Z"
+	body := mustJSON(t, spec.Report{Node: "alpha", Reconcile: true, Results: []spec.ResourceResult{
+		{Name: "web:container:web", Kind: spec.KindContainer, Outcome: spec.Changed, Note: note}}})
+	if err := db.RecordReport(ctx, store.Report{Node: "alpha", Body: body, Received: clk.Now()}, true); err != nil {
+		t.Fatal(err)
+	}
+	res := statusOf(t, c)
+	if notes := nodeStatus(res, "alpha").Notes; !res.AllClear || len(notes) != 1 || notes[0] != "web:container:web: "+note {
+		t.Fatalf("status after a container was started again: %+v", res)
 	}
 }

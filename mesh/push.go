@@ -453,6 +453,7 @@ func (c *Controller) forward(r spec.Report) {
 }
 
 func (c *Controller) onReport(ctx context.Context, m *nats.Msg) {
+	c.metrics.reports.Add(1)
 	node, _, _ := spec.NodeFromSubject(m.Subject)
 	var r spec.Report
 	if err := spec.Decode(m.Data, &r); err != nil {

@@ -129,6 +129,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 				problem("%s refused declaration %d: %s", n.Name, rep.Seq, st.Refused)
 			}
 			failed := statusFailures(&st, n.Name, rep)
+			statusNotes(&st, n.Name, rep)
 			if failed > 0 {
 				problem("%s failed %d resource(s)", n.Name, failed)
 			}
@@ -172,6 +173,26 @@ func statusFailures(st *spec.NodeStatus, node string, rep spec.Report) int {
 		st.Failures = append(st.Failures, fmt.Sprintf("…and %d more: mesh node show %s lists them", failed-spec.MaxStatusFailures, node))
 	}
 	return failed
+}
+
+// statusNotes lists at most spec.MaxStatusFailures of the notes of rep's
+// results that did not fail (a container started again, and why it had
+// stopped) in st, the last line counting the rest. They are told, not
+// problems.
+func statusNotes(st *spec.NodeStatus, node string, rep spec.Report) {
+	noted := 0
+	for _, rr := range rep.Results {
+		if rr.Outcome == spec.Failed || rr.Note == "" {
+			continue
+		}
+		noted++
+		if noted <= spec.MaxStatusFailures {
+			st.Notes = append(st.Notes, clipStatus(rr.Name)+": "+clipStatus(rr.Note))
+		}
+	}
+	if noted > spec.MaxStatusFailures {
+		st.Notes = append(st.Notes, fmt.Sprintf("…and %d more: mesh node show %s lists them", noted-spec.MaxStatusFailures, node))
+	}
 }
 
 // beatsSuffix says how often a silent node said it would be heard, if it

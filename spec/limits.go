@@ -58,8 +58,9 @@ const (
 	// MaxFactList caps each list of a node's facts (capabilities, errors).
 	MaxFactList = 32
 
-	// MaxStatusFailures is how many failures of one node status lists;
-	// the rest are counted, and mesh node show lists them.
+	// MaxStatusFailures is how many failures of one node status lists,
+	// and how many notes; the rest are counted, and mesh node show lists
+	// them.
 	MaxStatusFailures = 5
 
 	// MaxStatusText caps each text status shows of a node's report (a

@@ -49,6 +49,9 @@ type (
 		Pending    bool     `json:"pending"`
 		PendingWhy string   `json:"pending_why,omitempty"`
 		Failures   []string `json:"failures"` // "resource: cause" from the last report
+		// Notes are "resource: note" from the last report: a container
+		// started again and why it had stopped. Told, not problems.
+		Notes      []string `json:"notes,omitempty"`
 		Refused    string   `json:"refused,omitempty"`
 		// Flooding says that the node sent heartbeats faster than a host
 		// does, and how many; empty when it did not within the last minute.
