@@ -76,6 +76,9 @@ type Agent struct {
 	stops   stops
 	kicks   chan struct{}
 	recheck *time.Timer
+	// engineUp is whether the container engine answered when the facts
+	// were last gathered.
+	engineUp atomic.Bool
 }
 
 // New reads the host's state and credential and starts nothing.
@@ -264,6 +267,7 @@ func (a *Agent) engineFacts(ctx context.Context, f *spec.Facts) {
 		return
 	}
 	v, err := a.cfg.Docker.Version(ctx)
+	a.engineUp.Store(err == nil)
 	if err != nil {
 		f.Errors = append(f.Errors, "container engine: "+err.Error())
 		return
@@ -273,13 +277,15 @@ func (a *Agent) engineFacts(ctx context.Context, f *spec.Facts) {
 }
 
 // watchEngine checks the container engine at the heartbeat's pace and
-// signals flips when it starts or stops answering, until ctx ends.
+// signals flips while it answers otherwise than the facts last sent say
+// (compared with those, not with its own first look, so that an engine
+// stopping between the facts and that look is not missed), until ctx ends.
 func (a *Agent) watchEngine(ctx context.Context, flips chan<- struct{}) {
 	if a.cfg.Docker == nil {
 		return
 	}
 	answers := func() bool { _, err := a.cfg.Docker.Version(ctx); return err == nil }
-	up := answers()
+	up := a.engineUp.Load()
 	tick := time.NewTicker(a.cfg.HeartbeatEvery)
 	defer tick.Stop()
 	for {
@@ -288,13 +294,16 @@ func (a *Agent) watchEngine(ctx context.Context, flips chan<- struct{}) {
 			return
 		case <-tick.C:
 		}
-		if now := answers(); now != up && ctx.Err() == nil {
+		now := answers()
+		if ctx.Err() != nil {
+			return
+		}
+		if now != up {
 			up = now
 			a.log.Info("container engine "+map[bool]string{true: "answers", false: "stopped answering"}[up], "engine", a.cfg.Docker.Endpoint())
-			select {
-			case flips <- struct{}{}:
-			default:
-			}
+		}
+		if now != a.engineUp.Load() {
+			nudge(flips)
 		}
 	}
 }
