@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +92,19 @@ func TestStatusTellsNotes(t *testing.T) {
 	res := statusOf(t, c)
 	if notes := nodeStatus(res, "alpha").Notes; !res.AllClear || len(notes) != 1 || notes[0] != "web:container:web: "+note {
 		t.Fatalf("status after a container was started again: %+v", res)
+	}
+	// Status is the whole mesh in one reply: a few notes a node, the rest
+	// counted.
+	var results []spec.ResourceResult
+	for i := range spec.MaxStatusFailures + 2 {
+		results = append(results, spec.ResourceResult{Name: fmt.Sprintf("m:container:c%d", i), Kind: spec.KindContainer, Outcome: spec.Changed, Note: note})
+	}
+	body = mustJSON(t, spec.Report{Node: "alpha", Reconcile: true, Results: results})
+	if err := db.RecordReport(ctx, store.Report{Node: "alpha", Body: body, Received: clk.Now()}, true); err != nil {
+		t.Fatal(err)
+	}
+	notes := nodeStatus(statusOf(t, c), "alpha").Notes
+	if len(notes) != spec.MaxStatusFailures+1 || notes[len(notes)-1] != "…and 2 more: mesh node show alpha lists them" {
+		t.Fatalf("status of a report with %d notes: %q", len(results), notes)
 	}
 }
