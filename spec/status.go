@@ -51,8 +51,8 @@ type (
 		Failures   []string `json:"failures"` // "resource: cause" from the last report
 		// Notes are "resource: note" from the last report: a container
 		// started again and why it had stopped. Told, not problems.
-		Notes      []string `json:"notes,omitempty"`
-		Refused    string   `json:"refused,omitempty"`
+		Notes   []string `json:"notes,omitempty"`
+		Refused string   `json:"refused,omitempty"`
 		// Flooding says that the node sent heartbeats faster than a host
 		// does, and how many; empty when it did not within the last minute.
 		Flooding   string `json:"flooding,omitempty"`
