@@ -139,15 +139,20 @@ Example:
 			// Bind each address once before anything is written, so an address
 			// that cannot be bound changes nothing on disk; a port 0 becomes the
 			// port kept from then on.
-			busAddr, err := claimPort("--bus", c.String("bus"))
+			// Each claim is held until the last is made, so that two port 0s
+			// never come back as the same port.
+			busAddr, busHeld, err := holdPort("--bus", c.String("bus"))
 			if err != nil {
 				return err
 			}
-			httpAddr, err := claimPort("--http", c.String("http"))
+			httpAddr, httpHeld, err := holdPort("--http", c.String("http"))
 			if err != nil {
+				busHeld.Close()
 				return err
 			}
 			dnsAddr, err := claimDNSFlag(c)
+			busHeld.Close()
+			httpHeld.Close()
 			if err != nil {
 				return err
 			}
@@ -380,15 +385,25 @@ func refuseExisting(dir string) error {
 
 // claimPort checks that addr can be bound, and turns a port 0 into a free port.
 func claimPort(flag, addr string) (string, error) {
+	bound, held, err := holdPort(flag, addr)
+	if err != nil {
+		return "", err
+	}
+	held.Close()
+	return bound, nil
+}
+
+// holdPort is claimPort that keeps the port bound until the caller closes
+// it.
+func holdPort(flag, addr string) (string, net.Listener, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return "", usagef("%s %q: %v (want host:port)", flag, addr, err)
+		return "", nil, usagef("%s %q: %v (want host:port)", flag, addr, err)
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("%s %s cannot be bound: %w (choose another with %s)", flag, addr, err, flag)
+		return "", nil, fmt.Errorf("%s %s cannot be bound: %w (choose another with %s)", flag, addr, err, flag)
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return l.Addr().String(), l, nil
 }
 
 // claimDNSPort is claimPort for the resolver, which binds UDP and TCP on one

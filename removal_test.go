@@ -2,9 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,26 +25,6 @@ func fileModule(t *testing.T, name, path, content string) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-// waitExit waits for d to exit and returns its exit code.
-func waitExit(t *testing.T, d *daemon, within time.Duration) int {
-	t.Helper()
-	select {
-	case err := <-d.done:
-		d.done <- err
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(within):
-		t.Fatalf("mesh did not exit within %s\n%s", within, d.out.String())
-		return -1
-	}
 }
 
 func showNode(t *testing.T, dir, node string) spec.Node {
@@ -135,7 +113,7 @@ func TestRemovedHostExitsSayingSo(t *testing.T) {
 	mustRun(t, "node", "remove", "--dir", m.dir, "beta")
 	wantRemoved := func(d *daemon) {
 		t.Helper()
-		if code := waitExit(t, d, 30*time.Second); code != 3 {
+		if code := d.exited(t, 30*time.Second); code != 3 {
 			t.Fatalf("the removed host exited with %d, want 3\n%s", code, d.out.String())
 		}
 		for _, want := range []string{`node "beta": removed from the mesh`, "mesh token create beta", "--join TOKEN"} {
