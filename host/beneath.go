@@ -443,3 +443,28 @@ func dupRetry(fd int) (int, error) {
 		}
 	}
 }
+
+// checkMountSource refuses a container mount source under root that lies
+// through a link leading out of the root, or is a link itself: the engine
+// follows links when it binds a source, so a container could otherwise be
+// given a directory outside the root.
+func checkMountSource(root, source string) error {
+	t, err := openTree(root)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	s, err := t.locate(source)
+	if err != nil {
+		return fmt.Errorf("mount source %s: %w", source, err)
+	}
+	defer s.close()
+	st, ok, err := s.lstat()
+	if err != nil {
+		return fmt.Errorf("mount source %s: %w", source, err)
+	}
+	if ok && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return fmt.Errorf("mount source %s is a symbolic link (%s), which the engine would follow: declare the directory it names instead", source, s.path)
+	}
+	return nil
+}

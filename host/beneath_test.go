@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/internal/dockertest"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -519,4 +521,36 @@ func nothingEscapes(t *testing.T, input []byte) {
 	_, record, _ = e.Apply(ctx, kept, record)
 	e.Apply(ctx, nil, record)
 	checkUnchanged(t, before, outsideSnapshot(t, top, root))
+}
+
+// TestMountSourceThroughALinkIsRefused: the engine follows links when it
+// binds a mount source, so a source that is a link, or lies through one
+// leading out of the root, fails its container naming it, before the engine
+// is asked anything; a plain directory gets as far as the engine.
+func TestMountSourceThroughALinkIsRefused(t *testing.T) {
+	endpoint := dockertest.DeadEngine(t)
+	d, err := host.NewDocker(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, outside := t.TempDir(), t.TempDir()
+	os.MkdirAll(filepath.Join(root, "srv/real"), 0o755)
+	os.MkdirAll(filepath.Join(outside, "data"), 0o755)
+	os.Symlink(outside, filepath.Join(root, "srv/out"))
+	os.Symlink("real", filepath.Join(root, "srv/link"))
+	e := host.NewEngine(root, nil)
+	e.Containers(d, "alpha", "127.0.0.1", netip.MustParsePrefix("10.214.0.0/24"), nil)
+	for _, tc := range []struct{ source, want string }{
+		{"/srv/out/data", "srv/out"},
+		{"/srv/out", "is a symbolic link"},
+		{"/srv/link", "is a symbolic link"},
+		{"/srv/real", "does not answer"},
+	} {
+		ctr := spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m", Container: &spec.ContainerSpec{
+			Name: "web", Image: "x:1", Mounts: []spec.MountSpec{{Source: tc.source, Target: "/data"}}}}
+		results, _, _ := e.Apply(context.Background(), []spec.Resource{ctr}, nil)
+		if r := results[0]; r.Outcome != spec.Failed || !strings.Contains(r.Error, tc.want) {
+			t.Errorf("mount source %s: %s %q, want a failure naming %q", tc.source, r.Outcome, r.Error, tc.want)
+		}
+	}
 }

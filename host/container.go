@@ -185,6 +185,11 @@ func (c containerApplier) Apply(ctx context.Context, root string, r spec.Resourc
 // apply is Apply, with a note on a container started again.
 func (c containerApplier) apply(ctx context.Context, root string, r spec.Resource, blobs BlobFetcher, w *Writes) (note, outcome string, err error) {
 	s := *r.Container
+	for _, m := range s.Mounts {
+		if err := checkMountSource(root, m.Source); err != nil {
+			return "", "", err
+		}
+	}
 	name := spec.ContainerName(c.node, s.Name)
 	id, digest := c.identity(root, s)
 	if c.listedUnchanged(name, digest) {
