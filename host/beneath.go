@@ -118,13 +118,13 @@ func (t *tree) locate(p string) (*spot, error) {
 	full := filepath.Join(t.root, p)
 	comps := strings.Split(strings.TrimPrefix(p, "/"), "/")
 	s := &spot{path: full, name: comps[len(comps)-1]}
-	todo := comps[:len(comps)-1]
+	ahead := comps[:len(comps)-1]
 
 	// Most paths go through no link, or only through relative ones that
 	// stay beneath: the kernel resolves those in one call, and anything
 	// else (a missing parent, an absolute link, a kernel without openat2)
 	// is walked below, one component at a time.
-	parent := strings.Join(todo, "/")
+	parent := strings.Join(ahead, "/")
 	if parent == "" {
 		parent = "."
 	}
@@ -164,15 +164,15 @@ func (t *tree) locate(p string) (*spot, error) {
 		return filepath.Join(slices.Concat([]string{t.root}, names[1:], []string{c})...)
 	}
 	links := 0
-	var via *escapeError  // the last link followed, for a ".." out of the root
-	declared := len(todo) // how many at todo's end are the declared path's own
-	for len(todo) > 0 {
-		c := todo[0]
-		own := len(todo) == declared // not from a link's target
+	var via *escapeError   // the last link followed, for a ".." out of the root
+	declared := len(ahead) // how many at ahead's end are the declared path's own
+	for len(ahead) > 0 {
+		c := ahead[0]
+		own := len(ahead) == declared // not from a link's target
 		if own {
 			declared--
 		}
-		todo = todo[1:]
+		ahead = ahead[1:]
 		switch c {
 		case "", ".":
 			continue
@@ -199,7 +199,7 @@ func (t *tree) locate(p string) (*spot, error) {
 					here(c), full, via.link, via.target)})
 			}
 			rest := []string{c}
-			rest = append(rest, todo...) // the declared path's own: no "..", no "."
+			rest = append(rest, ahead...) // the declared path's own: no "..", no "."
 			s.dir, s.dirPath, s.missing = keepTop(dirs), here(""), rest
 			return s, nil
 		}
@@ -238,7 +238,7 @@ func (t *tree) locate(p string) (*spot, error) {
 			release(1) // from the root again
 			next = strings.Split(rel, "/")
 		}
-		todo = append(next, todo...)
+		ahead = append(next, ahead...)
 	}
 	s.dir, s.dirPath = keepTop(dirs), here("")
 	return s, nil

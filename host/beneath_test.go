@@ -140,8 +140,8 @@ func TestApplyDoesNotFollowLinksOutOfTheRoot(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if tc.root && os.Getuid() != 0 {
-				t.Skip("chown to other users needs root")
+			if tc.root {
+				needRoot(t, "chown to another user")
 			}
 			base, root, outside := linkedRoot(t)
 			target := strings.NewReplacer("OUT", outside, "BASE", base).Replace(tc.link)

@@ -108,12 +108,18 @@ func (c *Controller) publishRecorded(ctx context.Context, n store.Node) error {
 			return nil
 		}
 	}
-	msg := nats.NewMsg(spec.DeclarationSubject(n.Name))
-	msg.Data = d.Body
-	msg.Header.Set(spec.SigHeader, base64.StdEncoding.EncodeToString(d.Sig))
-	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+	if _, err := c.js.PublishMsg(ctx, signedMsg(spec.DeclarationSubject(n.Name), d.Body, d.Sig)); err != nil {
 		return fmt.Errorf("publish the recorded declaration %d of node %q: %w", d.Seq, n.Name, err)
 	}
 	c.log.Info("declaration recorded but not published before a stop: published now", "node", n.Name, "seq", d.Seq)
 	return nil
+}
+
+// signedMsg is body on subject with its signature in the Mesh-Sig header:
+// a declaration or a preview as hosts receive it.
+func signedMsg(subject string, body, sig []byte) *nats.Msg {
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	msg.Header.Set(spec.SigHeader, base64.StdEncoding.EncodeToString(sig))
+	return msg
 }

@@ -3,7 +3,6 @@ package mesh
 import (
 	"context"
 	"crypto/ed25519"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -164,9 +163,7 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 	if err := c.deps.DB.RecordDeclaration(ctx, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: sig, Sent: decl.Issued, Expires: decl.Expires}); err != nil {
 		return 0, err
 	}
-	msg := nats.NewMsg(spec.DeclarationSubject(node))
-	msg.Data = body
-	msg.Header.Set(spec.SigHeader, base64.StdEncoding.EncodeToString(sig))
+	msg := signedMsg(spec.DeclarationSubject(node), body, sig)
 	// Recorded as sent, it is published whatever happens to the caller's
 	// context: a push that stops never leaves a recorded declaration
 	// unsent, nor one sent that it does not list.
@@ -330,10 +327,7 @@ func (c *Controller) preview(ctx context.Context, node string, resources []spec.
 	if err != nil {
 		return 0, fmt.Errorf("encode preview of node %q: %w", node, err)
 	}
-	msg := nats.NewMsg(spec.PreviewSubject(node))
-	msg.Data = body
-	msg.Header.Set(spec.SigHeader, base64.StdEncoding.EncodeToString(ed25519.Sign(c.cfg.SignKey, body)))
-	if err := c.nc.PublishMsg(msg); err != nil {
+	if err := c.nc.PublishMsg(signedMsg(spec.PreviewSubject(node), body, ed25519.Sign(c.cfg.SignKey, body))); err != nil {
 		return 0, fmt.Errorf("send preview to node %q: %w", node, err)
 	}
 	return decl.Seq, nil

@@ -159,20 +159,14 @@ func clipStatus(s string) string { return spec.Clip(s, spec.MaxStatusText) }
 // statusFailures lists at most spec.MaxStatusFailures of rep's failures in
 // st, the last line counting the rest, and returns how many there are.
 func statusFailures(st *spec.NodeStatus, node string, rep spec.Report) int {
-	failed := 0
+	var lines []string
 	for _, rr := range rep.Results {
-		if rr.Outcome != spec.Failed {
-			continue
-		}
-		failed++
-		if failed <= spec.MaxStatusFailures {
-			st.Failures = append(st.Failures, clipStatus(rr.Name)+": "+clipStatus(rr.Error))
+		if rr.Outcome == spec.Failed {
+			lines = append(lines, clipStatus(rr.Name)+": "+clipStatus(rr.Error))
 		}
 	}
-	if failed > spec.MaxStatusFailures {
-		st.Failures = append(st.Failures, fmt.Sprintf("…and %d more: mesh node show %s lists them", failed-spec.MaxStatusFailures, node))
-	}
-	return failed
+	st.Failures = append(st.Failures, capStatus(lines, node)...)
+	return len(lines)
 }
 
 // statusNotes lists at most spec.MaxStatusFailures of the notes of rep's
@@ -180,19 +174,23 @@ func statusFailures(st *spec.NodeStatus, node string, rep spec.Report) int {
 // stopped) in st, the last line counting the rest. They are told, not
 // problems.
 func statusNotes(st *spec.NodeStatus, node string, rep spec.Report) {
-	noted := 0
+	var lines []string
 	for _, rr := range rep.Results {
-		if rr.Outcome == spec.Failed || rr.Note == "" {
-			continue
-		}
-		noted++
-		if noted <= spec.MaxStatusFailures {
-			st.Notes = append(st.Notes, clipStatus(rr.Name)+": "+clipStatus(rr.Note))
+		if rr.Outcome != spec.Failed && rr.Note != "" {
+			lines = append(lines, clipStatus(rr.Name)+": "+clipStatus(rr.Note))
 		}
 	}
-	if noted > spec.MaxStatusFailures {
-		st.Notes = append(st.Notes, fmt.Sprintf("…and %d more: mesh node show %s lists them", noted-spec.MaxStatusFailures, node))
+	st.Notes = append(st.Notes, capStatus(lines, node)...)
+}
+
+// capStatus is lines cut to spec.MaxStatusFailures, the last line counting
+// the rest.
+func capStatus(lines []string, node string) []string {
+	if len(lines) <= spec.MaxStatusFailures {
+		return lines
 	}
+	return append(lines[:spec.MaxStatusFailures:spec.MaxStatusFailures],
+		fmt.Sprintf("…and %d more: mesh node show %s lists them", len(lines)-spec.MaxStatusFailures, node))
 }
 
 // beatsSuffix says how often a silent node said it would be heard, if it
