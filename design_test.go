@@ -1,0 +1,69 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImportDirections holds the import rules of docs/design.md: each
+// package imports only the project packages its row allows.
+func TestImportDirections(t *testing.T) {
+	const mod = "github.com/mesh-fleet/mesh/"
+	// allowed lists, for each package, the project packages it may import.
+	allowed := map[string][]string{
+		"spec":     {},
+		"store":    {"spec"},
+		"broker":   {},
+		"resolver": {},
+		"ca":       {},
+		"mesh":     {"spec", "store", "broker", "ca"},
+		"host":     {"spec", "resolver", "ca"},
+		// The resolver alone, served for bench/dns.sh.
+		"bench/meshdns": {"resolver"},
+		// Test support: Docker images built FROM scratch with busybox.
+		"internal/dockertest": {},
+	}
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], mod)
+		seen[pkg] = true
+		if fields[0] == strings.TrimSuffix(mod, "/") {
+			continue // main may import everything
+		}
+		ok, known := allowed[pkg]
+		if !known {
+			t.Errorf("package %s has no import rule: add it to DESIGN.md and this test", pkg)
+			continue
+		}
+		for _, dep := range fields[1:] {
+			if !strings.HasPrefix(dep, mod) {
+				continue
+			}
+			d := strings.TrimPrefix(dep, mod)
+			permitted := false
+			for _, a := range ok {
+				permitted = permitted || a == d
+			}
+			if !permitted {
+				t.Errorf("%s imports %s: DESIGN.md does not allow it", pkg, d)
+			}
+		}
+	}
+	if !seen["spec"] || !seen["mesh"] || !seen["host"] {
+		t.Fatalf("go list did not list the project's packages: %v", seen)
+	}
+	// spec is the standard library only.
+	out, err = exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./spec").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != mod+"spec" {
+		t.Errorf("spec depends on more than the standard library:\n%s", got)
+	}
+}
