@@ -38,7 +38,7 @@ func TestImportDirections(t *testing.T) {
 		}
 		ok, known := allowed[pkg]
 		if !known {
-			t.Errorf("package %s has no import rule: add it to DESIGN.md and this test", pkg)
+			t.Errorf("package %s has no import rule: add it to docs/design.md and this test", pkg)
 			continue
 		}
 		for _, dep := range fields[1:] {
@@ -51,7 +51,7 @@ func TestImportDirections(t *testing.T) {
 				permitted = permitted || a == d
 			}
 			if !permitted {
-				t.Errorf("%s imports %s: DESIGN.md does not allow it", pkg, d)
+				t.Errorf("%s imports %s: docs/design.md does not allow it", pkg, d)
 			}
 		}
 	}
@@ -65,5 +65,20 @@ func TestImportDirections(t *testing.T) {
 	}
 	if got := strings.TrimSpace(string(out)); got != mod+"spec" {
 		t.Errorf("spec depends on more than the standard library:\n%s", got)
+	}
+}
+
+// TestPackagesSayWhatTheyAre: every package has a doc comment, the first
+// thing a newcomer reads of it (docs/design.md's package map points there).
+func TestPackagesSayWhatTheyAre(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}\t{{.Doc}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, doc, _ := strings.Cut(line, "\t")
+		if strings.TrimSpace(doc) == "" {
+			t.Errorf("package %s has no doc comment: say what it is for above its package clause (a doc.go if no file is the obvious home)", pkg)
+		}
 	}
 }

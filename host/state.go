@@ -1,6 +1,3 @@
-// Package host is the agent every node runs: it holds the node's own bus
-// credential, reports heartbeats and facts, and (later) receives, verifies
-// and applies the node's declarations.
 package host
 
 import (

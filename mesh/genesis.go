@@ -1,5 +1,3 @@
-// Package mesh is the control plane: nodes, the operator API, the HTTP
-// listener, and (later) modules, composition and push.
 package mesh
 
 import (
