@@ -14,28 +14,6 @@ const (
 	OperatorInbox = "_OPERATOR"
 )
 
-// API verbs.
-const (
-	VerbNodeList    = "node.list"
-	VerbNodeShow    = "node.show"
-	VerbNodeRemove  = "node.remove"
-	VerbTokenCreate = "token.create"
-	VerbTokenList   = "token.list"
-	VerbTokenRevoke = "token.revoke"
-
-	VerbModuleRegister = "module.register"
-	VerbModuleList     = "module.list"
-	VerbModuleShow     = "module.show"
-	VerbAssign         = "assign"
-	VerbUnassign       = "unassign"
-	VerbBlobPut        = "blob.put"
-	VerbPush           = "push"
-	VerbHold           = "node.hold"
-	VerbStatus         = "status"
-	VerbAudit          = "audit"
-	VerbCARoots        = "ca.roots"
-)
-
 // Kinds of message a node publishes under its own subjects.
 const (
 	KindHeartbeat = "heartbeat"
