@@ -151,7 +151,7 @@ func enrolAsk(ctx context.Context, nc *nats.Conn, t spec.Token, req spec.EnrolRe
 	if msg.Header.Get("Status") == "503" {
 		return errors.New("no controller answers on the bus")
 	}
-	return decodeReply(msg.Data, res)
+	return spec.DecodeReply(msg.Data, res)
 }
 
 // request sends v to subject and decodes the controller's reply into res.
@@ -169,17 +169,5 @@ func request(ctx context.Context, nc *nats.Conn, subject string, v, res any) err
 	if err != nil {
 		return err
 	}
-	return decodeReply(msg.Data, res)
-}
-
-// decodeReply reads the controller's reply envelope into res, or its error.
-func decodeReply(data []byte, res any) error {
-	var reply spec.Reply
-	if err := spec.Decode(data, &reply); err != nil {
-		return fmt.Errorf("the controller's reply: %w", err)
-	}
-	if reply.Error != "" {
-		return errors.New(reply.Error)
-	}
-	return spec.Decode(reply.Result, res)
+	return spec.DecodeReply(msg.Data, res)
 }

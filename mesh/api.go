@@ -13,20 +13,36 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// errBadRequest marks an error that is the caller's: it is answered, and
-// not logged as the controller's failure.
-var errBadRequest = errors.New("bad request")
+// The controller's answers that are not its own failures say whose they
+// are (spec.KindOf reads it; a reply carries it as its kind), and are not
+// logged as failures. Any other error is the controller's failure.
 
-// callerError is an answer about what the caller asked for (no such node):
-// the message alone, marked as the caller's.
+// callerError: the call is wrong (a malformed request, a bad argument).
 type callerError string
 
-func (e callerError) Error() string        { return string(e) }
-func (e callerError) Is(target error) bool { return target == errBadRequest }
+func (e callerError) Error() string   { return string(e) }
+func (callerError) ReplyKind() string { return spec.ReplyCaller }
 
-// serveAPI answers an operator's call. A call whose reply subject is not
-// under the operator's inbox is dropped before anything is done or audited:
-// no one asked for it who could hear the answer.
+// notFoundError: the call names what the mesh does not hold (no node,
+// module or token by that name).
+type notFoundError string
+
+func (e notFoundError) Error() string   { return string(e) }
+func (notFoundError) ReplyKind() string { return spec.ReplyNotFound }
+
+// refusedError: the call is well made and the mesh's state refuses it (a
+// token already used, the controller's own node removed).
+type refusedError string
+
+func (e refusedError) Error() string   { return string(e) }
+func (refusedError) ReplyKind() string { return spec.ReplyRefused }
+
+// serveAPI answers an operator's call from its verb's row: the request
+// decoded (unknown fields refused), the handler called, its result or
+// error in the reply envelope with the error's kind, the reply bounded, the
+// call audited as its row's redaction says. A call whose reply subject is
+// not under the operator's inbox is dropped before anything is done or
+// audited: no one asked for it who could hear the answer.
 func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg, r requester) {
 	if !c.allowReply(m, r) {
 		return
@@ -34,108 +50,55 @@ func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg, r requester) {
 	c.metrics.apiCalls.Add(1)
 	verb := strings.TrimPrefix(m.Subject, spec.APIPrefix)
 	result, err := c.safeCall(ctx, verb, m.Data)
-	// Every call is audited but a blob upload's chunks: the registration
-	// they belong to is.
-	if verb != spec.VerbBlobPut {
+	if row, known := c.verbs[verb]; !known || row.redact.args != nil {
 		c.audit(ctx, verb, m.Data, err)
 	}
-	var reply spec.Reply
 	if err != nil {
 		c.metrics.apiErrors.Add(1)
-		reply.Error = err.Error()
-		if !errors.Is(err, errBadRequest) {
+		if spec.KindOf(err) == spec.ReplyFailed {
 			c.log.Error("api call failed", "verb", verb, "err", err)
 		}
-	} else if reply.Result, err = json.Marshal(result); err != nil {
-		reply = spec.Reply{Error: fmt.Sprintf("encode %s result: %v", verb, err)}
 	}
-	body, _ := json.Marshal(reply)
-	body = c.bounded(verb, body)
-	c.respond(m, r, body)
+	c.respond(m, r, c.bounded(verb, spec.EncodeReply(result, err)))
 }
 
 // safeCall is call under catch: a verb that panics is answered, and audited,
 // as a failure.
-func (c *Controller) safeCall(ctx context.Context, verb string, data []byte) (result any, err error) {
+func (c *Controller) safeCall(ctx context.Context, verb string, data []byte) (result json.RawMessage, err error) {
 	defer c.catch("api "+verb, func(e error) { result, err = nil, e })
 	return c.call(ctx, verb, data)
 }
 
-func decodeRequest(verb string, data []byte, v any) error {
-	if err := spec.Decode(data, v); err != nil {
-		return callerError(fmt.Sprintf("%s: malformed request: %v", verb, err))
-	}
-	return nil
-}
-
-func (c *Controller) call(ctx context.Context, verb string, data []byte) (any, error) {
-	switch verb {
-	case spec.VerbNodeList:
-		return handle(ctx, verb, data, c.listNodes)
-	case spec.VerbNodeShow:
-		var req spec.NodeShowRequest
-		if err := decodeRequest(verb, data, &req); err != nil {
-			return nil, err
-		}
-		if err := spec.CheckName("node", req.Name); err != nil {
-			return nil, callerError(err.Error())
-		}
-		n, err := c.deps.DB.Node(ctx, req.Name)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, callerError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Name))
-		}
-		if err != nil {
-			return nil, err
-		}
-		v := nodeView(n, c.cfg.Now())
-		if err := c.addDelivery(ctx, &v); err != nil {
-			return nil, err
-		}
-		return spec.NodeShowResult{Node: v}, nil
-	case spec.VerbNodeRemove:
-		return handle(ctx, verb, data, c.removeNode)
-	case spec.VerbTokenCreate:
-		return handle(ctx, verb, data, c.createToken)
-	case spec.VerbTokenList:
-		return handle(ctx, verb, data, c.listTokens)
-	case spec.VerbTokenRevoke:
-		return handle(ctx, verb, data, c.revokeToken)
-	case spec.VerbModuleRegister:
-		return handle(ctx, verb, data, c.registerModules)
-	case spec.VerbModuleList:
-		return handle(ctx, verb, data, c.listModules)
-	case spec.VerbModuleShow:
-		return handle(ctx, verb, data, c.showModule)
-	case spec.VerbAssign:
-		return handle(ctx, verb, data, c.assign)
-	case spec.VerbUnassign:
-		return handle(ctx, verb, data, c.unassign)
-	case spec.VerbBlobPut:
-		return handle(ctx, verb, data, c.putBlob)
-	case spec.VerbPush:
-		return handle(ctx, verb, data, c.push)
-	case spec.VerbHold:
-		return handle(ctx, verb, data, c.hold)
-	case spec.VerbStatus:
-		return handle(ctx, verb, data, c.status)
-	case spec.VerbAudit:
-		return handle(ctx, verb, data, c.auditLog)
-	case spec.VerbCARoots:
-		return handle(ctx, verb, data, func(context.Context, spec.CARootsRequest) (spec.CARootsResult, error) {
-			return spec.CARootsResult{PEM: string(c.deps.CA.RootsPEM()), Pins: []string{c.deps.CA.Pin()}}, nil
-		})
-	default:
+// call carries out verb's request data and returns its encoded result. A
+// verb no row knows is the caller's mistake.
+func (c *Controller) call(ctx context.Context, verb string, data []byte) (json.RawMessage, error) {
+	row, ok := c.verbs[verb]
+	if !ok {
 		return nil, callerError(fmt.Sprintf("unknown verb %q: this controller speaks protocol %d", verb, spec.Protocol))
 	}
+	return row.call(ctx, data)
 }
 
-// handle decodes a request of type Req and calls fn with it.
-func handle[Req, Res any](ctx context.Context, verb string, data []byte, fn func(context.Context, Req) (Res, error)) (any, error) {
-	var req Req
-	if err := decodeRequest(verb, data, &req); err != nil {
-		return nil, err
+func (c *Controller) showNode(ctx context.Context, req spec.NodeShowRequest) (spec.NodeShowResult, error) {
+	if err := spec.CheckName("node", req.Name); err != nil {
+		return spec.NodeShowResult{}, callerError(err.Error())
 	}
-	return fn(ctx, req)
+	n, err := c.deps.DB.Node(ctx, req.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		return spec.NodeShowResult{}, notFoundError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Name))
+	}
+	if err != nil {
+		return spec.NodeShowResult{}, err
+	}
+	v := nodeView(n, c.cfg.Now())
+	if err := c.addDelivery(ctx, &v); err != nil {
+		return spec.NodeShowResult{}, err
+	}
+	return spec.NodeShowResult{Node: v}, nil
+}
+
+func (c *Controller) caRoots(context.Context, spec.CARootsRequest) (spec.CARootsResult, error) {
+	return spec.CARootsResult{PEM: string(c.deps.CA.RootsPEM()), Pins: []string{c.deps.CA.Pin()}}, nil
 }
 
 // addDelivery adds what was last sent to the node and its last report. A
@@ -237,7 +200,6 @@ func (c *Controller) bounded(verb string, body []byte) []byte {
 	}
 	c.metrics.apiErrors.Add(1)
 	c.log.Error("api reply too large to send", "verb", verb, "bytes", len(body), "max", spec.MaxReply)
-	b, _ := json.Marshal(spec.Reply{Error: fmt.Sprintf("%s: the answer is %d bytes, more than the %d a reply may carry, so it was not sent; ask for less (mesh %s --help), and report this: the controller should have cut it to fit",
-		verb, len(body), spec.MaxReply, strings.ReplaceAll(verb, ".", " "))})
-	return b
+	return spec.EncodeReply(nil, fmt.Errorf("%s: the answer is %d bytes, more than the %d a reply may carry, so it was not sent; ask for less (mesh %s --help), and report this: the controller should have cut it to fit",
+		verb, len(body), spec.MaxReply, strings.ReplaceAll(verb, ".", " ")))
 }

@@ -95,6 +95,8 @@ type Controller struct {
 	uploadsMu sync.Mutex
 	uploads   map[string]*bytes.Buffer // blobs being uploaded, by digest
 
+	verbs map[string]row // the operator API, by verb (verbs.go)
+
 	metrics metrics
 	// beats are the heartbeats not yet written, and each node's rate.
 	beats *beats
@@ -126,8 +128,10 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if cfg.Panics == nil {
 		cfg.Panics = new(atomic.Uint64)
 	}
-	return &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(), watchers: map[string][]*watcher{},
-		auditKick: make(chan struct{}, 1)}, nil
+	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(), watchers: map[string][]*watcher{},
+		auditKick: make(chan struct{}, 1)}
+	c.verbs = verbTable(c.verbRows())
+	return c, nil
 }
 
 // Ready is closed once the controller answers the API and HTTP.

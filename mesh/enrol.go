@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -121,13 +120,13 @@ func (c *Controller) listTokens(ctx context.Context, req spec.TokenListRequest) 
 func (c *Controller) revokeToken(ctx context.Context, req spec.TokenRevokeRequest) (spec.Empty, error) {
 	t, err := c.deps.DB.Token(ctx, req.ID)
 	if errors.Is(err, store.ErrNotFound) {
-		return spec.Empty{}, callerError(fmt.Sprintf("no token %q: mesh token list shows the open ones", req.ID))
+		return spec.Empty{}, notFoundError(fmt.Sprintf("no token %q: mesh token list shows the open ones", req.ID))
 	}
 	if err != nil {
 		return spec.Empty{}, err
 	}
 	if !t.Used.IsZero() {
-		return spec.Empty{}, callerError(fmt.Sprintf("token %s was already used, by node %q: to undo that, mesh node remove %s", t.ID, t.Node, t.Node))
+		return spec.Empty{}, refusedError(fmt.Sprintf("token %s was already used, by node %q: to undo that, mesh node remove %s", t.ID, t.Node, t.Node))
 	}
 	if err := c.deps.DB.RevokeToken(ctx, req.ID, c.cfg.Now()); err != nil {
 		return spec.Empty{}, err
@@ -161,13 +160,13 @@ func (c *Controller) removeNode(ctx context.Context, req spec.NodeRemoveRequest)
 		return spec.Empty{}, callerError(err.Error())
 	}
 	if req.Name == c.cfg.Node {
-		return spec.Empty{}, callerError(fmt.Sprintf("node %q is this controller's own machine: its host runs in the controller's process and cannot be removed from the mesh", req.Name))
+		return spec.Empty{}, refusedError(fmt.Sprintf("node %q is this controller's own machine: its host runs in the controller's process and cannot be removed from the mesh", req.Name))
 	}
 	lock := c.nodeLock(req.Name)
 	lock.Lock()
 	defer lock.Unlock()
 	if err := c.deps.DB.BeginRemoval(ctx, req.Name, c.cfg.Now()); errors.Is(err, store.ErrNotFound) {
-		return spec.Empty{}, callerError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Name))
+		return spec.Empty{}, notFoundError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Name))
 	} else if err != nil {
 		return spec.Empty{}, err
 	}
@@ -202,9 +201,9 @@ func (c *Controller) nameTaken(ctx context.Context, name string) error {
 	case err != nil:
 		return err
 	case !n.Removing.IsZero():
-		return callerError(fmt.Sprintf("node %q is only partly removed: run mesh node remove %s again to finish, then join it again", name, name))
+		return refusedError(fmt.Sprintf("node %q is only partly removed: run mesh node remove %s again to finish, then join it again", name, name))
 	default:
-		return callerError(fmt.Sprintf("a node called %q is already in the mesh: choose another name, or mesh node remove %s first", name, name))
+		return refusedError(fmt.Sprintf("a node called %q is already in the mesh: choose another name, or mesh node remove %s first", name, name))
 	}
 }
 
@@ -219,19 +218,14 @@ func (c *Controller) onEnrol(ctx context.Context, m *nats.Msg, who requester) {
 		return
 	}
 	c.enrolAnswering(ctx, m.Data, func(res spec.EnrolResult, err error) {
-		var reply spec.Reply
-		if err != nil {
-			reply.Error = err.Error()
-			if errors.Is(err, errBadRequest) {
-				c.log.Warn("enrolment refused", "err", err)
-			} else {
-				c.log.Error("enrolment failed", "err", err)
-			}
-		} else {
-			reply.Result, _ = json.Marshal(res)
+		switch {
+		case err == nil:
+		case spec.KindOf(err) != spec.ReplyFailed:
+			c.log.Warn("enrolment refused", "err", err)
+		default:
+			c.log.Error("enrolment failed", "err", err)
 		}
-		body, _ := json.Marshal(reply)
-		c.respond(m, who, body)
+		c.respond(m, who, spec.EncodeReply(res, err))
 		// The answer is with the bus before the enrolment user, and its
 		// connection, go: the bus writes what it holds for a connection
 		// before closing it.
@@ -274,7 +268,7 @@ func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.T
 	}
 	t, err := c.deps.DB.Token(ctx, req.TokenID)
 	if errors.Is(err, store.ErrNotFound) {
-		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %q is not one this mesh made: it is forged or from another mesh", req.TokenID))
+		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %q is not one this mesh made: it is forged or from another mesh", req.TokenID))
 	}
 	if err != nil {
 		return spec.EnrolResult{}, err
@@ -284,16 +278,16 @@ func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.T
 		return spec.EnrolResult{}, fmt.Errorf("token %s's enrolment key: %w", t.ID, err)
 	}
 	if err := enrolKey.Verify(req.ProofBytes(), req.Proof); err != nil {
-		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s: the request is not signed by its secret: the token is forged", t.ID))
+		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s: the request is not signed by its secret: the token is forged", t.ID))
 	}
 	now := c.cfg.Now()
 	switch {
 	case !t.Revoked.IsZero():
-		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s was revoked at %s: ask for a new one (mesh token create %s)", t.ID, t.Revoked.UTC().Format(time.RFC3339), t.Node))
+		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s was revoked at %s: ask for a new one (mesh token create %s)", t.ID, t.Revoked.UTC().Format(time.RFC3339), t.Node))
 	case !t.Used.IsZero():
-		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s was already used at %s: a token joins one host once", t.ID, t.Used.UTC().Format(time.RFC3339)))
+		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s was already used at %s: a token joins one host once", t.ID, t.Used.UTC().Format(time.RFC3339)))
 	case !now.Before(t.Expires):
-		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s expired at %s: ask for a new one (mesh token create %s)", t.ID, t.Expires.UTC().Format(time.RFC3339), t.Node))
+		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s expired at %s: ask for a new one (mesh token create %s)", t.ID, t.Expires.UTC().Format(time.RFC3339), t.Node))
 	case req.Node != t.Node:
 		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s is for node %q, not %q", t.ID, t.Node, req.Node))
 	}
@@ -319,7 +313,7 @@ func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.T
 	*held = &t
 	if err := c.deps.DB.Enrol(ctx, t.ID, store.Node{Name: req.Node, Address: req.Address, NKey: req.NKey, Joined: now}); err != nil {
 		if errors.Is(err, store.ErrTokenSpent) {
-			return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s was used or revoked a moment ago", t.ID))
+			return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s was used or revoked a moment ago", t.ID))
 		}
 		return spec.EnrolResult{}, err
 	}

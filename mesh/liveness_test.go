@@ -68,7 +68,11 @@ func TestStatusSilentByInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := shown.(spec.NodeShowResult).Node; n.HeartbeatMS != 1000 || n.SilentAfterMS != 3000 {
+	var show spec.NodeShowResult
+	if err := spec.Decode(shown, &show); err != nil {
+		t.Fatal(err)
+	}
+	if n := show.Node; n.HeartbeatMS != 1000 || n.SilentAfterMS != 3000 {
 		t.Fatalf("node show: %+v", n)
 	}
 }

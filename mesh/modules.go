@@ -97,7 +97,7 @@ func (c *Controller) showModule(ctx context.Context, req spec.ModuleShowRequest)
 			return spec.ModuleShowResult{Info: info, Module: m}, nil
 		}
 	}
-	return spec.ModuleShowResult{}, callerError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Name))
+	return spec.ModuleShowResult{}, notFoundError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Name))
 }
 
 // checkAssignNames refuses a module or node name that breaks the naming
@@ -127,7 +127,7 @@ func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.A
 		}
 	}
 	if mod == nil {
-		return spec.AssignResult{}, callerError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Module))
+		return spec.AssignResult{}, notFoundError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Module))
 	}
 	// The settings are checked as composition will check them, so a bad one
 	// is refused now, naming it, and nothing is recorded.
@@ -149,7 +149,7 @@ func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.A
 	return c.changedBy(ctx, func() error {
 		err := c.deps.DB.Assign(ctx, req.Module, req.Node, req.Settings, c.cfg.Now())
 		if errors.Is(err, store.ErrNotFound) {
-			return callerError(err.Error())
+			return notFoundError(err.Error())
 		}
 		if err == nil {
 			// Setting names only: a secret's value never reaches a log.
@@ -178,7 +178,7 @@ func (c *Controller) unassign(ctx context.Context, req spec.AssignRequest) (spec
 	return c.changedBy(ctx, func() error {
 		err := c.deps.DB.Unassign(ctx, req.Module, req.Node)
 		if errors.Is(err, store.ErrNotFound) {
-			return callerError(fmt.Sprintf("module %q is not assigned to node %q", req.Module, req.Node))
+			return notFoundError(fmt.Sprintf("module %q is not assigned to node %q", req.Module, req.Node))
 		}
 		if err == nil {
 			c.log.Info("module unassigned", "module", req.Module, "node", req.Node)

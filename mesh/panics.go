@@ -1,7 +1,6 @@
 package mesh
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"runtime/debug"
@@ -43,8 +42,7 @@ func (c *Controller) guardMsg(what string, who func(*nats.Msg) requester, h func
 			if m.Reply == "" {
 				return
 			}
-			body, _ := json.Marshal(spec.Reply{Error: err.Error()})
-			c.respond(m, r, body)
+			c.respond(m, r, spec.EncodeReply(nil, err))
 		})
 		r = who(m)
 		h(m, r)

@@ -199,7 +199,7 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 	}
 	for _, name := range req.Nodes {
 		if _, ok := byName[name]; !ok {
-			return spec.PushResult{}, callerError(fmt.Sprintf("no node called %q: mesh node list shows the nodes; nothing was sent", name))
+			return spec.PushResult{}, notFoundError(fmt.Sprintf("no node called %q: mesh node list shows the nodes; nothing was sent", name))
 		}
 		targets = append(targets, name)
 	}
@@ -499,19 +499,10 @@ func (c *Controller) onBlob(ctx context.Context, m *nats.Msg, who requester) {
 		return
 	}
 	node := who.name
-	reply := func(v any, err error) {
-		var r spec.Reply
-		if err != nil {
-			r.Error = err.Error()
-		} else {
-			r.Result, _ = json.Marshal(v)
-		}
-		body, _ := json.Marshal(r)
-		c.respond(m, who, body)
-	}
+	reply := func(v any, err error) { c.respond(m, who, spec.EncodeReply(v, err)) }
 	var req spec.BlobRequest
 	if err := spec.Decode(m.Data, &req); err != nil {
-		reply(nil, fmt.Errorf("malformed blob request: %w", err))
+		reply(nil, callerError(fmt.Sprintf("malformed blob request: %v", err)))
 		return
 	}
 	d, err := c.deps.DB.LastDeclaration(ctx, node)

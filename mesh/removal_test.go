@@ -195,8 +195,8 @@ func TestControllersOwnNodeIsNotRemoved(t *testing.T) {
 	c.cfg.Node = "alpha"
 	ctx := context.Background()
 	_, err := c.removeNode(ctx, spec.NodeRemoveRequest{Name: "alpha"})
-	var caller callerError
-	if !errors.As(err, &caller) || !strings.Contains(err.Error(), "this controller's own machine") {
+	var refused refusedError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "this controller's own machine") {
 		t.Fatalf("removing the controller's own node: %v", err)
 	}
 	alpha, err := db.Node(ctx, "alpha")
