@@ -73,17 +73,17 @@ func dialOperatorDir(ctx context.Context, dir string) (*operator, error) {
 
 func (o *operator) Close() { o.nc.Close() }
 
-// call asks the controller to do verb with req and decodes its result into res.
+// call asks the controller to do verb with req and decodes its result into
+// res, waiting as long as the verb's descriptor says. An error the
+// controller answers is a *spec.ReplyError, with its kind.
 func (o *operator) call(verb string, req, res any) error {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("encode %s request: %w", verb, err)
 	}
-	// A push answers once every node was sent its declaration, which on a
-	// large fleet, or against a store that is failing, takes a while.
-	wait := 30 * time.Second
-	if verb == spec.VerbPush || verb == spec.VerbModuleRegister {
-		wait = 2 * time.Minute
+	wait := spec.DefaultVerbTimeout
+	if v, ok := spec.LookupVerb(verb); ok {
+		wait = v.Timeout
 	}
 	ctx, cancel := context.WithTimeout(o.ctx, wait)
 	defer cancel()
@@ -103,17 +103,12 @@ func (o *operator) call(verb string, req, res any) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", verb, err)
 	}
-	var reply spec.Reply
-	if err := spec.Decode(msg.Data, &reply); err != nil {
-		return fmt.Errorf("%s: the controller's reply: %w", verb, err)
+	err = spec.DecodeReply(msg.Data, res)
+	var re *spec.ReplyError
+	if err != nil && !errors.As(err, &re) {
+		return fmt.Errorf("%s: %w", verb, err)
 	}
-	if reply.Error != "" {
-		return errors.New(reply.Error)
-	}
-	if err := spec.Decode(reply.Result, res); err != nil {
-		return fmt.Errorf("%s: the controller's result: %w", verb, err)
-	}
-	return nil
+	return err
 }
 
 // callCmd dials the operator API, makes one call and closes.

@@ -40,11 +40,11 @@ func TestSettingsRoutesAndALockedStore(t *testing.T) {
 
 	mustRun(t, "module", "register", "--dir", m.dir, "examples/hello")
 	// A required setting left out, a setting the module does not declare:
-	// refused, naming it; nothing assigned.
-	if _, errOut, code := runMesh(t, "assign", "--dir", m.dir, "hello", "alpha"); code != 1 || !strings.Contains(errOut, `required setting "token" has no value`) {
+	// refused, naming it, as a call made wrongly (exit 2); nothing assigned.
+	if _, errOut, code := runMesh(t, "assign", "--dir", m.dir, "hello", "alpha"); code != 2 || !strings.Contains(errOut, `required setting "token" has no value`) {
 		t.Fatalf("assign without the required setting: exit %d %s", code, errOut)
 	}
-	if _, errOut, code := runMesh(t, "assign", "--dir", m.dir, "--set", "token=x", "--set", "colour=blue", "hello", "alpha"); code != 1 || !strings.Contains(errOut, `declares no setting "colour"`) {
+	if _, errOut, code := runMesh(t, "assign", "--dir", m.dir, "--set", "token=x", "--set", "colour=blue", "hello", "alpha"); code != 2 || !strings.Contains(errOut, `declares no setting "colour"`) {
 		t.Fatalf("assign with an undeclared setting: exit %d %s", code, errOut)
 	}
 	const secretA, secretB = "s3cret-for-alpha", "s3cret-for-beta"

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/spec"
 	"github.com/urfave/cli/v2"
 )
 
@@ -57,6 +58,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var u usageError
 	if errors.As(err, &u) || isFlagError(err) {
+		return exitUsage
+	}
+	// The controller's answer says whose the error is: a bad argument or a
+	// name it does not hold is the call's; a refusal or its own failure is not.
+	var re *spec.ReplyError
+	if errors.As(err, &re) && re.CalledWrongly() {
 		return exitUsage
 	}
 	if errors.Is(err, host.ErrRemoved) {
