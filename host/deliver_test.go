@@ -30,7 +30,7 @@ import (
 // controller: it creates the stream and the node's consumer, signs
 // declarations with its own key and publishes them for real.
 type bench struct {
-	t       *testing.T
+	t       testing.TB
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	key     ed25519.PrivateKey
@@ -44,7 +44,7 @@ type bench struct {
 	heartbeat time.Duration
 }
 
-func newBench(t *testing.T) *bench {
+func newBench(t testing.TB) *bench {
 	t.Helper()
 	auth, err := ca.Create(t.TempDir(), "m", time.Now())
 	if err != nil {
@@ -150,7 +150,7 @@ func (b *bench) publish(raw, sig []byte) {
 	}
 }
 
-func encode(t *testing.T, d spec.Declaration) []byte {
+func encode(t testing.TB, d spec.Declaration) []byte {
 	t.Helper()
 	raw, err := json.Marshal(d)
 	if err != nil {
