@@ -59,6 +59,19 @@ type Agent struct {
 	state  State
 	key    nkeys.KeyPair
 	engine *Engine
+	// held is the kept declaration, decoded once (nil: none kept, or, with
+	// heldErr saying why, the kept bytes do not decode).
+	held    *held
+	heldErr error
+	// savedAppliedSeq is the applied sequence state.json holds, and
+	// recordUnsaved says that the record of what was applied changed
+	// since state.json was last written (or a write of it failed).
+	savedAppliedSeq uint64
+	recordUnsaved   bool
+	// decode decodes the declarations received, and writeState writes
+	// state.json: spec.Decode and WriteState, wrapped by tests that count.
+	decode     func(data []byte, v any) error
+	writeState func(dir string, st State) error
 	// lastFailures are the failures of the last apply, so a reconcile pass
 	// that fails the same way again says nothing new.
 	lastFailures string
@@ -115,8 +128,17 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 29 {
 		return nil, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", cfg.Subnet)
 	}
-	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), kicks: make(chan struct{}, 1)}
+	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), kicks: make(chan struct{}, 1),
+		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState}
 	a.appliedSeq.Store(st.AppliedSeq)
+	if len(st.Declaration) > 0 {
+		var decl spec.Declaration
+		if err := spec.Decode(st.Declaration, &decl); err != nil {
+			a.heldErr = fmt.Errorf("the kept declaration %d in %s does not decode: %w", st.Seq, cfg.Dir, err)
+		} else {
+			a.held = &held{decl: decl, raw: st.Declaration, digest: spec.ContentDigest(st.Declaration)}
+		}
+	}
 	return a, nil
 }
 
@@ -134,6 +156,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	// ends with it, a removal included.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Whatever ends the run, what was applied is written if it is not yet.
+	defer a.saveApplied()
 	version, err := executableDigest(a.cfg.Executable)
 	if err != nil {
 		return err
@@ -227,6 +251,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	go a.safely("heartbeats", func() { a.heartbeats(ctx, nc, version, a.beatNow) })
+	if a.heldErr != nil {
+		a.log.Error("nothing is applied or served from the kept declaration until another is received", "err", a.heldErr)
+	}
 	a.safely("names", a.serveNames)
 	close(a.ready)
 	a.log.Info("host ready", "node", a.state.Node, "bus", nc.ConnectedUrl(), "version", version[:12])

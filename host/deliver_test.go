@@ -39,9 +39,11 @@ type bench struct {
 	reports chan spec.Report
 	start   func() // starts the host
 	stop    func() // stops it, as a SIGTERM does, and waits for it
-	// heartbeat is the host's heartbeat interval, an hour unless a test
-	// sets it before start.
-	heartbeat time.Duration
+	// heartbeat is the host's heartbeat interval, and reconcile how often
+	// it reconciles: an hour each unless a test sets them before start.
+	heartbeat, reconcile time.Duration
+	// prepare, when set, is given each agent started, before it runs.
+	prepare func(*host.Agent)
 }
 
 func newBench(t testing.TB) *bench {
@@ -82,7 +84,7 @@ func newBench(t testing.TB) *bench {
 		DeliverSubject: spec.DeliverySubject("alpha"), FilterSubject: spec.DeclarationSubject("alpha"), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
-	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64), heartbeat: time.Hour}
+	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64), heartbeat: time.Hour, reconcile: time.Hour}
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	b.key = priv
 	if _, err := nc.Subscribe(spec.NodeSubject("alpha", spec.KindReport), func(m *nats.Msg) {
@@ -101,9 +103,12 @@ func newBench(t testing.TB) *bench {
 	var agentDone chan struct{}
 	agentCancel := func() {}
 	b.start = func() {
-		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: b.heartbeat, ReconcileEvery: time.Hour}, log)
+		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: b.heartbeat, ReconcileEvery: b.reconcile}, log)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if b.prepare != nil {
+			b.prepare(agent)
 		}
 		actx, acancel := context.WithCancel(ctx)
 		agentDone, agentCancel = make(chan struct{}), acancel

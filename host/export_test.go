@@ -1,5 +1,38 @@
 package host
 
+import "sync/atomic"
+
 // Died is died, for the tests outside the package: what the host's event
 // follower records when the engine says a container died.
 func (d *Docker) Died(name string) { d.died(name) }
+
+// CountStateWrites counts the state.json writes a makes from now on (call
+// it before a runs); fail, when set, fails the write it is given the count
+// of instead of writing.
+func CountStateWrites(a *Agent, fail func(n int64) error) *atomic.Int64 {
+	var n atomic.Int64
+	write := a.writeState
+	a.writeState = func(dir string, st State) error {
+		if fail != nil {
+			if err := fail(n.Add(1)); err != nil {
+				return err
+			}
+		} else {
+			n.Add(1)
+		}
+		return write(dir, st)
+	}
+	return &n
+}
+
+// CountDecodes counts the declarations a decodes from now on (call it
+// before a runs).
+func CountDecodes(a *Agent) *atomic.Int64 {
+	var n atomic.Int64
+	decode := a.decode
+	a.decode = func(data []byte, v any) error {
+		n.Add(1)
+		return decode(data, v)
+	}
+	return &n
+}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -14,7 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// delivery is one message from the node's delivery subject, verified.
+// delivery is one message from the node's delivery subject: opened
+// (verified and decoded) once, then judged against what is kept.
 type delivery struct {
 	msg     *nats.Msg
 	raw     []byte
@@ -22,6 +23,15 @@ type delivery struct {
 	decl    spec.Declaration
 	verdict verdict
 	reason  string
+}
+
+// held is the declaration the host keeps (state.Declaration), decoded once,
+// on receipt or at start, with its signed bytes and their digest: every
+// pass after uses it as it is.
+type held struct {
+	decl   spec.Declaration
+	raw    []byte
+	digest string
 }
 
 // drain takes first and every delivery the stream says is still pending
@@ -59,9 +69,10 @@ func (a *Agent) signKey() (ed25519.PublicKey, error) {
 	return k, nil
 }
 
-// handleBatch verifies every delivery, then handles them by sequence: a
-// refusal is terminated and reported with its reason; a duplicate is acked;
-// an accepted one is kept durably, acked, applied and reported.
+// handleBatch opens every delivery (verifies and decodes it, once), then
+// handles them by sequence: a refusal is terminated and reported with its
+// reason; a duplicate is acked; an accepted one is kept durably, acked,
+// applied and reported.
 func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg) {
 	key, err := a.signKey()
 	if err != nil {
@@ -71,21 +82,19 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 	ds := make([]delivery, len(msgs))
 	for i, m := range msgs {
 		ds[i] = delivery{msg: m, raw: m.Data}
-		ds[i].sig, _ = base64.StdEncoding.DecodeString(m.Header.Get(spec.SigHeader))
-	}
-	// Sequence order, by the sequence each one claims: nothing is trusted
-	// here, since every one is verified in turn below (the kept sequence
-	// moves as the batch is handled).
-	for i := range ds {
-		var claim struct {
-			Seq uint64 `json:"seq"`
+		ds[i].decl, ds[i].reason = open(m.Data, m.Header.Get(spec.SigHeader), key, a.decode)
+		if ds[i].reason != "" {
+			ds[i].verdict = refuse
 		}
-		json.Unmarshal(ds[i].raw, &claim)
-		ds[i].decl.Seq = claim.Seq
 	}
+	// Sequence order, by the sequence each one says (as far as it was
+	// read: one that did not open is refused whatever it says); each is
+	// judged in turn below, as the kept sequence moves.
 	sort.SliceStable(ds, func(i, j int) bool { return ds[i].decl.Seq < ds[j].decl.Seq })
 	for _, d := range ds {
-		d.decl, d.verdict, d.reason = verify(d.raw, d.msg.Header.Get(spec.SigHeader), a.kept(key), time.Now())
+		if d.verdict != refuse {
+			d.verdict, d.reason = judge(d.decl, d.raw, a.kept(key), time.Now())
+		}
 		switch d.verdict {
 		case refuse:
 			a.log.Warn("declaration refused", "seq", d.decl.Seq, "reason", d.reason)
@@ -95,8 +104,8 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 			a.log.Debug("declaration delivered again", "seq", d.decl.Seq)
 			a.respond(nc, d.msg, "+ACK")
 		case accept:
-			a.state.Seq, a.state.Declaration, a.state.Signature = d.decl.Seq, d.raw, d.sig
-			if err := WriteState(a.cfg.Dir, a.state); err != nil {
+			d.sig, _ = base64.StdEncoding.DecodeString(d.msg.Header.Get(spec.SigHeader))
+			if err := a.keep(d); err != nil {
 				// Not kept, so not acked: it is delivered again.
 				a.log.Error("declaration not kept; it will be delivered again", "seq", d.decl.Seq, "err", err)
 				continue
@@ -105,7 +114,7 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 			// The names first: they are the mesh's, whatever this node's
 			// resources make of the apply.
 			a.serveNames()
-			a.apply(ctx, nc, d.decl, d.raw, false)
+			a.apply(ctx, nc, a.held, false)
 		}
 	}
 }
@@ -114,19 +123,54 @@ func (a *Agent) kept(key ed25519.PublicKey) kept {
 	return kept{mesh: a.state.Mesh, node: a.state.Node, key: key, seq: a.state.Seq, raw: a.state.Declaration}
 }
 
-// apply makes the machine hold decl, records what it holds and reports. A
-// reconcile pass that changed nothing logs nothing above debug and sends no
-// report.
-func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration, raw []byte, reconcile bool) {
+// keep makes d the kept declaration. It is written to state.json, with the
+// record as it stands, before it is acked or applied (invariant 4): a crash
+// from then on leaves it kept, and the next start applies it. A write that
+// fails keeps nothing of it, in memory either, so its delivery again is not
+// taken for a duplicate.
+func (a *Agent) keep(d delivery) error {
+	st := a.state
+	st.Seq, st.Declaration, st.Signature = d.decl.Seq, d.raw, d.sig
+	if err := a.save(st); err != nil {
+		return err
+	}
+	// Field by field: other goroutines read the node's name.
+	a.state.Seq, a.state.Declaration, a.state.Signature = st.Seq, st.Declaration, st.Signature
+	a.held, a.heldErr = &held{decl: d.decl, raw: d.raw, digest: spec.ContentDigest(d.raw)}, nil
+	return nil
+}
+
+// save writes st to state.json; the caller holds what it wrote.
+func (a *Agent) save(st State) error {
+	if err := a.writeState(a.cfg.Dir, st); err != nil {
+		return err
+	}
+	a.savedAppliedSeq, a.recordUnsaved = st.AppliedSeq, false
+	return nil
+}
+
+// apply makes the machine hold h, records what it holds and reports. The
+// record is written to state.json only when it changed (or an earlier
+// write of it failed): what the host applied is never lost, while an apply
+// that leaves the record as it was writes nothing, and the applied sequence
+// alone waits for the next write (see State.AppliedSeq). A reconcile pass
+// that changed nothing logs nothing above debug and sends no report.
+func (a *Agent) apply(ctx context.Context, nc *nats.Conn, h *held, reconcile bool) {
+	decl := h.decl
 	began := time.Now()
 	results, applied, writes := a.engine.Apply(ctx, decl.Resources, a.state.Applied)
 	took := time.Since(began)
 	told := a.noteStops(results, time.Now())
+	if !slices.Equal(applied, a.state.Applied) {
+		a.recordUnsaved = true
+	}
 	a.state.Applied = applied
 	a.state.AppliedSeq = decl.Seq
 	a.appliedSeq.Store(decl.Seq)
-	if err := WriteState(a.cfg.Dir, a.state); err != nil {
-		a.log.Error("what was applied is not recorded", "seq", decl.Seq, "err", err)
+	if a.recordUnsaved {
+		if err := a.save(a.state); err != nil {
+			a.log.Error("what was applied is not recorded; the next apply records it", "seq", decl.Seq, "err", err)
+		}
 	}
 	// An apply cut short by the host stopping failed only because it was
 	// stopped: reporting "context canceled" would leave that in status
@@ -159,7 +203,7 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration,
 	if quiet {
 		// The first pass of a run: reported, so the controller's view is
 		// fresh, but with nothing new to log.
-		a.report(nc, spec.Report{Seq: decl.Seq, Digest: spec.ContentDigest(raw), Reconcile: true, ApplyMicros: took.Microseconds(), Results: results})
+		a.report(nc, spec.Report{Seq: decl.Seq, Digest: h.digest, Reconcile: true, ApplyMicros: took.Microseconds(), Results: results})
 		return
 	}
 	for _, r := range results {
@@ -173,7 +217,19 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, decl spec.Declaration,
 	a.log.Info("declaration applied", "seq", decl.Seq, "reconcile", reconcile, "created", counts[spec.Created],
 		"changed", counts[spec.Changed], "removed", counts[spec.Removed], "failed", counts[spec.Failed],
 		"unchanged", counts[spec.Unchanged], "writes", writes)
-	a.report(nc, spec.Report{Seq: decl.Seq, Digest: spec.ContentDigest(raw), Reconcile: reconcile, Writes: writes, ApplyMicros: took.Microseconds(), Results: results})
+	a.report(nc, spec.Report{Seq: decl.Seq, Digest: h.digest, Reconcile: reconcile, Writes: writes, ApplyMicros: took.Microseconds(), Results: results})
+}
+
+// saveApplied writes the applied sequence and record if state.json does not
+// hold them yet: at a stop, so the next start's first heartbeat says what
+// was applied.
+func (a *Agent) saveApplied() {
+	if !a.recordUnsaved && a.savedAppliedSeq == a.state.AppliedSeq {
+		return
+	}
+	if err := a.save(a.state); err != nil {
+		a.log.Error("what was applied is not recorded; the next start applies the kept declaration again", "seq", a.state.AppliedSeq, "err", err)
+	}
 }
 
 // handlePreview answers a dry run: what applying it would change, changing
@@ -195,32 +251,23 @@ func (a *Agent) handlePreview(nc *nats.Conn, m *nats.Msg) {
 
 // serveNames hands the kept declaration's roster to the resolver, whole.
 func (a *Agent) serveNames() {
-	if a.cfg.Names == nil || len(a.state.Declaration) == 0 {
+	if a.cfg.Names == nil || a.held == nil {
 		return
 	}
-	var decl spec.Declaration
-	if err := spec.Decode(a.state.Declaration, &decl); err != nil {
-		a.log.Error("the kept declaration does not decode; the resolver keeps its names", "err", err)
-		return
-	}
-	z := zoneOf(decl.Roster)
+	z := zoneOf(a.held.decl.Roster)
 	if err := z.Validate(); err != nil {
 		a.log.Warn("the roster holds names the resolver cannot serve; it serves the rest", "err", err)
 	}
 	a.cfg.Names.SetZone(z)
 }
 
-// reconcile applies the kept declaration again, correcting drift.
+// reconcile applies the kept declaration again, as it was decoded when it
+// was kept, correcting drift.
 func (a *Agent) reconcile(ctx context.Context, nc *nats.Conn) {
-	if len(a.state.Declaration) == 0 {
+	if a.held == nil {
 		return
 	}
-	var decl spec.Declaration
-	if err := spec.Decode(a.state.Declaration, &decl); err != nil {
-		a.log.Error("the kept declaration does not decode", "err", err)
-		return
-	}
-	a.apply(ctx, nc, decl, a.state.Declaration, true)
+	a.apply(ctx, nc, a.held, true)
 }
 
 func (a *Agent) respond(nc *nats.Conn, m *nats.Msg, ack string) {

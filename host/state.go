@@ -39,9 +39,13 @@ type State struct {
 	Seq         uint64 `json:"seq"`
 	Declaration []byte `json:"declaration,omitempty"`
 	Signature   []byte `json:"signature,omitempty"`
-	// AppliedSeq is the sequence whose apply finished; Applied is what the
-	// host holds because of it, which is what it removes when a later
-	// declaration no longer names it.
+	// Applied is what the host holds because of its applies, which is
+	// what it removes when a later declaration no longer names it; it is
+	// written whenever it changes. AppliedSeq is the sequence whose apply
+	// finished, as of the last write: an apply that leaves the record as
+	// it was does not write it alone (a stop does), so after a crash it may
+	// be below Seq while the record is whole. The start applies the kept
+	// declaration again whatever it says.
 	AppliedSeq uint64    `json:"applied_seq"`
 	Applied    []Applied `json:"applied"`
 }

@@ -53,43 +53,62 @@ func verifyPreview(raw []byte, sigHeader string, k kept, now time.Time) (spec.De
 	return decl, ""
 }
 
-// verify checks one delivery: the size cap, then the signature over the raw
-// bytes, and only then what the bytes say: unknown fields, another node's or
-// mesh's declaration, a sequence lower than the one kept, the kept sequence
-// with other bytes, an expiry passed (on arrival only). A refusal returns
-// the reason; decl is filled as far as it could be read.
+// verify checks one delivery: open, then judge against what is kept.
 func verify(raw []byte, sigHeader string, k kept, now time.Time) (spec.Declaration, verdict, string) {
+	decl, reason := open(raw, sigHeader, k.key, spec.Decode)
+	if reason != "" {
+		return decl, refuse, reason
+	}
+	v, reason := judge(decl, raw, k, now)
+	return decl, v, reason
+}
+
+// open checks what needs no kept state, in this order: the size cap, then
+// the signature over the raw bytes, and only then decodes them (strictly,
+// with decode: unknown fields refused), once. A refusal returns the reason;
+// decl is filled as far as it could be read.
+func open(raw []byte, sigHeader string, key ed25519.PublicKey, decode func([]byte, any) error) (spec.Declaration, string) {
 	var decl spec.Declaration
 	if len(raw) > spec.MaxDeclaration {
-		return decl, refuse, fmt.Sprintf("the declaration is %d bytes, over the %d-byte cap", len(raw), spec.MaxDeclaration)
+		return decl, fmt.Sprintf("the declaration is %d bytes, over the %d-byte cap", len(raw), spec.MaxDeclaration)
 	}
 	sig, err := base64.StdEncoding.DecodeString(sigHeader)
 	if err != nil || len(sig) != ed25519.SignatureSize {
-		return decl, refuse, "no valid " + spec.SigHeader + " header: the declaration is unsigned"
+		return decl, "no valid " + spec.SigHeader + " header: the declaration is unsigned"
 	}
-	if !ed25519.Verify(k.key, raw, sig) {
-		return decl, refuse, "the signature does not verify against the controller's key"
+	if !ed25519.Verify(key, raw, sig) {
+		return decl, "the signature does not verify against the controller's key"
 	}
-	if err := spec.Decode(raw, &decl); err != nil {
-		return decl, refuse, fmt.Sprintf("the declaration does not decode: %v", err)
+	if err := decode(raw, &decl); err != nil {
+		return decl, fmt.Sprintf("the declaration does not decode: %v", err)
 	}
+	return decl, ""
+}
+
+// judge is what an opened declaration is to a host keeping k: another
+// node's or mesh's declaration, a sequence lower than the one kept, and the
+// kept sequence with other bytes are refused, the kept one again is a
+// duplicate; then an expiry passed (on arrival only) or an issue time in
+// the future are refused. The sequence is judged before the expiry, so the
+// kept declaration delivered again after it expired is a duplicate.
+func judge(decl spec.Declaration, raw []byte, k kept, now time.Time) (verdict, string) {
 	switch {
 	case decl.Node != k.node:
-		return decl, refuse, fmt.Sprintf("the declaration is for node %q, not %q", decl.Node, k.node)
+		return refuse, fmt.Sprintf("the declaration is for node %q, not %q", decl.Node, k.node)
 	case decl.Mesh != k.mesh:
-		return decl, refuse, fmt.Sprintf("the declaration is for mesh %q, not %q", decl.Mesh, k.mesh)
+		return refuse, fmt.Sprintf("the declaration is for mesh %q, not %q", decl.Mesh, k.mesh)
 	case decl.Mode != spec.ModeApply:
-		return decl, refuse, fmt.Sprintf("a %q declaration never arrives on the delivery subject", decl.Mode)
+		return refuse, fmt.Sprintf("a %q declaration never arrives on the delivery subject", decl.Mode)
 	case decl.Seq < k.seq:
-		return decl, refuse, fmt.Sprintf("sequence %d is lower than the kept %d", decl.Seq, k.seq)
+		return refuse, fmt.Sprintf("sequence %d is lower than the kept %d", decl.Seq, k.seq)
 	case decl.Seq == k.seq && bytes.Equal(raw, k.raw):
-		return decl, duplicate, ""
+		return duplicate, ""
 	case decl.Seq == k.seq:
-		return decl, refuse, fmt.Sprintf("sequence %d is the kept one, with different bytes", decl.Seq)
+		return refuse, fmt.Sprintf("sequence %d is the kept one, with different bytes", decl.Seq)
 	case now.After(decl.Expires.Add(spec.ClockSkew)):
-		return decl, refuse, fmt.Sprintf("the declaration expired at %s", decl.Expires.UTC().Format(time.RFC3339))
+		return refuse, fmt.Sprintf("the declaration expired at %s", decl.Expires.UTC().Format(time.RFC3339))
 	case decl.Issued.After(now.Add(spec.ClockSkew)):
-		return decl, refuse, fmt.Sprintf("the declaration was issued at %s, in the future of this machine's clock", decl.Issued.UTC().Format(time.RFC3339))
+		return refuse, fmt.Sprintf("the declaration was issued at %s, in the future of this machine's clock", decl.Issued.UTC().Format(time.RFC3339))
 	}
-	return decl, accept, ""
+	return accept, ""
 }
