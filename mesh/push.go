@@ -160,7 +160,8 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 			node, len(body), spec.MaxDeclaration, spec.InlineMax))
 	}
 	sig := ed25519.Sign(c.cfg.SignKey, body)
-	if err := c.deps.DB.RecordDeclaration(ctx, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: sig, Sent: decl.Issued, Expires: decl.Expires}); err != nil {
+	if err := c.deps.DB.RecordDeclaration(ctx, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: sig,
+		Content: contentDigest(resources, roster), Sent: decl.Issued, Expires: decl.Expires}); err != nil {
 		return 0, err
 	}
 	msg := signedMsg(spec.DeclarationSubject(node), body, sig)

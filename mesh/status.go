@@ -1,7 +1,6 @@
 package mesh
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -115,7 +114,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 		if err := g.own[n.Name]; err != nil {
 			st.Pending, st.PendingWhy = true, err.Error()
 			problem("%s", err.Error())
-		} else if differs(g.plans[n.Name].Resources, g.roster, last.Body) {
+		} else if differs(g.plans[n.Name].Resources, g.roster, last) {
 			st.Pending = true
 			problem("%s has changes pending: mesh push %s", n.Name, n.Name)
 		}
@@ -202,23 +201,37 @@ func beatsSuffix(interval time.Duration) string {
 	return " (it sends a heartbeat every " + interval.String() + ")"
 }
 
-// differs reports whether resources and roster differ from those of the
-// declaration body last sent (none sent: differs if there is anything to send).
-func differs(resources []spec.Resource, roster spec.Roster, lastBody []byte) bool {
-	if len(lastBody) == 0 {
-		return len(resources) > 0
-	}
-	var last spec.Declaration
-	if err := spec.Decode(lastBody, &last); err != nil {
-		return true
-	}
-	a, _ := json.Marshal(struct {
+// contentDigest is the digest of what a declaration holds, without its
+// sequence and times: its resources and roster. It is recorded with each
+// declaration sent, and status compares it with that of what would be sent
+// now; "" if they do not encode.
+func contentDigest(resources []spec.Resource, roster spec.Roster) string {
+	b, err := json.Marshal(struct {
 		R []spec.Resource
 		N spec.Roster
 	}{resources, roster})
-	b, _ := json.Marshal(struct {
-		R []spec.Resource
-		N spec.Roster
-	}{last.Resources, last.Roster})
-	return !bytes.Equal(a, b)
+	if err != nil {
+		return ""
+	}
+	return spec.ContentDigest(b)
+}
+
+// differs reports whether resources and roster differ from what last, the
+// declaration last sent, holds (none sent: differs if there is anything to
+// send), by the digest recorded with it; one recorded before the store
+// kept digests is decoded.
+func differs(resources []spec.Resource, roster spec.Roster, last store.Declaration) bool {
+	if len(last.Body) == 0 {
+		return len(resources) > 0
+	}
+	sent := last.Content
+	if sent == "" {
+		var d spec.Declaration
+		if err := spec.Decode(last.Body, &d); err != nil {
+			return true
+		}
+		sent = contentDigest(d.Resources, d.Roster)
+	}
+	now := contentDigest(resources, roster)
+	return now == "" || now != sent
 }

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +145,63 @@ func TestAllClear(t *testing.T) {
 	for _, p := range st.Problems {
 		if strings.Contains(p, "older") || strings.Contains(p, "newer") || strings.Contains(p, "behind") {
 			t.Fatalf("a version order was claimed: %q", p)
+		}
+	}
+}
+
+// TestStatusComparesRecordedDigests: whether a node has changes pending is
+// told by the digest of content recorded with its last declaration, not by
+// decoding and encoding again what was sent (a body that does not even
+// decode, recorded with the right digest, is not pending); a declaration
+// recorded before digests were kept is decoded, as before.
+func TestStatusComparesRecordedDigests(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	c, db := newController(t, clk)
+	ctx := context.Background()
+	mod := spec.Module{Name: "m", Version: "1", Resources: []spec.Resource{resource("/srv")}}
+	mod.Resources[0].Module, mod.Resources[0].Name = "m", spec.ResourceName("m", spec.KindDirectory, "/srv")
+	if _, err := db.RegisterModules(ctx, []spec.Module{mod}, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Assign(ctx, "m", "alpha", nil, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	sent, err := db.LastDeclaration(ctx, "alpha")
+	if err != nil || sent.Content == "" {
+		t.Fatalf("the declaration sent was recorded without its content's digest: %+v, %v", sent, err)
+	}
+	var decl spec.Declaration
+	if err := spec.Decode(sent.Body, &decl); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := json.Marshal(spec.Declaration{Mesh: "m", Node: "alpha", Resources: []spec.Resource{}, Roster: decl.Roster})
+	seq := sent.Seq
+	record := func(body []byte, content string) {
+		t.Helper()
+		seq++
+		if err := db.RecordDeclaration(ctx, store.Declaration{Node: "alpha", Seq: seq, Body: body, Sig: sent.Sig, Content: content, Sent: clk.Now(), Expires: clk.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		body    []byte
+		content string
+		pending bool
+	}{
+		{"as pushed", sent.Body, sent.Content, false},
+		{"a body that does not decode, with the digest of what would be sent", []byte("not json"), sent.Content, false},
+		{"the same body with the digest of other content", sent.Body, "sha256:other", true},
+		{"no digest recorded: the body, as sent", sent.Body, "", false},
+		{"no digest recorded: a body holding other content", other, "", true},
+	} {
+		record(tc.body, tc.content)
+		if st := nodeStatus(statusOf(t, c), "alpha"); st.Pending != tc.pending {
+			t.Errorf("%s: pending %v, want %v", tc.name, st.Pending, tc.pending)
 		}
 	}
 }

@@ -19,12 +19,16 @@ func checkSeq(seq uint64) error {
 }
 
 // Declaration is the last declaration sent to a node: its exact signed
-// bytes and signature.
+// bytes and signature, and the digest of what it holds.
 type Declaration struct {
-	Node    string
-	Seq     uint64
-	Body    []byte
-	Sig     []byte
+	Node string
+	Seq  uint64
+	Body []byte
+	Sig  []byte
+	// Content is the digest of what the declaration holds, without its
+	// sequence and times, as the controller computed it when it sent it;
+	// "" for one recorded before the store kept it.
+	Content string
 	Sent    time.Time
 	Expires time.Time
 }
@@ -44,10 +48,10 @@ func (db *DB) RecordDeclaration(ctx context.Context, d Declaration) error {
 		if err == nil && d.Seq <= prev {
 			return fmt.Errorf("sequence %d is not above the last sent, %d", d.Seq, prev)
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO declarations (node, seq, body, sig, sent_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)
+		_, err = tx.ExecContext(ctx, `INSERT INTO declarations (node, seq, body, sig, content, sent_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (node) DO UPDATE SET seq = excluded.seq, body = excluded.body, sig = excluded.sig,
-			sent_at = excluded.sent_at, expires_at = excluded.expires_at`,
-			d.Node, d.Seq, d.Body, d.Sig, formatTime(d.Sent), formatTime(d.Expires))
+			content = excluded.content, sent_at = excluded.sent_at, expires_at = excluded.expires_at`,
+			d.Node, d.Seq, d.Body, d.Sig, d.Content, formatTime(d.Sent), formatTime(d.Expires))
 		return err
 	})
 	if err != nil {
@@ -61,8 +65,8 @@ func (db *DB) RecordDeclaration(ctx context.Context, d Declaration) error {
 func (db *DB) LastDeclaration(ctx context.Context, node string) (Declaration, error) {
 	d := Declaration{Node: node}
 	var sent, expires string
-	err := db.sql.QueryRowContext(ctx, `SELECT seq, body, sig, sent_at, expires_at FROM declarations WHERE node = ?`, node).
-		Scan(&d.Seq, &d.Body, &d.Sig, &sent, &expires)
+	err := db.sql.QueryRowContext(ctx, `SELECT seq, body, sig, content, sent_at, expires_at FROM declarations WHERE node = ?`, node).
+		Scan(&d.Seq, &d.Body, &d.Sig, &d.Content, &sent, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Declaration{}, fmt.Errorf("read last declaration of node %q: %w", node, ErrNotFound)
 	}
