@@ -2,6 +2,8 @@ package mesh
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -204,16 +206,17 @@ func beatsSuffix(interval time.Duration) string {
 // contentDigest is the digest of what a declaration holds, without its
 // sequence and times: its resources and roster. It is recorded with each
 // declaration sent, and status compares it with that of what would be sent
-// now; "" if they do not encode.
+// now; "" if they do not encode. They are encoded into the hash, not into
+// a buffer: a send pays for the digest without copying the declaration.
 func contentDigest(resources []spec.Resource, roster spec.Roster) string {
-	b, err := json.Marshal(struct {
+	h := sha256.New()
+	if err := json.NewEncoder(h).Encode(struct {
 		R []spec.Resource
 		N spec.Roster
-	}{resources, roster})
-	if err != nil {
+	}{resources, roster}); err != nil {
 		return ""
 	}
-	return spec.ContentDigest(b)
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
 // differs reports whether resources and roster differ from what last, the
