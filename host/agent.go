@@ -278,7 +278,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-eventPasses:
 			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
 		case m := <-previews:
-			a.safely("preview", func() { a.handlePreview(nc, m) })
+			a.safely("preview", func() { a.handlePreview(ctx, nc, m) })
 		case m := <-deliveries:
 			a.safely("delivery", func() { a.handleBatch(ctx, nc, drain(m, deliveries)) })
 			a.nudgeHeartbeat()

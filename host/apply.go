@@ -37,26 +37,89 @@ type Applied struct {
 // applied is the record of r, applied (digest given) or tried.
 func applied(r spec.Resource, digest string) Applied {
 	a := Applied{Name: r.Name, Kind: r.Kind, Path: r.Target(), Digest: digest}
-	if r.Directory != nil {
-		a.OnRemove = r.Directory.OnRemove
+	if k, ok := hostKinds[r.Kind]; ok && k.record != nil && r.Spec != nil {
+		k.record(r.Spec, &a)
 	}
 	return a
 }
 
-// Applier holds one kind of resource.
-type Applier interface {
-	// Plan says what Apply would do (spec.Created, spec.Changed or
-	// spec.Unchanged) and changes nothing.
-	Plan(root string, r spec.Resource) (string, error)
-	// Apply makes the machine hold r and says which of Created, Changed or
-	// Unchanged it was.
-	Apply(ctx context.Context, root string, r spec.Resource, blobs BlobFetcher, w *Writes) (string, error)
-	// Remove removes what a was.
-	Remove(root string, a Applied, w *Writes) error
+// Result is what planning, applying or removing one resource came to: its
+// outcome (spec.Created, spec.Changed or spec.Unchanged; spec.Removed for
+// a removal) and, where there is more to say, a note (a container started
+// again and why it had stopped; a directory left in place with what it
+// holds).
+type Result struct {
+	Outcome string
+	Note    string
 }
 
-// Writes counts the mutating filesystem calls an apply made (create, write,
-// rename, chmod, chown, mkdir, remove).
+// Applier holds one kind of resource. It is made for an engine (see
+// NewEngine) with what it needs: the engine's root, where blobs come from,
+// the container engine and the node's address. Every call ends when its
+// ctx does.
+type Applier interface {
+	// Plan says what Apply would do and changes nothing.
+	Plan(ctx context.Context, r spec.Resource) (Result, error)
+	// Apply makes the machine hold r, which passed Check, and says which
+	// of Created, Changed or Unchanged it was.
+	Apply(ctx context.Context, r spec.Resource, w *Writes) (Result, error)
+	// Remove removes what a was. It never takes what is still declared:
+	// held are the paths of the files and directories declared now.
+	Remove(ctx context.Context, a Applied, held []string, w *Writes) (Result, error)
+}
+
+// setup is what appliers are made with.
+type setup struct {
+	root   string
+	blobs  BlobFetcher
+	docker *Docker // nil: no container engine, and what it holds fails saying so
+	node   string
+	// address is the node's address, where containers publish ports.
+	address string
+	// subnet is the node's container network; its gateway is where the
+	// machine's resolver serves the containers.
+	subnet netip.Prefix
+	names  Names // nil: names are not served to containers
+}
+
+// hostKind is how the host holds one kind of resource, registered from init in
+// host/<kind>.go.
+type hostKind struct {
+	name string
+	// phase is when the kind is applied: what a later phase uses is held
+	// by an earlier one (files and directories, then the network, then the
+	// containers that mount the one and join the other). Removals go in
+	// the reverse order.
+	phase int
+	// rank orders kinds of one phase at one path depth: a directory (0)
+	// before a file (1).
+	rank int
+	// record, when set, keeps in the record what removing a resource of
+	// the kind needs of its spec.
+	record func(s spec.Spec, a *Applied)
+	// applier makes the kind's applier for an engine.
+	applier func(setup) Applier
+}
+
+// hostKinds are the kinds the host holds, by name.
+var hostKinds = map[string]hostKind{}
+
+// registerKind adds a kind the host holds; each host/<kind>.go calls it from
+// init. A kind spec does not know, or registered twice, is a programming
+// error: register panics.
+func registerKind(k hostKind) {
+	if _, ok := spec.KindNamed(k.name); !ok {
+		panic(fmt.Sprintf("host: kind %q is not a kind of spec", k.name))
+	}
+	if _, dup := hostKinds[k.name]; dup || k.applier == nil {
+		panic(fmt.Sprintf("host: kind %q registered twice or without an applier", k.name))
+	}
+	hostKinds[k.name] = k
+}
+
+// Writes counts the mutating calls an apply made: to the filesystem
+// (create, write, rename, chmod, chown, mkdir, remove) and to the
+// container engine.
 type Writes struct{ N int }
 
 // add counts one mutating call; a nil *Writes counts nothing.
@@ -66,40 +129,84 @@ func (w *Writes) add() {
 	}
 }
 
-// Engine applies declarations under Root: a resource's path p is
-// filepath.Join(Root, p), reached from Root without ever leaving it (see
+// Engine applies declarations under its root: a resource's path p is
+// filepath.Join(root, p), reached from root without ever leaving it (see
 // tree.locate: a link among p's parents is followed only while it stays
-// under Root). Root is "/" in production.
+// under root). The root is "/" in production.
 type Engine struct {
-	Root     string
-	Blobs    BlobFetcher
-	Appliers map[string]Applier // by kind; NewEngine fills file and directory
+	// Appliers hold each kind, by name: one per registered kind.
+	Appliers map[string]Applier
 	// Panicked hears of a panic recovered in an applier, with its stack;
 	// the resource fails with it. Nil: it is only that failure.
 	Panicked func(what string, v any, stack []byte)
+	setup    setup
 }
 
-// NewEngine is an engine for files and directories under root, fetching blobs
-// from blobs.
+// NewEngine is an engine under root, fetching blobs from blobs. Until
+// Containers names an engine, containers and the network fail saying the
+// host has none.
 func NewEngine(root string, blobs BlobFetcher) *Engine {
-	return &Engine{
-		Root:  root,
-		Blobs: blobs,
-		Appliers: map[string]Applier{
-			spec.KindFile:      fileApplier{},
-			spec.KindDirectory: directoryApplier{},
-		},
-	}
+	e := &Engine{setup: setup{root: root, blobs: blobs}}
+	e.makeAppliers()
+	return e
 }
 
 // Containers has the engine hold containers and the node's network in the
 // engine docker (nil: those resources fail with the reason), publishing
 // ports on address and putting containers on subnet, whose gateway names
 // (the machine's resolver) serves while the network is there. Nil names:
-// names are not served to containers.
+// names are not served to containers. Every applier is made anew.
 func (e *Engine) Containers(docker *Docker, node, address string, subnet netip.Prefix, names Names) {
-	e.Appliers[spec.KindNetwork] = networkApplier{docker: docker, node: node, subnet: subnet, names: names}
-	e.Appliers[spec.KindContainer] = containerApplier{docker: docker, node: node, address: address, subnet: subnet, running: &runningList{}, archives: &archiveIDs{}}
+	e.setup.docker, e.setup.node, e.setup.address, e.setup.subnet, e.setup.names = docker, node, address, subnet, names
+	e.makeAppliers()
+}
+
+func (e *Engine) makeAppliers() {
+	e.Appliers = make(map[string]Applier, len(hostKinds))
+	for name, k := range hostKinds {
+		e.Appliers[name] = k.applier(e.setup)
+	}
+}
+
+// checked is a declared resource, checked once for the whole pass.
+type checked struct {
+	spec.Resource
+	err    error  // its Check
+	target string // its Target
+	path   bool   // its kind's target is a path on the machine
+	phase  int
+	rank   int
+}
+
+// check checks each resource once, and puts them in apply order: by phase,
+// then parents first (by path depth, a directory before a file at the same
+// depth, then by path). The sort is stable, so resources that compare
+// equal keep their declared order.
+func check(resources []spec.Resource) []checked {
+	out := make([]checked, len(resources))
+	for i, r := range resources {
+		c := checked{Resource: r, err: r.Check(), target: r.Target(), rank: 2}
+		if k, ok := hostKinds[r.Kind]; ok {
+			c.phase, c.rank = k.phase, k.rank
+		}
+		if k, ok := spec.KindNamed(r.Kind); ok {
+			c.path = k.Path
+		}
+		out[i] = c
+	}
+	slices.SortStableFunc(out, func(a, b checked) int {
+		if d := a.phase - b.phase; d != 0 {
+			return d
+		}
+		if d := pathDepth(a.target) - pathDepth(b.target); d != 0 {
+			return d
+		}
+		if d := a.rank - b.rank; d != 0 {
+			return d
+		}
+		return strings.Compare(a.target, b.target)
+	})
+	return out
 }
 
 // Apply makes the machine hold exactly resources: it applies each (a
@@ -107,8 +214,8 @@ func (e *Engine) Containers(docker *Docker, node, address string, subnet netip.P
 // resource in previous that is not declared any more (by name). One failure
 // does not stop the others. It returns one result per declared resource (in
 // apply order: parents first) and then one per removed resource (deepest
-// first), the new record of what is applied, and how many mutating
-// filesystem calls it made.
+// first), the new record of what is applied, and how many mutating calls
+// it made. Each resource is checked once.
 func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous []Applied) ([]spec.ResourceResult, []Applied, int) {
 	for _, ap := range e.Appliers {
 		if p, ok := ap.(preparer); ok {
@@ -124,24 +231,26 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 		before[a.Name] = a
 	}
 
-	for _, r := range applyOrder(resources) {
+	items := check(resources)
+	for _, it := range items {
+		r := it.Resource
 		res := spec.ResourceResult{Name: r.Name, Kind: r.Kind}
-		outcome, err := "", r.Check()
-		wellFormed := err == nil
-		if wellFormed {
-			outcome, res.Note, err = e.applyChecked(ctx, r, &w)
+		var out Result
+		err := it.err
+		if err == nil {
+			out, err = e.applyChecked(ctx, r, &w)
 		}
 		if err != nil {
 			res.Outcome, res.Error = spec.Failed, err.Error()
 		} else {
-			res.Outcome = outcome
+			res.Outcome, res.Note = out.Outcome, out.Note
 		}
 		results = append(results, res)
 
 		switch {
 		case err == nil:
 			record = append(record, applied(r, r.Digest()))
-		case wellFormed:
+		case it.err == nil:
 			// It may have created something before it failed: keep it on
 			// record so that a declaration without it still removes it.
 			record = append(record, applied(r, ""))
@@ -156,7 +265,7 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 	}
 
 	var held []string // the paths declared, made when first needed
-	for _, rm := range removals(resources, previous) {
+	for _, rm := range removals(items, previous) {
 		a := rm.Applied
 		res := spec.ResourceResult{Name: a.Name, Kind: a.Kind, Outcome: spec.Removed}
 		err := ctx.Err()
@@ -164,9 +273,11 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 			err = fmt.Errorf("remove %s: %w", a.Path, err)
 		} else if !rm.handedOver {
 			if held == nil {
-				held = heldPaths(resources)
+				held = heldPaths(items)
 			}
-			res.Note, err = e.removeOne(a, held, &w)
+			var out Result
+			out, err = e.removeOne(ctx, a, held, &w)
+			res.Note = out.Note
 		}
 		if err != nil {
 			res.Outcome, res.Error = spec.Failed, err.Error()
@@ -181,19 +292,23 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 // Unchanged per resource (Failed with the cause where Apply would fail
 // before writing), and Removed for each previous resource no longer
 // declared.
-func (e *Engine) Preview(resources []spec.Resource, previous []Applied) []spec.ResourceResult {
+func (e *Engine) Preview(ctx context.Context, resources []spec.Resource, previous []Applied) []spec.ResourceResult {
 	results := make([]spec.ResourceResult, 0, len(resources))
-	for _, r := range applyOrder(resources) {
-		res := spec.ResourceResult{Name: r.Name, Kind: r.Kind}
-		outcome, err := e.planOne(r)
+	items := check(resources)
+	for _, it := range items {
+		res := spec.ResourceResult{Name: it.Name, Kind: it.Kind}
+		out, err := Result{}, it.err
+		if err == nil {
+			out, err = e.planOne(ctx, it.Resource)
+		}
 		if err != nil {
 			res.Outcome, res.Error = spec.Failed, err.Error()
 		} else {
-			res.Outcome = outcome
+			res.Outcome, res.Note = out.Outcome, out.Note
 		}
 		results = append(results, res)
 	}
-	for _, rm := range removals(resources, previous) {
+	for _, rm := range removals(items, previous) {
 		results = append(results, spec.ResourceResult{Name: rm.Name, Kind: rm.Kind, Outcome: spec.Removed})
 	}
 	return results
@@ -214,94 +329,51 @@ type preparer interface {
 	finish()
 }
 
-// noter is an Applier that can say more of a change than its outcome: a
-// container started again, and why it had stopped.
-type noter interface {
-	apply(ctx context.Context, root string, r spec.Resource, blobs BlobFetcher, w *Writes) (note, outcome string, err error)
-}
-
 // applyChecked applies r, which passed Check.
-func (e *Engine) applyChecked(ctx context.Context, r spec.Resource, w *Writes) (outcome, note string, err error) {
+func (e *Engine) applyChecked(ctx context.Context, r spec.Resource, w *Writes) (out Result, err error) {
 	defer e.recovered("apply "+r.Name, &err)
 	if err := ctx.Err(); err != nil {
-		return "", "", fmt.Errorf("apply %s: %w", r.Target(), err)
+		return Result{}, fmt.Errorf("apply %s: %w", r.Target(), err)
 	}
 	ap, err := e.applier(r.Kind)
 	if err != nil {
-		return "", "", err
+		return Result{}, err
 	}
-	if n, ok := ap.(noter); ok {
-		note, outcome, err = n.apply(ctx, e.Root, r, e.Blobs, w)
-		return outcome, note, err
-	}
-	outcome, err = ap.Apply(ctx, e.Root, r, e.Blobs, w)
-	return outcome, "", err
+	return ap.Apply(ctx, r, w)
 }
 
-func (e *Engine) planOne(r spec.Resource) (outcome string, err error) {
+// planOne plans r, which passed Check.
+func (e *Engine) planOne(ctx context.Context, r spec.Resource) (out Result, err error) {
 	defer e.recovered("plan "+r.Name, &err)
-	if err := r.Check(); err != nil {
-		return "", err
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("plan %s: %w", r.Target(), err)
 	}
 	ap, err := e.applier(r.Kind)
 	if err != nil {
-		return "", err
+		return Result{}, err
 	}
-	return ap.Plan(e.Root, r)
+	return ap.Plan(ctx, r)
 }
 
-// removeNoter is an Applier whose removal can leave something in place on
-// purpose and say so (a directory that holds what nothing declared), and
-// must never take what is still declared (held: the paths of the files and
-// directories declared now).
-type removeNoter interface {
-	remove(root string, a Applied, held []string, w *Writes) (note string, err error)
-}
-
-func (e *Engine) removeOne(a Applied, held []string, w *Writes) (note string, err error) {
+func (e *Engine) removeOne(ctx context.Context, a Applied, held []string, w *Writes) (out Result, err error) {
 	defer e.recovered("remove "+a.Name, &err)
 	ap, err := e.applier(a.Kind)
 	if err != nil {
-		return "", err
+		return Result{}, err
 	}
-	if n, ok := ap.(removeNoter); ok {
-		return n.remove(e.Root, a, held, w)
-	}
-	return "", ap.Remove(e.Root, a, w)
+	return ap.Remove(ctx, a, held, w)
 }
 
-// heldPaths are the paths of the well-formed files and directories among
-// resources (never nil).
-func heldPaths(resources []spec.Resource) []string {
+// heldPaths are the paths of the well-formed resources whose kinds have
+// paths (never nil).
+func heldPaths(items []checked) []string {
 	held := []string{}
-	for _, r := range resources {
-		if (r.Kind == spec.KindFile || r.Kind == spec.KindDirectory) && r.Check() == nil {
-			held = append(held, r.Target())
+	for _, it := range items {
+		if it.path && it.err == nil {
+			held = append(held, it.target)
 		}
 	}
 	return held
-}
-
-// applyOrder is resources in the order they depend on each other: files
-// and directories first (parents first: by path depth, a directory before a
-// file at the same depth, then by path), then the network, then the
-// containers that mount the one and join the other. The sort is stable, so
-// resources that compare equal keep their declared order.
-func applyOrder(resources []spec.Resource) []spec.Resource {
-	out := slices.Clone(resources)
-	slices.SortStableFunc(out, func(a, b spec.Resource) int {
-		if d := phase(a.Kind) - phase(b.Kind); d != 0 {
-			return d
-		}
-		if d := pathDepth(a.Target()) - pathDepth(b.Target()); d != 0 {
-			return d
-		}
-		if d := kindRank(a.Kind) - kindRank(b.Kind); d != 0 {
-			return d
-		}
-		return strings.Compare(a.Target(), b.Target())
-	})
-	return out
 }
 
 // removal is a previous resource no longer declared by its name.
@@ -310,16 +382,17 @@ type removal struct {
 	// handedOver: a resource of the same kind at the same path is declared
 	// under another name (it moved from one module to another). The old name
 	// goes from the record; what is on disk stays, for the new one holds it.
-	handedOver bool
+	handedOver  bool
+	phase, rank int
 }
 
-// removals is what previous holds that resources no longer declare (by
-// name), in the reverse of the apply order: containers, then the network,
-// then files and directories, deepest path first.
-func removals(resources []spec.Resource, previous []Applied) []removal {
-	declared := make(map[string]bool, len(resources))
-	for _, r := range resources {
-		declared[r.Name] = true
+// removals is what previous holds that items no longer declare (by name),
+// in the reverse of the apply order: containers, then the network, then
+// files and directories, deepest path first.
+func removals(items []checked, previous []Applied) []removal {
+	declared := make(map[string]bool, len(items))
+	for _, it := range items {
+		declared[it.Name] = true
 	}
 	var out []removal
 	var held map[[2]string]bool // kind and path of each well-formed resource, made when first needed
@@ -328,23 +401,27 @@ func removals(resources []spec.Resource, previous []Applied) []removal {
 			continue
 		}
 		if held == nil {
-			held = make(map[[2]string]bool, len(resources))
-			for _, r := range resources {
-				if r.Check() == nil {
-					held[[2]string{r.Kind, r.Target()}] = true
+			held = make(map[[2]string]bool, len(items))
+			for _, it := range items {
+				if it.err == nil {
+					held[[2]string{it.Kind, it.target}] = true
 				}
 			}
 		}
-		out = append(out, removal{Applied: a, handedOver: held[[2]string{a.Kind, a.Path}]})
+		rm := removal{Applied: a, handedOver: held[[2]string{a.Kind, a.Path}], rank: 2}
+		if k, ok := hostKinds[a.Kind]; ok {
+			rm.phase, rm.rank = k.phase, k.rank
+		}
+		out = append(out, rm)
 	}
 	slices.SortStableFunc(out, func(a, b removal) int {
-		if d := phase(b.Kind) - phase(a.Kind); d != 0 {
+		if d := b.phase - a.phase; d != 0 {
 			return d
 		}
 		if d := pathDepth(b.Path) - pathDepth(a.Path); d != 0 {
 			return d
 		}
-		if d := kindRank(b.Kind) - kindRank(a.Kind); d != 0 {
+		if d := b.rank - a.rank; d != 0 {
 			return d
 		}
 		return strings.Compare(b.Path, a.Path)
@@ -352,29 +429,7 @@ func removals(resources []spec.Resource, previous []Applied) []removal {
 	return out
 }
 
-// phase is when a kind is applied: what a later phase uses is held by an
-// earlier one.
-func phase(kind string) int {
-	switch kind {
-	case spec.KindNetwork:
-		return 1
-	case spec.KindContainer:
-		return 2
-	}
-	return 0
-}
-
 func pathDepth(p string) int { return strings.Count(p, "/") }
-
-func kindRank(kind string) int {
-	switch kind {
-	case spec.KindDirectory:
-		return 0
-	case spec.KindFile:
-		return 1
-	}
-	return 2
-}
 
 // ownerIDs resolves a declared owner and group to ids; -1 stands for one
 // that is not declared (not managed).

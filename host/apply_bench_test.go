@@ -79,7 +79,7 @@ func BenchmarkPlan327(b *testing.B) {
 	e, resources, record := setup327(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		results := e.Preview(resources, record)
+		results := e.Preview(context.Background(), resources, record)
 		if len(results) != len(resources) {
 			b.Fatalf("%d results, want %d", len(results), len(resources))
 		}

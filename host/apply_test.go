@@ -26,7 +26,7 @@ func fileDecl(p string, mode spec.Mode, content string) spec.Resource {
 	b := []byte(content)
 	return spec.Resource{
 		Name: spec.ResourceName("test", spec.KindFile, p), Kind: spec.KindFile, Module: "test",
-		File: &spec.FileSpec{Path: p, Mode: mode, Content: b, Size: int64(len(b)), Digest: spec.ContentDigest(b)},
+		Spec: &spec.FileSpec{Path: p, Mode: mode, Content: b, Size: int64(len(b)), Digest: spec.ContentDigest(b)},
 	}
 }
 
@@ -34,15 +34,21 @@ func fileDecl(p string, mode spec.Mode, content string) spec.Resource {
 func blobDecl(p string, mode spec.Mode, content []byte) spec.Resource {
 	return spec.Resource{
 		Name: spec.ResourceName("test", spec.KindFile, p), Kind: spec.KindFile, Module: "test",
-		File: &spec.FileSpec{Path: p, Mode: mode, Blob: true, Size: int64(len(content)), Digest: spec.ContentDigest(content)},
+		Spec: &spec.FileSpec{Path: p, Mode: mode, Blob: true, Size: int64(len(content)), Digest: spec.ContentDigest(content)},
 	}
 }
+
+// fileOf is r's file spec; nil when it has none.
+func fileOf(r spec.Resource) *spec.FileSpec { f, _ := spec.As[*spec.FileSpec](r); return f }
+
+// dirOf is r's directory spec; nil when it has none.
+func dirOf(r spec.Resource) *spec.DirectorySpec { d, _ := spec.As[*spec.DirectorySpec](r); return d }
 
 // dirDecl declares a directory at p.
 func dirDecl(p string, mode spec.Mode) spec.Resource {
 	return spec.Resource{
 		Name: spec.ResourceName("test", spec.KindDirectory, p), Kind: spec.KindDirectory, Module: "test",
-		Directory: &spec.DirectorySpec{Path: p, Mode: mode},
+		Spec: &spec.DirectorySpec{Path: p, Mode: mode},
 	}
 }
 
@@ -231,12 +237,12 @@ func TestApplyCreatesTreeThenChangesNothing(t *testing.T) {
 	}
 	for _, r := range resources {
 		full := filepath.Join(root, r.Target())
-		if r.Directory != nil {
-			checkMode(t, full, syscall.S_IFDIR, r.Directory.Mode)
+		if dirOf(r) != nil {
+			checkMode(t, full, syscall.S_IFDIR, dirOf(r).Mode)
 			continue
 		}
-		checkMode(t, full, syscall.S_IFREG, r.File.Mode)
-		checkContent(t, full, string(r.File.Content))
+		checkMode(t, full, syscall.S_IFREG, fileOf(r).Mode)
+		checkContent(t, full, string(fileOf(r).Content))
 	}
 	// Parents nobody declared are made 0755 and not recorded.
 	checkMode(t, filepath.Join(root, "/usr/local"), syscall.S_IFDIR, 0o755)
@@ -377,9 +383,9 @@ func TestApplyOwner(t *testing.T) {
 		root := t.TempDir()
 		e := host.NewEngine(root, nil)
 		file := fileDecl("/opt/tool", 0o4755, "#!/bin/sh\n")
-		file.File.Owner, file.File.Group = "4242", "4243"
+		fileOf(file).Owner, fileOf(file).Group = "4242", "4243"
 		dir := dirDecl("/opt/data", 0o2750)
-		dir.Directory.Owner = "4242"
+		dirOf(dir).Owner = "4242"
 		resources := []spec.Resource{file, dir}
 		filePath, dirPath := filepath.Join(root, "opt/tool"), filepath.Join(root, "opt/data")
 
@@ -399,8 +405,8 @@ func TestApplyOwner(t *testing.T) {
 
 		// Back to root: chown (and the chmod it takes) in place.
 		ino := lstatOf(t, filePath).Ino
-		file.File.Owner, file.File.Group = "0", "0"
-		dir.Directory.Owner, dir.Directory.Group = "0", "0"
+		fileOf(file).Owner, fileOf(file).Group = "0", "0"
+		dirOf(dir).Owner, dirOf(dir).Group = "0", "0"
 		resources = []spec.Resource{file, dir}
 		results, record, _ = e.Apply(context.Background(), resources, record)
 		checkOutcomes(t, results, allOutcome(resources, spec.Changed))
@@ -413,8 +419,8 @@ func TestApplyOwner(t *testing.T) {
 		}
 
 		// The same ids by name are the same declaration to hold.
-		file.File.Owner, file.File.Group = "root", "root"
-		dir.Directory.Owner, dir.Directory.Group = "root", "root"
+		fileOf(file).Owner, fileOf(file).Group = "root", "root"
+		dirOf(dir).Owner, dirOf(dir).Group = "root", "root"
 		resources = []spec.Resource{file, dir}
 		results, _, writes = e.Apply(context.Background(), resources, record)
 		checkOutcomes(t, results, allOutcome(resources, spec.Unchanged))
@@ -426,9 +432,9 @@ func TestApplyOwner(t *testing.T) {
 	t.Run("unknown names", func(t *testing.T) {
 		root := t.TempDir()
 		badUser := fileDecl("/etc/a", 0o644, "a")
-		badUser.File.Owner = "mesh-no-such-user"
+		fileOf(badUser).Owner = "mesh-no-such-user"
 		badGroup := dirDecl("/srv/d", 0o755)
-		badGroup.Directory.Group = "mesh-no-such-group"
+		dirOf(badGroup).Group = "mesh-no-such-group"
 		good := fileDecl("/etc/b", 0o644, "b")
 		results, record, _ := host.NewEngine(root, nil).Apply(context.Background(), []spec.Resource{badUser, badGroup, good}, nil)
 		checkOutcomes(t, results, map[string]string{badUser.Name: spec.Failed, badGroup.Name: spec.Failed, good.Name: spec.Created})
@@ -554,7 +560,7 @@ func TestApplyHandsOverAPathBetweenNames(t *testing.T) {
 	newDir.Module, newDir.Name = "other", spec.ResourceName("other", spec.KindDirectory, "/etc/site")
 	declared := []spec.Resource{newDir, newFile}
 	want := map[string]string{newDir.Name: spec.Unchanged, newFile.Name: spec.Unchanged, oldDir.Name: spec.Removed, oldFile.Name: spec.Removed}
-	checkOutcomes(t, e.Preview(declared, record), want)
+	checkOutcomes(t, e.Preview(context.Background(), declared, record), want)
 	results, record, writes := e.Apply(ctx, declared, record)
 	checkOutcomes(t, results, want)
 	if writes != 0 {
@@ -616,7 +622,7 @@ func TestApplyBlobs(t *testing.T) {
 	ctx := context.Background()
 	content := bytes.Repeat([]byte("0123456789abcdef"), 8<<10) // 128 KiB: over the inline cap
 	r := blobDecl("/srv/blobs/big.bin", 0o644, content)
-	digest := r.File.Digest
+	digest := fileOf(r).Digest
 
 	t.Run("right bytes", func(t *testing.T) {
 		root := t.TempDir()
@@ -706,7 +712,7 @@ func TestPreviewWritesNothingAndMatchesApply(t *testing.T) {
 	} // and /old, /old-dir removed
 
 	before := treeSnapshot(t, root)
-	preview := e.Preview(next, record)
+	preview := e.Preview(context.Background(), next, record)
 	if after := treeSnapshot(t, root); !reflect.DeepEqual(after, before) {
 		t.Fatalf("preview touched the tree:\n%v\nwant\n%v", after, before)
 	}
@@ -770,9 +776,9 @@ func TestApplyKeepsInodeForOpenReader(t *testing.T) {
 func TestApplyRefusesMalformed(t *testing.T) {
 	ctx := context.Background()
 	badDigest := fileDecl("/etc/x", 0o644, "abc")
-	badDigest.File.Digest = spec.ContentDigest([]byte("abd"))
+	fileOf(badDigest).Digest = spec.ContentDigest([]byte("abd"))
 	relative := fileDecl("/etc/x", 0o644, "abc")
-	relative.File.Path = "etc/x"
+	fileOf(relative).Path = "etc/x"
 	unclean := dirDecl("/srv/../etc", 0o755)
 	unknown := dirDecl("/srv/x", 0o755)
 	unknown.Kind = "socket"
@@ -793,7 +799,7 @@ func TestApplyRefusesMalformed(t *testing.T) {
 			root := t.TempDir()
 			e := host.NewEngine(root, nil)
 			for _, results := range [][]spec.ResourceResult{
-				e.Preview([]spec.Resource{tc.r}, nil),
+				e.Preview(context.Background(), []spec.Resource{tc.r}, nil),
 				func() []spec.ResourceResult {
 					results, record, writes := e.Apply(ctx, []spec.Resource{tc.r}, nil)
 					if writes != 0 || len(record) != 0 {

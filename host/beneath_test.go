@@ -108,10 +108,10 @@ func linkedRoot(t *testing.T) (base, root, outside string) {
 func TestApplyDoesNotFollowLinksOutOfTheRoot(t *testing.T) {
 	t.Parallel()
 	owned := func(r spec.Resource) spec.Resource {
-		if r.File != nil {
-			r.File.Owner, r.File.Group = "4242", "4243"
+		if fileOf(r) != nil {
+			fileOf(r).Owner, fileOf(r).Group = "4242", "4243"
 		} else {
-			r.Directory.Owner = "4242"
+			dirOf(r).Owner = "4242"
 		}
 		return r
 	}
@@ -163,7 +163,7 @@ func TestApplyDoesNotFollowLinksOutOfTheRoot(t *testing.T) {
 			before := outsideSnapshot(t, base, root)
 			e := host.NewEngine(root, nil)
 
-			preview := e.Preview(resources, nil)
+			preview := e.Preview(context.Background(), resources, nil)
 			checkOutcomes(t, preview, map[string]string{tc.decl.Name: spec.Failed, good.Name: spec.Created})
 			results, record, _ := e.Apply(context.Background(), resources, nil)
 			checkOutcomes(t, results, map[string]string{tc.decl.Name: spec.Failed, good.Name: spec.Created})
@@ -490,15 +490,15 @@ func nothingEscapes(t *testing.T, input []byte) {
 		if prog.next(2) == 0 {
 			r = fileDecl(p, mode, fmt.Sprintf("c%d", prog.next(2)))
 			if prog.next(3) == 0 {
-				r.File.Owner = "4242"
+				fileOf(r).Owner = "4242"
 			}
 		} else {
 			r = dirDecl(p, mode)
 			if prog.next(2) == 0 {
-				r.Directory.OnRemove = spec.OnRemoveDelete
+				dirOf(r).OnRemove = spec.OnRemoveDelete
 			}
 			if prog.next(3) == 0 {
-				r.Directory.Group = "4243"
+				dirOf(r).Group = "4243"
 			}
 		}
 		if !seen[p] {
@@ -510,12 +510,12 @@ func nothingEscapes(t *testing.T, input []byte) {
 	before := outsideSnapshot(t, top, root)
 	ctx := context.Background()
 	e := host.NewEngine(root, nil)
-	e.Preview(resources, nil)
+	e.Preview(context.Background(), resources, nil)
 	_, record, _ := e.Apply(ctx, resources, nil)
 	for range prog.next(4) {
 		entry()
 	}
-	e.Preview(resources, record)
+	e.Preview(context.Background(), resources, record)
 	_, record, _ = e.Apply(ctx, resources, record)
 	kept := resources[:prog.next(len(resources)+1)]
 	_, record, _ = e.Apply(ctx, kept, record)
@@ -546,7 +546,7 @@ func TestMountSourceThroughALinkIsRefused(t *testing.T) {
 		{"/srv/link", "is a symbolic link"},
 		{"/srv/real", "does not answer"},
 	} {
-		ctr := spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m", Container: &spec.ContainerSpec{
+		ctr := spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m", Spec: &spec.ContainerSpec{
 			Name: "web", Image: "x:1", Mounts: []spec.MountSpec{{Source: tc.source, Target: "/data"}}}}
 		results, _, _ := e.Apply(context.Background(), []spec.Resource{ctr}, nil)
 		if r := results[0]; r.Outcome != spec.Failed || !strings.Contains(r.Error, tc.want) {

@@ -32,11 +32,20 @@ var errNoEngine = errors.New("this host has no container engine: start it with -
 // before it is killed.
 const stopTimeout = 10
 
+func init() {
+	registerKind(hostKind{name: spec.KindContainer, phase: 2, rank: 2, applier: func(s setup) Applier {
+		return containerApplier{root: s.root, blobs: s.blobs, docker: s.docker, node: s.node, address: s.address, subnet: s.subnet,
+			running: &runningList{}, archives: &archiveIDs{}}
+	}})
+}
+
 // containerApplier holds containers in the engine, each named
 // ContainerName(node, name) and labelled with its node, its resource and
 // its identity digest. A container is replaced only when that digest
 // differs; the roster never enters it (invariant 2).
 type containerApplier struct {
+	root    string // the host's root: mount sources lie under it
+	blobs   BlobFetcher
 	docker  *Docker
 	node    string
 	address string       // the node's address, where ports are published
@@ -168,73 +177,85 @@ func (c containerApplier) read(ctx context.Context, name, digest string) (found,
 	return f, nil
 }
 
+// containerOf is r's container spec.
+func containerOf(r spec.Resource) (*spec.ContainerSpec, error) {
+	c, ok := spec.As[*spec.ContainerSpec](r)
+	if !ok || c == nil {
+		return nil, fmt.Errorf("resource %q has no container spec", r.Name)
+	}
+	return c, nil
+}
+
 // Plan says what Apply would do, changing nothing.
-func (c containerApplier) Plan(root string, r spec.Resource) (string, error) {
-	_, digest := c.identity(root, *r.Container)
-	f, err := c.read(context.Background(), spec.ContainerName(c.node, r.Container.Name), digest)
-	return f.outcome, err
+func (c containerApplier) Plan(ctx context.Context, r spec.Resource) (Result, error) {
+	s, err := containerOf(r)
+	if err != nil {
+		return Result{}, err
+	}
+	_, digest := c.identity(c.root, *s)
+	f, err := c.read(ctx, spec.ContainerName(c.node, s.Name), digest)
+	return Result{Outcome: f.outcome}, err
 }
 
 // Apply creates the container if it is not there, replaces it if its
-// identity differs, and starts it if it stopped.
-func (c containerApplier) Apply(ctx context.Context, root string, r spec.Resource, blobs BlobFetcher, w *Writes) (string, error) {
-	_, outcome, err := c.apply(ctx, root, r, blobs, w)
-	return outcome, err
-}
-
-// apply is Apply, with a note on a container started again.
-func (c containerApplier) apply(ctx context.Context, root string, r spec.Resource, blobs BlobFetcher, w *Writes) (note, outcome string, err error) {
-	s := *r.Container
+// identity differs, and starts it if it stopped, saying why it had
+// stopped in the note.
+func (c containerApplier) Apply(ctx context.Context, r spec.Resource, w *Writes) (Result, error) {
+	cs, err := containerOf(r)
+	if err != nil {
+		return Result{}, err
+	}
+	s := *cs
 	for _, m := range s.Mounts {
-		if err := checkMountSource(root, m.Source); err != nil {
-			return "", "", err
+		if err := checkMountSource(c.root, m.Source); err != nil {
+			return Result{}, err
 		}
 	}
 	name := spec.ContainerName(c.node, s.Name)
-	id, digest := c.identity(root, s)
+	id, digest := c.identity(c.root, s)
 	if c.listedUnchanged(name, digest) {
-		return "", spec.Unchanged, nil
+		return Result{Outcome: spec.Unchanged}, nil
 	}
 	f, err := c.read(ctx, name, digest)
 	if err != nil {
-		return "", "", err
+		return Result{}, err
 	}
 	switch {
 	case f.outcome == spec.Unchanged:
-		return "", spec.Unchanged, nil
+		return Result{Outcome: spec.Unchanged}, nil
 	case f.outcome == spec.Changed && !f.replace:
 		w.add()
 		if _, err := c.docker.cli.ContainerStart(ctx, f.id, client.ContainerStartOptions{}); err != nil {
-			return "", "", c.docker.wrap("start container "+name+" again", err)
+			return Result{}, c.docker.wrap("start container "+name+" again", err)
 		}
-		return stoppedNote(f.state), spec.Changed, nil
+		return Result{Outcome: spec.Changed, Note: stoppedNote(f.state)}, nil
 	}
 	// Created or replaced: the image first, so a failure to get it leaves
 	// the old container running.
-	if err := c.image(ctx, s, blobs, w); err != nil {
-		return "", "", err
+	if err := c.image(ctx, s, w); err != nil {
+		return Result{}, err
 	}
 	if f.replace {
 		if err := c.remove(ctx, f.id, name, w); err != nil {
-			return "", "", err
+			return Result{}, err
 		}
 	}
 	cfg, host, net, err := c.config(r, id, digest)
 	if err != nil {
-		return "", "", err
+		return Result{}, err
 	}
 	w.add()
 	created, err := c.docker.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: name, Config: cfg, HostConfig: host, NetworkingConfig: net,
 	})
 	if err != nil {
-		return "", "", c.docker.wrap("create container "+name, err)
+		return Result{}, c.docker.wrap("create container "+name, err)
 	}
 	w.add()
 	if _, err := c.docker.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
-		return "", "", c.docker.wrap("start container "+name, err)
+		return Result{}, c.docker.wrap("start container "+name, err)
 	}
-	return "", f.outcome, nil
+	return Result{Outcome: f.outcome}, nil
 }
 
 // config is the engine's configuration of the container id describes.
@@ -289,7 +310,8 @@ func (c containerApplier) config(r spec.Resource, id identity, digest string) (*
 // declared (the archive, not a tag that may be stale, is what was
 // declared), loaded only when the engine holds no image of the archive's ID
 // under s's reference; or else pulled when the engine lacks it.
-func (c containerApplier) image(ctx context.Context, s spec.ContainerSpec, blobs BlobFetcher, w *Writes) error {
+func (c containerApplier) image(ctx context.Context, s spec.ContainerSpec, w *Writes) error {
+	blobs := c.blobs
 	if a := s.Archive; a != nil {
 		key := a.Digest + " " + s.Image
 		if id := c.archives.get(key); id != "" {
@@ -379,17 +401,17 @@ func (c containerApplier) remove(ctx context.Context, id, name string, w *Writes
 }
 
 // Remove removes the container a recorded; one already gone is removed.
-func (c containerApplier) Remove(_ string, a Applied, w *Writes) error {
-	ctx := context.Background()
+func (c containerApplier) Remove(ctx context.Context, a Applied, _ []string, w *Writes) (Result, error) {
+	removed := Result{Outcome: spec.Removed}
 	name := spec.ContainerName(c.node, a.Path)
 	f, err := c.read(ctx, name, "")
 	if err != nil {
-		return err
+		return removed, err
 	}
 	if f.outcome == spec.Created { // nothing there
-		return nil
+		return removed, nil
 	}
-	return c.remove(ctx, f.id, name, w)
+	return removed, c.remove(ctx, f.id, name, w)
 }
 
 // stoppedNote says why a container that was started again had stopped.

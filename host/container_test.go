@@ -64,14 +64,14 @@ func newEngineRig(t *testing.T) *engineRig {
 func (r *engineRig) network() spec.Resource {
 	name := spec.NetworkName(r.node)
 	return spec.Resource{Name: spec.ResourceName(spec.NetworkModule, spec.KindNetwork, name), Kind: spec.KindNetwork,
-		Module: spec.NetworkModule, Network: &spec.NetworkSpec{Name: name}}
+		Module: spec.NetworkModule, Spec: &spec.NetworkSpec{Name: name}}
 }
 
 func (r *engineRig) container(c spec.ContainerSpec) spec.Resource {
 	if c.Image == "" {
 		c.Image = r.image
 	}
-	return spec.Resource{Name: spec.ResourceName("m", spec.KindContainer, c.Name), Kind: spec.KindContainer, Module: "m", Container: &c}
+	return spec.Resource{Name: spec.ResourceName("m", spec.KindContainer, c.Name), Kind: spec.KindContainer, Module: "m", Spec: &c}
 }
 
 // inspect is the engine's view of the node's container called name; ok is
@@ -121,7 +121,7 @@ func TestContainerIdentity(t *testing.T) {
 
 	// A dry run first: what it would make, making nothing.
 	before := r.docker.Mutations()
-	checkOutcomes(t, r.engine.Preview(declared, nil), allOutcome(declared, spec.Created))
+	checkOutcomes(t, r.engine.Preview(context.Background(), declared, nil), allOutcome(declared, spec.Created))
 	if got := r.docker.Mutations() - before; got != 0 {
 		t.Errorf("a preview made %d mutating engine calls", got)
 	}
@@ -163,7 +163,7 @@ func TestContainerIdentity(t *testing.T) {
 
 	// The same declaration again: nothing changes, and the engine is only
 	// read; a dry run says so too.
-	checkOutcomes(t, r.engine.Preview(declared, record), allOutcome(declared, spec.Unchanged))
+	checkOutcomes(t, r.engine.Preview(context.Background(), declared, record), allOutcome(declared, spec.Unchanged))
 	before = r.docker.Mutations()
 	results, record, writes = r.engine.Apply(ctx, declared, record)
 	checkOutcomes(t, results, allOutcome(declared, spec.Unchanged))
@@ -174,7 +174,7 @@ func TestContainerIdentity(t *testing.T) {
 	// An environment change replaces exactly that container.
 	web.Env = map[string]string{"GREETING": "hi"}
 	declared = []spec.Resource{r.network(), r.container(web), r.container(other)}
-	checkOutcomes(t, r.engine.Preview(declared, record), map[string]string{declared[0].Name: spec.Unchanged, declared[1].Name: spec.Changed, declared[2].Name: spec.Unchanged})
+	checkOutcomes(t, r.engine.Preview(context.Background(), declared, record), map[string]string{declared[0].Name: spec.Unchanged, declared[1].Name: spec.Changed, declared[2].Name: spec.Unchanged})
 	results, record, _ = r.engine.Apply(ctx, declared, record)
 	checkOutcomes(t, results, map[string]string{declared[0].Name: spec.Unchanged, declared[1].Name: spec.Changed, declared[2].Name: spec.Unchanged})
 	second, _ := r.inspect("web")
@@ -356,8 +356,8 @@ func TestContainersFailAloneWithoutEngine(t *testing.T) {
 	root := t.TempDir()
 	e := host.NewEngine(root, &fakeBlobs{})
 	e.Containers(d, "alpha", "127.0.0.1", netip.MustParsePrefix("10.214.0.0/24"), nil)
-	network := spec.Resource{Name: "mesh:network:mesh-alpha", Kind: spec.KindNetwork, Module: "mesh", Network: &spec.NetworkSpec{Name: "mesh-alpha"}}
-	ctr := spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m", Container: &spec.ContainerSpec{Name: "web", Image: "x:1"}}
+	network := spec.Resource{Name: "mesh:network:mesh-alpha", Kind: spec.KindNetwork, Module: "mesh", Spec: &spec.NetworkSpec{Name: "mesh-alpha"}}
+	ctr := spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m", Spec: &spec.ContainerSpec{Name: "web", Image: "x:1"}}
 	declared := []spec.Resource{dirDecl("/srv/web", 0o755), fileDecl("/srv/web/index.html", 0o644, "hi\n"), network, ctr}
 	results, _, _ := e.Apply(context.Background(), declared, nil)
 	for _, res := range results {

@@ -133,7 +133,7 @@ func newBench(t testing.TB) *bench {
 
 func fileResource(path, content string) spec.Resource {
 	return spec.Resource{Name: spec.ResourceName("t", spec.KindFile, path), Kind: spec.KindFile, Module: "t",
-		File: &spec.FileSpec{Path: path, Mode: 0o644, Content: []byte(content), Size: int64(len(content)), Digest: spec.ContentDigest([]byte(content))}}
+		Spec: &spec.FileSpec{Path: path, Mode: 0o644, Content: []byte(content), Size: int64(len(content)), Digest: spec.ContentDigest([]byte(content))}}
 }
 
 func (b *bench) declaration(seq uint64, resources ...spec.Resource) spec.Declaration {
@@ -307,7 +307,7 @@ func TestStopMidApplyReportsNoFailure(t *testing.T) {
 	b.nc.Flush()
 	b.start()
 	r := spec.Resource{Name: spec.ResourceName("t", spec.KindFile, "/big"), Kind: spec.KindFile, Module: "t",
-		File: &spec.FileSpec{Path: "/big", Mode: 0o644, Blob: true, Size: int64(len(blob)), Digest: spec.ContentDigest(blob)}}
+		Spec: &spec.FileSpec{Path: "/big", Mode: 0o644, Blob: true, Size: int64(len(blob)), Digest: spec.ContentDigest(blob)}}
 	b.publish(encode(t, b.declaration(1, fileResource("/small", "s"), r)), nil)
 	select {
 	case <-asked:

@@ -14,10 +14,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// directoryApplier holds directories: mode and (when declared) owner and
-// group. Removed, an empty directory goes; what one holds that nothing
-// declared goes only when its on_remove is delete.
-type directoryApplier struct{}
+func init() {
+	registerKind(hostKind{name: spec.KindDirectory, phase: 0, rank: 0,
+		record: func(s spec.Spec, a *Applied) {
+			if d, ok := s.(*spec.DirectorySpec); ok {
+				a.OnRemove = d.OnRemove
+			}
+		},
+		applier: func(s setup) Applier { return directoryApplier{root: s.root} }})
+}
+
+// directoryApplier holds directories under root: mode and (when declared)
+// owner and group. Removed, an empty directory goes; what one holds that
+// nothing declared goes only when its on_remove is delete (kept in the
+// record).
+type directoryApplier struct{ root string }
+
+// directoryOf is r's directory spec.
+func directoryOf(r spec.Resource) (*spec.DirectorySpec, error) {
+	d, ok := spec.As[*spec.DirectorySpec](r)
+	if !ok || d == nil {
+		return nil, fmt.Errorf("resource %q has no directory spec", r.Name)
+	}
+	return d, nil
+}
 
 // dirDecision is what applying a directory takes, read from the machine.
 type dirDecision struct {
@@ -73,69 +93,70 @@ func planDirectory(root string, ds *spec.DirectorySpec) (dirDecision, error) {
 }
 
 // Plan says what Apply would do to hold r, writing nothing.
-func (directoryApplier) Plan(root string, r spec.Resource) (string, error) {
-	if r.Directory == nil {
-		return "", fmt.Errorf("resource %q has no directory spec", r.Name)
-	}
-	d, err := planDirectory(root, r.Directory)
+func (a directoryApplier) Plan(_ context.Context, r spec.Resource) (Result, error) {
+	ds, err := directoryOf(r)
 	if err != nil {
-		return "", err
+		return Result{}, err
+	}
+	d, err := planDirectory(a.root, ds)
+	if err != nil {
+		return Result{}, err
 	}
 	d.at.close()
-	return d.outcome(), nil
+	return Result{Outcome: d.outcome()}, nil
 }
 
 // Apply makes the machine hold the directory r declares: created (0700,
 // then chowned and chmodded to exactly what is declared), or its mode and
 // owner fixed in place. What it holds is never touched.
-func (directoryApplier) Apply(_ context.Context, root string, r spec.Resource, _ BlobFetcher, w *Writes) (string, error) {
-	ds := r.Directory
-	if ds == nil {
-		return "", fmt.Errorf("resource %q has no directory spec", r.Name)
-	}
-	d, err := planDirectory(root, ds)
+func (a directoryApplier) Apply(_ context.Context, r spec.Resource, w *Writes) (Result, error) {
+	ds, err := directoryOf(r)
 	if err != nil {
-		return "", err
+		return Result{}, err
+	}
+	d, err := planDirectory(a.root, ds)
+	if err != nil {
+		return Result{}, err
 	}
 	defer d.at.close()
 	if d.exists {
 		if err := fixMeta(d.at, unix.S_IFDIR, ds.Mode, d.uid, d.gid, d.chown, d.chmod, w); err != nil {
-			return "", err
+			return Result{}, err
 		}
-		return d.outcome(), nil
+		return Result{Outcome: d.outcome()}, nil
 	}
 	if err := d.at.makeParents(w); err != nil {
-		return "", err
+		return Result{}, err
 	}
 	w.add()
 	if err := unix.Mkdirat(d.at.dir, d.at.name, 0o700); err != nil {
-		return "", fmt.Errorf("create directory %s: %w", d.at.path, err)
+		return Result{}, fmt.Errorf("create directory %s: %w", d.at.path, err)
 	}
 	if err := fixMeta(d.at, unix.S_IFDIR, ds.Mode, d.uid, d.gid, d.uid >= 0 || d.gid >= 0, true, w); err != nil {
-		return "", err
+		return Result{}, err
 	}
-	return d.outcome(), nil
+	return Result{Outcome: d.outcome()}, nil
 }
 
-// Remove removes the directory a was, as remove does.
-func (d directoryApplier) Remove(root string, a Applied, w *Writes) error {
-	_, err := d.remove(root, a, nil, w)
-	return err
-}
-
-// remove removes the directory a was. An empty one goes. One that holds
+// Remove removes the directory rec was. An empty one goes. One that holds
 // anything goes with everything in it when its on_remove is delete (see
-// deleteTree for when it stays all the same); otherwise (keep, the default)
-// it is left in place with what it holds, which is no failure: the note
-// says so. A missing directory is fine, and so is something else standing
-// at its path (a file, a link): it is left in place.
-func (directoryApplier) remove(root string, a Applied, held []string, w *Writes) (string, error) {
-	t, err := openTree(root)
+// deleteTree for when it stays all the same: held, the paths declared now,
+// among them); otherwise (keep, the default) it is left in place with what
+// it holds, which is no failure: the note says so. A missing directory is
+// fine, and so is something else standing at its path (a file, a link): it
+// is left in place.
+func (a directoryApplier) Remove(_ context.Context, rec Applied, held []string, w *Writes) (Result, error) {
+	note, err := a.remove(rec, held, w)
+	return Result{Outcome: spec.Removed, Note: note}, err
+}
+
+func (a directoryApplier) remove(rec Applied, held []string, w *Writes) (string, error) {
+	t, err := openTree(a.root)
 	if err != nil {
 		return "", err
 	}
 	defer t.close()
-	at, err := locateRecorded(t, a)
+	at, err := locateRecorded(t, rec)
 	if err != nil || at == nil {
 		return "", err
 	}
@@ -145,7 +166,7 @@ func (directoryApplier) remove(root string, a Applied, held []string, w *Writes)
 		return "", err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		// Not a directory, so not what a was: whatever stands there is
+		// Not a directory, so not what rec was: whatever stands there is
 		// someone else's, and stays.
 		return "", nil
 	}
@@ -164,8 +185,8 @@ func (directoryApplier) remove(root string, a Applied, held []string, w *Writes)
 		}
 		names = []string{"entries that appeared as it was removed"}
 	}
-	if a.OnRemove == spec.OnRemoveDelete {
-		return "", deleteTree(at, a.Path, held, w)
+	if rec.OnRemove == spec.OnRemoveDelete {
+		return "", deleteTree(at, rec.Path, held, w)
 	}
 	slices.Sort(names)
 	return keptNote(names), nil

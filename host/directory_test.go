@@ -15,7 +15,7 @@ import (
 // dirDeleting declares a directory at p whose removal deletes what it holds.
 func dirDeleting(p string) spec.Resource {
 	r := dirDecl(p, 0o755)
-	r.Directory.OnRemove = spec.OnRemoveDelete
+	dirOf(r).OnRemove = spec.OnRemoveDelete
 	return r
 }
 

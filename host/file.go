@@ -15,9 +15,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fileApplier holds files: content, mode and (when declared) owner and
-// group, written atomically.
-type fileApplier struct{}
+func init() {
+	registerKind(hostKind{name: spec.KindFile, phase: 0, rank: 1, applier: func(s setup) Applier {
+		return fileApplier{root: s.root, blobs: s.blobs}
+	}})
+}
+
+// fileApplier holds files under root: content, mode and (when declared)
+// owner and group, written atomically.
+type fileApplier struct {
+	root  string
+	blobs BlobFetcher
+}
+
+// fileOf is r's file spec.
+func fileOf(r spec.Resource) (*spec.FileSpec, error) {
+	f, ok := spec.As[*spec.FileSpec](r)
+	if !ok || f == nil {
+		return nil, fmt.Errorf("resource %q has no file spec", r.Name)
+	}
+	return f, nil
+}
 
 // fileDecision is what applying a file takes, read from the machine.
 type fileDecision struct {
@@ -121,48 +139,49 @@ func sameContent(s *spot, st *unix.Stat_t, f *spec.FileSpec) (bool, error) {
 }
 
 // Plan says what Apply would do to hold r, writing nothing.
-func (fileApplier) Plan(root string, r spec.Resource) (string, error) {
-	if r.File == nil {
-		return "", fmt.Errorf("resource %q has no file spec", r.Name)
-	}
-	d, err := planFile(root, r.File)
+func (a fileApplier) Plan(_ context.Context, r spec.Resource) (Result, error) {
+	f, err := fileOf(r)
 	if err != nil {
-		return "", err
+		return Result{}, err
+	}
+	d, err := planFile(a.root, f)
+	if err != nil {
+		return Result{}, err
 	}
 	d.at.close()
-	return d.outcome(), nil
+	return Result{Outcome: d.outcome()}, nil
 }
 
 // Apply makes the machine hold the file r declares. Content that is already
 // right is never rewritten (a wrong mode or owner is fixed in place); content
 // that is not is written atomically, fetching a blob only then.
-func (fileApplier) Apply(ctx context.Context, root string, r spec.Resource, blobs BlobFetcher, w *Writes) (string, error) {
-	f := r.File
-	if f == nil {
-		return "", fmt.Errorf("resource %q has no file spec", r.Name)
-	}
-	d, err := planFile(root, f)
+func (a fileApplier) Apply(ctx context.Context, r spec.Resource, w *Writes) (Result, error) {
+	f, err := fileOf(r)
 	if err != nil {
-		return "", err
+		return Result{}, err
+	}
+	d, err := planFile(a.root, f)
+	if err != nil {
+		return Result{}, err
 	}
 	defer d.at.close()
 	if !d.write {
 		if err := fixMeta(d.at, unix.S_IFREG, f.Mode, d.uid, d.gid, d.chown, d.chmod, w); err != nil {
-			return "", err
+			return Result{}, err
 		}
-		return d.outcome(), nil
+		return Result{Outcome: d.outcome()}, nil
 	}
-	data, err := fileContent(ctx, f, blobs)
+	data, err := fileContent(ctx, f, a.blobs)
 	if err != nil {
-		return "", err
+		return Result{}, err
 	}
 	if err := d.at.makeParents(w); err != nil {
-		return "", err
+		return Result{}, err
 	}
 	if err := writeFileExact(d.at, data, f.Mode, d.uid, d.gid, w); err != nil {
-		return "", err
+		return Result{}, err
 	}
-	return d.outcome(), nil
+	return Result{Outcome: d.outcome()}, nil
 }
 
 // fileContent is f's content: inline, or the blob fetched and verified.
@@ -261,32 +280,33 @@ func createTemp(dir int, prefix string) (*os.File, string, error) {
 	return nil, "", fmt.Errorf("100 names taken, beginning %s", prefix)
 }
 
-// Remove removes the file a was. A missing file is fine, and so is
+// Remove removes the file rec was. A missing file is fine, and so is
 // something else standing at its path (a directory, a link): it is not the
 // file, and it is left in place.
-func (fileApplier) Remove(root string, a Applied, w *Writes) error {
-	t, err := openTree(root)
+func (a fileApplier) Remove(_ context.Context, rec Applied, _ []string, w *Writes) (Result, error) {
+	removed := Result{Outcome: spec.Removed}
+	t, err := openTree(a.root)
 	if err != nil {
-		return err
+		return Result{}, err
 	}
 	defer t.close()
-	at, err := locateRecorded(t, a)
+	at, err := locateRecorded(t, rec)
 	if err != nil || at == nil {
-		return err
+		return removed, err
 	}
 	defer at.close()
 	st, ok, err := at.lstat()
 	if err != nil || !ok {
-		return err
+		return removed, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		// Not a file, so not what a was: this applier makes only regular
+		// Not a file, so not what rec was: this applier makes only regular
 		// files at its paths. Whatever stands there is someone else's.
-		return nil
+		return removed, nil
 	}
 	w.add()
 	if err := unix.Unlinkat(at.dir, at.name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("remove file %s: %w", at.path, err)
+		return Result{}, fmt.Errorf("remove file %s: %w", at.path, err)
 	}
-	return at.syncDir()
+	return removed, at.syncDir()
 }

@@ -36,7 +36,7 @@ func TestHeartbeatsGoOnDuringAnApply(t *testing.T) {
 
 	content := bytes.Repeat([]byte("x"), 100<<10)
 	big := spec.Resource{Name: spec.ResourceName("t", spec.KindFile, "/big"), Kind: spec.KindFile, Module: "t",
-		File: &spec.FileSpec{Path: "/big", Mode: 0o644, Blob: true, Size: int64(len(content)), Digest: spec.ContentDigest(content)}}
+		Spec: &spec.FileSpec{Path: "/big", Mode: 0o644, Blob: true, Size: int64(len(content)), Digest: spec.ContentDigest(content)}}
 	b.publish(encode(t, b.declaration(1, big)), nil)
 	var fetch *nats.Msg
 	select {

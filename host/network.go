@@ -21,6 +21,12 @@ var DefaultSubnet = netip.MustParsePrefix("10.213.0.0/24")
 // where the host's resolver listens for the containers.
 func Gateway(subnet netip.Prefix) netip.Addr { return subnet.Masked().Addr().Next() }
 
+func init() {
+	registerKind(hostKind{name: spec.KindNetwork, phase: 1, rank: 2, applier: func(s setup) Applier {
+		return networkApplier{docker: s.docker, node: s.node, subnet: s.subnet, names: s.names}
+	}})
+}
+
 // networkApplier holds the node's own bridge network, mesh-<node>, on the
 // host's subnet. Once the network is there, the host's resolver listens on
 // its gateway; once it is removed, no more.
@@ -38,9 +44,9 @@ type networkApplier struct {
 func gatewayAddr(gateway netip.Addr) string { return netip.AddrPortFrom(gateway, 53).String() }
 
 // Plan says whether the network would be made or remade.
-func (n networkApplier) Plan(_ string, r spec.Resource) (string, error) {
-	outcome, _, err := n.read(context.Background(), r)
-	return outcome, err
+func (n networkApplier) Plan(ctx context.Context, r spec.Resource) (Result, error) {
+	outcome, _, err := n.read(ctx, r)
+	return Result{Outcome: outcome}, err
 }
 
 // read inspects the network: Unchanged when it is there on the host's
@@ -50,7 +56,11 @@ func (n networkApplier) read(ctx context.Context, r spec.Resource) (string, netw
 	if n.docker == nil {
 		return "", network.Inspect{}, errNoEngine
 	}
-	name := r.Network.Name
+	ns, ok := spec.As[*spec.NetworkSpec](r)
+	if !ok || ns == nil {
+		return "", network.Inspect{}, fmt.Errorf("resource %q has no network spec", r.Name)
+	}
+	name := ns.Name
 	if name != spec.NetworkName(n.node) {
 		return "", network.Inspect{}, fmt.Errorf("network %s is not this node's (%s)", name, spec.NetworkName(n.node))
 	}
@@ -74,12 +84,17 @@ func (n networkApplier) read(ctx context.Context, r spec.Resource) (string, netw
 // Apply makes the network if it is not there, remakes it on a changed
 // subnet when no container is attached, and has the resolver listen on its
 // gateway.
-func (n networkApplier) Apply(ctx context.Context, _ string, r spec.Resource, _ BlobFetcher, w *Writes) (string, error) {
+func (n networkApplier) Apply(ctx context.Context, r spec.Resource, w *Writes) (Result, error) {
+	outcome, err := n.apply(ctx, r, w)
+	return Result{Outcome: outcome}, err
+}
+
+func (n networkApplier) apply(ctx context.Context, r spec.Resource, w *Writes) (string, error) {
 	outcome, nw, err := n.read(ctx, r)
 	if err != nil {
 		return "", err
 	}
-	name := r.Network.Name
+	name := r.Target()
 	if outcome == spec.Changed {
 		if len(nw.Containers) > 0 {
 			var names []string
@@ -119,11 +134,14 @@ func (n networkApplier) Apply(ctx context.Context, _ string, r spec.Resource, _ 
 // Remove removes the network (one already gone is removed), then has the
 // resolver stop serving its gateway: the one it was made with, and the
 // host's, which is what Apply attached.
-func (n networkApplier) Remove(_ string, a Applied, w *Writes) error {
+func (n networkApplier) Remove(ctx context.Context, a Applied, _ []string, w *Writes) (Result, error) {
+	return Result{Outcome: spec.Removed}, n.remove(ctx, a, w)
+}
+
+func (n networkApplier) remove(ctx context.Context, a Applied, w *Writes) error {
 	if n.docker == nil {
 		return errNoEngine
 	}
-	ctx := context.Background()
 	gateways := []netip.Addr{Gateway(n.subnet)}
 	res, err := n.docker.cli.NetworkInspect(ctx, a.Path, client.NetworkInspectOptions{})
 	switch {

@@ -17,25 +17,25 @@ type panicky struct {
 	name string
 }
 
-func (p panicky) Plan(root string, r spec.Resource) (string, error) {
+func (p panicky) Plan(ctx context.Context, r spec.Resource) (host.Result, error) {
 	if r.Name == p.name {
 		panic("injected: plan")
 	}
-	return p.Applier.Plan(root, r)
+	return p.Applier.Plan(ctx, r)
 }
 
-func (p panicky) Apply(ctx context.Context, root string, r spec.Resource, b host.BlobFetcher, w *host.Writes) (string, error) {
+func (p panicky) Apply(ctx context.Context, r spec.Resource, w *host.Writes) (host.Result, error) {
 	if r.Name == p.name {
 		panic("injected: apply")
 	}
-	return p.Applier.Apply(ctx, root, r, b, w)
+	return p.Applier.Apply(ctx, r, w)
 }
 
-func (p panicky) Remove(root string, a host.Applied, w *host.Writes) error {
+func (p panicky) Remove(ctx context.Context, a host.Applied, held []string, w *host.Writes) (host.Result, error) {
 	if a.Name == p.name {
 		panic("injected: remove")
 	}
-	return p.Applier.Remove(root, a, w)
+	return p.Applier.Remove(ctx, a, held, w)
 }
 
 // TestPanicInAnApplierFailsThatResourceOnly: a panic while applying,
@@ -63,7 +63,7 @@ func TestPanicInAnApplierFailsThatResourceOnly(t *testing.T) {
 	}
 	checkContent(t, filepath.Join(root, "etc/good"), "y")
 
-	preview := e.Preview([]spec.Resource{bad, good}, record)
+	preview := e.Preview(context.Background(), []spec.Resource{bad, good}, record)
 	if r := resultOf(t, preview, bad.Name); r.Outcome != spec.Failed || !strings.Contains(r.Error, "injected: plan") {
 		t.Fatalf("the resource whose plan panicked: %+v", r)
 	}

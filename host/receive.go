@@ -234,7 +234,7 @@ func (a *Agent) saveApplied() {
 
 // handlePreview answers a dry run: what applying it would change, changing
 // nothing, storing nothing, acking nothing.
-func (a *Agent) handlePreview(nc *nats.Conn, m *nats.Msg) {
+func (a *Agent) handlePreview(ctx context.Context, nc *nats.Conn, m *nats.Msg) {
 	key, err := a.signKey()
 	if err != nil {
 		a.log.Error("previews cannot be verified", "err", err)
@@ -243,7 +243,7 @@ func (a *Agent) handlePreview(nc *nats.Conn, m *nats.Msg) {
 	decl, reason := verifyPreview(m.Data, m.Header.Get(spec.SigHeader), a.kept(key), time.Now())
 	r := spec.Report{Seq: decl.Seq, Digest: spec.ContentDigest(m.Data), Preview: true, Refused: reason}
 	if reason == "" {
-		r.Results = a.engine.Preview(decl.Resources, a.state.Applied)
+		r.Results = a.engine.Preview(ctx, decl.Resources, a.state.Applied)
 	}
 	a.log.Debug("preview answered", "seq", decl.Seq, "refused", reason)
 	a.report(nc, r)

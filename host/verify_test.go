@@ -18,13 +18,13 @@ func FuzzVerify(f *testing.F) {
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	good, _ := json.Marshal(spec.Declaration{Mesh: "m", Node: "alpha", Seq: 2, Issued: now, Expires: now.Add(time.Hour), Protocol: 1,
-		Resources: []spec.Resource{{Name: "x", Kind: spec.KindDirectory, Module: "x", Directory: &spec.DirectorySpec{Path: "/x", Mode: 0o755}}}})
+		Resources: []spec.Resource{{Name: "x", Kind: spec.KindDirectory, Module: "x", Spec: &spec.DirectorySpec{Path: "/x", Mode: 0o755}}}})
 	f.Add(good, true)
 	f.Add([]byte(`{"mesh":"m","node":"alpha","seq":3}`), true)
 	f.Add([]byte(`{}`), false)
 	withContainer, _ := json.Marshal(spec.Declaration{Mesh: "m", Node: "alpha", Seq: 2, Issued: now, Expires: now.Add(time.Hour), Protocol: 1,
-		Resources: []spec.Resource{{Name: "mesh:network:mesh-alpha", Kind: spec.KindNetwork, Module: "mesh", Network: &spec.NetworkSpec{Name: "mesh-alpha"}},
-			{Name: "w:container:web", Kind: spec.KindContainer, Module: "w", Container: &spec.ContainerSpec{Name: "web", Image: "w:1",
+		Resources: []spec.Resource{{Name: "mesh:network:mesh-alpha", Kind: spec.KindNetwork, Module: "mesh", Spec: &spec.NetworkSpec{Name: "mesh-alpha"}},
+			{Name: "w:container:web", Kind: spec.KindContainer, Module: "w", Spec: &spec.ContainerSpec{Name: "web", Image: "w:1",
 				Archive: &spec.ImageArchive{Size: 10, Digest: spec.ContentDigest([]byte("0123456789"))}, Env: map[string]string{"A": "b"},
 				Ports: []spec.PortSpec{{Container: 80, Host: 8080}}, Mounts: []spec.MountSpec{{Source: "/srv", Target: "/www", ReadOnly: true}}}}}})
 	f.Add(withContainer, true)

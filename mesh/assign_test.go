@@ -15,7 +15,7 @@ import (
 func dirModule(name, path string, routes ...spec.Route) spec.Module {
 	return spec.Module{Name: name, Version: "1", Routes: routes, Resources: []spec.Resource{{
 		Name: spec.ResourceName(name, spec.KindDirectory, path), Kind: spec.KindDirectory, Module: name,
-		Directory: &spec.DirectorySpec{Path: path, Mode: 0o755}}}}
+		Spec: &spec.DirectorySpec{Path: path, Mode: 0o755}}}}
 }
 
 // TestAssignSaysWhichNodesChange: an assignment or unassignment answers

@@ -88,28 +88,27 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 		}
 		values["node"], values["version"] = in.Node, m.Version
 		for _, r := range m.Resources {
-			if r.Kind == spec.KindContainer && !slices.Contains(in.Capabilities, spec.CapContainers) {
-				return Plan{}, own("module %q declares container %q, but the node has no container engine: its host does not report the %q capability (is Docker running there?)",
-					m.Name, r.Target(), spec.CapContainers)
+			kind, _ := spec.KindNamed(r.Kind)
+			need := kind.Needs
+			if need != nil && !slices.Contains(in.Capabilities, need.Name) {
+				return Plan{}, own("module %q declares %s %q, but the node has no %s: its host does not report the %q capability (%s)",
+					m.Name, r.Kind, r.Target(), need.What, need.Name, need.Hint)
 			}
 			filled, err := fillResource(r, values)
 			if err != nil {
 				return Plan{}, own("module %q, resource %s: %v", m.Name, r.Name, err)
 			}
-			key, what := filled.Target(), filled.Target()
-			if filled.Kind == spec.KindContainer {
-				key, what = "container "+key, "container "+what
-			}
+			key := filled.Key()
 			if prev, taken := pathOwner[key]; taken {
-				return Plan{}, own("modules %q and %q both declare %s", prev, m.Name, what)
+				return Plan{}, own("modules %q and %q both declare %s", prev, m.Name, key)
 			}
 			pathOwner[key] = m.Name
 			plan.Resources = append(plan.Resources, filled)
-			if filled.Kind == spec.KindContainer && !hasNetwork {
+			// The node's own network comes with the first resource that
+			// needs the container engine: the containers join it.
+			if need != nil && need.Name == spec.CapContainers && !hasNetwork {
 				hasNetwork = true
-				name := spec.NetworkName(in.Node)
-				plan.Resources = append(plan.Resources, spec.Resource{Name: spec.ResourceName(spec.NetworkModule, spec.KindNetwork, name),
-					Kind: spec.KindNetwork, Module: spec.NetworkModule, Network: &spec.NetworkSpec{Name: name}})
+				plan.Resources = append(plan.Resources, spec.NodeNetwork(in.Node))
 			}
 		}
 		for _, rt := range m.Routes {
@@ -174,105 +173,23 @@ func settingValues(node string, m spec.Module, given map[string]string) (map[str
 	return values, nil
 }
 
-// fillAll fills each of ss; nil stays nil.
-func fillAll(ss []string, fill func(string) (string, error)) ([]string, error) {
-	if ss == nil {
-		return nil, nil
-	}
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		v, err := fill(s)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = v
-	}
-	return out, nil
-}
-
-// fillValues fills each value of m; nil stays nil.
-func fillValues(m map[string]string, fill func(string) (string, error)) (map[string]string, error) {
-	if m == nil {
-		return nil, nil
-	}
-	out := make(map[string]string, len(m))
-	for k, s := range m {
-		v, err := fill(s)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", k, err)
-		}
-		out[k] = v
-	}
-	return out, nil
-}
-
-// fillResource fills the references in r's strings, and names and digests
-// it anew.
+// fillResource fills the references in r's strings, and names it anew and
+// checks it.
 func fillResource(r spec.Resource, values map[string]string) (spec.Resource, error) {
-	fill := func(s string) (string, error) { return spec.Fill(s, values) }
-	var err error
-	switch {
-	case r.File != nil:
-		f := *r.File
-		if f.Path, err = fill(f.Path); err != nil {
-			return r, err
-		}
-		if f.Owner, err = fill(f.Owner); err != nil {
-			return r, err
-		}
-		if f.Group, err = fill(f.Group); err != nil {
-			return r, err
-		}
-		if !f.Blob {
-			text, err := fill(string(f.Content))
-			if err != nil {
-				return r, err
-			}
-			f.Content = []byte(text)
-			f.Size, f.Digest = int64(len(f.Content)), spec.ContentDigest(f.Content)
-		}
-		r.File = &f
-	case r.Directory != nil:
-		d := *r.Directory
-		if d.Path, err = fill(d.Path); err != nil {
-			return r, err
-		}
-		if d.Owner, err = fill(d.Owner); err != nil {
-			return r, err
-		}
-		if d.Group, err = fill(d.Group); err != nil {
-			return r, err
-		}
-		r.Directory = &d
-	case r.Container != nil:
-		c := *r.Container
-		if c.Image, err = fill(c.Image); err != nil {
-			return r, err
-		}
-		if c.Command, err = fillAll(c.Command, fill); err != nil {
-			return r, err
-		}
-		if c.Env, err = fillValues(c.Env, fill); err != nil {
-			return r, err
-		}
-		if c.Labels, err = fillValues(c.Labels, fill); err != nil {
-			return r, err
-		}
-		mounts := make([]spec.MountSpec, len(c.Mounts))
-		for i, m := range c.Mounts {
-			if m.Source, err = fill(m.Source); err != nil {
-				return r, err
-			}
-			if m.Target, err = fill(m.Target); err != nil {
-				return r, err
-			}
-			mounts[i] = m
-		}
-		if c.Mounts != nil {
-			c.Mounts = mounts
-		}
-		r.Container = &c
+	if r.Spec == nil {
+		return r, r.Check()
 	}
+	filled, err := r.Spec.Fill(func(field, s string) (string, error) {
+		v, err := spec.Fill(s, values)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", field, err)
+		}
+		return v, nil
+	})
+	if err != nil {
+		return r, err
+	}
+	r.Spec = filled
 	r.Name = spec.ResourceName(r.Module, r.Kind, r.Target())
 	if err := r.Check(); err != nil {
 		return r, err

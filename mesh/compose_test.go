@@ -97,6 +97,7 @@ type goldenResource struct {
 	OnRemove  string              `json:"on_remove,omitempty"`
 	Network   *spec.NetworkSpec   `json:"network,omitempty"`
 	Container *spec.ContainerSpec `json:"container,omitempty"`
+	Spec      spec.Spec           `json:"spec,omitempty"`
 }
 
 func composeAll(nodes []NodeInput, modules map[string]spec.Module) map[string]goldenOutcome {
@@ -122,18 +123,20 @@ func composeAll(nodes []NodeInput, modules map[string]spec.Module) map[string]go
 		o := goldenOutcome{Routes: plan.Routes}
 		for _, r := range plan.Resources {
 			g := goldenResource{Name: r.Name}
-			switch {
-			case r.File != nil:
-				g.Mode, g.Owner, g.Group, g.Content = fmt.Sprintf("%04o", r.File.Mode), r.File.Owner, r.File.Group, string(r.File.Content)
-				if spec.ContentDigest(r.File.Content) != r.File.Digest || int64(len(r.File.Content)) != r.File.Size {
+			switch s := r.Spec.(type) {
+			case *spec.FileSpec:
+				g.Mode, g.Owner, g.Group, g.Content = fmt.Sprintf("%04o", s.Mode), s.Owner, s.Group, string(s.Content)
+				if spec.ContentDigest(s.Content) != s.Digest || int64(len(s.Content)) != s.Size {
 					g.Content += " (DIGEST OR SIZE DOES NOT MATCH THE CONTENT)"
 				}
-			case r.Directory != nil:
-				g.Mode, g.Owner, g.Group, g.OnRemove = fmt.Sprintf("%04o", r.Directory.Mode), r.Directory.Owner, r.Directory.Group, r.Directory.OnRemove
-			case r.Network != nil:
-				g.Network = r.Network
-			case r.Container != nil:
-				g.Container = r.Container
+			case *spec.DirectorySpec:
+				g.Mode, g.Owner, g.Group, g.OnRemove = fmt.Sprintf("%04o", s.Mode), s.Owner, s.Group, s.OnRemove
+			case *spec.NetworkSpec:
+				g.Network = s
+			case *spec.ContainerSpec:
+				g.Container = s
+			default: // a kind spelled out no further: its spec as it travels
+				g.Spec = r.Spec
 			}
 			if err := r.Check(); err != nil {
 				g.Content += " (DOES NOT CHECK: " + err.Error() + ")"

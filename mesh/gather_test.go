@@ -50,7 +50,7 @@ func meshOf(t *testing.T, c *Controller, db *store.DB) {
 		Resources: []spec.Resource{resource("/srv/web")}}
 	web.Resources[0].Module, web.Resources[0].Name = "web", spec.ResourceName("web", spec.KindDirectory, "/srv/web")
 	clash := spec.Module{Name: "clash", Version: "1", Resources: []spec.Resource{{Name: spec.ResourceName("clash", spec.KindDirectory, "/srv/web"),
-		Kind: spec.KindDirectory, Module: "clash", Directory: &spec.DirectorySpec{Path: "/srv/web", Mode: 0o755}}}}
+		Kind: spec.KindDirectory, Module: "clash", Spec: &spec.DirectorySpec{Path: "/srv/web", Mode: 0o755}}}}
 	if _, err := db.RegisterModules(ctx, []spec.Module{web, clash}, time.Now()); err != nil {
 		t.Fatal(err)
 	}

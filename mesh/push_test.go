@@ -15,7 +15,7 @@ import (
 
 func resource(path string) spec.Resource {
 	return spec.Resource{Name: spec.ResourceName("m", spec.KindDirectory, path), Kind: spec.KindDirectory, Module: "m",
-		Directory: &spec.DirectorySpec{Path: path, Mode: 0o755}}
+		Spec: &spec.DirectorySpec{Path: path, Mode: 0o755}}
 }
 
 // lastOnStream reads the last declaration of node on the stream.

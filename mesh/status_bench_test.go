@@ -20,7 +20,7 @@ func BenchmarkStatus(b *testing.B) {
 	mod := spec.Module{Name: "m", Version: "1", Routes: []spec.Route{{Name: "web", Port: 80}}}
 	for i := range 300 {
 		r := resource(fmt.Sprintf("/srv/d%03d", i))
-		r.Name = spec.ResourceName("m", spec.KindDirectory, r.Directory.Path)
+		r.Name = spec.ResourceName("m", spec.KindDirectory, r.Target())
 		mod.Resources = append(mod.Resources, r)
 	}
 	if _, err := db.RegisterModules(ctx, []spec.Module{mod}, clk.Now()); err != nil {

@@ -3,26 +3,28 @@ package spec
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 )
 
-// Kinds of resource that a container engine holds.
-const (
-	KindNetwork   = "network"
-	KindContainer = "container"
-)
+// KindContainer is a container in the node's container engine.
+const KindContainer = "container"
+
+func init() {
+	Register(Kind{Name: KindContainer, Needs: &ContainerEngine,
+		New: func() Spec { return &ContainerSpec{} },
+		Manifest: func(raw []byte) (Declared, error) {
+			m := &containerManifest{}
+			return m, Decode(raw, m)
+		}})
+}
 
 // CapContainers is the capability a host reports while a container engine
 // answers it. Composing a container for a node without it fails.
 const CapContainers = "containers"
 
-// NetworkModule is the module name the node's own network is declared
-// under: it belongs to the node, not to any module.
-const NetworkModule = "mesh"
-
-// NetworkName is the name of node's own container network, a bridge on its
-// machine whose gateway is where its resolver also listens.
-func NetworkName(node string) string { return "mesh-" + node }
+// ContainerEngine is what a node needs to hold containers and its network.
+var ContainerEngine = Capability{Name: CapContainers, What: "container engine", Hint: "is Docker running there?"}
 
 // ContainerName is the engine's name of node's container called name. Hosts
 // sharing one engine (as in tests) each touch only their own.
@@ -39,12 +41,6 @@ const (
 	// differs.
 	LabelDigest = "mesh.digest"
 )
-
-// NetworkSpec is the node's own bridge network. Its subnet is the host's
-// choice (mesh host --subnet), as its address is.
-type NetworkSpec struct {
-	Name string `json:"name"`
-}
 
 // ContainerSpec is one container, as declared. The roster never enters it:
 // a container finds the mesh's names through its machine's resolver, so a
@@ -91,16 +87,8 @@ type MountSpec struct {
 // Restart policies.
 var restartPolicies = []string{"no", "always", "unless-stopped", "on-failure"}
 
-// Check refuses a network spec that is not well formed.
-func (n NetworkSpec) Check() error {
-	if !strings.HasPrefix(n.Name, "mesh-") {
-		return fmt.Errorf("network name %q is not mesh-NODE", n.Name)
-	}
-	return CheckName("network", strings.TrimPrefix(n.Name, "mesh-"))
-}
-
 // Check refuses a container spec that is not well formed, naming the field.
-func (c ContainerSpec) Check() error {
+func (c *ContainerSpec) Check() error {
 	if err := CheckName("container", c.Name); err != nil {
 		return err
 	}
@@ -148,30 +136,6 @@ func (c ContainerSpec) Check() error {
 	return nil
 }
 
-// checkUnfilled checks a manifest's container before settings fill it:
-// each ${setting} stands for a plain "x", so a mount whose source is all
-// reference ("${dir}") is refused as not absolute, as it would be filled.
-func (c ContainerSpec) checkUnfilled() error {
-	x := func(s string) string {
-		values := map[string]string{}
-		for _, name := range References(s) {
-			values[name] = "x"
-		}
-		filled, err := Fill(s, values)
-		if err != nil {
-			return s
-		}
-		return filled
-	}
-	probe := c
-	probe.Image = x(c.Image)
-	probe.Mounts = make([]MountSpec, len(c.Mounts))
-	for i, m := range c.Mounts {
-		probe.Mounts[i] = MountSpec{Source: x(m.Source), Target: x(m.Target), ReadOnly: m.ReadOnly}
-	}
-	return probe.Check()
-}
-
 // Proto is the port's protocol, tcp when not given.
 func (p PortSpec) Proto() string {
 	if p.Protocol == "" {
@@ -181,9 +145,130 @@ func (p PortSpec) Proto() string {
 }
 
 // RestartPolicy is the declared policy, unless-stopped when not given.
-func (c ContainerSpec) RestartPolicy() string {
+func (c *ContainerSpec) RestartPolicy() string {
 	if c.Restart == "" {
 		return "unless-stopped"
 	}
 	return c.Restart
+}
+
+// Kind is KindContainer.
+func (*ContainerSpec) Kind() string { return KindContainer }
+
+// Target is the container's name within its node.
+func (c *ContainerSpec) Target() string { return c.Name }
+
+// Fill fills the image, each command argument, each environment and label
+// value, and each mount's source and target. What is nil stays nil.
+func (c *ContainerSpec) Fill(fill func(field, s string) (string, error)) (Spec, error) {
+	f := *c
+	var err error
+	if f.Image, err = fill("image", c.Image); err != nil {
+		return nil, err
+	}
+	if c.Command != nil {
+		f.Command = make([]string, len(c.Command))
+		for i, a := range c.Command {
+			if f.Command[i], err = fill(fmt.Sprintf("command[%d]", i), a); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if f.Env, err = fillValues("env", c.Env, fill); err != nil {
+		return nil, err
+	}
+	if f.Labels, err = fillValues("labels", c.Labels, fill); err != nil {
+		return nil, err
+	}
+	if c.Mounts != nil {
+		f.Mounts = make([]MountSpec, len(c.Mounts))
+		for i, m := range c.Mounts {
+			if m.Source, err = fill(fmt.Sprintf("mounts[%d].source", i), m.Source); err != nil {
+				return nil, err
+			}
+			if m.Target, err = fill(fmt.Sprintf("mounts[%d].target", i), m.Target); err != nil {
+				return nil, err
+			}
+			f.Mounts[i] = m
+		}
+	}
+	return &f, nil
+}
+
+// fillValues fills each value of m, in the order of its keys; nil stays
+// nil.
+func fillValues(field string, m map[string]string, fill func(field, s string) (string, error)) (map[string]string, error) {
+	if m == nil {
+		return nil, nil
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make(map[string]string, len(m))
+	for _, k := range keys {
+		v, err := fill(fmt.Sprintf("%s[%q]", field, k), m[k])
+		if err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// Blobs is the image archive, if one is declared.
+func (c *ContainerSpec) Blobs() []Blob {
+	if c.Archive == nil {
+		return nil
+	}
+	return []Blob{{Digest: c.Archive.Digest, Size: c.Archive.Size}}
+}
+
+// Row lists the container: its image, and its archive.
+func (c *ContainerSpec) Row() Row {
+	image := c.Image
+	if a := c.Archive; a != nil {
+		image += fmt.Sprintf(" (archive %d bytes %s)", a.Size, a.Digest[:min(19, len(a.Digest))])
+	}
+	return Row{Target: c.Name, Mode: "-", Owner: "-", Content: image}
+}
+
+// containerManifest is a container in module.json: the ContainerSpec, its
+// Archive, if any, a file beside the manifest (an image archive made by
+// docker save).
+type containerManifest struct {
+	ContainerSpec
+	Archive string `json:"archive,omitempty"`
+}
+
+// Spec is the container as declared, without its archive.
+func (m *containerManifest) Spec() Spec { c := m.ContainerSpec; return &c }
+
+// Check refuses an archive outside the module's directory, and a container
+// that would not be well formed once settings fill it.
+func (m *containerManifest) Check(field string) error {
+	if src := m.Archive; src != "" && !cleanSource(src) {
+		return fmt.Errorf("%s.archive: %q must be a clean path inside the module's directory", field, src)
+	}
+	if err := checkUnfilled(m.Spec()); err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	return nil
+}
+
+// Resolve reads the archive, if any, which travels as a blob.
+func (m *containerManifest) Resolve(field string, read func(source string) ([]byte, error)) (Spec, error) {
+	c := m.ContainerSpec
+	if src := m.Archive; src != "" {
+		b, err := read(src)
+		if err != nil {
+			return nil, fmt.Errorf("%s.archive: %w", field, err)
+		}
+		if len(b) == 0 {
+			return nil, fmt.Errorf("%s.archive: %s is empty", field, src)
+		}
+		c.Archive = &ImageArchive{Size: int64(len(b)), Digest: ContentDigest(b)}
+	}
+	return &c, nil
 }

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -34,12 +35,6 @@ const (
 	ModePreview = "preview" // work out what would change; never stored, acked or applied
 )
 
-// Kinds of resource.
-const (
-	KindFile      = "file"
-	KindDirectory = "directory"
-)
-
 // Declaration is everything one node should hold, numbered and signed by the
 // controller. Its encoded bytes are exactly what is signed.
 type Declaration struct {
@@ -55,60 +50,15 @@ type Declaration struct {
 	Roster Roster `json:"roster"`
 }
 
-// Resource is one thing a node holds. Exactly one of the kind's specs is set.
+// Resource is one thing a node holds: its spec is of its kind. In JSON
+// the spec travels under the kind's name:
+// {"name":...,"kind":"file","module":...,"file":{...}}.
 type Resource struct {
 	// Name is unique within a declaration: "<module>:<kind>:<path>".
-	Name      string         `json:"name"`
-	Kind      string         `json:"kind"`
-	Module    string         `json:"module"`
-	File      *FileSpec      `json:"file,omitempty"`
-	Directory *DirectorySpec `json:"directory,omitempty"`
-	Network   *NetworkSpec   `json:"network,omitempty"`
-	Container *ContainerSpec `json:"container,omitempty"`
-}
-
-// FileSpec is a file: its content inline (Content) or as a blob (Blob), and
-// always its digest.
-type FileSpec struct {
-	Path    string `json:"path"`
-	Mode    Mode   `json:"mode"`
-	Owner   string `json:"owner,omitempty"` // user name or numeric id; empty: not managed
-	Group   string `json:"group,omitempty"`
-	Content []byte `json:"content,omitempty"`
-	Blob    bool   `json:"blob,omitempty"` // the content travels as the blob named by Digest
-	Size    int64  `json:"size"`
-	Digest  string `json:"digest"` // sha256:HEX of the content
-}
-
-// DirectorySpec is a directory.
-type DirectorySpec struct {
-	Path  string `json:"path"`
-	Mode  Mode   `json:"mode"`
-	Owner string `json:"owner,omitempty"`
-	Group string `json:"group,omitempty"`
-	// OnRemove is what removing the directory does with what it holds that
-	// nothing declares: OnRemoveKeep (empty means the same) or
-	// OnRemoveDelete.
-	OnRemove string `json:"on_remove,omitempty"`
-}
-
-// What removing a directory does with contents nothing declares.
-const (
-	// OnRemoveKeep leaves a directory that holds anything in place, with
-	// what it holds, and says so in a note: the default.
-	OnRemoveKeep = "keep"
-	// OnRemoveDelete removes the directory with everything in it (never
-	// past the host's root, nor onto another file system).
-	OnRemoveDelete = "delete"
-)
-
-// CheckOnRemove refuses a directory's on_remove that is none of the
-// values allowed, naming them.
-func CheckOnRemove(v string) error {
-	if v != "" && v != OnRemoveKeep && v != OnRemoveDelete {
-		return fmt.Errorf("on_remove %q is not one of %s (the default) and %s", v, OnRemoveKeep, OnRemoveDelete)
-	}
-	return nil
+	Name   string
+	Kind   string
+	Module string
+	Spec   Spec
 }
 
 // Mode is a Unix permission mode (07777 at most), written in JSON as an
@@ -142,36 +92,28 @@ func (m Mode) CheckFile() error {
 	return nil
 }
 
-// Target is the path the resource manages.
+// Target is what the resource manages: a path, or a name.
 func (r Resource) Target() string {
-	switch {
-	case r.File != nil:
-		return r.File.Path
-	case r.Directory != nil:
-		return r.Directory.Path
-	case r.Network != nil:
-		return r.Network.Name
-	case r.Container != nil:
-		return r.Container.Name
+	if r.Spec == nil {
+		return ""
 	}
-	return ""
+	return r.Spec.Target()
 }
 
-// specs counts the kind specs r carries; a well-formed resource has one.
-func (r Resource) specs() int {
-	n := 0
-	for _, set := range []bool{r.File != nil, r.Directory != nil, r.Network != nil, r.Container != nil} {
-		if set {
-			n++
-		}
+// Key is what no two resources of a node may share: the path of a kind
+// with paths (a file and a directory may not both be at /x), or else the
+// kind and its target ("container web").
+func (r Resource) Key() string {
+	if k, ok := KindNamed(r.Kind); ok && k.Path {
+		return r.Target()
 	}
-	return n
+	return r.Kind + " " + r.Target()
 }
 
 // Digest is the resource's identity: the SHA-256 of its declared spec. Two
 // resources with the same digest are the same thing to hold.
 func (r Resource) Digest() string {
-	body, _ := json.Marshal(r)
+	body, _ := r.MarshalJSON() // the bytes json.Marshal(r) writes, without its second pass over them
 	sum := sha256.Sum256(body)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
@@ -203,56 +145,119 @@ func CheckPath(p string) error {
 // Check refuses a resource that is not well formed: what a host checks
 // before it touches anything.
 func (r Resource) Check() error {
-	switch r.Kind {
-	case KindFile:
-		if r.File == nil || r.specs() != 1 {
-			return fmt.Errorf("resource %q: kind file needs exactly a file spec", r.Name)
-		}
-		if err := CheckPath(r.File.Path); err != nil {
-			return fmt.Errorf("resource %q: %w", r.Name, err)
-		}
-		if err := r.File.Mode.CheckFile(); err != nil {
-			return fmt.Errorf("resource %q: %w", r.Name, err)
-		}
-		if !strings.HasPrefix(r.File.Digest, "sha256:") || len(r.File.Digest) != 71 {
-			return fmt.Errorf("resource %q: digest %q is not sha256:HEX", r.Name, r.File.Digest)
-		}
-		if r.File.Blob && len(r.File.Content) > 0 {
-			return fmt.Errorf("resource %q: both inline content and a blob", r.Name)
-		}
-		if !r.File.Blob && (int64(len(r.File.Content)) != r.File.Size || ContentDigest(r.File.Content) != r.File.Digest) {
-			return fmt.Errorf("resource %q: inline content does not match its size and digest", r.Name)
-		}
-	case KindDirectory:
-		if r.Directory == nil || r.specs() != 1 {
-			return fmt.Errorf("resource %q: kind directory needs exactly a directory spec", r.Name)
-		}
-		if err := CheckPath(r.Directory.Path); err != nil {
-			return fmt.Errorf("resource %q: %w", r.Name, err)
-		}
-		if err := CheckOnRemove(r.Directory.OnRemove); err != nil {
-			return fmt.Errorf("resource %q: %w", r.Name, err)
-		}
-	case KindNetwork:
-		if r.Network == nil || r.specs() != 1 {
-			return fmt.Errorf("resource %q: kind network needs exactly a network spec", r.Name)
-		}
-		if err := r.Network.Check(); err != nil {
-			return fmt.Errorf("resource %q: %w", r.Name, err)
-		}
-	case KindContainer:
-		if r.Container == nil || r.specs() != 1 {
-			return fmt.Errorf("resource %q: kind container needs exactly a container spec", r.Name)
-		}
-		if err := r.Container.Check(); err != nil {
-			return fmt.Errorf("resource %q: %w", r.Name, err)
-		}
-	default:
+	if _, ok := KindNamed(r.Kind); !ok {
 		return fmt.Errorf("resource %q: unknown kind %q", r.Name, r.Kind)
+	}
+	if r.Spec == nil || r.Spec.Kind() != r.Kind {
+		return fmt.Errorf("resource %q: kind %s needs exactly a %s spec", r.Name, r.Kind, r.Kind)
+	}
+	if err := r.Spec.Check(); err != nil {
+		return fmt.Errorf("resource %q: %w", r.Name, err)
 	}
 	if r.Name == "" {
 		return fmt.Errorf("a %s resource has no name", r.Kind)
 	}
+	return nil
+}
+
+// resourceHead is a resource's fields before its spec, in the order they
+// travel.
+type resourceHead struct {
+	Name   string `json:"name"`
+	Kind   string `json:"kind"`
+	Module string `json:"module"`
+}
+
+// MarshalJSON writes {"name":...,"kind":...,"module":...,"KIND":{...}}, the
+// spec under its kind's name: the bytes whose SHA-256 is the resource's
+// Digest, which hosts compare.
+func (r Resource) MarshalJSON() ([]byte, error) {
+	head, err := json.Marshal(resourceHead{Name: r.Name, Kind: r.Kind, Module: r.Module})
+	if err != nil || r.Spec == nil {
+		return head, err
+	}
+	body, err := json.Marshal(r.Spec)
+	if err != nil {
+		return nil, err
+	}
+	if string(body) == "null" { // a nil spec of some kind: none
+		return head, nil
+	}
+	key := r.Spec.Kind()
+	out := make([]byte, 0, len(head)+len(key)+len(body)+5)
+	out = append(out, head[:len(head)-1]...)
+	out = append(out, `,"`...)
+	out = append(out, key...)
+	out = append(out, `":`...)
+	out = append(out, body...)
+	return append(out, '}'), nil
+}
+
+// UnmarshalJSON reads a resource as MarshalJSON writes it, refusing unknown
+// fields (in the spec too), an unknown kind, a resource without its kind's
+// spec, and one with another kind's, naming it; null is no resource either.
+func (r *Resource) UnmarshalJSON(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return fmt.Errorf("a resource is a JSON object, not %.20s", b)
+	}
+	var out Resource
+	var specKind string
+	var specRaw json.RawMessage
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := t.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		var field *string
+		switch {
+		case strings.EqualFold(key, "name"):
+			field = &out.Name
+		case strings.EqualFold(key, "kind"):
+			field = &out.Kind
+		case strings.EqualFold(key, "module"):
+			field = &out.Module
+		}
+		if field != nil {
+			if err := json.Unmarshal(raw, field); err != nil {
+				return fmt.Errorf("resource field %s: %w", key, err)
+			}
+			continue
+		}
+		k, ok := kindByKey(key)
+		if !ok {
+			return fmt.Errorf("json: unknown field %q", key)
+		}
+		if jsonNull(raw) {
+			continue
+		}
+		if specKind != "" && specKind != k.Name {
+			return fmt.Errorf("a resource carries both a %s and a %s spec", specKind, k.Name)
+		}
+		specKind, specRaw = k.Name, raw
+	}
+	if _, err := dec.Token(); err != nil {
+		return err
+	}
+	k, ok := KindNamed(out.Kind)
+	switch {
+	case !ok:
+		return fmt.Errorf("resource %q: unknown kind %q", out.Name, out.Kind)
+	case specKind == "":
+		return fmt.Errorf("resource %q: kind %s has no %s spec", out.Name, out.Kind, out.Kind)
+	case specKind != out.Kind:
+		return fmt.Errorf("resource %q: kind %s carries a %s spec: a resource carries its own kind's spec only", out.Name, out.Kind, specKind)
+	}
+	out.Spec = k.New()
+	if err := Decode(specRaw, out.Spec); err != nil {
+		return fmt.Errorf("resource %q: %s: %w", out.Name, out.Kind, err)
+	}
+	*r = out
 	return nil
 }
 

@@ -1,33 +1,11 @@
 package spec_test
 
 import (
-	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/mesh-fleet/mesh/spec"
 )
-
-// jsonFields are the JSON names of a struct type's fields.
-func jsonFields(t reflect.Type) []string {
-	var names []string
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
-}
-
-// TestDirectoryTwins: a directory in a manifest and in a declaration carry
-// the same fields, so none is lost between module.json and the host.
-func TestDirectoryTwins(t *testing.T) {
-	m, d := jsonFields(reflect.TypeFor[spec.ManifestDirectorySpec]()), jsonFields(reflect.TypeFor[spec.DirectorySpec]())
-	if !slices.Equal(m, d) {
-		t.Errorf("manifest directory fields %v, declaration directory fields %v: keep them in step", m, d)
-	}
-}
 
 // TestDirectoryOnRemove: on_remove is keep (the default, however spelled:
 // one digest) or delete; anything else is refused where a module is
@@ -56,7 +34,8 @@ func TestDirectoryOnRemove(t *testing.T) {
 	if none.Resources[0].Digest() != keep.Resources[0].Digest() {
 		t.Error("on_remove keep spelled out and left out give two digests")
 	}
-	if got := del.Resources[0].Directory.OnRemove; got != spec.OnRemoveDelete {
+	deleted, _ := spec.As[*spec.DirectorySpec](del.Resources[0])
+	if got := deleted.OnRemove; got != spec.OnRemoveDelete {
 		t.Errorf("on_remove delete resolves to %q", got)
 	}
 
@@ -66,7 +45,7 @@ func TestDirectoryOnRemove(t *testing.T) {
 			t.Errorf("module.json with on_remove purge: %v, want an error naming %s", err, part)
 		}
 	}
-	del.Resources[0].Directory.OnRemove = "purge"
+	deleted.OnRemove = "purge"
 	err = del.Check()
 	for _, part := range []string{`"d:directory:/srv/d"`, `"purge"`, "keep", "delete"} {
 		if err == nil || !strings.Contains(err.Error(), part) {

@@ -1,8 +1,10 @@
 package spec
 
 import (
+	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 )
@@ -20,54 +22,61 @@ type Manifest struct {
 	Resources   []ManifestResource `json:"resources"`
 }
 
-// ManifestResource is one resource in a manifest: exactly one of its fields.
+// ManifestResource is one resource of a manifest, {"KIND": {...}}: one
+// key, a kind's name, and the kind's spec as module.json writes it.
+// ParseManifest reads it.
 type ManifestResource struct {
-	File      *ManifestFileSpec      `json:"file,omitempty"`
-	Directory *ManifestDirectorySpec `json:"directory,omitempty"`
-	Container *ManifestContainerSpec `json:"container,omitempty"`
+	Kind     string
+	Declared Declared
+	keys     []string          // as decoded: each key of the object,
+	raws     []json.RawMessage // and its value, null left out
 }
 
-// ManifestContainerSpec is a container in a manifest: a ContainerSpec whose
-// Archive, if any, is a file beside the manifest (an image archive made by
-// docker save). Settings may fill its image, command, environment, mounts
-// and labels.
-type ManifestContainerSpec struct {
-	Name    string            `json:"name"`
-	Image   string            `json:"image"`
-	Archive string            `json:"archive,omitempty"`
-	Command []string          `json:"command,omitempty"`
-	Env     map[string]string `json:"env,omitempty"`
-	Ports   []PortSpec        `json:"ports,omitempty"`
-	Mounts  []MountSpec       `json:"mounts,omitempty"`
-	Restart string            `json:"restart,omitempty"`
-	Labels  map[string]string `json:"labels,omitempty"`
+// UnmarshalJSON keeps the object's keys and values for ParseManifest,
+// which names the resource in what it refuses.
+func (r *ManifestResource) UnmarshalJSON(b []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return err
+	}
+	*r = ManifestResource{}
+	for k, v := range fields {
+		if !jsonNull(v) {
+			r.keys = append(r.keys, k)
+		}
+	}
+	slices.Sort(r.keys)
+	for _, k := range r.keys {
+		r.raws = append(r.raws, fields[k])
+	}
+	return nil
 }
 
-// spec is the container as declared, without its archive.
-func (c ManifestContainerSpec) spec() ContainerSpec {
-	return ContainerSpec{Name: c.Name, Image: c.Image, Command: c.Command, Env: c.Env,
-		Ports: c.Ports, Mounts: c.Mounts, Restart: c.Restart, Labels: c.Labels}
-}
-
-// ManifestFileSpec is a file in a manifest: its content inline, or Source, a
-// file beside the manifest. Mode defaults to 0644.
-type ManifestFileSpec struct {
-	Path    string  `json:"path"`
-	Mode    *Mode   `json:"mode,omitempty"`
-	Owner   string  `json:"owner,omitempty"`
-	Group   string  `json:"group,omitempty"`
-	Content *string `json:"content,omitempty"`
-	Source  string  `json:"source,omitempty"`
-}
-
-// ManifestDirectorySpec is a directory in a manifest (DirectorySpec, whose
-// fields it keeps in step). Mode defaults to 0755, OnRemove to keep.
-type ManifestDirectorySpec struct {
-	Path     string `json:"path"`
-	Mode     *Mode  `json:"mode,omitempty"`
-	Owner    string `json:"owner,omitempty"`
-	Group    string `json:"group,omitempty"`
-	OnRemove string `json:"on_remove,omitempty"`
+// read finds the resource's kind and reads its spec, refusing anything
+// else, each error beginning with field.
+func (r *ManifestResource) read(field string) (Kind, string, error) {
+	var kind Kind
+	var raw []byte
+	for i, key := range r.keys {
+		k, ok := kindByKey(key)
+		if !ok || k.Manifest == nil {
+			return Kind{}, "", fmt.Errorf("%s: json: unknown field %q: give one of %s", field, key, manifestKinds())
+		}
+		if kind.Name != "" {
+			return Kind{}, "", fmt.Errorf("%s: give exactly one of %s", field, manifestKinds())
+		}
+		kind, raw = k, r.raws[i]
+	}
+	if kind.Name == "" {
+		return Kind{}, "", fmt.Errorf("%s: give exactly one of %s", field, manifestKinds())
+	}
+	field += "." + kind.Name
+	d, err := kind.Manifest(raw)
+	if err != nil {
+		return Kind{}, "", fmt.Errorf("%s: %w", field, err)
+	}
+	r.Kind, r.Declared = kind.Name, d
+	return kind, field, nil
 }
 
 // Module is a registered module: its manifest with every source read, as the
@@ -155,151 +164,51 @@ func ParseManifest(data []byte) (Manifest, error) {
 		}
 	}
 	seen := map[string]string{}
-	for i, r := range m.Resources {
-		field := fmt.Sprintf("resources[%d]", i)
-		if err := checkResourceReferences(field, r, m.Settings); err != nil {
+	for i := range m.Resources {
+		r := &m.Resources[i]
+		kind, field, err := r.read(fmt.Sprintf("resources[%d]", i))
+		if err != nil {
 			return Manifest{}, err
 		}
-		var p string
-		switch {
-		case r.File != nil && r.Directory == nil && r.Container == nil:
-			field += ".file"
-			p = r.File.Path
-			if m := r.File.Mode; m != nil {
-				if err := m.CheckFile(); err != nil {
-					return Manifest{}, fmt.Errorf("%s.mode: %w", field, err)
-				}
-			}
-			hasContent, hasSource := r.File.Content != nil, r.File.Source != ""
-			if hasContent == hasSource {
-				return Manifest{}, fmt.Errorf("%s: give exactly one of content and source", field)
-			}
-			if hasSource {
-				if s := r.File.Source; path.IsAbs(s) || path.Clean(s) != s || s == ".." || strings.HasPrefix(s, "../") {
-					return Manifest{}, fmt.Errorf("%s.source: %q must be a clean path inside the module's directory", field, s)
-				}
-			}
-		case r.Directory != nil && r.File == nil && r.Container == nil:
-			field += ".directory"
-			p = r.Directory.Path
-			if err := CheckOnRemove(r.Directory.OnRemove); err != nil {
-				return Manifest{}, fmt.Errorf("%s.on_remove: %w", field, err)
-			}
-		case r.Container != nil && r.File == nil && r.Directory == nil:
-			field += ".container"
-			c := r.Container
-			if src := c.Archive; src != "" && !cleanSource(src) {
-				return Manifest{}, fmt.Errorf("%s.archive: %q must be a clean path inside the module's directory", field, src)
-			}
-			if err := c.spec().checkUnfilled(); err != nil {
-				return Manifest{}, fmt.Errorf("%s: %w", field, err)
-			}
-			if prev, dup := seen["container "+c.Name]; dup {
-				return Manifest{}, fmt.Errorf("%s.name: container %q is also declared by %s", field, c.Name, prev)
-			}
-			seen["container "+c.Name] = field
-			continue
-		default:
-			return Manifest{}, fmt.Errorf("%s: give exactly one of file, directory and container", field)
+		declared := r.Declared.Spec()
+		if _, err := declared.Fill(func(f, s string) (string, error) {
+			return s, checkReferences(field+"."+f, s, m.Settings)
+		}); err != nil {
+			return Manifest{}, err
 		}
-		if err := CheckPath(p); err != nil {
-			return Manifest{}, fmt.Errorf("%s.path: %w", field, err)
+		if err := r.Declared.Check(field); err != nil {
+			return Manifest{}, err
 		}
-		if prev, dup := seen[p]; dup {
-			return Manifest{}, fmt.Errorf("%s.path: %s is also declared by %s", field, p, prev)
+		key := Resource{Kind: kind.Name, Spec: declared}.Key()
+		if prev, dup := seen[key]; dup {
+			if kind.Path {
+				return Manifest{}, fmt.Errorf("%s.path: %s is also declared by %s", field, key, prev)
+			}
+			return Manifest{}, fmt.Errorf("%s.name: %s is also declared by %s", field, key, prev)
 		}
-		seen[p] = field
+		seen[key] = field
 	}
 	return m, nil
-}
-
-func checkResourceReferences(field string, r ManifestResource, settings []Setting) error {
-	var fields map[string]string
-	switch {
-	case r.File != nil:
-		fields = map[string]string{".file.path": r.File.Path, ".file.owner": r.File.Owner, ".file.group": r.File.Group}
-		if r.File.Content != nil {
-			fields[".file.content"] = *r.File.Content
-		}
-	case r.Directory != nil:
-		fields = map[string]string{".directory.path": r.Directory.Path, ".directory.owner": r.Directory.Owner, ".directory.group": r.Directory.Group}
-	case r.Container != nil:
-		c := r.Container
-		fields = map[string]string{".container.image": c.Image}
-		for i, a := range c.Command {
-			fields[fmt.Sprintf(".container.command[%d]", i)] = a
-		}
-		for k, v := range c.Env {
-			fields[fmt.Sprintf(".container.env[%q]", k)] = v
-		}
-		for i, m := range c.Mounts {
-			fields[fmt.Sprintf(".container.mounts[%d].source", i)] = m.Source
-			fields[fmt.Sprintf(".container.mounts[%d].target", i)] = m.Target
-		}
-		for k, v := range c.Labels {
-			fields[fmt.Sprintf(".container.labels[%q]", k)] = v
-		}
-	}
-	for f, v := range fields {
-		if err := checkReferences(field+f, v, settings); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Resolve turns a manifest into a module, reading each source with read.
 func (m Manifest) Resolve(read func(source string) ([]byte, error)) (Module, error) {
 	mod := Module{Name: m.Name, Version: m.Version, Description: m.Description, Settings: m.Settings, Routes: m.Routes, Resources: []Resource{}}
 	for i, r := range m.Resources {
-		switch {
-		case r.File != nil:
-			f := r.File
-			var content []byte
-			if f.Content != nil {
-				content = []byte(*f.Content)
-			} else {
-				b, err := read(f.Source)
-				if err != nil {
-					return Module{}, fmt.Errorf("resources[%d].file.source: %w", i, err)
-				}
-				content = b
+		field := fmt.Sprintf("resources[%d]", i)
+		if r.Declared == nil {
+			var err error
+			if _, field, err = r.read(field); err != nil {
+				return Module{}, err
 			}
-			spec := &FileSpec{Path: f.Path, Mode: 0o644, Owner: f.Owner, Group: f.Group,
-				Size: int64(len(content)), Digest: ContentDigest(content)}
-			if f.Mode != nil {
-				spec.Mode = *f.Mode
-			}
-			if len(content) > InlineMax {
-				spec.Blob = true
-			} else {
-				spec.Content = content
-			}
-			mod.Resources = append(mod.Resources, Resource{Name: ResourceName(m.Name, KindFile, f.Path), Kind: KindFile, Module: m.Name, File: spec})
-		case r.Directory != nil:
-			d := r.Directory
-			spec := &DirectorySpec{Path: d.Path, Mode: 0o755, Owner: d.Owner, Group: d.Group}
-			if d.Mode != nil {
-				spec.Mode = *d.Mode
-			}
-			if d.OnRemove == OnRemoveDelete {
-				spec.OnRemove = d.OnRemove // keep, the default, is left out: one spelling, one digest
-			}
-			mod.Resources = append(mod.Resources, Resource{Name: ResourceName(m.Name, KindDirectory, d.Path), Kind: KindDirectory, Module: m.Name, Directory: spec})
-		case r.Container != nil:
-			c := r.Container.spec()
-			if src := r.Container.Archive; src != "" {
-				b, err := read(src)
-				if err != nil {
-					return Module{}, fmt.Errorf("resources[%d].container.archive: %w", i, err)
-				}
-				if len(b) == 0 {
-					return Module{}, fmt.Errorf("resources[%d].container.archive: %s is empty", i, src)
-				}
-				c.Archive = &ImageArchive{Size: int64(len(b)), Digest: ContentDigest(b)}
-			}
-			mod.Resources = append(mod.Resources, Resource{Name: ResourceName(m.Name, KindContainer, c.Name), Kind: KindContainer, Module: m.Name, Container: &c})
+		} else {
+			field += "." + r.Kind
 		}
+		s, err := r.Declared.Resolve(field, read)
+		if err != nil {
+			return Module{}, err
+		}
+		mod.Resources = append(mod.Resources, Resource{Name: ResourceName(m.Name, r.Kind, s.Target()), Kind: r.Kind, Module: m.Name, Spec: s})
 	}
 	return mod, nil
 }
@@ -326,8 +235,8 @@ func (m Module) Check() error {
 	seen := map[string]bool{}
 	for _, r := range m.Resources {
 		err := r.Check()
-		if r.Kind == KindContainer && r.Container != nil && err == nil {
-			err = r.Container.checkUnfilled()
+		if err == nil {
+			err = checkUnfilled(r.Spec)
 		}
 		if err != nil {
 			return fmt.Errorf("module %q: %w", m.Name, err)
@@ -335,10 +244,11 @@ func (m Module) Check() error {
 		if r.Module != m.Name || r.Name != ResourceName(m.Name, r.Kind, r.Target()) {
 			return fmt.Errorf("module %q: resource %q is misnamed", m.Name, r.Name)
 		}
-		if seen[r.Target()] {
-			return fmt.Errorf("module %q: %s is declared twice", m.Name, r.Target())
+		key := r.Key()
+		if seen[key] {
+			return fmt.Errorf("module %q: %s is declared twice", m.Name, key)
 		}
-		seen[r.Target()] = true
+		seen[key] = true
 	}
 	return nil
 }
@@ -347,11 +257,11 @@ func (m Module) Check() error {
 func (m Module) Blobs() map[string]int64 {
 	b := map[string]int64{}
 	for _, r := range m.Resources {
-		if r.File != nil && r.File.Blob {
-			b[r.File.Digest] = r.File.Size
+		if r.Spec == nil {
+			continue
 		}
-		if r.Container != nil && r.Container.Archive != nil {
-			b[r.Container.Archive.Digest] = r.Container.Archive.Size
+		for _, blob := range r.Spec.Blobs() {
+			b[blob.Digest] = blob.Size
 		}
 	}
 	return b

@@ -33,7 +33,7 @@ func TestSetuidWorldWritableIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := spec.Resource{Name: spec.ResourceName("m", spec.KindFile, "/x"), Kind: spec.KindFile, Module: "m",
-			File: &spec.FileSpec{Path: "/x", Mode: mode, Content: []byte("x"), Size: 1, Digest: spec.ContentDigest([]byte("x"))}}
+			Spec: &spec.FileSpec{Path: "/x", Mode: mode, Content: []byte("x"), Size: 1, Digest: spec.ContentDigest([]byte("x"))}}
 		if err := r.Check(); (err == nil) != tc.ok {
 			t.Errorf("mode %s at the host: %v, want ok %v", tc.mode, err, tc.ok)
 		}

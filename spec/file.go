@@ -1,0 +1,187 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// KindFile is a file: its content, mode and (when declared) owner.
+const KindFile = "file"
+
+func init() {
+	Register(Kind{Name: KindFile, Path: true,
+		New: func() Spec { return &FileSpec{} },
+		Manifest: func(raw []byte) (Declared, error) {
+			m := &fileManifest{FileSpec: FileSpec{Mode: 0o644}}
+			return m, Decode(raw, m)
+		}})
+}
+
+// FileSpec is a file: its content inline (Content) or as a blob (Blob), and
+// always its digest.
+type FileSpec struct {
+	Path    string `json:"path"`
+	Mode    Mode   `json:"mode"`
+	Owner   string `json:"owner,omitempty"` // user name or numeric id; empty: not managed
+	Group   string `json:"group,omitempty"`
+	Content []byte `json:"content,omitempty"`
+	Blob    bool   `json:"blob,omitempty"` // the content travels as the blob named by Digest
+	Size    int64  `json:"size"`
+	Digest  string `json:"digest"` // sha256:HEX of the content
+}
+
+// Kind is KindFile.
+func (*FileSpec) Kind() string { return KindFile }
+
+// Target is the file's path.
+func (f *FileSpec) Target() string { return f.Path }
+
+// Check refuses a file that is not well formed.
+func (f *FileSpec) Check() error {
+	if err := CheckPath(f.Path); err != nil {
+		return err
+	}
+	if err := f.Mode.CheckFile(); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(f.Digest, "sha256:") || len(f.Digest) != 71 {
+		return fmt.Errorf("digest %q is not sha256:HEX", f.Digest)
+	}
+	if f.Blob && len(f.Content) > 0 {
+		return errors.New("both inline content and a blob")
+	}
+	if !f.Blob && (int64(len(f.Content)) != f.Size || ContentDigest(f.Content) != f.Digest) {
+		return errors.New("inline content does not match its size and digest")
+	}
+	return nil
+}
+
+// Fill fills the path, owner, group and inline content (a blob is copied as
+// it is), and sizes and digests the content anew.
+func (f *FileSpec) Fill(fill func(field, s string) (string, error)) (Spec, error) {
+	c := *f
+	var err error
+	if c.Path, err = fill("path", f.Path); err != nil {
+		return nil, err
+	}
+	if c.Owner, err = fill("owner", f.Owner); err != nil {
+		return nil, err
+	}
+	if c.Group, err = fill("group", f.Group); err != nil {
+		return nil, err
+	}
+	if !c.Blob {
+		text, err := fill("content", string(f.Content))
+		if err != nil {
+			return nil, err
+		}
+		c.Content = []byte(text)
+		c.Size, c.Digest = int64(len(c.Content)), ContentDigest(c.Content)
+	}
+	return &c, nil
+}
+
+// Blobs is the content, when it travels as a blob.
+func (f *FileSpec) Blobs() []Blob {
+	if !f.Blob {
+		return nil
+	}
+	return []Blob{{Digest: f.Digest, Size: f.Size}}
+}
+
+// Row lists the file: its size and digest.
+func (f *FileSpec) Row() Row {
+	content := fmt.Sprintf("%d bytes %s", f.Size, f.Digest[:min(19, len(f.Digest))])
+	if f.Blob {
+		content += " (blob)"
+	}
+	return Row{Target: f.Path, Mode: fmt.Sprintf("%04o", uint32(f.Mode)), Owner: ownerColumn(f.Owner, f.Group), Content: content}
+}
+
+// ownerColumn is an owner and group as `mesh module show` lists them.
+func ownerColumn(user, group string) string {
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	if user == "" && group == "" {
+		return "-"
+	}
+	return dash(user) + ":" + dash(group)
+}
+
+// fileManifest is a file in module.json: the FileSpec, its mode 0644 when
+// not given, and its content inline or Source, a file beside the manifest.
+// Size, digest and blob are worked out, never written.
+type fileManifest struct {
+	FileSpec
+	Content *string   `json:"content,omitempty"`
+	Source  string    `json:"source,omitempty"`
+	Size    workedOut `json:"size"`
+	Digest  workedOut `json:"digest"`
+	Blob    workedOut `json:"blob"`
+}
+
+// workedOut is a field of a spec that module.json does not give: the CLI
+// works it out from the content.
+type workedOut struct{}
+
+// UnmarshalJSON refuses the field.
+func (*workedOut) UnmarshalJSON([]byte) error {
+	return errors.New("size, digest and blob are not written in module.json: they are worked out from content or source")
+}
+
+// Spec is the file as declared: inline content as it stands, a source's
+// not read.
+func (m *fileManifest) Spec() Spec {
+	f := m.FileSpec
+	if m.Content != nil {
+		f.Content = []byte(*m.Content)
+	}
+	return &f
+}
+
+// Check refuses a mode that lets anyone replace a setuid program, both or
+// neither of content and source, a source outside the module's directory,
+// and a path that is not absolute and clean.
+func (m *fileManifest) Check(field string) error {
+	if err := m.Mode.CheckFile(); err != nil {
+		return fmt.Errorf("%s.mode: %w", field, err)
+	}
+	if hasContent, hasSource := m.Content != nil, m.Source != ""; hasContent == hasSource {
+		return fmt.Errorf("%s: give exactly one of content and source", field)
+	}
+	if m.Source != "" && !cleanSource(m.Source) {
+		return fmt.Errorf("%s.source: %q must be a clean path inside the module's directory", field, m.Source)
+	}
+	if err := CheckPath(m.Path); err != nil {
+		return fmt.Errorf("%s.path: %w", field, err)
+	}
+	return nil
+}
+
+// Resolve reads the source, if any: content over InlineMax travels as a
+// blob.
+func (m *fileManifest) Resolve(field string, read func(source string) ([]byte, error)) (Spec, error) {
+	var content []byte
+	if m.Content != nil {
+		content = []byte(*m.Content)
+	} else {
+		b, err := read(m.Source)
+		if err != nil {
+			return nil, fmt.Errorf("%s.source: %w", field, err)
+		}
+		content = b
+	}
+	f := m.FileSpec
+	f.Size, f.Digest = int64(len(content)), ContentDigest(content)
+	if len(content) > InlineMax {
+		f.Blob = true
+	} else {
+		f.Content = content
+	}
+	return &f, nil
+}
