@@ -1,0 +1,183 @@
+package spec_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// pinned are resources of every kind with the exact bytes they travel as,
+// written by the code before kinds were registered: a resource's Digest is
+// the SHA-256 of these bytes, and hosts compare digests, so they must
+// never drift.
+var pinned = []struct {
+	r      spec.Resource
+	json   string
+	digest string
+}{
+	{spec.Resource{Name: "m:file:/etc/motd", Kind: spec.KindFile, Module: "m", Spec: &spec.FileSpec{Path: "/etc/motd", Mode: 0o4755, Owner: "www-data", Group: "0",
+		Content: []byte("hello <mesh> & \"you\"\n"), Size: 21, Digest: spec.ContentDigest([]byte("hello <mesh> & \"you\"\n"))}},
+		`{"name":"m:file:/etc/motd","kind":"file","module":"m","file":{"path":"/etc/motd","mode":"4755","owner":"www-data","group":"0","content":"aGVsbG8gPG1lc2g+ICYgInlvdSIK","size":21,"digest":"sha256:a3c39f9ec9071e85f6e6976a18d7e1b29d9e39125b4577a558008a56b3802a18"}}`,
+		"sha256:4874ef8258c596067ab7f320ad15c175531e989d61f574421f3aee6b4376e475"},
+	{spec.Resource{Name: "m:file:/srv/big", Kind: spec.KindFile, Module: "m", Spec: &spec.FileSpec{Path: "/srv/big", Mode: 0o644, Blob: true, Size: 70000, Digest: spec.ContentDigest([]byte("big"))}},
+		`{"name":"m:file:/srv/big","kind":"file","module":"m","file":{"path":"/srv/big","mode":"0644","blob":true,"size":70000,"digest":"sha256:2a21fe6d592a19b7de898b50eb53c429608de1a66f3e9f62da19714a770553d1"}}`,
+		"sha256:dff00d48e953358ea3c7974c5b4597b02b8e634ebe21b01e950c592864a05234"},
+	{spec.Resource{Name: "m:directory:/srv/www", Kind: spec.KindDirectory, Module: "m", Spec: &spec.DirectorySpec{Path: "/srv/www", Mode: 0o2750, Owner: "4242", OnRemove: spec.OnRemoveDelete}},
+		`{"name":"m:directory:/srv/www","kind":"directory","module":"m","directory":{"path":"/srv/www","mode":"2750","owner":"4242","on_remove":"delete"}}`,
+		"sha256:c26bdea3cd7c8cce75b57bcfcdaed52328505b532f3a066f85fabb81393aa5c1"},
+	{spec.Resource{Name: "m:directory:/srv/<a>&b\u2028", Kind: spec.KindDirectory, Module: "m<&>", Spec: &spec.DirectorySpec{Path: "/srv/<a>&b\u2028", Mode: 0o755}},
+		`{"name":"m:directory:/srv/\u003ca\u003e\u0026b\u2028","kind":"directory","module":"m\u003c\u0026\u003e","directory":{"path":"/srv/\u003ca\u003e\u0026b\u2028","mode":"0755"}}`,
+		"sha256:6c3edf96604a0eb87f0067b3abf76375e9c636ebdf10dbc7ff3a1eb3a13c72b8"},
+	{spec.NodeNetwork("alpha"),
+		`{"name":"mesh:network:mesh-alpha","kind":"network","module":"mesh","network":{"name":"mesh-alpha"}}`,
+		"sha256:e707a6656b23d9646fe42e3deb83e17fd1ff9b50e03a3ca7144fe0b2e9d0c57a"},
+	{spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m", Spec: &spec.ContainerSpec{Name: "web", Image: "example/web:1",
+		Archive: &spec.ImageArchive{Size: 1234, Digest: spec.ContentDigest([]byte("archive"))}, Command: []string{"/bin/httpd", "-f"},
+		Env: map[string]string{"B": "2", "A": "<1>"}, Ports: []spec.PortSpec{{Container: 8080, Host: 80}, {Container: 53, Host: 53, Protocol: "udp"}},
+		Mounts: []spec.MountSpec{{Source: "/srv/www", Target: "/www", ReadOnly: true}}, Restart: "always", Labels: map[string]string{"team": "web"}}},
+		`{"name":"m:container:web","kind":"container","module":"m","container":{"name":"web","image":"example/web:1","archive":{"size":1234,"digest":"sha256:0eb3e36bfb24dcd9bb1d1bece1531216b59539a8fde17ee80224af0653c92aa3"},"command":["/bin/httpd","-f"],"env":{"A":"\u003c1\u003e","B":"2"},"ports":[{"container":8080,"host":80},{"container":53,"host":53,"protocol":"udp"}],"mounts":[{"source":"/srv/www","target":"/www","read_only":true}],"restart":"always","labels":{"team":"web"}}}`,
+		"sha256:2b71cd5f961d49bd4b2d0fed7d51cf4aac5afdc41827bb64a4c2ff9c1f10e31b"},
+}
+
+// TestResourceBytes: a resource of each kind encodes to exactly the bytes
+// it always did, inside a declaration too, its digest is theirs, and they
+// decode to it again.
+func TestResourceBytes(t *testing.T) {
+	t.Parallel()
+	kinds := map[string]bool{}
+	for _, p := range pinned {
+		kinds[p.r.Kind] = true
+		got, err := json.Marshal(p.r)
+		if err != nil {
+			t.Fatalf("%s: %v", p.r.Name, err)
+		}
+		if string(got) != p.json {
+			t.Errorf("%s encodes to\n%s\nwant\n%s", p.r.Name, got, p.json)
+		}
+		if d := p.r.Digest(); d != p.digest || d != spec.ContentDigest([]byte(p.json)) {
+			t.Errorf("%s: digest %s, want %s", p.r.Name, d, p.digest)
+		}
+		decl, err := json.Marshal(spec.Declaration{Resources: []spec.Resource{p.r}})
+		if err != nil || !bytes.Contains(decl, []byte(`"resources":[`+p.json+`]`)) {
+			t.Errorf("%s in a declaration: %s (%v)", p.r.Name, decl, err)
+		}
+		var back spec.Resource
+		if err := spec.Decode([]byte(p.json), &back); err != nil {
+			t.Fatalf("%s does not decode: %v", p.r.Name, err)
+		}
+		if again, _ := json.Marshal(back); string(again) != p.json {
+			t.Errorf("%s decodes to what encodes as\n%s", p.r.Name, again)
+		}
+	}
+	for _, k := range spec.Kinds() {
+		if !kinds[k.Name] {
+			t.Errorf("kind %s has no pinned resource: add one, its bytes written by the code as it is", k.Name)
+		}
+	}
+}
+
+// TestResourceDecodeRefuses: a resource whose kind is unknown, that lacks
+// its kind's spec, carries another kind's, or holds an unknown field (in
+// its spec too) is refused, naming what is wrong.
+func TestResourceDecodeRefuses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, body, want string }{
+		{"unknown kind", `{"name":"x","kind":"socket","module":"m"}`, `unknown kind "socket"`},
+		{"unknown kind with a known spec", `{"name":"x","kind":"socket","module":"m","file":{"path":"/x"}}`, `unknown kind "socket"`},
+		{"no kind", `{"name":"x","module":"m","directory":{"path":"/x","mode":"0755"}}`, `unknown kind ""`},
+		{"no spec", `{"name":"x","kind":"file","module":"m"}`, "kind file has no file spec"},
+		{"a null spec", `{"name":"x","kind":"file","module":"m","file":null}`, "kind file has no file spec"},
+		{"another kind's spec", `{"name":"x","kind":"file","module":"m","directory":{"path":"/x","mode":"0755"}}`, "kind file carries a directory spec"},
+		{"two specs", `{"name":"x","kind":"file","module":"m","directory":{"path":"/x","mode":"0755"},"file":{"path":"/x","mode":"0644"}}`, "both a directory and a file spec"},
+		{"an unknown field", `{"name":"x","kind":"network","module":"m","network":{"name":"mesh-a"},"extra":1}`, `unknown field "extra"`},
+		{"an unknown field in the spec", `{"name":"x","kind":"network","module":"m","network":{"name":"mesh-a","subnet":"10.0.0.0/8"}}`, `unknown field "subnet"`},
+		{"a bad mode", `{"name":"x","kind":"directory","module":"m","directory":{"path":"/x","mode":"9"}}`, `mode "9" is not an octal mode`},
+		{"not an object", `["x"]`, "a resource is a JSON object"},
+	} {
+		var r spec.Resource
+		err := spec.Decode([]byte(tc.body), &r)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+	// Keys are matched as encoding/json matches a struct's: case aside.
+	var r spec.Resource
+	if err := spec.Decode([]byte(`{"Name":"x","KIND":"network","module":"m","Network":{"Name":"mesh-a"}}`), &r); err != nil || r.Target() != "mesh-a" || r.Name != "x" {
+		t.Errorf("keys in another case: %+v, %v", r, err)
+	}
+}
+
+// TestResourceCheck: a resource built by hand whose spec is not its kind's,
+// or of a kind nobody registered, fails Check saying so.
+func TestResourceCheck(t *testing.T) {
+	t.Parallel()
+	dir := &spec.DirectorySpec{Path: "/x", Mode: 0o755}
+	for _, tc := range []struct {
+		r    spec.Resource
+		want string
+	}{
+		{spec.Resource{Name: "x", Kind: "socket", Spec: dir}, `unknown kind "socket"`},
+		{spec.Resource{Name: "x", Kind: spec.KindFile, Spec: dir}, "kind file needs exactly a file spec"},
+		{spec.Resource{Name: "x", Kind: spec.KindFile}, "kind file needs exactly a file spec"},
+		{spec.Resource{Kind: spec.KindDirectory, Spec: dir}, "a directory resource has no name"},
+		{spec.Resource{Name: "x", Kind: spec.KindDirectory, Spec: &spec.DirectorySpec{Path: "x"}}, `resource "x": path "x" is not absolute`},
+	} {
+		if err := tc.r.Check(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.r, err, tc.want)
+		}
+	}
+}
+
+// resourceSeeds are FuzzDecodeResource's seeds: at least one of every
+// kind (TestKindsComplete holds it so).
+var resourceSeeds = []string{
+	`{"name":"m:file:/a","kind":"file","module":"m","file":{"path":"/a","mode":"0644","content":"aGk=","size":2,"digest":"sha256:8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4"}}`,
+	`{"name":"m:file:/b","kind":"file","module":"m","file":{"path":"/b","mode":"0600","blob":true,"size":70000,"digest":"sha256:2a21fe6d592a19b7de898b50eb53c429608de1a66f3e9f62da19714a770553d1"}}`,
+	`{"name":"m:directory:/d","kind":"directory","module":"m","directory":{"path":"/d","mode":"2750","owner":"4242","on_remove":"delete"}}`,
+	`{"name":"mesh:network:mesh-alpha","kind":"network","module":"mesh","network":{"name":"mesh-alpha"}}`,
+	`{"name":"m:container:web","kind":"container","module":"m","container":{"name":"web","image":"w:1","archive":{"size":3,"digest":"sha256:0eb3e36bfb24dcd9bb1d1bece1531216b59539a8fde17ee80224af0653c92aa3"},"command":["a"],"env":{"A":"1"},"ports":[{"container":80,"host":8080,"protocol":"udp"}],"mounts":[{"source":"/s","target":"/t","read_only":true}],"restart":"always","labels":{"k":"v"}}}`,
+	`{"name":"x","kind":"file","module":"m","directory":{"path":"/x","mode":"0755"}}`,
+	`{"name":"x","kind":"file","module":"m","file":null,"directory":null}`,
+	`{"NAME":"x","Kind":"directory","Module":"m","DIRECTORY":{"Path":"/x","Mode":"0755"}}`,
+	`{"name":"x","kind":"network","module":"m","network":{"name":"mesh-a"},"network":{"name":"mesh-b"}}`,
+	`null`,
+	`{}`,
+	`[]`,
+}
+
+// FuzzDecodeResource: decoding a resource never panics, and what decodes
+// encodes to bytes that decode to the same resource (the same bytes, the
+// same digest) and is checked without a panic.
+func FuzzDecodeResource(f *testing.F) {
+	for _, s := range resourceSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r spec.Resource
+		if err := spec.Decode(data, &r); err != nil {
+			return
+		}
+		_ = r.Check()
+		if r.Spec != nil && r.Spec.Kind() != r.Kind {
+			t.Fatalf("decoded %q to kind %s with a %s spec", data, r.Kind, r.Spec.Kind())
+		}
+		once, err := json.Marshal(r)
+		if err != nil {
+			t.Fatalf("decoded %q to %+v, which does not encode: %v", data, r, err)
+		}
+		var again spec.Resource
+		if err := spec.Decode(once, &again); err != nil {
+			t.Fatalf("decoded %q, re-encoded %s, which does not decode: %v", data, once, err)
+		}
+		if twice, _ := json.Marshal(again); !bytes.Equal(once, twice) || r.Digest() != again.Digest() {
+			t.Fatalf("decoded %q, re-encoded %s, which decodes to what encodes as %s", data, once, twice)
+		}
+		var decl spec.Declaration
+		if err := spec.Decode([]byte(`{"resources":[`+string(once)+`]}`), &decl); err != nil || len(decl.Resources) != 1 || decl.Resources[0].Digest() != r.Digest() {
+			t.Fatalf("%s in a declaration: %+v, %v", once, decl.Resources, err)
+		}
+	})
+}
