@@ -94,6 +94,8 @@ type Controller struct {
 
 	uploadsMu sync.Mutex
 	uploads   map[string]*bytes.Buffer // blobs being uploaded, by digest
+	// blobRights are the blobs each node may fetch.
+	blobRights blobRights
 
 	verbs map[string]row // the operator API, by verb (verbs.go)
 

@@ -506,13 +506,8 @@ func (c *Controller) onBlob(ctx context.Context, m *nats.Msg, who requester) {
 		reply(nil, callerError(fmt.Sprintf("malformed blob request: %v", err)))
 		return
 	}
-	d, err := c.deps.DB.LastDeclaration(ctx, node)
-	if err != nil {
-		reply(nil, fmt.Errorf("blob %s: %w", req.Digest, err))
-		return
-	}
-	if !strings.Contains(string(d.Body), `"digest":"`+req.Digest+`"`) {
-		reply(nil, fmt.Errorf("blob %s is not in node %q's declaration", req.Digest, node))
+	if err := c.mayFetch(ctx, node, req.Digest); err != nil {
+		reply(nil, err)
 		return
 	}
 	data, size, err := c.deps.DB.BlobChunk(ctx, req.Digest, req.Offset, spec.BlobChunk)
