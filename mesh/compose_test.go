@@ -27,33 +27,7 @@ func TestComposeGolden(t *testing.T) {
 	}
 	for _, file := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".txtar"), func(t *testing.T) {
-			ar, err := txtar.ParseFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			modules := map[string]spec.Module{}
-			var nodes []NodeInput
-			wantAt := -1
-			for i, f := range ar.Files {
-				switch {
-				case strings.HasSuffix(f.Name, ".module.json"):
-					man, err := spec.ParseManifest(f.Data)
-					if err != nil {
-						t.Fatalf("%s: %v", f.Name, err)
-					}
-					mod, err := man.Resolve(func(string) ([]byte, error) { return nil, errors.New("no sources in golden cases") })
-					if err != nil {
-						t.Fatalf("%s: %v", f.Name, err)
-					}
-					modules[mod.Name] = mod
-				case f.Name == "nodes.json":
-					if err := spec.Decode(f.Data, &nodes); err != nil {
-						t.Fatalf("nodes.json: %v", err)
-					}
-				case f.Name == "want.json":
-					wantAt = i
-				}
-			}
+			ar, modules, nodes, wantAt := readGolden(t, file)
 			got := composeAll(nodes, modules)
 			body, _ := json.MarshalIndent(got, "", "  ")
 			body = append(body, '\n')
@@ -75,6 +49,92 @@ func TestComposeGolden(t *testing.T) {
 				t.Errorf("composition differs from want.json (rerun with -update if intended):\n--- got\n%s--- want\n%s", body, want)
 			}
 		})
+	}
+}
+
+// readGolden reads one golden case: its archive, the modules its
+// manifests resolve to, its nodes, and where its want.json is (-1: none).
+func readGolden(t *testing.T, file string) (*txtar.Archive, map[string]spec.Module, []NodeInput, int) {
+	t.Helper()
+	ar, err := txtar.ParseFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	modules := map[string]spec.Module{}
+	var nodes []NodeInput
+	wantAt := -1
+	for i, f := range ar.Files {
+		switch {
+		case strings.HasSuffix(f.Name, ".module.json"):
+			man, err := spec.ParseManifest(f.Data)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", file, f.Name, err)
+			}
+			mod, err := man.Resolve(func(string) ([]byte, error) { return nil, errors.New("no sources in golden cases") })
+			if err != nil {
+				t.Fatalf("%s: %s: %v", file, f.Name, err)
+			}
+			modules[mod.Name] = mod
+		case f.Name == "nodes.json":
+			if err := spec.Decode(f.Data, &nodes); err != nil {
+				t.Fatalf("%s: nodes.json: %v", file, err)
+			}
+		case f.Name == "want.json":
+			wantAt = i
+		}
+	}
+	return ar, modules, nodes, wantAt
+}
+
+// goldenKinds are the kinds of the resources the golden cases compose.
+func goldenKinds(t *testing.T) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "compose", "*.txtar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for _, file := range files {
+		_, modules, nodes, _ := readGolden(t, file)
+		for _, in := range nodes {
+			plan, err := ComposeNode(in, modules)
+			if err != nil {
+				continue
+			}
+			for _, r := range plan.Resources {
+				kinds[r.Kind] = true
+			}
+		}
+	}
+	return kinds
+}
+
+// missingGoldens are the kinds among names no golden case composes.
+func missingGoldens(names []string, composed map[string]bool) []string {
+	var out []string
+	for _, name := range names {
+		if !composed[name] {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// TestEveryKindHasAGoldenCase: a resource of every registered kind is
+// composed by some case in testdata/compose; a kind that none composes
+// trips the check.
+func TestEveryKindHasAGoldenCase(t *testing.T) {
+	t.Parallel()
+	var names []string
+	for _, k := range spec.Kinds() {
+		names = append(names, k.Name)
+	}
+	composed := goldenKinds(t)
+	if missing := missingGoldens(names, composed); len(missing) != 0 {
+		t.Errorf("no golden case in testdata/compose composes a resource of kind %v: add one", missing)
+	}
+	if missing := missingGoldens(append(names, "dummy"), composed); len(missing) != 1 || missing[0] != "dummy" {
+		t.Errorf("a kind no case composes is not found missing: %v", missing)
 	}
 }
 

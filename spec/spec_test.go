@@ -307,15 +307,9 @@ func FuzzDecodeFacts(f *testing.F) {
 // FuzzParseManifest: the manifest parser never panics, and what it accepts
 // resolves into a module that passes the controller's check.
 func FuzzParseManifest(f *testing.F) {
-	f.Add([]byte(`{"name":"motd","version":"1","resources":[{"file":{"path":"/etc/motd","content":"hi\n","mode":"0644"}}]}`))
-	f.Add([]byte(`{"name":"w","version":"1","resources":[{"directory":{"path":"/srv/www"}},{"file":{"path":"/srv/www/i","source":"i.html"}}]}`))
-	f.Add([]byte(`{"name":"x","version":"1","resources":[{"file":{"path":"/a","source":"../etc/passwd"}}]}`))
-	f.Add([]byte(`{"name":"x","version":"1","resources":[{"file":{"path":"/a/../b","content":""}}]}`))
-	f.Add([]byte(`{"name":"h","version":"1","settings":[{"name":"port","type":"int","default":"80"},{"name":"t","type":"string","secret":true,"required":true}],"routes":[{"name":"web","port":80,"public":["hello.${t}"]}],"resources":[{"file":{"path":"/srv/${node}/x","content":"${port} $${HOME}"}}]}`))
-	f.Add([]byte(`{"name":"h","version":"1","settings":[{"name":"l","type":"list","default":"a,b"}],"routes":[{"name":"a","port":1},{"name":"a","port":2}],"resources":[]}`))
-	f.Add([]byte(`{"name":"h","version":"1","settings":[{"name":"b","type":"bool","default":"maybe"}],"resources":[]}`))
-	f.Add([]byte(`{"name":"c","version":"1","settings":[{"name":"dir","type":"string","default":"/srv"}],"resources":[{"container":{"name":"web","image":"r/${dir}:1","archive":"web.tar","command":["/bin/sh","-c","$${HOME}"],"env":{"A":"${dir}"},"ports":[{"container":80,"host":8080,"protocol":"udp"}],"mounts":[{"source":"${dir}/www","target":"/www","read_only":true}],"restart":"always","labels":{"k":"${node}"}}}]}`))
-	f.Add([]byte(`{"name":"c","version":"1","resources":[{"container":{"name":"web","image":"x","ports":[{"container":80,"host":80},{"container":81,"host":80}]}},{"container":{"name":"web","image":"y"}}]}`))
+	for _, seed := range manifestSeeds {
+		f.Add([]byte(seed))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := spec.ParseManifest(data)
 		if err != nil {

@@ -1,0 +1,125 @@
+package host
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// missingAppliers are the kinds among names the host does not hold: no
+// kind registered from host/<kind>.go, or no applier in an engine.
+func missingAppliers(e *Engine, names []string) []string {
+	var out []string
+	for _, name := range names {
+		if _, ok := hostKinds[name]; !ok || e.Appliers[name] == nil {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// TestEveryKindHasAnApplier: every kind spec registers has its applier in
+// an engine (with or without a container engine); a kind without one trips
+// the check.
+func TestEveryKindHasAnApplier(t *testing.T) {
+	t.Parallel()
+	var names []string
+	for _, k := range spec.Kinds() {
+		names = append(names, k.Name)
+	}
+	e := NewEngine(t.TempDir(), nil)
+	if missing := missingAppliers(e, names); len(missing) != 0 {
+		t.Errorf("kinds without an applier: %v (register one from host/KIND.go)", missing)
+	}
+	e.Containers(nil, "alpha", "", DefaultSubnet, nil)
+	if missing := missingAppliers(e, names); len(missing) != 0 {
+		t.Errorf("with containers, kinds without an applier: %v", missing)
+	}
+	if missing := missingAppliers(e, append(names, "dummy")); !slices.Equal(missing, []string{"dummy"}) {
+		t.Errorf("a kind without an applier is not found missing: %v", missing)
+	}
+}
+
+// TestContainerKindsWithoutAnEngineSaySo: until the engine is given a
+// container engine, containers and the network fail saying the host has
+// none, in an apply and in a preview.
+func TestContainerKindsWithoutAnEngineSaySo(t *testing.T) {
+	t.Parallel()
+	e := NewEngine(t.TempDir(), nil)
+	ctr := spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m", Spec: &spec.ContainerSpec{Name: "web", Image: "w:1"}}
+	resources := []spec.Resource{spec.NodeNetwork("alpha"), ctr}
+	results, _, _ := e.Apply(context.Background(), resources, nil)
+	results = append(results, e.Preview(context.Background(), resources, nil)...)
+	for _, r := range results {
+		if r.Outcome != spec.Failed || r.Error != errNoEngine.Error() {
+			t.Errorf("%s: %s %q, want it failed saying the host has no container engine", r.Name, r.Outcome, r.Error)
+		}
+	}
+}
+
+// counted is a kind, registered for these tests only, whose Check counts
+// its calls.
+const counted = "counted"
+
+func init() {
+	spec.Register(spec.Kind{Name: counted, Path: true, New: func() spec.Spec { return &countedSpec{} }})
+	registerKind(hostKind{name: counted, applier: func(setup) Applier { return countedApplier{} }})
+}
+
+// countedSpec counts the calls of its Check in checks.
+type countedSpec struct {
+	Path   string        `json:"path"`
+	checks *atomic.Int64 `json:"-"`
+}
+
+func (*countedSpec) Kind() string     { return counted }
+func (c *countedSpec) Target() string { return c.Path }
+func (c *countedSpec) Check() error {
+	if c.checks != nil {
+		c.checks.Add(1)
+	}
+	return spec.CheckPath(c.Path)
+}
+func (c *countedSpec) Fill(func(field, s string) (string, error)) (spec.Spec, error) {
+	return c, nil
+}
+func (*countedSpec) Blobs() []spec.Blob { return nil }
+func (*countedSpec) Row() spec.Row      { return spec.Row{} }
+
+// countedApplier holds counted resources: it does nothing.
+type countedApplier struct{}
+
+func (countedApplier) Plan(context.Context, spec.Resource) (Result, error) {
+	return Result{Outcome: spec.Unchanged}, nil
+}
+func (countedApplier) Apply(context.Context, spec.Resource, *Writes) (Result, error) {
+	return Result{Outcome: spec.Unchanged}, nil
+}
+func (countedApplier) Remove(context.Context, Applied, []string, *Writes) (Result, error) {
+	return Result{Outcome: spec.Removed}, nil
+}
+
+// TestCheckOncePerPass: an apply checks each declared resource once, its
+// removals and the paths they must spare included, and so does a
+// preview.
+func TestCheckOncePerPass(t *testing.T) {
+	t.Parallel()
+	var checks atomic.Int64
+	r := spec.Resource{Name: "t:counted:/a", Kind: counted, Module: "t", Spec: &countedSpec{Path: "/a", checks: &checks}}
+	previous := []Applied{{Name: "t:counted:/gone", Kind: counted, Path: "/gone"}, {Name: "t:directory:/d", Kind: spec.KindDirectory, Path: "/d"}}
+	e := NewEngine(t.TempDir(), nil)
+	results, _, _ := e.Apply(context.Background(), []spec.Resource{r}, previous)
+	if len(results) != 3 || results[0].Outcome != spec.Unchanged {
+		t.Fatalf("results %+v", results)
+	}
+	if n := checks.Swap(0); n != 1 {
+		t.Errorf("an apply checked the resource %d times, want once", n)
+	}
+	e.Preview(context.Background(), []spec.Resource{r}, previous)
+	if n := checks.Swap(0); n != 1 {
+		t.Errorf("a preview checked the resource %d times, want once", n)
+	}
+}
