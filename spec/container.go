@@ -251,7 +251,11 @@ func (m *containerManifest) Check(field string) error {
 	if src := m.Archive; src != "" && !cleanSource(src) {
 		return fmt.Errorf("%s.archive: %q must be a clean path inside the module's directory", field, src)
 	}
-	if err := checkUnfilled(m.Spec()); err != nil {
+	p, _, err := unfilled(m.Spec())
+	if err == nil {
+		err = p.Check()
+	}
+	if err != nil {
 		return fmt.Errorf("%s: %w", field, err)
 	}
 	return nil

@@ -160,6 +160,23 @@ func (r Resource) Check() error {
 	return nil
 }
 
+// jsonType names the type of the JSON value b.
+func jsonType(b []byte) string {
+	switch b = bytes.TrimSpace(b); {
+	case len(b) == 0:
+		return "nothing"
+	case b[0] == '"':
+		return "a string"
+	case b[0] == '[':
+		return "an array"
+	case b[0] == 'n':
+		return "null"
+	case b[0] == 't' || b[0] == 'f':
+		return "a boolean"
+	}
+	return "a number"
+}
+
 // resourceHead is a resource's fields before its spec, in the order they
 // travel.
 type resourceHead struct {
@@ -199,7 +216,7 @@ func (r Resource) MarshalJSON() ([]byte, error) {
 func (r *Resource) UnmarshalJSON(b []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return fmt.Errorf("a resource is a JSON object, not %.20s", b)
+		return fmt.Errorf("a resource is a JSON object, not %s", jsonType(b))
 	}
 	var out Resource
 	var specKind string

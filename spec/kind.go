@@ -178,21 +178,18 @@ func probe(s string) string {
 	return filled
 }
 
-// checkUnfilled checks s as settings will fill it, each ${setting} standing
-// for a plain "x": a mount whose source is all reference ("${dir}") is
-// refused as not absolute, as it would be once filled. A spec without
-// references was checked as it is.
-func checkUnfilled(s Spec) error {
-	filled := false
+// unfilled is s as settings will fill it, each ${setting} standing for a
+// plain "x" (a mount whose source is all reference, "${dir}", is then not
+// absolute, as it would not be once filled), and whether s holds any
+// reference at all.
+func unfilled(s Spec) (Spec, bool, error) {
+	refs := false
 	p, err := s.Fill(func(_, v string) (string, error) {
 		x := probe(v)
-		filled = filled || x != v
+		refs = refs || x != v
 		return x, nil
 	})
-	if err != nil || !filled {
-		return err
-	}
-	return p.Check()
+	return p, refs, err
 }
 
 // jsonNull says whether raw is the JSON null.

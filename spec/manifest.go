@@ -236,7 +236,13 @@ func (m Module) Check() error {
 	for _, r := range m.Resources {
 		err := r.Check()
 		if err == nil {
-			err = checkUnfilled(r.Spec)
+			// Checked as it is, and as settings will fill it when it
+			// holds references.
+			if p, refs, perr := unfilled(r.Spec); perr != nil {
+				err = perr
+			} else if refs {
+				err = p.Check()
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("module %q: %w", m.Name, err)
