@@ -171,11 +171,9 @@ func (e *Engine) makeAppliers() {
 // checked is a declared resource, checked once for the whole pass.
 type checked struct {
 	spec.Resource
-	err    error  // its Check
-	target string // its Target
-	path   bool   // its kind's target is a path on the machine
-	phase  int
-	rank   int
+	err         error // its Check
+	path        bool  // its kind's target is a path on the machine
+	phase, rank int8  // its kind's
 }
 
 // check checks each resource once, and puts them in apply order: by phase,
@@ -185,9 +183,9 @@ type checked struct {
 func check(resources []spec.Resource) []checked {
 	out := make([]checked, len(resources))
 	for i, r := range resources {
-		c := checked{Resource: r, err: r.Check(), target: r.Target(), rank: 2}
+		c := checked{Resource: r, err: r.Check(), rank: 2}
 		if k, ok := hostKinds[r.Kind]; ok {
-			c.phase, c.rank = k.phase, k.rank
+			c.phase, c.rank = int8(k.phase), int8(k.rank)
 		}
 		if k, ok := spec.KindNamed(r.Kind); ok {
 			c.path = k.Path
@@ -195,16 +193,17 @@ func check(resources []spec.Resource) []checked {
 		out[i] = c
 	}
 	slices.SortStableFunc(out, func(a, b checked) int {
-		if d := a.phase - b.phase; d != 0 {
+		if d := int(a.phase) - int(b.phase); d != 0 {
 			return d
 		}
-		if d := pathDepth(a.target) - pathDepth(b.target); d != 0 {
+		at, bt := a.Target(), b.Target()
+		if d := pathDepth(at) - pathDepth(bt); d != 0 {
 			return d
 		}
-		if d := a.rank - b.rank; d != 0 {
+		if d := int(a.rank) - int(b.rank); d != 0 {
 			return d
 		}
-		return strings.Compare(a.target, b.target)
+		return strings.Compare(at, bt)
 	})
 	return out
 }
@@ -370,7 +369,7 @@ func heldPaths(items []checked) []string {
 	held := []string{}
 	for _, it := range items {
 		if it.path && it.err == nil {
-			held = append(held, it.target)
+			held = append(held, it.Target())
 		}
 	}
 	return held
@@ -404,7 +403,7 @@ func removals(items []checked, previous []Applied) []removal {
 			held = make(map[[2]string]bool, len(items))
 			for _, it := range items {
 				if it.err == nil {
-					held[[2]string{it.Kind, it.target}] = true
+					held[[2]string{it.Kind, it.Target()}] = true
 				}
 			}
 		}

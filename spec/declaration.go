@@ -5,10 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -113,8 +117,12 @@ func (r Resource) Key() string {
 // Digest is the resource's identity: the SHA-256 of its declared spec. Two
 // resources with the same digest are the same thing to hold.
 func (r Resource) Digest() string {
-	body, _ := r.MarshalJSON() // the bytes json.Marshal(r) writes, without its second pass over them
-	sum := sha256.Sum256(body)
+	e := encoders.Get().(*encoder)
+	defer encoders.Put(e)
+	if err := e.encode(r); err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(e.buf.Bytes())
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
@@ -189,93 +197,196 @@ type resourceHead struct {
 // spec under its kind's name: the bytes whose SHA-256 is the resource's
 // Digest, which hosts compare.
 func (r Resource) MarshalJSON() ([]byte, error) {
-	head, err := json.Marshal(resourceHead{Name: r.Name, Kind: r.Kind, Module: r.Module})
-	if err != nil || r.Spec == nil {
-		return head, err
-	}
-	body, err := json.Marshal(r.Spec)
-	if err != nil {
+	e := encoders.Get().(*encoder)
+	defer encoders.Put(e)
+	if err := e.encode(r); err != nil {
 		return nil, err
 	}
-	if string(body) == "null" { // a nil spec of some kind: none
-		return head, nil
+	return bytes.Clone(e.buf.Bytes()), nil
+}
+
+// encoder writes resources into buf; encoders keeps them between calls (a
+// host encodes every resource of every pass to digest it).
+type encoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var encoders = sync.Pool{New: func() any {
+	e := &encoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	return e
+}}
+
+// encode writes r to e.buf, alone, as encoding/json writes a struct of its
+// fields with the spec under its kind's name.
+func (e *encoder) encode(r Resource) error {
+	e.buf.Reset()
+	if err := e.enc.Encode(resourceHead{Name: r.Name, Kind: r.Kind, Module: r.Module}); err != nil {
+		return err
 	}
-	key := r.Spec.Kind()
-	out := make([]byte, 0, len(head)+len(key)+len(body)+5)
-	out = append(out, head[:len(head)-1]...)
-	out = append(out, `,"`...)
-	out = append(out, key...)
-	out = append(out, `":`...)
-	out = append(out, body...)
-	return append(out, '}'), nil
+	e.buf.Truncate(e.buf.Len() - 2) // "}\n"
+	if r.Spec != nil && !nilSpec(r.Spec) {
+		e.buf.WriteString(`,"`)
+		e.buf.WriteString(r.Spec.Kind())
+		e.buf.WriteString(`":`)
+		if err := e.enc.Encode(r.Spec); err != nil {
+			return err
+		}
+		e.buf.Truncate(e.buf.Len() - 1) // "\n"
+	}
+	e.buf.WriteByte('}')
+	return nil
+}
+
+// nilSpec says whether s is a nil pointer of some kind's spec: no spec.
+func nilSpec(s Spec) bool {
+	v := reflect.ValueOf(s)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // UnmarshalJSON reads a resource as MarshalJSON writes it, refusing unknown
 // fields (in the spec too), an unknown kind, a resource without its kind's
 // spec, and one with another kind's, naming it; null is no resource either.
+// It decodes as encoding/json decodes a struct with a field per registered
+// kind.
 func (r *Resource) UnmarshalJSON(b []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return fmt.Errorf("a resource is a JSON object, not %s", jsonType(b))
-	}
-	var out Resource
-	var specKind string
-	var specRaw json.RawMessage
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return err
+	w := wire()
+	v := reflect.New(w.resource)
+	d := decoders.Get().(*decoder)
+	d.src.Reset(b)
+	if err := d.dec.Decode(v.Interface()); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field == "" {
+			return fmt.Errorf("a resource is a JSON object, not %s", jsonType(b))
 		}
-		key, _ := t.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return err
-		}
-		var field *string
-		switch {
-		case strings.EqualFold(key, "name"):
-			field = &out.Name
-		case strings.EqualFold(key, "kind"):
-			field = &out.Kind
-		case strings.EqualFold(key, "module"):
-			field = &out.Module
-		}
-		if field != nil {
-			if err := json.Unmarshal(raw, field); err != nil {
-				return fmt.Errorf("resource field %s: %w", key, err)
-			}
-			continue
-		}
-		k, ok := kindByKey(key)
-		if !ok {
-			return fmt.Errorf("json: unknown field %q", key)
-		}
-		if jsonNull(raw) {
-			continue
-		}
-		if specKind != "" && specKind != k.Name {
-			return fmt.Errorf("a resource carries both a %s and a %s spec", specKind, k.Name)
-		}
-		specKind, specRaw = k.Name, raw
-	}
-	if _, err := dec.Token(); err != nil {
 		return err
 	}
-	k, ok := KindNamed(out.Kind)
-	switch {
-	case !ok:
-		return fmt.Errorf("resource %q: unknown kind %q", out.Name, out.Kind)
-	case specKind == "":
-		return fmt.Errorf("resource %q: kind %s has no %s spec", out.Name, out.Kind, out.Kind)
-	case specKind != out.Kind:
-		return fmt.Errorf("resource %q: kind %s carries a %s spec: a resource carries its own kind's spec only", out.Name, out.Kind, specKind)
+	decoders.Put(d) // only after a value decoded whole: it holds nothing of it
+	if v.Elem().IsZero() && bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		return errors.New("a resource is a JSON object, not null")
 	}
-	out.Spec = k.New()
-	if err := Decode(specRaw, out.Spec); err != nil {
-		return fmt.Errorf("resource %q: %s: %w", out.Name, out.Kind, err)
+	out, err := w.unwire(v.Elem())
+	if err != nil {
+		return err
 	}
 	*r = out
 	return nil
+}
+
+// decodeDeclaration is Decode of a declaration: its resources decoded in
+// the same pass as the rest, in their wire form, as a host receives it.
+func decodeDeclaration(data []byte, d *Declaration) error {
+	w := wire()
+	v := reflect.New(w.declaration)
+	if err := decode(data, v.Interface()); err != nil {
+		return err
+	}
+	var out Declaration
+	s, o := v.Elem(), reflect.ValueOf(&out).Elem()
+	for i := range s.NumField() {
+		if i != w.resources {
+			o.Field(i).Set(s.Field(i))
+		}
+	}
+	if rs := s.Field(w.resources); !rs.IsNil() {
+		out.Resources = make([]Resource, rs.Len())
+		for i := range out.Resources {
+			r, err := w.unwire(rs.Index(i))
+			if err != nil {
+				return fmt.Errorf("resources[%d]: %w", i, err)
+			}
+			out.Resources[i] = r
+		}
+	}
+	*d = out
+	return nil
+}
+
+// decoder decodes one resource at a time from src, refusing unknown
+// fields; decoders keeps them between calls, and the buffer each has
+// grown.
+type decoder struct {
+	src bytes.Reader
+	dec *json.Decoder
+}
+
+var decoders = sync.Pool{New: func() any {
+	d := &decoder{}
+	d.dec = json.NewDecoder(&d.src)
+	d.dec.DisallowUnknownFields()
+	return d
+}}
+
+// wireForm is how resources travel, as types encoding/json decodes in one
+// pass: a resource is a struct of its name, kind and module, then a pointer
+// to each registered kind's spec under the kind's name (kinds, in order);
+// a declaration is Declaration with its resources of that type.
+type wireForm struct {
+	resource    reflect.Type
+	kinds       []string
+	declaration reflect.Type
+	resources   int // the field of declaration that holds them
+}
+
+// wires is the wireForm of the kinds registered so far; Register drops
+// it.
+var wires atomic.Pointer[wireForm]
+
+func wire() *wireForm {
+	if w := wires.Load(); w != nil {
+		return w
+	}
+	str := reflect.TypeFor[string]()
+	fields := []reflect.StructField{
+		{Name: "Name", Type: str, Tag: `json:"name"`},
+		{Name: "Kind", Type: str, Tag: `json:"kind"`},
+		{Name: "Module", Type: str, Tag: `json:"module"`},
+	}
+	w := &wireForm{}
+	for i, k := range Kinds() {
+		fields = append(fields, reflect.StructField{Name: fmt.Sprintf("Spec%d", i), Type: reflect.TypeOf(k.New()), Tag: reflect.StructTag(`json:"` + k.Name + `"`)})
+		w.kinds = append(w.kinds, k.Name)
+	}
+	w.resource = reflect.StructOf(fields)
+	decl := reflect.TypeFor[Declaration]()
+	fields = nil
+	for i := range decl.NumField() {
+		f := decl.Field(i)
+		if f.Name == "Resources" {
+			f.Type, w.resources = reflect.SliceOf(w.resource), i
+		}
+		fields = append(fields, f)
+	}
+	w.declaration = reflect.StructOf(fields)
+	wires.Store(w)
+	return w
+}
+
+// unwire is the resource s (of type w.resource) holds, refusing an
+// unknown kind, a missing spec and another kind's.
+func (w *wireForm) unwire(s reflect.Value) (Resource, error) {
+	out := Resource{Name: s.Field(0).String(), Kind: s.Field(1).String(), Module: s.Field(2).String()}
+	var specKind string
+	for i, name := range w.kinds {
+		f := s.Field(3 + i)
+		if f.IsNil() {
+			continue
+		}
+		if specKind != "" {
+			return Resource{}, fmt.Errorf("a resource carries both a %s and a %s spec", specKind, name)
+		}
+		specKind, out.Spec = name, f.Interface().(Spec)
+	}
+	switch _, known := KindNamed(out.Kind); {
+	case !known:
+		return Resource{}, fmt.Errorf("resource %q: unknown kind %q", out.Name, out.Kind)
+	case specKind == "":
+		return Resource{}, fmt.Errorf("resource %q: kind %s has no %s spec", out.Name, out.Kind, out.Kind)
+	case specKind != out.Kind:
+		return Resource{}, fmt.Errorf("resource %q: kind %s carries a %s spec: a resource carries its own kind's spec only", out.Name, out.Kind, specKind)
+	}
+	return out, nil
 }
 
 // Outcomes of one resource in a report.

@@ -107,6 +107,7 @@ func Register(k Kind) {
 		panic(fmt.Sprintf("spec: kind %q registered twice", k.Name))
 	}
 	kinds[k.Name] = k
+	wires.Store(nil)
 }
 
 // Kinds are the registered kinds, by name.

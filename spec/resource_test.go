@@ -157,7 +157,15 @@ func FuzzDecodeResource(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r spec.Resource
-		if err := spec.Decode(data, &r); err != nil {
+		err := spec.Decode(data, &r)
+		var decl spec.Declaration
+		if json.Valid(data) { // one value: the declaration holds one resource
+			declErr := spec.Decode([]byte(`{"resources":[`+string(data)+`]}`), &decl)
+			if (err == nil) != (declErr == nil) || err == nil && decl.Resources[0].Digest() != r.Digest() {
+				t.Fatalf("%q decodes alone (%v) and in a declaration (%v, %+v) apart", data, err, declErr, decl.Resources)
+			}
+		}
+		if err != nil {
 			return
 		}
 		_ = r.Check()
@@ -172,10 +180,9 @@ func FuzzDecodeResource(f *testing.F) {
 		if err := spec.Decode(once, &again); err != nil {
 			t.Fatalf("decoded %q, re-encoded %s, which does not decode: %v", data, once, err)
 		}
-		if twice, _ := json.Marshal(again); !bytes.Equal(once, twice) || r.Digest() != again.Digest() {
+		if twice, _ := json.Marshal(again); !bytes.Equal(once, twice) || r.Digest() != again.Digest() || r.Digest() != spec.ContentDigest(once) {
 			t.Fatalf("decoded %q, re-encoded %s, which decodes to what encodes as %s", data, once, twice)
 		}
-		var decl spec.Declaration
 		if err := spec.Decode([]byte(`{"resources":[`+string(once)+`]}`), &decl); err != nil || len(decl.Resources) != 1 || decl.Resources[0].Digest() != r.Digest() {
 			t.Fatalf("%s in a declaration: %+v, %v", once, decl.Resources, err)
 		}

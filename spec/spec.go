@@ -20,6 +20,13 @@ const Protocol = 1
 // trailing data: a field one side sends and the other ignores is how the seeds
 // lost one.
 func Decode(data []byte, v any) error {
+	if d, ok := v.(*Declaration); ok {
+		return decodeDeclaration(data, d) // in one pass, as it was before kinds were registered
+	}
+	return decode(data, v)
+}
+
+func decode(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
