@@ -11,7 +11,7 @@ import (
 )
 
 // manifestSeeds are FuzzParseManifest's seeds: at least one that parses
-// for every kind module.json may declare (TestKindsComplete holds it so).
+// for every kind module.json may declare (TestEveryKindIsComplete holds it so).
 var manifestSeeds = []string{
 	`{"name":"motd","version":"1","resources":[{"file":{"path":"/etc/motd","content":"hi\n","mode":"0644"}}]}`,
 	`{"name":"w","version":"1","resources":[{"directory":{"path":"/srv/www"}},{"file":{"path":"/srv/www/i","source":"i.html"}}]}`,
@@ -68,10 +68,10 @@ func seededKinds() (decoded, parsed map[string]bool) {
 	return decoded, parsed
 }
 
-// TestKindsComplete: every registered kind validates, is documented and
+// TestEveryKindIsComplete: every registered kind validates, is documented and
 // is fuzzed (the host's appliers and the compose goldens are held so by
 // the host's and mesh's tests); a kind lacking each trips each.
-func TestKindsComplete(t *testing.T) {
+func TestEveryKindIsComplete(t *testing.T) {
 	t.Parallel()
 	body, err := os.ReadFile("../docs/modules.md")
 	if err != nil {

@@ -42,10 +42,10 @@ var pinned = []struct {
 		"sha256:2b71cd5f961d49bd4b2d0fed7d51cf4aac5afdc41827bb64a4c2ff9c1f10e31b"},
 }
 
-// TestResourceBytes: a resource of each kind encodes to exactly the bytes
+// TestResourceBytesArePinned: a resource of each kind encodes to exactly the bytes
 // it always did, inside a declaration too, its digest is theirs, and they
 // decode to it again.
-func TestResourceBytes(t *testing.T) {
+func TestResourceBytesArePinned(t *testing.T) {
 	t.Parallel()
 	kinds := map[string]bool{}
 	for _, p := range pinned {
@@ -132,7 +132,7 @@ func TestResourceCheck(t *testing.T) {
 }
 
 // resourceSeeds are FuzzDecodeResource's seeds: at least one of every
-// kind (TestKindsComplete holds it so).
+// kind (TestEveryKindIsComplete holds it so).
 var resourceSeeds = []string{
 	`{"name":"m:file:/a","kind":"file","module":"m","file":{"path":"/a","mode":"0644","content":"aGk=","size":2,"digest":"sha256:8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4"}}`,
 	`{"name":"m:file:/b","kind":"file","module":"m","file":{"path":"/b","mode":"0600","blob":true,"size":70000,"digest":"sha256:2a21fe6d592a19b7de898b50eb53c429608de1a66f3e9f62da19714a770553d1"}}`,
