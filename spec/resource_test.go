@@ -188,3 +188,21 @@ func FuzzDecodeResource(f *testing.F) {
 		}
 	})
 }
+
+// TestRows: mesh module show lists each kind as it did before kinds were
+// registered: target, mode, owner and content.
+func TestRows(t *testing.T) {
+	t.Parallel()
+	want := map[string]spec.Row{
+		"m:file:/etc/motd":        {"/etc/motd", "4755", "www-data:0", "21 bytes sha256:a3c39f9ec907"},
+		"m:file:/srv/big":         {"/srv/big", "0644", "-", "70000 bytes sha256:2a21fe6d592a (blob)"},
+		"m:directory:/srv/www":    {"/srv/www", "2750", "4242:-", "on_remove delete: removed with its contents"},
+		"mesh:network:mesh-alpha": {"mesh-alpha", "-", "-", "-"},
+		"m:container:web":         {"web", "-", "-", "example/web:1 (archive 1234 bytes sha256:0eb3e36bfb24)"},
+	}
+	for _, p := range pinned {
+		if w, ok := want[p.r.Name]; ok && p.r.Spec.Row() != w {
+			t.Errorf("%s: row %+v, want %+v", p.r.Name, p.r.Spec.Row(), w)
+		}
+	}
+}
