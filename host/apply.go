@@ -170,10 +170,10 @@ func (e *Engine) makeAppliers() {
 
 // checked is a declared resource, checked once for the whole pass.
 type checked struct {
-	spec.Resource
-	err         error // its Check
-	path        bool  // its kind's target is a path on the machine
-	phase, rank int8  // its kind's
+	*spec.Resource       // in the slice the pass was given
+	err            error // its Check
+	path           bool  // its kind's target is a path on the machine
+	phase, rank    int8  // its kind's
 }
 
 // check checks each resource once, and puts them in apply order: by phase,
@@ -182,7 +182,8 @@ type checked struct {
 // equal keep their declared order.
 func check(resources []spec.Resource) []checked {
 	out := make([]checked, len(resources))
-	for i, r := range resources {
+	for i := range resources {
+		r := &resources[i]
 		c := checked{Resource: r, err: r.Check(), rank: 2}
 		if k, ok := hostKinds[r.Kind]; ok {
 			c.phase, c.rank = int8(k.phase), int8(k.rank)
@@ -232,7 +233,7 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 
 	items := check(resources)
 	for _, it := range items {
-		r := it.Resource
+		r := *it.Resource
 		res := spec.ResourceResult{Name: r.Name, Kind: r.Kind}
 		var out Result
 		err := it.err
@@ -298,7 +299,7 @@ func (e *Engine) Preview(ctx context.Context, resources []spec.Resource, previou
 		res := spec.ResourceResult{Name: it.Name, Kind: it.Kind}
 		out, err := Result{}, it.err
 		if err == nil {
-			out, err = e.planOne(ctx, it.Resource)
+			out, err = e.planOne(ctx, *it.Resource)
 		}
 		if err != nil {
 			res.Outcome, res.Error = spec.Failed, err.Error()
