@@ -91,9 +91,10 @@ type Capability struct {
 // kinds are the registered kinds, by name.
 var kinds = map[string]Kind{}
 
-// Register adds a kind; each spec/<kind>.go calls it from init. A kind
-// without a name, a constructor or a spec of its own kind, or registered
-// twice, is a programming error: Register panics.
+// Register adds a kind; each spec/<kind>.go calls it from init, and only
+// from init (the registry is read without a lock). A kind without a name, a
+// constructor or a spec of its own kind, or registered twice, is a
+// programming error: Register panics.
 func Register(k Kind) {
 	switch {
 	case k.Name == "" || strings.Trim(k.Name, "abcdefghijklmnopqrstuvwxyz") != "":
