@@ -87,6 +87,13 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 			return Plan{}, err
 		}
 		values["node"], values["version"] = in.Node, m.Version
+		fill := func(field, s string) (string, error) {
+			v, err := spec.Fill(s, values)
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", field, err)
+			}
+			return v, nil
+		}
 		for _, r := range m.Resources {
 			kind, _ := spec.KindNamed(r.Kind)
 			need := kind.Needs
@@ -94,7 +101,7 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 				return Plan{}, own("module %q declares %s %q, but the node has no %s: its host does not report the %q capability (%s)",
 					m.Name, r.Kind, r.Target(), need.What, need.Name, need.Hint)
 			}
-			filled, err := fillResource(r, values)
+			filled, err := fillResource(r, fill)
 			if err != nil {
 				return Plan{}, own("module %q, resource %s: %v", m.Name, r.Name, err)
 			}
@@ -173,19 +180,13 @@ func settingValues(node string, m spec.Module, given map[string]string) (map[str
 	return values, nil
 }
 
-// fillResource fills the references in r's strings, and names it anew and
-// checks it.
-func fillResource(r spec.Resource, values map[string]string) (spec.Resource, error) {
+// fillResource fills the references in r's strings with fill, and names it
+// anew and checks it.
+func fillResource(r spec.Resource, fill func(field, s string) (string, error)) (spec.Resource, error) {
 	if r.Spec == nil {
 		return r, r.Check()
 	}
-	filled, err := r.Spec.Fill(func(field, s string) (string, error) {
-		v, err := spec.Fill(s, values)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", field, err)
-		}
-		return v, nil
-	})
+	filled, err := r.Spec.Fill(fill)
 	if err != nil {
 		return r, err
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"reflect"
 	"strconv"
@@ -42,14 +43,14 @@ const (
 // Declaration is everything one node should hold, numbered and signed by the
 // controller. Its encoded bytes are exactly what is signed.
 type Declaration struct {
-	Mesh      string     `json:"mesh"`
-	Node      string     `json:"node"`
-	Seq       uint64     `json:"seq"`
-	Issued    time.Time  `json:"issued"`
-	Expires   time.Time  `json:"expires"`
-	Protocol  int        `json:"protocol"`
-	Mode      string     `json:"mode,omitempty"`
-	Resources []Resource `json:"resources"`
+	Mesh      string    `json:"mesh"`
+	Node      string    `json:"node"`
+	Seq       uint64    `json:"seq"`
+	Issued    time.Time `json:"issued"`
+	Expires   time.Time `json:"expires"`
+	Protocol  int       `json:"protocol"`
+	Mode      string    `json:"mode,omitempty"`
+	Resources Resources `json:"resources"`
 	// Roster is every name of the mesh, the same in every node's declaration.
 	Roster Roster `json:"roster"`
 }
@@ -119,6 +120,7 @@ func (r Resource) Key() string {
 func (r Resource) Digest() string {
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
+	e.buf.Reset()
 	if err := e.encode(r); err != nil {
 		return ""
 	}
@@ -199,17 +201,76 @@ type resourceHead struct {
 func (r Resource) MarshalJSON() ([]byte, error) {
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
+	e.buf.Reset()
 	if err := e.encode(r); err != nil {
 		return nil, err
 	}
 	return bytes.Clone(e.buf.Bytes()), nil
 }
 
+// Resources are resources that encode as one JSON array, into one buffer:
+// each Resource encoded alone needs one of its own. They encode as
+// []Resource does.
+type Resources []Resource
+
+// MarshalJSON writes the resources as a JSON array, null when nil.
+func (rs Resources) MarshalJSON() ([]byte, error) {
+	if rs == nil {
+		return []byte("null"), nil
+	}
+	e := encoders.Get().(*encoder)
+	defer encoders.Put(e)
+	e.buf.Reset()
+	e.buf.WriteByte('[')
+	for i, r := range rs {
+		if i > 0 {
+			e.buf.WriteByte(',')
+		}
+		if err := e.encode(r); err != nil {
+			return nil, err
+		}
+	}
+	e.buf.WriteByte(']')
+	return bytes.Clone(e.buf.Bytes()), nil
+}
+
+// WriteResources writes rs to w as json.Marshal writes a []Resource (null
+// when nil), each resource encoded into a pooled buffer and written on:
+// the list is never gathered in memory (status digests every node's).
+func WriteResources(w io.Writer, rs []Resource) error {
+	if rs == nil {
+		_, err := w.Write(jsonNullBytes)
+		return err
+	}
+	e := encoders.Get().(*encoder)
+	defer encoders.Put(e)
+	e.buf.Reset()
+	e.buf.WriteByte('[')
+	for i, r := range rs {
+		if i > 0 {
+			e.buf.WriteByte(',')
+		}
+		if err := e.encode(r); err != nil {
+			return err
+		}
+		if _, err := w.Write(e.buf.Bytes()); err != nil {
+			return err
+		}
+		e.buf.Reset()
+	}
+	e.buf.WriteByte(']')
+	_, err := w.Write(e.buf.Bytes())
+	return err
+}
+
+var jsonNullBytes = []byte("null")
+
 // encoder writes resources into buf; encoders keeps them between calls (a
 // host encodes every resource of every pass to digest it).
 type encoder struct {
-	buf bytes.Buffer
-	enc *json.Encoder
+	buf  bytes.Buffer
+	enc  *json.Encoder
+	head resourceHead // encoded through a pointer: no copy boxed per call
 }
 
 var encoders = sync.Pool{New: func() any {
@@ -218,14 +279,24 @@ var encoders = sync.Pool{New: func() any {
 	return e
 }}
 
-// encode writes r to e.buf, alone, as encoding/json writes a struct of its
-// fields with the spec under its kind's name.
+// encode appends r to e.buf as encoding/json writes a struct of its fields
+// with the spec under its kind's name.
 func (e *encoder) encode(r Resource) error {
-	e.buf.Reset()
-	if err := e.enc.Encode(resourceHead{Name: r.Name, Kind: r.Kind, Module: r.Module}); err != nil {
-		return err
+	if plain(r.Name) && plain(r.Kind) && plain(r.Module) {
+		e.buf.WriteString(`{"name":"`)
+		e.buf.WriteString(r.Name)
+		e.buf.WriteString(`","kind":"`)
+		e.buf.WriteString(r.Kind)
+		e.buf.WriteString(`","module":"`)
+		e.buf.WriteString(r.Module)
+		e.buf.WriteByte('"')
+	} else {
+		e.head = resourceHead{Name: r.Name, Kind: r.Kind, Module: r.Module}
+		if err := e.enc.Encode(&e.head); err != nil {
+			return err
+		}
+		e.buf.Truncate(e.buf.Len() - 2) // "}\n"
 	}
-	e.buf.Truncate(e.buf.Len() - 2) // "}\n"
 	if r.Spec != nil && !nilSpec(r.Spec) {
 		e.buf.WriteString(`,"`)
 		e.buf.WriteString(r.Spec.Kind())
@@ -237,6 +308,17 @@ func (e *encoder) encode(r Resource) error {
 	}
 	e.buf.WriteByte('}')
 	return nil
+}
+
+// plain says whether encoding/json writes s between quotes as it is:
+// printable ASCII that it never escapes (no quote, backslash, <, > or &).
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // nilSpec says whether s is a nil pointer of some kind's spec: no spec.
@@ -274,6 +356,25 @@ func (r *Resource) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// UnmarshalJSON reads resources as a JSON array (null: none), the whole
+// array in one pass, refusing what Resource's UnmarshalJSON refuses.
+func (rs *Resources) UnmarshalJSON(b []byte) error {
+	w := wire()
+	v := reflect.New(reflect.SliceOf(w.resource))
+	d := decoders.Get().(*decoder)
+	d.src.Reset(b)
+	if err := d.dec.Decode(v.Interface()); err != nil {
+		return err
+	}
+	decoders.Put(d) // only after a value decoded whole: it holds nothing of it
+	out, err := w.unwireAll(v.Elem())
+	if err != nil {
+		return err
+	}
+	*rs = out
+	return nil
+}
+
 // decodeDeclaration is Decode of a declaration: its resources decoded in
 // the same pass as the rest, in their wire form, as a host receives it.
 func decodeDeclaration(data []byte, d *Declaration) error {
@@ -289,16 +390,11 @@ func decodeDeclaration(data []byte, d *Declaration) error {
 			o.Field(i).Set(s.Field(i))
 		}
 	}
-	if rs := s.Field(w.resources); !rs.IsNil() {
-		out.Resources = make([]Resource, rs.Len())
-		for i := range out.Resources {
-			r, err := w.unwire(rs.Index(i))
-			if err != nil {
-				return fmt.Errorf("resources[%d]: %w", i, err)
-			}
-			out.Resources[i] = r
-		}
+	rs, err := w.unwireAll(s.Field(w.resources))
+	if err != nil {
+		return err
 	}
+	out.Resources = rs
 	*d = out
 	return nil
 }
@@ -361,6 +457,23 @@ func wire() *wireForm {
 	w.declaration = reflect.StructOf(fields)
 	wires.Store(w)
 	return w
+}
+
+// unwireAll is the resources the slice s (of w.resource) holds; nil when
+// it is nil.
+func (w *wireForm) unwireAll(s reflect.Value) (Resources, error) {
+	if s.IsNil() {
+		return nil, nil
+	}
+	out := make(Resources, s.Len())
+	for i := range out {
+		r, err := w.unwire(s.Index(i))
+		if err != nil {
+			return nil, fmt.Errorf("resources[%d]: %w", i, err)
+		}
+		out[i] = r
+	}
+	return out, nil
 }
 
 // unwire is the resource s (of type w.resource) holds, refusing an

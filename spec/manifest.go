@@ -83,12 +83,12 @@ func (r *ManifestResource) read(field string) (Kind, string, error) {
 // CLI sends it and the controller keeps it. File content over InlineMax is a
 // blob (Blob set, Content empty), uploaded before the module.
 type Module struct {
-	Name        string     `json:"name"`
-	Version     string     `json:"version"`
-	Description string     `json:"description,omitempty"`
-	Settings    []Setting  `json:"settings,omitempty"`
-	Routes      []Route    `json:"routes,omitempty"`
-	Resources   []Resource `json:"resources"`
+	Name        string    `json:"name"`
+	Version     string    `json:"version"`
+	Description string    `json:"description,omitempty"`
+	Settings    []Setting `json:"settings,omitempty"`
+	Routes      []Route   `json:"routes,omitempty"`
+	Resources   Resources `json:"resources"`
 }
 
 // Setting returns the module's setting called name.

@@ -159,10 +159,15 @@ func FuzzDecodeResource(f *testing.F) {
 		var r spec.Resource
 		err := spec.Decode(data, &r)
 		var decl spec.Declaration
-		if json.Valid(data) { // one value: the declaration holds one resource
+		if json.Valid(data) { // one value: the declaration and the list hold one resource
 			declErr := spec.Decode([]byte(`{"resources":[`+string(data)+`]}`), &decl)
 			if (err == nil) != (declErr == nil) || err == nil && decl.Resources[0].Digest() != r.Digest() {
 				t.Fatalf("%q decodes alone (%v) and in a declaration (%v, %+v) apart", data, err, declErr, decl.Resources)
+			}
+			var list spec.Resources
+			listErr := spec.Decode([]byte(`[`+string(data)+`]`), &list)
+			if (err == nil) != (listErr == nil) || err == nil && list[0].Digest() != r.Digest() {
+				t.Fatalf("%q decodes alone (%v) and in a list (%v, %+v) apart", data, err, listErr, list)
 			}
 		}
 		if err != nil {
