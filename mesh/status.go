@@ -1,12 +1,14 @@
 package mesh
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"sort"
 	"time"
 
@@ -207,16 +209,33 @@ func beatsSuffix(interval time.Duration) string {
 // sequence and times: its resources and roster. It is recorded with each
 // declaration sent, and status compares it with that of what would be sent
 // now; "" if they do not encode. They are encoded into the hash, not into
-// a buffer: a send pays for the digest without copying the declaration.
+// a buffer: a send pays for the digest without copying the declaration. The
+// bytes hashed are json.NewEncoder(h).Encode(struct{R []spec.Resource; N
+// spec.Roster}{resources, roster})'s, the resources streamed one by one.
 func contentDigest(resources []spec.Resource, roster spec.Roster) string {
-	h := sha256.New()
-	if err := json.NewEncoder(h).Encode(struct {
-		R []spec.Resource
-		N spec.Roster
-	}{resources, roster}); err != nil {
+	h := &lessNewline{Hash: sha256.New()}
+	h.Write(digestR)
+	if err := spec.WriteResources(h.Hash, resources); err != nil {
 		return ""
 	}
+	h.Write(digestN)
+	if err := json.NewEncoder(h).Encode(roster); err != nil { // its newline left out
+		return ""
+	}
+	h.Hash.Write(digestEnd)
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// The parts of contentDigest's encoding around the resources and roster.
+var digestR, digestN, digestEnd = []byte(`{"R":`), []byte(`,"N":`), []byte("}\n")
+
+// lessNewline hashes what an Encoder writes (one Write a value), less the
+// newline it ends with.
+type lessNewline struct{ hash.Hash }
+
+func (h *lessNewline) Write(b []byte) (int, error) {
+	h.Hash.Write(bytes.TrimSuffix(b, []byte{'\n'}))
+	return len(b), nil
 }
 
 // differs reports whether resources and roster differ from what last, the
