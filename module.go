@@ -120,26 +120,11 @@ Example:
 					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "KIND\tPATH\tMODE\tOWNER\tCONTENT")
 					for _, r := range res.Module.Resources {
-						switch {
-						case r.File != nil:
-							content := fmt.Sprintf("%d bytes %s", r.File.Size, r.File.Digest[:19])
-							if r.File.Blob {
-								content += " (blob)"
-							}
-							fmt.Fprintf(tw, "file\t%s\t%04o\t%s\t%s\n", r.File.Path, r.File.Mode, owner(r.File.Owner, r.File.Group), content)
-						case r.Directory != nil:
-							content := "-"
-							if r.Directory.OnRemove == spec.OnRemoveDelete {
-								content = "on_remove delete: removed with its contents"
-							}
-							fmt.Fprintf(tw, "directory\t%s\t%04o\t%s\t%s\n", r.Directory.Path, r.Directory.Mode, owner(r.Directory.Owner, r.Directory.Group), content)
-						case r.Container != nil:
-							image := r.Container.Image
-							if a := r.Container.Archive; a != nil {
-								image += fmt.Sprintf(" (archive %d bytes %s)", a.Size, a.Digest[:19])
-							}
-							fmt.Fprintf(tw, "container\t%s\t-\t-\t%s\n", r.Container.Name, image)
+						if r.Spec == nil {
+							continue
 						}
+						row := r.Spec.Row()
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Kind, row.Target, row.Mode, row.Owner, row.Content)
 					}
 					return tw.Flush()
 				},
@@ -161,13 +146,6 @@ func printAssigned(w io.Writer, done string, res spec.AssignResult) {
 	default:
 		fmt.Fprintf(w, "%s; mesh push %s sends it\n", done, strings.Join(res.Changed, " "))
 	}
-}
-
-func owner(user, group string) string {
-	if user == "" && group == "" {
-		return "-"
-	}
-	return orDash(user) + ":" + orDash(group)
 }
 
 func assignCommands() []*cli.Command {
