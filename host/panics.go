@@ -5,7 +5,7 @@ import (
 	"runtime/debug"
 )
 
-// A panic never leaves a handler (DESIGN.md). On a controller's machine the
+// A panic never leaves a handler (docs/design.md). On a controller's machine the
 // host runs in the process that embeds the bus, so a panic that escaped
 // would take the bus down with it; on any machine it would stop the
 // heartbeats, the reconcile and the resolver. Each pass of the agent's loop

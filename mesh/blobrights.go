@@ -65,7 +65,7 @@ func (c *Controller) mayFetch(ctx context.Context, node, digest string) error {
 		return fmt.Errorf("blob %s: %w", digest, err)
 	}
 	if !digests[digest] {
-		return fmt.Errorf("blob %s is not in node %q's declaration", digest, node)
+		return refusedError(fmt.Sprintf("blob %s is not in node %q's declaration", digest, node))
 	}
 	return nil
 }

@@ -82,8 +82,8 @@ func TestBlobRightIsTheDeclarationsBlobs(t *testing.T) {
 	if r := ask(spec.ContentDigest(big)); r.Error != "" || len(r.Result) == 0 {
 		t.Errorf("the blob over the bus: %+v", r)
 	}
-	if r := ask(spec.ContentDigest(small)); !strings.Contains(r.Error, "is not in node \"beta\"'s declaration") {
-		t.Errorf("the inline file's digest over the bus: %+v, want it refused", r)
+	if r := ask(spec.ContentDigest(small)); !strings.Contains(r.Error, "is not in node \"beta\"'s declaration") || r.Kind != spec.ReplyRefused {
+		t.Errorf("the inline file's digest over the bus: %+v, want it refused (kind %s)", r, spec.ReplyRefused)
 	}
 
 	// The next declaration drops the blob: it may not be fetched any more.

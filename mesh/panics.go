@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// A panic never leaves a handler (DESIGN.md): the controller runs in the
+// A panic never leaves a handler (docs/design.md): the controller runs in the
 // process that embeds the bus, so one that escaped would take the bus down
 // for the whole fleet. Every bus subscription, HTTP handler, push worker
 // and background pass runs under catch.

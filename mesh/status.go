@@ -26,7 +26,7 @@ func (c *Controller) hold(ctx context.Context, req spec.HoldRequest) (spec.Empty
 	}
 	err := c.deps.DB.Hold(ctx, req.Node, at, req.Reason)
 	if errors.Is(err, store.ErrNotFound) {
-		return spec.Empty{}, callerError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Node))
+		return spec.Empty{}, notFoundError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Node))
 	}
 	if err != nil {
 		return spec.Empty{}, err

@@ -119,6 +119,7 @@ func TestRepliesCarryTheirKind(t *testing.T) {
 		{spec.VerbUnassign, `{"module":"ghost","node":"alpha"}`, spec.ReplyNotFound, `module "ghost" is not assigned to node "alpha"`},
 		{spec.VerbTokenRevoke, `{"id":"tnope"}`, spec.ReplyNotFound, `no token "tnope"`},
 		{spec.VerbPush, `{"nodes":["ghost"]}`, spec.ReplyNotFound, `no node called "ghost"`},
+		{spec.VerbHold, `{"node":"ghost","hold":true}`, spec.ReplyNotFound, `no node called "ghost"`},
 		{spec.VerbTokenRevoke, `{"id":"` + used.ID + `"}`, spec.ReplyRefused, "was already used, by node \"beta\""},
 		{spec.VerbTokenCreate, `{"node":"beta"}`, spec.ReplyRefused, `a node called "beta" is already in the mesh`},
 		{spec.VerbAudit, `{}`, spec.ReplyFailed, "read the audit: disk I/O error"},

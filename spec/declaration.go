@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Limits on the wire (DESIGN.md, "On the wire").
+// Limits on the wire (docs/design.md, "Decisions already taken": on the wire).
 const (
 	// MaxDeclaration is the cap on a declaration's signed bytes.
 	MaxDeclaration = 1 << 20
