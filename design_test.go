@@ -1,7 +1,11 @@
 package main
 
 import (
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -79,6 +83,42 @@ func TestPackagesSayWhatTheyAre(t *testing.T) {
 		pkg, doc, _ := strings.Cut(line, "\t")
 		if strings.TrimSpace(doc) == "" {
 			t.Errorf("package %s has no doc comment: say what it is for above its package clause (a doc.go if no file is the obvious home)", pkg)
+		}
+	}
+}
+
+// TestDesignNamesRealTests: every test, fuzz target and benchmark that
+// docs/design.md names as holding an invariant exists, so a renamed or
+// deleted test cannot leave an invariant held by a name only.
+func TestDesignNamesRealTests(t *testing.T) {
+	doc, err := os.ReadFile("docs/design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile("`((?:Test|Fuzz|Benchmark)[A-Z][A-Za-z0-9_]*)`").FindAllStringSubmatch(string(doc), -1)
+	if len(named) < 20 {
+		t.Fatalf("docs/design.md names %d tests; it should name the test of every invariant", len(named))
+	}
+	defined := map[string]bool{}
+	err = filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Benchmark)\w+)\(`).FindAllSubmatch(b, -1) {
+			defined[string(m[1])] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range named {
+		if !defined[m[1]] {
+			t.Errorf("docs/design.md names %s, which no _test.go defines: name the test that holds it now", m[1])
 		}
 	}
 }
