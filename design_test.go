@@ -23,6 +23,10 @@ func TestImportDirections(t *testing.T) {
 		"ca":       {},
 		"mesh":     {"spec", "store", "broker", "ca"},
 		"host":     {"spec", "resolver", "ca"},
+		// The commands: the only package that wires the others together.
+		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver"},
+		// The end-to-end tests: test files only, which run the built binary.
+		"e2e": {},
 		// The resolver alone, served for bench/dns.sh.
 		"bench/meshdns": {"resolver"},
 		// Test support: Docker images built FROM scratch with busybox.

@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// TestMain lets the scripts run mesh: this test binary, run as mesh, is
+// Main.
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"mesh": func() { os.Exit(Main(os.Args, os.Stdout, os.Stderr)) },
+	})
+}
+
+// TestCLI runs the scripts in testdata/script against the command: the
+// CLI's manners, its help, and its refusals of bad input.
+func TestCLI(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: filepath.Join("testdata", "script"),
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("MESH_DIR", filepath.Join(env.WorkDir, "default-dir"))
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			// exits CODE PROG ARGS... runs PROG like exec and checks its exit
+			// code: scripts rely on them (2: called wrongly, nothing done).
+			"exits": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) < 2 {
+					ts.Fatalf("usage: exits CODE PROG [ARGS...]")
+				}
+				want, err := strconv.Atoi(args[0])
+				if err != nil {
+					ts.Fatalf("exits: %q is not an exit code", args[0])
+				}
+				code := 0
+				if err := ts.Exec(args[1], args[2:]...); err != nil {
+					var ee *exec.ExitError
+					if !errors.As(err, &ee) {
+						ts.Fatalf("exits: %v", err)
+					}
+					code = ee.ExitCode()
+				}
+				if code != want {
+					ts.Fatalf("%s exited %d, want %d", args[1], code, want)
+				}
+			},
+		},
+	})
+}

@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"github.com/urfave/cli/v2"
+)
+
+// Operator is the CLI's connection to a mesh's controller. The CLI never
+// opens the store: it calls the controller over the bus.
+type Operator struct {
+	ctx context.Context // ends on SIGINT or SIGTERM
+	nc  *nats.Conn
+	bus string
+}
+
+func dialOperator(c *cli.Context) (*Operator, error) {
+	return DialOperator(c.Context, c.String("dir"))
+}
+
+// DialOperator connects to the controller of the mesh kept in dir.
+func DialOperator(ctx context.Context, dir string) (*Operator, error) {
+	addrs, err := readAddrs(dir)
+	if err != nil {
+		return nil, err
+	}
+	creds, err := readOperatorCreds(dir)
+	if err != nil {
+		return nil, err
+	}
+	key, err := nkeys.FromSeed([]byte(creds.Seed))
+	if err != nil {
+		return nil, fmt.Errorf("the operator credential in %s: %w", dir, err)
+	}
+	root, err := ca.ParseCert([]byte(creds.CARoot))
+	if err != nil {
+		return nil, fmt.Errorf("the mesh root in the operator credential: %w", err)
+	}
+	pub, _ := key.PublicKey()
+	bus := dialable(addrs.Bus)
+	connect := func() (*nats.Conn, error) {
+		return nats.Connect("nats://"+bus,
+			nats.Name("operator"),
+			nats.Nkey(pub, key.Sign),
+			nats.Secure(ca.ClientTLS(root, spec.BusTLSName)),
+			nats.TLSHandshakeFirst(),
+			nats.CustomInboxPrefix(spec.OperatorInbox),
+			nats.Timeout(5*time.Second),
+			nats.NoReconnect(),
+		)
+	}
+	nc, err := connect()
+	// The bus closes a connection that arrives while it reloads its users
+	// (every enrolment and token does that); such a refusal is not an
+	// answer, so try again, briefly. A refused credential is an answer.
+	for try := 1; err != nil && try < 4 && !errors.Is(err, nats.ErrAuthorization) && !errors.Is(err, nats.ErrNoServers); try++ {
+		time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+		nc, err = connect()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reach the mesh's bus at %s: %w (is the controller running? mesh controller --dir %s)", bus, err, dir)
+	}
+	return &Operator{ctx: ctx, nc: nc, bus: bus}, nil
+}
+
+func (o *Operator) Close() { o.nc.Close() }
+
+// call asks the controller to do verb with req and decodes its result into
+// res, waiting as long as the verb's descriptor says. An error the
+// controller answers is a *spec.ReplyError, with its kind.
+func (o *Operator) call(verb string, req, res any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode %s request: %w", verb, err)
+	}
+	wait := spec.DefaultVerbTimeout
+	if v, ok := spec.LookupVerb(verb); ok {
+		wait = v.Timeout
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, wait)
+	defer cancel()
+	msg, err := o.nc.RequestWithContext(ctx, spec.APISubject(verb), body)
+	if o.ctx.Err() != nil {
+		return fmt.Errorf("%s: interrupted; the controller may still carry it out", verb)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = nats.ErrTimeout
+	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%s: no controller answers on the bus at %s", verb, o.bus)
+	}
+	if errors.Is(err, nats.ErrTimeout) {
+		return fmt.Errorf("%s: the controller did not answer within %s (mesh status, and its log, say what it is doing)", verb, wait)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", verb, err)
+	}
+	err = spec.DecodeReply(msg.Data, res)
+	var re *spec.ReplyError
+	if err != nil && !errors.As(err, &re) {
+		return fmt.Errorf("%s: %w", verb, err)
+	}
+	return err
+}
+
+// Call is call for programs outside the package (the fleet benchmark).
+func (o *Operator) Call(verb string, req, res any) error { return o.call(verb, req, res) }
+
+// Conn is the operator's bus connection, for listening to a push's
+// progress outside the package (the fleet benchmark).
+func (o *Operator) Conn() *nats.Conn { return o.nc }
+
+// callCmd dials the operator API, makes one call and closes.
+func callCmd(c *cli.Context, verb string, req, res any) error {
+	op, err := dialOperator(c)
+	if err != nil {
+		return err
+	}
+	defer op.Close()
+	return op.call(verb, req, res)
+}

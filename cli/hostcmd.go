@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/resolver"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/urfave/cli/v2"
+)
+
+func hostCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "host",
+		Usage: "join a mesh with a token, and run this machine's host",
+		Description: `With --join, enrols this machine with the mesh the token names: the bus's
+certificate chain is checked against the token's CA pin before anything is
+sent, the node's key is made here and only its public half leaves the
+machine. The credential is kept in D/host/node.creds (0600) and the pin in
+D/host/state.json. Then, and on every later start without --join, runs the
+host until SIGINT or SIGTERM, reconnecting to the bus for ever.
+
+Examples:
+   mesh host --dir /var/lib/mesh --join mesh1.eyJ... --address 10.0.0.7
+   mesh host --dir /var/lib/mesh`,
+		Flags: append([]cli.Flag{
+			dirFlag(),
+			&cli.StringFlag{Name: "join", Usage: "a token from mesh token create NODE"},
+			&cli.StringFlag{Name: "address", Usage: "where other nodes reach this one (default: the machine's primary address)"},
+			logFlag(),
+		}, hostFlags()...),
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 0, "no arguments"); err != nil {
+				return err
+			}
+			stateDir := c.String("dir")
+			dir := filepath.Join(stateDir, hostDir)
+			raw := c.String("join")
+			if raw == "" && c.IsSet("address") {
+				return usagef("--address is given when joining (with --join); a joined host keeps the address it joined with")
+			}
+			// A token that does not parse is a mistake in the call: refused
+			// before anything is read or written.
+			var tok spec.Token
+			if raw != "" {
+				var err error
+				if tok, err = spec.ParseToken(raw); err != nil {
+					return usagef("--join: %v; nothing was done", err)
+				}
+			}
+			// A joined host's directory is locked before anything is read;
+			// a joining one's once the join made it.
+			if raw == "" {
+				if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("%s holds no joined host: join a mesh first: mesh host --dir %s --join TOKEN", stateDir, stateDir)
+				}
+				release, err := lockDir(stateDir)
+				if err != nil {
+					return err
+				}
+				defer release()
+			}
+			kc, changes, fromFile, err := mergeConfig(c, stateDir)
+			if err != nil {
+				return err
+			}
+			log, err := newLogger(c)
+			if err != nil {
+				return fromFileHint(err, fromFile, stateDir)
+			}
+			// Every flag is checked before a join, so a bad one changes nothing.
+			if err := absRoot(c); err != nil {
+				return err
+			}
+			if _, err := resolverConfig(c, c.String("dns")); err != nil {
+				return fromFileHint(err, fromFile, stateDir)
+			}
+			cfg, err := hostConfig(c)
+			if err != nil {
+				return fromFileHint(err, fromFile, stateDir)
+			}
+			dnsAddr, err := claimDNSFlag(c)
+			if err != nil {
+				return err
+			}
+			kc["dns"], kc["root"] = []string{dnsAddr}, []string{c.String("root")}
+			dnsCfg, _ := resolverConfig(c, dnsAddr)
+			if raw != "" {
+				address, err := addressOf(c)
+				if err != nil {
+					return err
+				}
+				if err := host.Join(c.Context, host.JoinConfig{Dir: dir, Token: tok, Address: address, Now: time.Now()}); err != nil {
+					return err
+				}
+				log.Info("joined", "mesh", tok.Mesh, "node", tok.Node)
+				release, err := lockDir(stateDir)
+				if err != nil {
+					return err
+				}
+				defer release()
+			} else if err := checkSubnetChange(c.Context, stateDir, cfg, changes); err != nil {
+				return err
+			}
+			if err := writeConfig(stateDir, kc); err != nil {
+				return err
+			}
+			logChanges(log, stateDir, changes)
+			dns, err := resolver.New(dnsCfg, log.With("component", "resolver"))
+			if err != nil {
+				return err
+			}
+			cfg.Dir, cfg.Names = dir, dns
+			agent, err := host.New(cfg, log.With("component", "host"))
+			if err != nil {
+				return fmt.Errorf("%w (join a mesh first: mesh host --dir %s --join TOKEN)", err, stateDir)
+			}
+			parts := []part{{"resolver", dns.Run, dns.Ready()}, {"host", agent.Run, agent.Ready()}}
+			err = runParts(c.Context, log, parts, func() error {
+				if err := writeAddrs(stateDir, spec.Addrs{DNS: dns.Addrs()[0]}); err != nil {
+					return err
+				}
+				log.Info("host running", "node", agent.Node(), "dns", dns.Addrs()[0])
+				return nil
+			})
+			if errors.Is(err, host.ErrRemoved) {
+				return removedError(agent.Node(), stateDir)
+			}
+			return err
+		},
+	}
+}
+
+// removedError says that node was removed from the mesh and how this
+// machine joins it again: exit code 3.
+func removedError(node, dir string) error {
+	return fmt.Errorf("node %q: %w; to join again, run mesh token create %s on the controller, then mesh host --dir %s --join TOKEN here after removing %s (or give --dir a new directory)",
+		node, host.ErrRemoved, node, dir, filepath.Join(dir, hostDir))
+}
+
+// ownHost runs the host of a controller's machine. Its node cannot be
+// removed (the controller refuses), but one removed before that was refused
+// must not take the controller and the bus down with it: the controller
+// serves on without a host.
+func ownHost(log *slog.Logger, agent *host.Agent) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := agent.Run(ctx)
+		if !errors.Is(err, host.ErrRemoved) {
+			return err
+		}
+		log.Error("this machine's own node was removed from the mesh; the controller serves on without a host", "node", agent.Node())
+		<-ctx.Done()
+		return nil
+	}
+}

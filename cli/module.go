@@ -1,0 +1,299 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/urfave/cli/v2"
+)
+
+func moduleCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "module",
+		Usage: "register, list and show modules",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "register",
+				Usage:     "register a module (a directory with module.json) or every module of a catalogue",
+				ArgsUsage: "PATH...",
+				Description: `Each PATH is a module's directory (holding module.json), a module.json file,
+or a catalogue: a directory whose subdirectories are modules. Every manifest
+is read and checked first; if any is bad, nothing is registered. Registering
+a module again replaces its earlier version. docs/modules.md describes the
+manifest. A container's image archive must be there when it is registered:
+make example-images builds those of examples/web and examples/client.
+
+Example:
+   mesh module register examples/motd
+   mesh module register examples/motd examples/webroot
+   mesh module register examples`,
+				Flags: []cli.Flag{dirFlag(), jsonFlag()},
+				Action: func(c *cli.Context) error {
+					if c.NArg() == 0 {
+						return usagef("give the path of a module or a catalogue (mesh module register examples/motd)")
+					}
+					mods, contents, err := readModules(c.Args().Slice()...)
+					if err != nil {
+						return err
+					}
+					op, err := dialOperator(c)
+					if err != nil {
+						return err
+					}
+					defer op.Close()
+					for _, m := range mods {
+						if err := uploadBlobs(op, m, contents); err != nil {
+							return err
+						}
+					}
+					var res spec.ModuleRegisterResult
+					if err := op.call(spec.VerbModuleRegister, spec.ModuleRegisterRequest{Modules: mods}, &res); err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, res.Modules)
+					}
+					for _, m := range res.Modules {
+						if m.Previous != "" {
+							fmt.Fprintf(c.App.Writer, "registered %s %s (%d resources), replacing %s\n", m.Name, m.Version, m.Resources, m.Previous)
+						} else {
+							fmt.Fprintf(c.App.Writer, "registered %s %s (%d resources)\n", m.Name, m.Version, m.Resources)
+						}
+					}
+					return nil
+				},
+			},
+			{
+				Name:        "list",
+				Usage:       "list the registered modules and the nodes they are assigned to",
+				Description: "Example:\n   mesh module list --json",
+				Flags:       []cli.Flag{dirFlag(), jsonFlag()},
+				Action: func(c *cli.Context) error {
+					if err := wantArgs(c, 0, "no arguments"); err != nil {
+						return err
+					}
+					var res spec.ModuleListResult
+					if err := callCmd(c, spec.VerbModuleList, spec.ModuleListRequest{}, &res); err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, res.Modules)
+					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "MODULE\tVERSION\tRESOURCES\tNODES\tREGISTERED")
+					for _, m := range res.Modules {
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", m.Name, m.Version, m.Resources, orDash(strings.Join(m.Nodes, ",")), m.Registered.Format(time.RFC3339))
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name:        "show",
+				Usage:       "show one module: its resources and where it is assigned",
+				ArgsUsage:   "NAME",
+				Description: "Example:\n   mesh module show motd",
+				Flags:       []cli.Flag{dirFlag(), jsonFlag()},
+				Action: func(c *cli.Context) error {
+					if err := wantArgs(c, 1, "one argument, the module's name"); err != nil {
+						return err
+					}
+					var res spec.ModuleShowResult
+					if err := callCmd(c, spec.VerbModuleShow, spec.ModuleShowRequest{Name: c.Args().First()}, &res); err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, res)
+					}
+					w := c.App.Writer
+					fmt.Fprintf(w, "module    %s %s\n", res.Info.Name, res.Info.Version)
+					if res.Info.Description != "" {
+						fmt.Fprintf(w, "about     %s\n", res.Info.Description)
+					}
+					fmt.Fprintf(w, "assigned  %s\n", orDash(strings.Join(res.Info.Nodes, ", ")))
+					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "KIND\tPATH\tMODE\tOWNER\tCONTENT")
+					for _, r := range res.Module.Resources {
+						if r.Spec == nil {
+							continue
+						}
+						row := r.Spec.Row()
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Kind, row.Target, row.Mode, row.Owner, row.Content)
+					}
+					return tw.Flush()
+				},
+			},
+		},
+	}
+}
+
+// printAssigned says what was done and which nodes need a push for it: the
+// ones whose declaration it changes, as the controller worked them out.
+func printAssigned(w io.Writer, done string, res spec.AssignResult) {
+	switch {
+	case res.Unknown != "":
+		fmt.Fprintf(w, "%s; which nodes it changes is not known (%s): mesh push sends every node its declaration\n", done, res.Unknown)
+	case len(res.Changed) == 0:
+		fmt.Fprintf(w, "%s; it changes no node's declaration: there is nothing to push\n", done)
+	case len(res.Changed) == res.Nodes && res.Nodes > 1:
+		fmt.Fprintf(w, "%s; it changes the names every node serves: mesh push sends it to all %d nodes\n", done, res.Nodes)
+	default:
+		fmt.Fprintf(w, "%s; mesh push %s sends it\n", done, strings.Join(res.Changed, " "))
+	}
+}
+
+func assignCommands() []*cli.Command {
+	mk := func(name, verb, usage, past, description string, flags []cli.Flag) *cli.Command {
+		return &cli.Command{
+			Name:        name,
+			Usage:       usage,
+			ArgsUsage:   "MODULE NODE",
+			Description: description,
+			Flags:       flags,
+			Action: func(c *cli.Context) error {
+				if err := wantArgs(c, 2, "two arguments, the module and the node"); err != nil {
+					return err
+				}
+				req := spec.AssignRequest{Module: c.Args().Get(0), Node: c.Args().Get(1)}
+				if err := spec.CheckName("module", req.Module); err != nil {
+					return usageError{err.Error()}
+				}
+				if err := spec.CheckName("node", req.Node); err != nil {
+					return usageError{err.Error()}
+				}
+				for _, kv := range c.StringSlice("set") {
+					k, v, ok := strings.Cut(kv, "=")
+					if !ok || k == "" {
+						return usagef("--set %q: give NAME=VALUE", kv)
+					}
+					if req.Settings == nil {
+						req.Settings = map[string]string{}
+					}
+					if _, dup := req.Settings[k]; dup {
+						return usagef("--set %s is given twice", k)
+					}
+					req.Settings[k] = v
+				}
+				var res spec.AssignResult
+				if err := callCmd(c, verb, req, &res); err != nil {
+					return err
+				}
+				printAssigned(c.App.Writer, req.Module+" "+past+" "+req.Node, res)
+				return nil
+			},
+		}
+	}
+	return []*cli.Command{
+		mk("assign", spec.VerbAssign, "assign a module to a node, with its settings", "assigned to",
+			`Gives the module its settings on that node (--set NAME=VALUE, once per
+setting); a required setting left out, a value of the wrong type, or a name
+the module does not declare is refused, naming it, and nothing is recorded.
+Assigning again replaces the settings. Takes effect at the next mesh push.
+
+Example:
+   mesh assign --set greeting=hello --set port=8080 hello alpha && mesh push alpha`,
+			[]cli.Flag{dirFlag(), &cli.StringSliceFlag{Name: "set", Usage: "a setting, NAME=VALUE (repeat for each)"}}),
+		mk("unassign", spec.VerbUnassign, "unassign a module from a node: the next push removes what it declared there", "unassigned from",
+			"Takes effect at the next mesh push.\n\nExample:\n   mesh unassign motd alpha && mesh push alpha",
+			[]cli.Flag{dirFlag()}),
+	}
+}
+
+// readModules reads and checks every manifest under paths, resolving
+// sources; any bad one fails the whole read, naming the file and field. It
+// also returns every source's bytes by digest, for the blob uploads.
+func readModules(paths ...string) ([]spec.Module, map[string][]byte, error) {
+	var manifests []string
+	for _, path := range paths {
+		found, err := manifestsOf(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		manifests = append(manifests, found...)
+	}
+	var mods []spec.Module
+	contents := map[string][]byte{}
+	names := map[string]string{}
+	for _, mf := range manifests {
+		body, err := os.ReadFile(mf)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read %s: %w", mf, err)
+		}
+		man, err := spec.ParseManifest(body)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w; nothing was registered", mf, err)
+		}
+		dir := filepath.Dir(mf)
+		mod, err := man.Resolve(func(source string) ([]byte, error) {
+			b, err := readSource(dir, source)
+			if err == nil {
+				contents[spec.ContentDigest(b)] = b
+			}
+			return b, err
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w; nothing was registered", mf, err)
+		}
+		if prev, dup := names[mod.Name]; dup {
+			return nil, nil, fmt.Errorf("%s and %s both name module %q; nothing was registered", prev, mf, mod.Name)
+		}
+		names[mod.Name] = mf
+		mods = append(mods, mod)
+	}
+	return mods, contents, nil
+}
+
+// manifestsOf is the manifest at path: the file itself, the module.json of
+// a module's directory, or those of a catalogue's subdirectories.
+func manifestsOf(path string) ([]string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	if _, err := os.Stat(filepath.Join(path, spec.ManifestFile)); err == nil {
+		return []string{filepath.Join(path, spec.ManifestFile)}, nil
+	}
+	found, _ := filepath.Glob(filepath.Join(path, "*", spec.ManifestFile))
+	if len(found) == 0 {
+		return nil, fmt.Errorf("%s holds no %s, and no subdirectory does: give a module's directory or a catalogue", path, spec.ManifestFile)
+	}
+	sort.Strings(found)
+	return found, nil
+}
+
+// uploadBlobs sends every content of m that travels as a blob (large files
+// and image archives), in chunks.
+func uploadBlobs(op *Operator, m spec.Module, contents map[string][]byte) error {
+	blobs := m.Blobs()
+	digests := make([]string, 0, len(blobs))
+	for d := range blobs {
+		digests = append(digests, d)
+	}
+	sort.Strings(digests)
+	for _, digest := range digests {
+		content, ok := contents[digest]
+		if !ok {
+			return fmt.Errorf("module %s: the content of blob %s was not read", m.Name, digest)
+		}
+		for off := 0; off < len(content); off += spec.BlobChunk {
+			end := min(off+spec.BlobChunk, len(content))
+			var res spec.BlobPutResult
+			if err := op.call(spec.VerbBlobPut, spec.BlobPutRequest{Digest: digest, Size: blobs[digest], Offset: int64(off), Data: content[off:end]}, &res); err != nil {
+				return fmt.Errorf("upload blob %s of module %s: %w", digest, m.Name, err)
+			}
+			if res.Complete {
+				break
+			}
+		}
+	}
+	return nil
+}

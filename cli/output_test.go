@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/rogpeppe/go-internal/txtar"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/output.txtar with what the code prints")
+
+// TestOutputGolden holds what the CLI prints for fixed answers: node list
+// and show, status with and without the all-clear, push reports. Each case
+// is one file of testdata/output.txtar; go test -run TestOutputGolden
+// -update rewrites it.
+func TestOutputGolden(t *testing.T) {
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	heard := at.Add(-3 * time.Second)
+	facts := &spec.Facts{Node: "alpha", Time: at, Arch: "amd64", OS: "linux", Kernel: "6.1.0", Distro: "Debian GNU/Linux", DistroVer: "12",
+		CPUModel: "AMD EPYC", Cores: 2, MemoryBytes: 24 << 30, DiskBytes: 250 << 30, DiskFree: 80 << 30, Virtual: "virtual (KVM)", UptimeSecond: 3600, Hostname: "vm",
+		Capabilities: []string{spec.CapContainers}, Engine: "20.10.24+dfsg1, API 1.41", Subnet: "10.213.0.0/24"}
+	alpha := spec.Node{Name: "alpha", Address: "10.0.0.1", Joined: at.Add(-time.Hour), LastHeard: &heard, HeardAgo: "3s", HeartbeatMS: 1000, SilentAfterMS: 3000,
+		HostVersion: "1a2b3c4d5e6f7a8b9c0d", Protocol: 1, ProtocolKnown: true, AppliedSeq: 4, SentSeq: 4, Facts: facts,
+		LastReport: &spec.Report{Node: "alpha", Time: at, Seq: 4, Writes: 0, Results: []spec.ResourceResult{
+			{Name: "motd:file:/etc/motd", Outcome: spec.Unchanged}, {Name: "web:directory:/srv", Outcome: spec.Failed, Error: "mkdir /srv: read-only file system"},
+			{Name: "web:container:web", Outcome: spec.Changed, Note: "started again: it had exited with code 137 at 2026-11-30T11:59:00Z"}}}}
+	never := spec.Node{Name: "beta", Address: "10.0.0.2", Joined: at.Add(-time.Minute)}
+	foreign := spec.Node{Name: "gamma", Address: "10.0.0.3", Joined: at, LastHeard: &heard, HeardAgo: "3s", SilentAfterMS: 30000, HostVersion: "ffff", Protocol: 7}
+	st := func(clear bool) spec.StatusResult {
+		r := spec.StatusResult{Time: at, Versions: map[string][]string{"1a2b3c4d5e6f": {"alpha"}}, AllClear: clear, Problems: []string{},
+			Nodes: []spec.NodeStatus{{Node: "alpha", LastHeard: &heard, Heard: "3s ago", HeartbeatMS: 10000, SentSeq: 4, AppliedSeq: 4, State: "current",
+				Failures: []string{}, HostVersion: "1a2b3c4d5e6f", Protocol: 1, ProtocolKnown: true,
+				Notes: []string{"web:container:web: started again: it had exited with code 137 at 2026-11-30T11:59:00Z"}}}}
+		if !clear {
+			r.Versions["0f0f0f0f0f0f"] = []string{"beta"}
+			r.Nodes = append(r.Nodes, spec.NodeStatus{Node: "beta", LastHeard: &heard, Heard: "45s ago", Silent: true, HeartbeatMS: 1000, SentSeq: 5, AppliedSeq: 3,
+				State: "applying", Pending: true, Failures: []string{"web:directory:/srv: mkdir /srv: read-only file system"},
+				Held: true, HeldReason: "disk swap", HostVersion: "0f0f0f0f0f0f", Protocol: 1, ProtocolKnown: true})
+			r.Problems = []string{"beta has not been heard for 45s (it sends a heartbeat every 1s)", "beta has not reported applying declaration 5 (it applied 3)",
+				"beta has changes pending: mesh push beta", "beta failed 1 resource(s)", "beta is held (disk swap)"}
+		}
+		return r
+	}
+	report := spec.Report{Node: "alpha", Seq: 5, Writes: 3, Results: []spec.ResourceResult{
+		{Name: "a:file:/a", Outcome: spec.Created}, {Name: "a:file:/b", Outcome: spec.Changed}, {Name: "a:file:/c", Outcome: spec.Removed},
+		{Name: "a:file:/d", Outcome: spec.Unchanged}, {Name: "a:file:/e", Outcome: spec.Failed, Error: "open /e: permission denied"},
+		{Name: "a:directory:/f", Outcome: spec.Removed, Note: "left in place with the 1 entry it holds: data.db; its on_remove is keep"},
+		{Name: "a:container:web", Outcome: spec.Changed, Note: "started again: it had exited with code 1"}}}
+	preview := report
+	preview.Preview, preview.Writes = true, 0
+
+	cases := map[string]func(*bytes.Buffer) error{
+		"node-list":        func(b *bytes.Buffer) error { return printNodeList(b, []spec.Node{alpha, never, foreign}) },
+		"node-show":        func(b *bytes.Buffer) error { return printNode(b, alpha) },
+		"node-show-never":  func(b *bytes.Buffer) error { return printNode(b, never) },
+		"node-show-older":  func(b *bytes.Buffer) error { return printNode(b, foreign) },
+		"status-clear":     func(b *bytes.Buffer) error { return printStatus(b, st(true)) },
+		"status-not-clear": func(b *bytes.Buffer) error { return printStatus(b, st(false)) },
+		"push-report":      func(b *bytes.Buffer) error { printReport(b, report, false); return nil },
+		"push-dry-run":     func(b *bytes.Buffer) error { printReport(b, preview, false); return nil },
+		"push-refused": func(b *bytes.Buffer) error {
+			printReport(b, spec.Report{Node: "alpha", Seq: 6, Refused: "sequence 6 is lower than the kept 9"}, false)
+			return nil
+		},
+		"assign": func(b *bytes.Buffer) error {
+			for _, res := range []spec.AssignResult{
+				{Changed: []string{"alpha"}, Nodes: 3},
+				{Changed: []string{"alpha", "beta", "gamma"}, Nodes: 3},
+				{Changed: []string{"alpha", "gamma"}, Nodes: 3},
+				{Changed: []string{"alpha"}, Nodes: 1},
+				{Changed: []string{}, Nodes: 3},
+				{Changed: []string{}, Unknown: `compose node "beta": database is locked`},
+			} {
+				printAssigned(b, "hello assigned to alpha", res)
+			}
+			return nil
+		},
+	}
+	path := filepath.Join("testdata", "output.txtar")
+	ar, err := txtar.ParseFile(path)
+	if err != nil && !(*update && os.IsNotExist(err)) {
+		t.Fatal(err)
+	}
+	if ar == nil {
+		ar = &txtar.Archive{Comment: []byte("What the CLI prints for fixed answers (TestOutputGolden; -update rewrites).\n")}
+	}
+	want := map[string][]byte{}
+	for _, f := range ar.Files {
+		want[f.Name] = f.Data
+	}
+	var files []txtar.File
+	for _, name := range []string{"node-list", "node-show", "node-show-never", "node-show-older", "status-clear", "status-not-clear", "push-report", "push-dry-run", "push-refused", "assign"} {
+		var b bytes.Buffer
+		if err := cases[name](&b); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		files = append(files, txtar.File{Name: name, Data: b.Bytes()})
+		if !*update && !bytes.Equal(want[name], b.Bytes()) {
+			t.Errorf("%s differs from testdata/output.txtar (rerun with -update if intended):\n--- got\n%s--- want\n%s", name, b.Bytes(), want[name])
+		}
+	}
+	if *update {
+		ar.Files = files
+		if err := os.WriteFile(path, txtar.Format(ar), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

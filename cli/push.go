@@ -1,0 +1,215 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
+	"github.com/urfave/cli/v2"
+)
+
+// PushNodeOutcome is what a push came to for one node, as --json prints it.
+type PushNodeOutcome struct {
+	spec.PushNode
+	Report   *spec.Report `json:"report"`
+	Answered bool         `json:"answered"`
+}
+
+// PushOutcome is what a push came to, as --json prints it.
+type PushOutcome struct {
+	ID     string            `json:"id"`
+	Nodes  []PushNodeOutcome `json:"nodes"`
+	Silent []string          `json:"silent"`
+	OK     bool              `json:"ok"`
+}
+
+func pushCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "push",
+		Usage:     "compose, sign and send each node's declaration, and wait for their reports",
+		ArgsUsage: "[NODE...]",
+		Description: `Sends every named node (every node when none is named) the declaration of
+the modules assigned to it, numbered and signed. Each host verifies it,
+changes only what differs, removes what is no longer declared, and reports;
+each report is printed as it arrives. The wait is bounded: when it ends,
+every node that did not answer is named.
+
+Exit status: 0 when every node applied everything; 1 when a node was not
+sent, refused, failed a resource or did not answer in time.
+
+With --dry-run each node works out what it would change and answers, and
+nothing anywhere changes: lines read + created, ~ changed, - removed.
+
+Examples:
+   mesh push --dry-run
+   mesh push
+   mesh push --wait 2m alpha beta
+   mesh push --json alpha | jq '.nodes[].report.results'`,
+		Flags: []cli.Flag{
+			dirFlag(), jsonFlag(),
+			&cli.DurationFlag{Name: "wait", Value: 30 * time.Second, Usage: "how long to wait for the nodes' reports"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "list unchanged resources too"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "ask each node what it would change; nothing is stored, sent to apply, or changed"},
+		},
+		Action: func(c *cli.Context) error {
+			for _, n := range c.Args().Slice() {
+				if err := spec.CheckName("node", n); err != nil {
+					return usageError{err.Error()}
+				}
+			}
+			if c.Duration("wait") < 0 {
+				return usagef("--wait %s: a wait is 0 or more; nothing was sent", c.Duration("wait"))
+			}
+			op, err := dialOperator(c)
+			if err != nil {
+				return err
+			}
+			defer op.Close()
+			progress := spec.OperatorInbox + ".push." + nats.NewInbox()[len("_INBOX."):]
+			events := make(chan *nats.Msg, 256)
+			sub, err := op.nc.ChanSubscribe(progress, events)
+			if err != nil {
+				return fmt.Errorf("listen for the push's progress: %w", err)
+			}
+			defer sub.Unsubscribe()
+			if err := op.nc.Flush(); err != nil {
+				return fmt.Errorf("listen for the push's progress: %w", err)
+			}
+			var res spec.PushResult
+			if err := op.call(spec.VerbPush, spec.PushRequest{Nodes: c.Args().Slice(), Progress: progress, DryRun: c.Bool("dry-run")}, &res); err != nil {
+				return err
+			}
+			out := io.Discard
+			if !c.Bool("json") {
+				out = c.App.Writer
+			}
+			outcome := waitForReports(c.Context, out, res, events, c.Duration("wait"), c.Bool("verbose"), c.Bool("dry-run"))
+			if c.Bool("json") {
+				if err := printJSON(c.App.Writer, outcome); err != nil {
+					return err
+				}
+			}
+			if !outcome.OK {
+				if c.Bool("dry-run") {
+					return fmt.Errorf("dry run %s: not every node answered, or a change would fail", res.ID)
+				}
+				return fmt.Errorf("push %s did not complete everywhere", res.ID)
+			}
+			return nil
+		},
+	}
+}
+
+// waitForReports prints each node's report as it arrives, until every sent
+// node answered or wait passed, then names the silent.
+func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, events <-chan *nats.Msg, wait time.Duration, verbose, dryRun bool) PushOutcome {
+	outcome := PushOutcome{ID: res.ID, OK: true, Silent: []string{}}
+	pending := map[string]int{}
+	for _, n := range res.Nodes {
+		outcome.Nodes = append(outcome.Nodes, PushNodeOutcome{PushNode: n})
+		switch {
+		case n.Held:
+			fmt.Fprintf(w, "%s: held: %s\n", n.Node, n.Error)
+			outcome.OK = false
+			continue
+		case n.Error != "":
+			fmt.Fprintf(w, "%s: not sent: %s\n", n.Node, n.Error)
+			outcome.OK = false
+			continue
+		}
+		if dryRun {
+			fmt.Fprintf(w, "%s: asked what declaration %d would change (%d resources)\n", n.Node, n.Seq, n.Resources)
+		} else {
+			fmt.Fprintf(w, "%s: sent declaration %d (%d resources)\n", n.Node, n.Seq, n.Resources)
+		}
+		pending[n.Node] = len(outcome.Nodes) - 1
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for len(pending) > 0 {
+		select {
+		case m := <-events:
+			var ev spec.PushEvent
+			if err := json.Unmarshal(m.Data, &ev); err != nil || ev.PushID != res.ID {
+				continue
+			}
+			i, ok := pending[ev.Report.Node]
+			if !ok {
+				continue
+			}
+			delete(pending, ev.Report.Node)
+			r := ev.Report
+			outcome.Nodes[i].Report, outcome.Nodes[i].Answered = &r, true
+			if !printReport(w, r, verbose) {
+				outcome.OK = false
+			}
+		case <-ctx.Done():
+			for node := range pending {
+				outcome.Silent = append(outcome.Silent, node)
+			}
+			sort.Strings(outcome.Silent)
+			fmt.Fprintf(w, "interrupted; not heard yet from: %s\n", strings.Join(outcome.Silent, ", "))
+			outcome.OK = false
+			return outcome
+		case <-deadline.C:
+			for node := range pending {
+				outcome.Silent = append(outcome.Silent, node)
+			}
+			sort.Strings(outcome.Silent)
+			fmt.Fprintf(w, "no answer within %s from: %s\n", wait, strings.Join(outcome.Silent, ", "))
+			outcome.OK = false
+			return outcome
+		}
+	}
+	return outcome
+}
+
+// printReport prints one node's report and says whether it was a success.
+func printReport(w io.Writer, r spec.Report, verbose bool) bool {
+	if r.Refused != "" {
+		fmt.Fprintf(w, "%s: refused declaration %d: %s\n", r.Node, r.Seq, r.Refused)
+		return false
+	}
+	counts := map[string]int{}
+	for _, res := range r.Results {
+		counts[res.Outcome]++
+	}
+	if r.Preview {
+		fmt.Fprintf(w, "%s: dry run of declaration %d: %d to create, %d to change, %d to remove, %d unchanged, %d would fail\n",
+			r.Node, r.Seq, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed])
+	} else {
+		fmt.Fprintf(w, "%s: applied declaration %d: %d created, %d changed, %d removed, %d unchanged, %d failed (%d writes)\n",
+			r.Node, r.Seq, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed], r.Writes)
+	}
+	for _, res := range r.Results {
+		switch res.Outcome {
+		case spec.Failed:
+			fmt.Fprintf(w, "  ! %s: %s\n", res.Name, res.Error)
+		case spec.Created:
+			fmt.Fprintf(w, "  + %s\n", res.Name)
+		case spec.Changed:
+			if res.Note != "" {
+				fmt.Fprintf(w, "  ~ %s (%s)\n", res.Name, res.Note)
+			} else {
+				fmt.Fprintf(w, "  ~ %s\n", res.Name)
+			}
+		case spec.Removed:
+			if res.Note != "" {
+				fmt.Fprintf(w, "  - %s (%s)\n", res.Name, res.Note)
+			} else {
+				fmt.Fprintf(w, "  - %s\n", res.Name)
+			}
+		case spec.Unchanged:
+			if verbose {
+				fmt.Fprintf(w, "  = %s\n", res.Name)
+			}
+		}
+	}
+	return counts[spec.Failed] == 0
+}

@@ -1,0 +1,429 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// deadUpstream is the only upstream a test's resolver is given: a loopback
+// port nothing serves, so no test query ever leaves the machine.
+const deadUpstream = "127.0.0.1:9"
+
+// meshBin is the binary under test, built once by TestMain with the flags
+// the Makefile uses.
+var meshBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "mesh-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	meshBin = filepath.Join(dir, "mesh")
+	build := exec.Command("go", "build", "-trimpath", "-o", meshBin, "..")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build mesh:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// daemon is a mesh process (genesis or controller) run by a test.
+type daemon struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func start(t testing.TB, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{cmd: exec.Command(meshBin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		d.cmd.Process.Kill()
+		<-d.done
+		if t.Failed() {
+			t.Logf("mesh %s output:\n%s", strings.Join(args, " "), d.out.String())
+		}
+	})
+	return d
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (d *daemon) stop(t testing.TB) {
+	t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		d.done <- err
+		if err != nil {
+			t.Fatalf("mesh did not exit cleanly on SIGTERM: %v\n%s", err, d.out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("mesh did not exit within 30s of SIGTERM\n%s", d.out.String())
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	last := ""
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		last = why
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %s", what, within, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func readAddrsFile(t testing.TB, dir string) (spec.Addrs, bool) {
+	t.Helper()
+	var a spec.Addrs
+	body, err := os.ReadFile(filepath.Join(dir, "addrs.json"))
+	if err != nil {
+		return a, false
+	}
+	return a, json.Unmarshal(body, &a) == nil && a.Bus != "" && a.HTTP != ""
+}
+
+func healthy(addr string) (bool, string) {
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return false, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode == 200, fmt.Sprintf("%d %s", resp.StatusCode, body)
+}
+
+// waitReady waits for addrs.json and /healthz, and returns the addresses.
+func waitReady(t testing.TB, d *daemon, dir string) spec.Addrs {
+	t.Helper()
+	var a spec.Addrs
+	eventually(t, 30*time.Second, "addrs.json written", func() (bool, string) {
+		select {
+		case err := <-d.done:
+			d.done <- err
+			t.Fatalf("mesh exited before ready: %v\n%s", err, d.out.String())
+		default:
+		}
+		var ok bool
+		a, ok = readAddrsFile(t, dir)
+		return ok, "no addrs.json"
+	})
+	eventually(t, 30*time.Second, "/healthz ready", func() (bool, string) { return healthy(a.HTTP) })
+	return a
+}
+
+// mesh runs the CLI and returns its stdout, stderr and exit code.
+func runMesh(t testing.TB, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(meshBin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+func nodeList(t testing.TB, dir string) []spec.Node {
+	t.Helper()
+	out, errOut, code := runMesh(t, "node", "list", "--dir", dir, "--json")
+	if code != 0 {
+		t.Fatalf("mesh node list: exit %d: %s", code, errOut)
+	}
+	var nodes []spec.Node
+	if err := json.Unmarshal([]byte(out), &nodes); err != nil {
+		t.Fatalf("mesh node list --json: %v\n%s", err, out)
+	}
+	return nodes
+}
+
+func genesis(t testing.TB, dir string, extra ...string) *daemon {
+	t.Helper()
+	return start(t, append([]string{"genesis", "--dir", dir, "--mesh", "test", "--node", "alpha",
+		"--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1"}, extra...)...)
+}
+
+func TestGenesisThenController(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	d := genesis(t, dir)
+	addrs := waitReady(t, d, dir)
+
+	info, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o700 {
+		t.Errorf("state directory mode %o, want 700", info.Mode().Perm())
+	}
+	for path, want := range map[string]fs.FileMode{
+		"operator.creds": 0o600, "controller/sign.key": 0o600, "host/node.creds": 0o600,
+		"controller/ca/root.key": 0o600, "controller/ca/intermediate.key": 0o600,
+	} {
+		info, err := os.Stat(filepath.Join(dir, path))
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+		} else if info.Mode().Perm() != want {
+			t.Errorf("%s: mode %o, want %o", path, info.Mode().Perm(), want)
+		}
+	}
+
+	var first time.Time
+	eventually(t, 10*time.Second, "alpha heard", func() (bool, string) {
+		nodes := nodeList(t, dir)
+		if len(nodes) != 1 || nodes[0].Name != "alpha" {
+			return false, fmt.Sprintf("nodes %+v", nodes)
+		}
+		n := nodes[0]
+		if n.LastHeard == nil || n.Facts == nil {
+			return false, "alpha not heard yet, or no facts"
+		}
+		first = *n.LastHeard
+		if len(n.HostVersion) != 64 || n.Protocol != spec.Protocol || !n.ProtocolKnown {
+			return false, fmt.Sprintf("heartbeat fields: version %q protocol %d", n.HostVersion, n.Protocol)
+		}
+		return n.Facts.Kernel != "" && n.Facts.Cores > 0 && n.Facts.MemoryBytes > 0, fmt.Sprintf("facts %+v", n.Facts)
+	})
+
+	verifyBusChain(t, addrs)
+
+	// mesh ca roots prints what /roots.pem serves.
+	caOut, _, code := runMesh(t, "ca", "roots", "--dir", dir)
+	resp, err := http.Get("http://" + addrs.HTTP + "/roots.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if code != 0 || caOut != string(served) || !strings.HasPrefix(caOut, "-----BEGIN CERTIFICATE-----") {
+		t.Errorf("mesh ca roots: exit %d, %q; /roots.pem %q", code, caOut, served)
+	}
+
+	// The host version is the SHA-256 of the running executable.
+	nodes := nodeList(t, dir)
+	if want := fileDigest(t, meshBin); nodes[0].HostVersion != want {
+		t.Errorf("host version %s, want the binary's digest %s", nodes[0].HostVersion, want)
+	}
+
+	d.stop(t)
+	if _, err := net.DialTimeout("tcp", addrs.Bus, time.Second); err == nil {
+		t.Fatal("the bus still answers after SIGTERM")
+	}
+
+	d2 := start(t, "controller", "--dir", dir)
+	addrs2 := waitReady(t, d2, dir)
+	if addrs2.Bus != addrs.Bus {
+		t.Errorf("restarted bus on %s, want the first port %s", addrs2.Bus, addrs.Bus)
+	}
+	eventually(t, 10*time.Second, "alpha heard again", func() (bool, string) {
+		n := nodeList(t, dir)[0]
+		return n.LastHeard != nil && n.LastHeard.After(first), fmt.Sprintf("last heard %v, first %v", n.LastHeard, first)
+	})
+	d2.stop(t)
+}
+
+// verifyBusChain fetches the bus's certificate chain over TLS and has
+// openssl verify it against /roots.pem.
+func verifyBusChain(t *testing.T, addrs spec.Addrs) {
+	t.Helper()
+	resp, err := http.Get("http://" + addrs.HTTP + "/roots.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	conn, err := tls.Dial("tcp", addrs.Bus, &tls.Config{InsecureSkipVerify: true}) // openssl verifies below
+	if err != nil {
+		t.Fatalf("TLS to the bus: %v", err)
+	}
+	chain := conn.ConnectionState().PeerCertificates
+	conn.Close()
+	if len(chain) < 2 {
+		t.Fatalf("the bus sent %d certificates, want leaf and intermediate", len(chain))
+	}
+	dir := t.TempDir()
+	write := func(name string, ders ...[]byte) string {
+		var b bytes.Buffer
+		for _, der := range ders {
+			pem.Encode(&b, &pem.Block{Type: "CERTIFICATE", Bytes: der})
+		}
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, b.Bytes(), 0o644)
+		return p
+	}
+	rootsFile := filepath.Join(dir, "roots.pem")
+	os.WriteFile(rootsFile, roots, 0o644)
+	leaf := write("leaf.pem", chain[0].Raw)
+	inter := write("inter.pem", chain[1].Raw)
+	out, err := exec.Command("openssl", "verify", "-CAfile", rootsFile, "-untrusted", inter, leaf).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("openssl verify of the bus chain against /roots.pem: %v\n%s", err, out)
+	}
+	// And against a root it was not issued by, it must fail.
+	other := write("other.pem", chain[1].Raw)
+	if out, err := exec.Command("openssl", "verify", "-CAfile", other, leaf).CombinedOutput(); err == nil {
+		t.Fatalf("openssl verified the bus chain against the intermediate alone as a root:\n%s", out)
+	}
+}
+
+func fileDigest(t *testing.T, path string) string {
+	t.Helper()
+	out, err := exec.Command("sha256sum", path).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(out))[0]
+}
+
+// snapshot is a directory tree: every path with its mode, size and content.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			m[path] = "error " + err.Error()
+			return nil
+		}
+		info, _ := e.Info()
+		v := info.Mode().String()
+		if !e.IsDir() {
+			body, _ := os.ReadFile(path)
+			v += fmt.Sprintf(" %d %x", len(body), body)
+		}
+		m[path] = v
+		return nil
+	})
+	return m
+}
+
+func TestGenesisOverAMeshIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	d := genesis(t, dir)
+	waitReady(t, d, dir)
+	d.stop(t)
+
+	before := snapshot(t, dir)
+	_, errOut, code := runMesh(t, "genesis", "--dir", dir, "--mesh", "other", "--node", "beta", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0")
+	if code == 0 {
+		t.Fatal("genesis over an existing mesh succeeded")
+	}
+	if !strings.Contains(errOut, "already holds a mesh") || !strings.Contains(errOut, "mesh controller --dir "+dir) {
+		t.Errorf("refusal does not say what to do: %q", errOut)
+	}
+	after := snapshot(t, dir)
+	if fmt.Sprint(before) != fmt.Sprint(after) {
+		t.Error("genesis over an existing mesh changed the directory")
+	}
+}
+
+func TestGenesisOnAnAddressInUseChangesNothing(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, flag := range []string{"--bus", "--http", "--dns"} {
+		t.Run(flag, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "state")
+			args := []string{"genesis", "--dir", dir, "--mesh", "m", "--node", "n", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0"}
+			for i := range args {
+				if args[i] == flag {
+					args[i+1] = l.Addr().String()
+				}
+			}
+			_, errOut, code := runMesh(t, args...)
+			if code != 1 || !strings.Contains(errOut, flag+" "+l.Addr().String()+" cannot be bound") {
+				t.Errorf("exit %d, %q: want exit 1 naming %s", code, errOut, flag)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("genesis on a taken address left %s behind (%v)", dir, err)
+			}
+		})
+	}
+}
+
+// TestHealthzWaitsForEveryPart: while the host is not ready (its bus
+// address points nowhere), /healthz says not ready and names it.
+func TestHealthzNamesThePartNotReady(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	d := genesis(t, dir)
+	waitReady(t, d, dir)
+	d.stop(t)
+
+	// Point the host at a port nothing listens on.
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := l.Addr().String()
+	l.Close()
+	stateFile := filepath.Join(dir, "host", "state.json")
+	body, _ := os.ReadFile(stateFile)
+	var st map[string]any
+	json.Unmarshal(body, &st)
+	st["bus"] = []string{"nats://" + dead}
+	body, _ = json.Marshal(st)
+	os.WriteFile(stateFile, body, 0o600)
+
+	d2 := start(t, "controller", "--dir", dir)
+	addrs, _ := readAddrsFile(t, dir)
+	eventually(t, 30*time.Second, "/healthz answers", func() (bool, string) {
+		ok, why := healthy(addrs.HTTP)
+		if ok {
+			t.Fatal("/healthz ready while the host cannot reach the bus")
+		}
+		return strings.Contains(why, "503") && strings.Contains(why, "host"), why
+	})
+	_ = d2
+}

@@ -1,0 +1,418 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// testMesh is a genesis process and its state directory.
+type testMesh struct {
+	dir   string
+	d     *daemon
+	addrs spec.Addrs
+}
+
+func newMesh(t testing.TB, extra ...string) *testMesh {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "ctl")
+	d := genesis(t, dir, extra...)
+	return &testMesh{dir: dir, d: d, addrs: waitReady(t, d, dir)}
+}
+
+func (m *testMesh) token(t *testing.T, node string, extra ...string) string {
+	t.Helper()
+	args := append([]string{"token", "create", "--dir", m.dir}, extra...)
+	out, errOut, code := runMesh(t, append(args, node)...)
+	if code != 0 {
+		t.Fatalf("mesh token create %s: exit %d: %s", node, code, errOut)
+	}
+	return strings.TrimSpace(out)
+}
+
+func (m *testMesh) nodeNames(t *testing.T) string {
+	var names []string
+	for _, n := range nodeList(t, m.dir) {
+		names = append(names, n.Name)
+	}
+	return strings.Join(names, ",")
+}
+
+func (m *testMesh) metric(t *testing.T, name string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + m.addrs.HTTP + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	match := regexp.MustCompile(`(?m)^` + name + ` (\d+)$`).FindSubmatch(body)
+	if match == nil {
+		t.Fatalf("metric %s not in /metrics", name)
+	}
+	n, _ := strconv.Atoi(string(match[1]))
+	return n
+}
+
+// join runs a second host as its own process with its own --dir.
+// It returns once the host runs (its addrs.json is written after every
+// part is ready).
+func join(t *testing.T, token string, extra ...string) (string, *daemon) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "host")
+	d := start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream}, extra...)...)
+	eventually(t, 30*time.Second, "the joined host running", func() (bool, string) {
+		select {
+		case err := <-d.done:
+			d.done <- err
+			t.Fatalf("mesh host exited: %v\n%s", err, d.out.String())
+		default:
+		}
+		_, err := os.Stat(filepath.Join(dir, "addrs.json"))
+		return err == nil, fmt.Sprint(err)
+	})
+	return dir, d
+}
+
+func heardAfter(t *testing.T, dir, node string, after time.Time) (bool, string) {
+	for _, n := range nodeList(t, dir) {
+		if n.Name == node {
+			return n.LastHeard != nil && n.LastHeard.After(after), fmt.Sprintf("%s last heard %v", node, n.LastHeard)
+		}
+	}
+	return false, node + " not listed"
+}
+
+func TestJoin(t *testing.T) {
+	m := newMesh(t)
+	tok := m.token(t, "beta")
+	hostDir, h := join(t, tok)
+
+	eventually(t, 20*time.Second, "both nodes listed and heard", func() (bool, string) {
+		nodes := nodeList(t, m.dir)
+		if len(nodes) != 2 {
+			return false, fmt.Sprintf("%d nodes", len(nodes))
+		}
+		for _, n := range nodes {
+			if n.LastHeard == nil {
+				return false, n.Name + " not heard"
+			}
+		}
+		return nodes[1].Name == "beta" && nodes[1].Address == "127.0.0.2" && nodes[1].Facts != nil, fmt.Sprintf("%+v", nodes[1])
+	})
+
+	// The host keeps its seed (0600) and the pin; the seed never left it.
+	info, err := os.Stat(filepath.Join(hostDir, "host", "node.creds"))
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("node.creds: %v, mode %v", err, info)
+	}
+	var st map[string]any
+	body, _ := os.ReadFile(filepath.Join(hostDir, "host", "state.json"))
+	json.Unmarshal(body, &st)
+	parsed, _ := spec.ParseToken(tok)
+	if st["ca_pin"] != parsed.Pin || st["sign_key"] == "" {
+		t.Errorf("state.json does not keep the pin and signing key: %s", body)
+	}
+	if strings.Contains(m.d.out.String(), readSeed(t, hostDir)) {
+		t.Error("the node's seed appears in the controller's output")
+	}
+
+	// The token is spent: not open any more.
+	out, _, _ := runMesh(t, "token", "list", "--dir", m.dir, "--json")
+	if strings.TrimSpace(out) != "[]" {
+		t.Errorf("open tokens after a join: %s", out)
+	}
+
+	// The controller stops and starts again on its port: the joined host is
+	// heard again with no action.
+	m.d.stop(t)
+	stopped := time.Now()
+	d2 := start(t, "controller", "--dir", m.dir)
+	waitReady(t, d2, m.dir)
+	eventually(t, 30*time.Second, "beta heard again after the controller restarted", func() (bool, string) {
+		return heardAfter(t, m.dir, "beta", stopped)
+	})
+	h.stop(t)
+}
+
+func readSeed(t *testing.T, hostDir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(hostDir, "host", "node.creds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// reencode changes a token's fields, as a forger would.
+func reencode(t *testing.T, tok string, change func(*spec.Token)) string {
+	t.Helper()
+	parsed, err := spec.ParseToken(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(&parsed)
+	return parsed.Encode()
+}
+
+func TestBadTokensAreRefusedAndLeaveNothing(t *testing.T) {
+	m := newMesh(t)
+
+	joined := func(tok string) {
+		dir, h := join(t, tok)
+		eventually(t, 20*time.Second, "joined", func() (bool, string) {
+			_, err := os.Stat(filepath.Join(dir, "host", "state.json"))
+			return err == nil, fmt.Sprint(err)
+		})
+		h.stop(t)
+	}
+	used := m.token(t, "used")
+	joined(used)
+
+	revoked := m.token(t, "revoked")
+	id := mustParse(t, revoked).ID
+	if _, errOut, code := runMesh(t, "token", "revoke", "--dir", m.dir, id); code != 0 {
+		t.Fatalf("revoke: %s", errOut)
+	}
+	twiceA := m.token(t, "twice")
+	twiceB := m.token(t, "twice")
+	joined(twiceA)
+
+	otherSeed, _ := nkeys.CreateUser()
+	otherSecret, _ := otherSeed.Seed()
+	fresh := m.token(t, "fresh")
+	otherPin := sha256.Sum256([]byte("another root"))
+
+	cases := []struct {
+		name, token, want string
+		noAttempt         bool // the controller must not even hear of it
+	}{
+		{"malformed", "not-a-token", "malformed token", true},
+		{"malformed base64", "mesh1.!!!", "malformed token", true},
+		{"expired", reencode(t, fresh, func(tk *spec.Token) { tk.Expires = time.Now().Add(-time.Minute) }), "expired at", true},
+		{"forged secret", reencode(t, fresh, func(tk *spec.Token) { tk.Secret = string(otherSecret) }), "the bus refused token", true},
+		{"pinned to another root", reencode(t, fresh, func(tk *spec.Token) { tk.Pin = "sha256:" + hex.EncodeToString(otherPin[:]) }), "is not the mesh this token was made for", true},
+		{"used", used, "the bus refused token " + mustParse(t, used).ID + ": it was already used, or revoked, or it expired (or it is forged): create a new one with mesh token create used", true},
+		{"revoked", revoked, "create a new one with mesh token create revoked", true},
+		{"node exists", twiceB, `a node called "twice" is already in the mesh`, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := m.nodeNames(t)
+			attempts := m.metric(t, "mesh_enrol_requests_total")
+			parent := t.TempDir()
+			dir := filepath.Join(parent, "host")
+			_, errOut, code := runMesh(t, "host", "--dir", dir, "--join", c.token, "--address", "127.0.0.9")
+			if code == 0 {
+				t.Fatal("the join succeeded")
+			}
+			if !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+				t.Errorf("stderr %q: want one line containing %q", errOut, c.want)
+			}
+			if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+				t.Errorf("a refused join left %d entries in --dir's parent", len(entries))
+			}
+			if after := m.nodeNames(t); after != before {
+				t.Errorf("nodes changed from %s to %s", before, after)
+			}
+			if got := m.metric(t, "mesh_enrol_requests_total"); c.noAttempt && got != attempts {
+				t.Errorf("the controller saw %d enrolment attempt(s)", got-attempts)
+			}
+		})
+	}
+}
+
+func mustParse(t *testing.T, tok string) spec.Token {
+	t.Helper()
+	p, err := spec.ParseToken(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// nodeConn connects to the bus as the node whose host directory is hostDir,
+// collecting the bus's asynchronous errors.
+func nodeConn(t *testing.T, m *testMesh, hostDir string) (*nats.Conn, chan error, error) {
+	t.Helper()
+	kp, err := nkeys.FromSeed([]byte(readSeed(t, hostDir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Node   string `json:"node"`
+		CARoot string `json:"ca_root"`
+	}
+	body, _ := os.ReadFile(filepath.Join(hostDir, "host", "state.json"))
+	json.Unmarshal(body, &st)
+	root, err := ca.ParseCert([]byte(st.CARoot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	errs := make(chan error, 16)
+	nc, err := nats.Connect("nats://"+m.addrs.Bus,
+		nats.Nkey(pub, kp.Sign),
+		nats.Secure(ca.ClientTLS(root, spec.BusTLSName)),
+		nats.TLSHandshakeFirst(),
+		nats.CustomInboxPrefix(spec.NodeInbox(st.Node)),
+		nats.NoReconnect(),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }),
+	)
+	if err == nil {
+		t.Cleanup(nc.Close)
+	}
+	return nc, errs, err
+}
+
+func wantViolation(t *testing.T, errs chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(what)) {
+			t.Errorf("want a permission violation for %s, got %v", what, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("%s: the bus raised no permission violation", what)
+	}
+}
+
+// TestNodeTouchesOnlyItsOwnSubjects holds invariant 10 with alpha's own
+// credential.
+func TestNodeTouchesOnlyItsOwnSubjects(t *testing.T) {
+	m := newMesh(t)
+	betaDir, h := join(t, m.token(t, "beta"))
+	eventually(t, 20*time.Second, "beta joined", func() (bool, string) { return m.nodeNames(t) == "alpha,beta", m.nodeNames(t) })
+	h.stop(t)
+
+	nc, errs, err := nodeConn(t, m, m.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What alpha may do: publish its own heartbeat, subscribe its inbox and
+	// its own delivery subject.
+	if _, err := nc.SubscribeSync(spec.DeliverySubject("alpha")); err != nil {
+		t.Fatal(err)
+	}
+	nc.Publish(spec.NodeSubject("alpha", spec.KindHeartbeat), []byte(`{}`))
+	nc.Flush()
+	select {
+	case err := <-errs:
+		t.Fatalf("alpha's own subjects raised %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	subs := []struct{ subject, what string }{
+		{spec.DeliverySubject("beta"), "subscription to \"" + spec.DeliverySubject("beta")},
+		{"_INBOX.>", "subscription to \"_INBOX.>"},
+		{spec.NodeInbox("beta") + ".>", "subscription to \"_INBOX.beta.>"},
+		{"mesh.>", "subscription to \"mesh.>"},
+	}
+	for _, s := range subs {
+		if _, err := nc.SubscribeSync(s.subject); err != nil {
+			t.Fatal(err)
+		}
+		nc.Flush()
+		wantViolation(t, errs, s.what)
+	}
+	pubs := []string{
+		spec.NodeSubject("beta", spec.KindHeartbeat),
+		spec.APISubject(spec.VerbNodeList),
+		"$JS.API.CONSUMER.CREATE." + spec.DeclarationStream + ".x",
+		"$JS.API.INFO",
+		"$JS.API.STREAM.LIST",
+		"$SYS.REQ.SERVER.PING",
+		spec.EnrolSubject,
+	}
+	for _, p := range pubs {
+		nc.Publish(p, []byte(`{}`))
+		nc.Flush()
+		wantViolation(t, errs, "publish to \""+p)
+	}
+	// The API answers no one but the operator: a request gets no reply.
+	if _, err := nc.Request(spec.APISubject(spec.VerbNodeList), []byte(`{}`), time.Second); err == nil {
+		t.Error("alpha's credential called the operator API")
+	}
+
+	// Removing beta: its credential stops working; its next connection is refused.
+	bc, _, err := nodeConn(t, m, betaDir)
+	if err != nil {
+		t.Fatalf("beta cannot connect before removal: %v", err)
+	}
+	closed := make(chan struct{})
+	bc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if _, errOut, code := runMesh(t, "node", "remove", "--dir", m.dir, "beta"); code != 0 {
+		t.Fatalf("node remove: %s", errOut)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Error("beta's open connection survived its removal")
+	}
+	if _, _, err := nodeConn(t, m, betaDir); err == nil {
+		t.Error("a removed node connected again")
+	}
+	if got := m.nodeNames(t); got != "alpha" {
+		t.Errorf("nodes after removal: %s", got)
+	}
+}
+
+// TestTokenCredentialIsInForceWhenPrinted holds invariant 9: the moment
+// token create returns, the token's enrolment user can connect.
+func TestTokenCredentialIsInForceWhenPrinted(t *testing.T) {
+	m := newMesh(t)
+	for i := range 5 {
+		tok := mustParse(t, m.token(t, fmt.Sprintf("n%d", i)))
+		kp, err := nkeys.FromSeed([]byte(tok.Secret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := kp.PublicKey()
+		nc, err := nats.Connect(strings.Join(tok.Bus, ","), nats.Nkey(pub, kp.Sign),
+			nats.Secure(ca.PinnedTLS(tok.Pin, spec.BusTLSName, nil)), nats.TLSHandshakeFirst(), nats.NoReconnect())
+		if err != nil {
+			t.Fatalf("token %d's credential refused right after it was printed: %v", i, err)
+		}
+		nc.Close()
+	}
+}
+
+// TestForeignProtocolIsShownAsSuch: a host speaking a protocol this
+// controller does not is shown as such, not as broken or unheard.
+func TestForeignProtocolIsShownAsSuch(t *testing.T) {
+	m := newMesh(t)
+	nc, _, err := nodeConn(t, m, m.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, _ := json.Marshal(spec.Heartbeat{Node: "alpha", Time: time.Now(), HostVersion: "abc", Protocol: spec.Protocol + 98})
+	if err := nc.Publish(spec.NodeSubject("alpha", spec.KindHeartbeat), hb); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	eventually(t, 10*time.Second, "the foreign protocol shown", func() (bool, string) {
+		out, _, _ := runMesh(t, "node", "show", "--dir", m.dir, "alpha")
+		return strings.Contains(out, fmt.Sprintf("%d (not spoken by this controller, which speaks %d)", spec.Protocol+98, spec.Protocol)) &&
+			strings.Contains(out, "ago ("), out
+	})
+	n := nodeList(t, m.dir)[0]
+	if n.ProtocolKnown || n.Protocol != spec.Protocol+98 || n.LastHeard == nil {
+		t.Errorf("JSON: protocol %d known %v heard %v", n.Protocol, n.ProtocolKnown, n.LastHeard)
+	}
+}

@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// fileModule writes a module declaring one file, and returns its directory.
+func fileModule(t *testing.T, name, path, content string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifest, _ := json.Marshal(map[string]any{"name": name, "version": "1", "resources": []any{
+		map[string]any{"file": map[string]any{"path": path, "content": content, "mode": "0644"}},
+	}})
+	if err := os.WriteFile(filepath.Join(dir, "module.json"), manifest, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func showNode(t *testing.T, dir, node string) spec.Node {
+	t.Helper()
+	var n spec.Node
+	if err := json.Unmarshal([]byte(mustRun(t, "node", "show", "--dir", dir, "--json", node)), &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestRemovedNodeJoinedAgainStartsFromNothing: a machine that joins again
+// under a removed node's name, with a new directory, is delivered none of
+// the removed node's declarations: nothing is applied until a push, and the
+// push brings exactly what is assigned now, numbered from 1.
+func TestRemovedNodeJoinedAgainStartsFromNothing(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	mustRun(t, "module", "register", "--dir", m.dir,
+		fileModule(t, "old", "/etc/old.conf", "password=hunter2\n"), fileModule(t, "current", "/etc/current.conf", "hello\n"))
+
+	root1 := t.TempDir()
+	join(t, m.token(t, "gamma"), "--root", root1)
+	eventually(t, 20*time.Second, "gamma heard", func() (bool, string) { return heardAfter(t, m.dir, "gamma", time.Time{}) })
+	mustRun(t, "assign", "--dir", m.dir, "old", "gamma")
+	for i := range 2 {
+		if o, code := pushJSON(t, m.dir, "gamma"); code != 0 || !o.OK {
+			t.Fatalf("push %d to the first gamma: exit %d %+v", i+1, code, o)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root1, "etc/old.conf")); err != nil {
+		t.Fatalf("the first gamma did not apply its declaration: %v", err)
+	}
+	if out := mustRun(t, "node", "remove", "--dir", m.dir, "gamma"); strings.TrimSpace(out) != "node gamma removed" {
+		t.Fatalf("node remove said %q", out)
+	}
+
+	root2 := t.TempDir()
+	dir2, _ := join(t, m.token(t, "gamma"), "--root", root2)
+	eventually(t, 20*time.Second, "the new gamma heard", func() (bool, string) { return heardAfter(t, m.dir, "gamma", time.Time{}) })
+	if n := showNode(t, m.dir, "gamma"); n.LastReport != nil || n.SentSeq != 0 || n.AppliedSeq != 0 {
+		t.Fatalf("the new gamma before any push: sent %d, applied %d, report %+v", n.SentSeq, n.AppliedSeq, n.LastReport)
+	}
+
+	// Whatever the stream kept would have been delivered the moment the host
+	// subscribed, ahead of this push: the push is the first it applies.
+	mustRun(t, "assign", "--dir", m.dir, "current", "gamma")
+	o, code := pushJSON(t, m.dir, "gamma")
+	if code != 0 || !o.OK || len(o.Nodes) != 1 || o.Nodes[0].Seq != 1 || o.Nodes[0].Error != "" {
+		t.Fatalf("first push to the new gamma: exit %d %+v", code, o)
+	}
+	if got := outcomes(o)["gamma"]; len(got) != 1 || got["current:file:/etc/current.conf"] != spec.Created {
+		t.Fatalf("first push to the new gamma did %v, want only current's file created", got)
+	}
+	if _, err := os.Stat(filepath.Join(root2, "etc/old.conf")); !os.IsNotExist(err) {
+		t.Fatalf("the new gamma has the removed gamma's file: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root2, "etc/current.conf")); string(b) != "hello\n" {
+		t.Fatalf("/etc/current.conf on the new gamma: %q %v", b, err)
+	}
+	var st struct {
+		Seq uint64 `json:"seq"`
+	}
+	body, _ := os.ReadFile(filepath.Join(dir2, "host", "state.json"))
+	if err := json.Unmarshal(body, &st); err != nil || st.Seq != 1 {
+		t.Fatalf("the new gamma keeps sequence %d (%v), want 1", st.Seq, err)
+	}
+}
+
+// TestRemovedHostExitsSayingSo: the host of a removed node says it was
+// removed and how to join again, and exits with code 3, both while it runs
+// and when it is started again.
+func TestRemovedHostExitsSayingSo(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	hostDir, h := join(t, m.token(t, "beta"))
+	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
+
+	// The controller's own node is refused: its host runs in the
+	// controller's process.
+	if _, errOut, code := runMesh(t, "node", "remove", "--dir", m.dir, "alpha"); code != 1 || !strings.Contains(errOut, "this controller's own machine") {
+		t.Fatalf("removing the controller's own node: exit %d: %s", code, errOut)
+	}
+
+	removed := time.Now()
+	mustRun(t, "node", "remove", "--dir", m.dir, "beta")
+	wantRemoved := func(d *daemon) {
+		t.Helper()
+		if code := d.exited(t, 30*time.Second); code != 3 {
+			t.Fatalf("the removed host exited with %d, want 3\n%s", code, d.out.String())
+		}
+		for _, want := range []string{`node "beta": removed from the mesh`, "mesh token create beta", "--join TOKEN"} {
+			if !strings.Contains(d.out.String(), want) {
+				t.Errorf("the removed host's output does not say %q:\n%s", want, d.out.String())
+			}
+		}
+	}
+	wantRemoved(h)
+	t.Logf("the removed host exited %s after the removal", time.Since(removed).Round(100*time.Millisecond))
+
+	// Started again, it connects for the first time with a credential the
+	// bus refuses: it says so too, rather than waiting for ever.
+	again := start(t, "host", "--dir", hostDir, "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream)
+	wantRemoved(again)
+	if strings.Contains(again.out.String(), "host running") {
+		t.Errorf("the removed host said it runs:\n%s", again.out.String())
+	}
+	if got := m.nodeNames(t); got != "alpha" {
+		t.Errorf("nodes after the removals: %s", got)
+	}
+}
