@@ -22,15 +22,22 @@ func TestImportDirections(t *testing.T) {
 		"resolver": {},
 		"ca":       {},
 		"mesh":     {"spec", "store", "broker", "ca"},
-		"host":     {"spec", "resolver", "ca"},
-		// The commands: the only package that wires the others together.
-		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver"},
+		"host":     {"spec", "resolver", "ca", "internal/safefile"},
+		// The state directory's own files: addrs.json, operator.creds,
+		// config.yaml, .lock.
+		"statedir": {"spec", "internal/safefile"},
+		// A machine's parts, started in order and stopped in reverse.
+		"daemon": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "statedir", "internal/safefile"},
+		// The commands: flags, the operator's client, output.
+		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "internal/safefile"},
 		// The end-to-end tests: test files only, which run the built binary.
 		"e2e": {},
 		// The resolver alone, served for bench/dns.sh.
 		"bench/meshdns": {"resolver"},
 		// Test support: Docker images built FROM scratch with busybox.
 		"internal/dockertest": {},
+		// Atomic file writes, for the host and the state directory.
+		"internal/safefile": {},
 	}
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...").Output()
 	if err != nil {

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/daemon"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/urfave/cli/v2"
@@ -28,11 +30,11 @@ func dialOperator(c *cli.Context) (*Operator, error) {
 
 // DialOperator connects to the controller of the mesh kept in dir.
 func DialOperator(ctx context.Context, dir string) (*Operator, error) {
-	addrs, err := readAddrs(dir)
+	addrs, err := statedir.ReadAddrs(dir)
 	if err != nil {
 		return nil, err
 	}
-	creds, err := readOperatorCreds(dir)
+	creds, err := statedir.ReadOperator(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +47,7 @@ func DialOperator(ctx context.Context, dir string) (*Operator, error) {
 		return nil, fmt.Errorf("the mesh root in the operator credential: %w", err)
 	}
 	pub, _ := key.PublicKey()
-	bus := dialable(addrs.Bus)
+	bus := daemon.Dialable(addrs.Bus)
 	connect := func() (*nats.Conn, error) {
 		return nats.Connect("nats://"+bus,
 			nats.Name("operator"),

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -130,78 +129,6 @@ Example:
 				},
 			},
 		},
-	}
-}
-
-// printAssigned says what was done and which nodes need a push for it: the
-// ones whose declaration it changes, as the controller worked them out.
-func printAssigned(w io.Writer, done string, res spec.AssignResult) {
-	switch {
-	case res.Unknown != "":
-		fmt.Fprintf(w, "%s; which nodes it changes is not known (%s): mesh push sends every node its declaration\n", done, res.Unknown)
-	case len(res.Changed) == 0:
-		fmt.Fprintf(w, "%s; it changes no node's declaration: there is nothing to push\n", done)
-	case len(res.Changed) == res.Nodes && res.Nodes > 1:
-		fmt.Fprintf(w, "%s; it changes the names every node serves: mesh push sends it to all %d nodes\n", done, res.Nodes)
-	default:
-		fmt.Fprintf(w, "%s; mesh push %s sends it\n", done, strings.Join(res.Changed, " "))
-	}
-}
-
-func assignCommands() []*cli.Command {
-	mk := func(name, verb, usage, past, description string, flags []cli.Flag) *cli.Command {
-		return &cli.Command{
-			Name:        name,
-			Usage:       usage,
-			ArgsUsage:   "MODULE NODE",
-			Description: description,
-			Flags:       flags,
-			Action: func(c *cli.Context) error {
-				if err := wantArgs(c, 2, "two arguments, the module and the node"); err != nil {
-					return err
-				}
-				req := spec.AssignRequest{Module: c.Args().Get(0), Node: c.Args().Get(1)}
-				if err := spec.CheckName("module", req.Module); err != nil {
-					return usageError{err.Error()}
-				}
-				if err := spec.CheckName("node", req.Node); err != nil {
-					return usageError{err.Error()}
-				}
-				for _, kv := range c.StringSlice("set") {
-					k, v, ok := strings.Cut(kv, "=")
-					if !ok || k == "" {
-						return usagef("--set %q: give NAME=VALUE", kv)
-					}
-					if req.Settings == nil {
-						req.Settings = map[string]string{}
-					}
-					if _, dup := req.Settings[k]; dup {
-						return usagef("--set %s is given twice", k)
-					}
-					req.Settings[k] = v
-				}
-				var res spec.AssignResult
-				if err := callCmd(c, verb, req, &res); err != nil {
-					return err
-				}
-				printAssigned(c.App.Writer, req.Module+" "+past+" "+req.Node, res)
-				return nil
-			},
-		}
-	}
-	return []*cli.Command{
-		mk("assign", spec.VerbAssign, "assign a module to a node, with its settings", "assigned to",
-			`Gives the module its settings on that node (--set NAME=VALUE, once per
-setting); a required setting left out, a value of the wrong type, or a name
-the module does not declare is refused, naming it, and nothing is recorded.
-Assigning again replaces the settings. Takes effect at the next mesh push.
-
-Example:
-   mesh assign --set greeting=hello --set port=8080 hello alpha && mesh push alpha`,
-			[]cli.Flag{dirFlag(), &cli.StringSliceFlag{Name: "set", Usage: "a setting, NAME=VALUE (repeat for each)"}}),
-		mk("unassign", spec.VerbUnassign, "unassign a module from a node: the next push removes what it declared there", "unassigned from",
-			"Takes effect at the next mesh push.\n\nExample:\n   mesh unassign motd alpha && mesh push alpha",
-			[]cli.Flag{dirFlag()}),
 	}
 }
 

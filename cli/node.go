@@ -1,13 +1,7 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"strconv"
-	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/urfave/cli/v2"
@@ -123,165 +117,35 @@ func listNodes(c *cli.Context) ([]spec.Node, error) {
 	}
 }
 
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-func heard(n spec.Node) string {
-	if n.LastHeard == nil {
-		return "never"
-	}
-	return n.HeardAgo + " ago"
-}
-
-// every is how often a node said it sends a heartbeat, or "-" if it did
-// not say (never heard, or a host older than the heartbeat's interval).
-func every(ms int64) string {
-	if ms <= 0 {
-		return "-"
-	}
-	return (time.Duration(ms) * time.Millisecond).String()
-}
-
-// heartbeatRow is how often a heard node sends a heartbeat, and when it is
-// silent.
-func heartbeatRow(n spec.Node) string {
-	silent := (time.Duration(n.SilentAfterMS) * time.Millisecond).String()
-	if n.HeartbeatMS <= 0 {
-		return "not said (a host older than the heartbeat's interval); silent after " + silent + " unheard"
-	}
-	return "every " + every(n.HeartbeatMS) + "; silent after " + silent + " unheard (two missed)"
-}
-
-func shortVersion(v string) string {
-	if v == "" {
-		return "-"
-	}
-	if len(v) > 12 {
-		return v[:12]
-	}
-	return v
-}
-
-func protocol(n spec.Node) string {
-	switch {
-	case n.LastHeard == nil:
-		return "-"
-	case n.ProtocolKnown:
-		return strconv.Itoa(n.Protocol)
-	default:
-		return fmt.Sprintf("%d (not spoken by this controller, which speaks %d)", n.Protocol, spec.Protocol)
-	}
-}
-
-func printNodeList(w io.Writer, nodes []spec.Node) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tHEARD\tEVERY\tVERSION\tPROTOCOL\tARCH\tOS")
-	for _, n := range nodes {
-		arch, osName := "-", "-"
-		if n.Facts != nil {
-			arch, osName = n.Facts.Arch, n.Facts.Distro+" "+n.Facts.DistroVer
+func holdCommands() []*cli.Command {
+	mk := func(name string, hold bool, usage, example string) *cli.Command {
+		flags := []cli.Flag{dirFlag()}
+		if hold {
+			flags = append(flags, &cli.StringFlag{Name: "reason", Usage: "why, shown wherever the hold is"})
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Address, heard(n), every(n.HeartbeatMS), shortVersion(n.HostVersion), protocol(n), arch, strings.TrimSpace(osName))
-	}
-	return tw.Flush()
-}
-
-func printNode(w io.Writer, n spec.Node) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
-	row("node", n.Name)
-	row("address", n.Address)
-	row("joined", n.Joined.Format(time.RFC3339))
-	if n.LastHeard == nil {
-		row("heard", "never: this node has not sent a heartbeat")
-	} else {
-		row("heard", fmt.Sprintf("%s (%s)", heard(n), n.LastHeard.Format(time.RFC3339)))
-		row("heartbeat", heartbeatRow(n))
-	}
-	row("host version", orDash(n.HostVersion))
-	row("protocol", protocol(n))
-	row("sent sequence", strconv.FormatUint(n.SentSeq, 10))
-	row("applied sequence", strconv.FormatUint(n.AppliedSeq, 10))
-	if r := n.LastReport; r == nil {
-		row("last report", "none")
-	} else {
-		row("last report", reportSummary(*r))
-		for _, res := range r.Results {
-			switch {
-			case res.Outcome == spec.Failed:
-				row("  failed", res.Name+": "+res.Error)
-			case res.Note != "":
-				row("  "+res.Outcome, res.Name+": "+res.Note)
-			}
-		}
-		if r.Omitted > 0 {
-			row("  not kept", fmt.Sprintf("%d more result(s): the node sent a report larger than the controller keeps", r.Omitted))
+		return &cli.Command{
+			Name: name, Usage: usage, ArgsUsage: "NODE", Flags: flags,
+			Description: "Example:\n   " + example,
+			Action: func(c *cli.Context) error {
+				if err := wantArgs(c, 1, "one argument, the node's name"); err != nil {
+					return err
+				}
+				var res spec.Empty
+				req := spec.HoldRequest{Node: c.Args().First(), Hold: hold, Reason: c.String("reason")}
+				if err := callCmd(c, spec.VerbHold, req, &res); err != nil {
+					return err
+				}
+				if hold {
+					fmt.Fprintf(c.App.Writer, "node %s held: pushes send it nothing until mesh node release %s\n", req.Node, req.Node)
+				} else {
+					fmt.Fprintf(c.App.Writer, "node %s released: the next push sends it its declaration\n", req.Node)
+				}
+				return nil
+			},
 		}
 	}
-	if f := n.Facts; f == nil {
-		row("facts", "none reported yet")
-	} else {
-		row("facts reported", f.Time.Format(time.RFC3339))
-		row("hostname", orDash(f.Hostname))
-		row("architecture", orDash(f.Arch))
-		row("os", orDash(f.OS))
-		row("kernel", orDash(f.Kernel))
-		row("distribution", orDash(strings.TrimSpace(f.Distro+" "+f.DistroVer)))
-		row("cpu", orDash(f.CPUModel))
-		row("cores", strconv.Itoa(f.Cores))
-		row("memory", bytesIEC(f.MemoryBytes))
-		row("disk", fmt.Sprintf("%s (%s free)", bytesIEC(f.DiskBytes), bytesIEC(f.DiskFree)))
-		row("machine", orDash(f.Virtual))
-		row("uptime", (time.Duration(f.UptimeSecond) * time.Second).String())
-		row("capabilities", orDash(strings.Join(f.Capabilities, ", ")))
-		if f.Engine != "" {
-			row("container engine", f.Engine)
-			row("container subnet", orDash(f.Subnet))
-		}
-		for _, e := range f.Errors {
-			row("unreadable", e)
-		}
+	return []*cli.Command{
+		mk("hold", true, "hold a node: pushes send it nothing, and status shows the hold", `mesh node hold --reason "disk replacement" beta`),
+		mk("release", false, "release a held node", "mesh node release beta"),
 	}
-	return tw.Flush()
-}
-
-// reportSummary is a report in one line.
-func reportSummary(r spec.Report) string {
-	when := r.Time.Format(time.RFC3339)
-	if r.Refused != "" {
-		return fmt.Sprintf("refused declaration %d at %s: %s", r.Seq, when, r.Refused)
-	}
-	counts := map[string]int{}
-	for _, res := range r.Results {
-		counts[res.Outcome]++
-	}
-	kind := "applied"
-	if r.Reconcile {
-		kind = "reconcile corrected"
-	}
-	return fmt.Sprintf("%s declaration %d at %s: %d created, %d changed, %d removed, %d unchanged, %d failed, %d writes",
-		kind, r.Seq, when, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed], r.Writes)
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func bytesIEC(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

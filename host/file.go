@@ -210,7 +210,7 @@ func fileContent(ctx context.Context, f *spec.FileSpec, blobs BlobFetcher) ([]by
 // mode (after the chown, which would clear setuid and setgid), synced,
 // renamed over s, and the directory synced. A program that had the old file
 // open keeps its inode. Every step is made relative to the directory s was
-// reached in, so none of it lands outside the root. Unlike WriteFileAtomic
+// reached in, so none of it lands outside the root. Unlike safefile.WriteFile
 // it keeps setuid, setgid and sticky bits, sets the owner, and counts its
 // writes.
 func writeFileExact(s *spot, data []byte, mode spec.Mode, uid, gid int, w *Writes) error {

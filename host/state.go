@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mesh-fleet/mesh/internal/safefile"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -81,7 +82,7 @@ func Init(dir string, st State, seed []byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create host directory: %w", err)
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, CredsFile), append(append([]byte(nil), seed...), '\n'), 0o600); err != nil {
+	if err := safefile.WriteFile(filepath.Join(dir, CredsFile), append(append([]byte(nil), seed...), '\n'), 0o600); err != nil {
 		return fmt.Errorf("write node credential: %w", err)
 	}
 	return WriteState(dir, st)
@@ -93,45 +94,8 @@ func WriteState(dir string, st State) error {
 	if err != nil {
 		return fmt.Errorf("encode host state: %w", err)
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, StateFile), append(body, '\n'), 0o600); err != nil {
+	if err := safefile.WriteFile(filepath.Join(dir, StateFile), append(body, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write host state: %w", err)
 	}
 	return nil
-}
-
-// WriteFileAtomic writes data to a temporary file beside path, syncs it,
-// renames it over path and syncs the directory: a reader sees the old file
-// or the new one, and a running program keeps the inode it opened.
-func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // a no-op once renamed
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

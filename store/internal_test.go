@@ -13,6 +13,38 @@ import (
 	"time"
 )
 
+// A busy timeout given in Options reaches every pooled connection; none
+// given is the default 5 s.
+func TestBusyTimeoutOption(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		opts Options
+		want int
+	}{{Options{}, 5000}, {Options{BusyTimeout: 250 * time.Millisecond}, 250}} {
+		db, err := OpenWith(ctx, filepath.Join(t.TempDir(), "mesh.db"), c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns := make([]*sql.Conn, 3)
+		for i := range conns {
+			if conns[i], err = db.sql.Conn(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, conn := range conns {
+			var busy int
+			if err := conn.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&busy); err != nil {
+				t.Fatal(err)
+			}
+			if busy != c.want {
+				t.Errorf("%+v: connection %d: busy_timeout = %d, want %d", c.opts, i, busy, c.want)
+			}
+			conn.Close()
+		}
+		db.Close()
+	}
+}
+
 // The pragmas live in the DSN, so every pooled connection has them, not only
 // the one that happened to run a PRAGMA statement.
 func TestPragmasOnEveryConnection(t *testing.T) {

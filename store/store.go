@@ -39,13 +39,32 @@ type DB struct {
 	writeMu sync.Mutex
 }
 
+// DefaultBusyTimeout is how long a write waits for another writer's lock
+// before it fails, unless Options say otherwise.
+const DefaultBusyTimeout = 5 * time.Second
+
+// Options are how a store is opened; the zero value is the default.
+type Options struct {
+	// BusyTimeout is how long a write waits for another writer's lock
+	// before it fails (DefaultBusyTimeout when zero).
+	BusyTimeout time.Duration
+}
+
+// DSN is the data source name for the file at path, with the default
+// options.
+func DSN(path string) string { return Options{}.DSN(path) }
+
 // DSN is the data source name for the file at path. The pragmas live in the
 // DSN so every pooled connection has them.
-func DSN(path string) string {
+func (o Options) DSN(path string) string {
+	busy := o.BusyTimeout
+	if busy <= 0 {
+		busy = DefaultBusyTimeout
+	}
 	q := url.Values{}
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
-	q.Add("_pragma", "busy_timeout(5000)")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", max(busy.Milliseconds(), 1)))
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Set("_txlock", "immediate")
 	return "file:" + path + "?" + q.Encode()
@@ -53,8 +72,11 @@ func DSN(path string) string {
 
 // Open opens the store at path, creating it if absent, and applies every
 // migration it has not recorded yet.
-func Open(ctx context.Context, path string) (*DB, error) {
-	sqldb, err := sql.Open("sqlite", DSN(path))
+func Open(ctx context.Context, path string) (*DB, error) { return OpenWith(ctx, path, Options{}) }
+
+// OpenWith is Open with opts.
+func OpenWith(ctx context.Context, path string, opts Options) (*DB, error) {
+	sqldb, err := sql.Open("sqlite", opts.DSN(path))
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}

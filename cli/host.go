@@ -1,17 +1,15 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/mesh-fleet/mesh/daemon"
 	"github.com/mesh-fleet/mesh/host"
-	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/urfave/cli/v2"
 )
 
@@ -40,7 +38,7 @@ Examples:
 				return err
 			}
 			stateDir := c.String("dir")
-			dir := filepath.Join(stateDir, hostDir)
+			dir := statedir.Host(stateDir)
 			raw := c.String("join")
 			if raw == "" && c.IsSet("address") {
 				return usagef("--address is given when joining (with --join); a joined host keeps the address it joined with")
@@ -60,7 +58,7 @@ Examples:
 				if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 					return fmt.Errorf("%s holds no joined host: join a mesh first: mesh host --dir %s --join TOKEN", stateDir, stateDir)
 				}
-				release, err := lockDir(stateDir)
+				release, err := statedir.Lock(stateDir)
 				if err != nil {
 					return err
 				}
@@ -100,37 +98,27 @@ Examples:
 					return err
 				}
 				log.Info("joined", "mesh", tok.Mesh, "node", tok.Node)
-				release, err := lockDir(stateDir)
+				release, err := statedir.Lock(stateDir)
 				if err != nil {
 					return err
 				}
 				defer release()
-			} else if err := checkSubnetChange(c.Context, stateDir, cfg, changes); err != nil {
-				return err
+			} else if subnetChanged(changes) {
+				if err := daemon.CheckSubnetMove(c.Context, stateDir, cfg); err != nil {
+					return err
+				}
 			}
-			if err := writeConfig(stateDir, kc); err != nil {
+			if err := statedir.WriteConfig(stateDir, kc); err != nil {
 				return err
 			}
 			logChanges(log, stateDir, changes)
-			dns, err := resolver.New(dnsCfg, log.With("component", "resolver"))
+			node, err := daemon.NewNode(daemon.NodeConfig{Dir: stateDir, Host: cfg, Resolver: dnsCfg}, log)
 			if err != nil {
 				return err
 			}
-			cfg.Dir, cfg.Names = dir, dns
-			agent, err := host.New(cfg, log.With("component", "host"))
-			if err != nil {
-				return fmt.Errorf("%w (join a mesh first: mesh host --dir %s --join TOKEN)", err, stateDir)
-			}
-			parts := []part{{"resolver", dns.Run, dns.Ready()}, {"host", agent.Run, agent.Ready()}}
-			err = runParts(c.Context, log, parts, func() error {
-				if err := writeAddrs(stateDir, spec.Addrs{DNS: dns.Addrs()[0]}); err != nil {
-					return err
-				}
-				log.Info("host running", "node", agent.Node(), "dns", dns.Addrs()[0])
-				return nil
-			})
+			err = node.Run(c.Context)
 			if errors.Is(err, host.ErrRemoved) {
-				return removedError(agent.Node(), stateDir)
+				return removedError(node.Name(), stateDir)
 			}
 			return err
 		},
@@ -141,21 +129,5 @@ Examples:
 // machine joins it again: exit code 3.
 func removedError(node, dir string) error {
 	return fmt.Errorf("node %q: %w; to join again, run mesh token create %s on the controller, then mesh host --dir %s --join TOKEN here after removing %s (or give --dir a new directory)",
-		node, host.ErrRemoved, node, dir, filepath.Join(dir, hostDir))
-}
-
-// ownHost runs the host of a controller's machine. Its node cannot be
-// removed (the controller refuses), but one removed before that was refused
-// must not take the controller and the bus down with it: the controller
-// serves on without a host.
-func ownHost(log *slog.Logger, agent *host.Agent) func(context.Context) error {
-	return func(ctx context.Context) error {
-		err := agent.Run(ctx)
-		if !errors.Is(err, host.ErrRemoved) {
-			return err
-		}
-		log.Error("this machine's own node was removed from the mesh; the controller serves on without a host", "node", agent.Node())
-		<-ctx.Done()
-		return nil
-	}
+		node, host.ErrRemoved, node, dir, statedir.Host(dir))
 }

@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/urfave/cli/v2"
+)
+
+func auditCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "audit",
+		Usage: "who did what, when: every operator API call, secrets redacted",
+		Description: `Example:
+   mesh audit --since 1h
+   mesh audit --json | jq '.[] | select(.verb == "push")'`,
+		Flags: []cli.Flag{dirFlag(), jsonFlag(),
+			&cli.DurationFlag{Name: "since", Value: 24 * time.Hour, Usage: "how far back"},
+			&cli.IntFlag{Name: "limit", Value: 1000, Usage: "at most this many entries"}},
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 0, "no arguments"); err != nil {
+				return err
+			}
+			var res spec.AuditResult
+			if err := callCmd(c, spec.VerbAudit, spec.AuditRequest{Since: time.Now().Add(-c.Duration("since")), Limit: c.Int("limit")}, &res); err != nil {
+				return err
+			}
+			if res.More {
+				defer fmt.Fprintf(c.App.ErrWriter, "more entries than one answer carries: narrow --since or --limit to see the rest\n")
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, res.Entries)
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TIME\tOPERATOR\tVERB\tOUTCOME\tARGUMENTS")
+			for _, e := range res.Entries {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format(time.DateTime), e.Operator, e.Verb, e.Outcome, e.Args)
+			}
+			return tw.Flush()
+		},
+	}
+}

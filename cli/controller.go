@@ -1,0 +1,137 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/mesh-fleet/mesh/daemon"
+	"github.com/mesh-fleet/mesh/mesh"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/statedir"
+	"github.com/urfave/cli/v2"
+)
+
+func controllerCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "controller",
+		Usage: "run an existing mesh again: its controller and its host",
+		Description: `Runs the mesh kept in --dir on the addresses it bound before (from
+D/addrs.json), so hosts find the bus again with no action, and with the
+host flags it was started with (from D/config.yaml). A flag given here
+overrides the file and is kept from then on; --bus and --http rebind and
+are kept in D/addrs.json.
+
+Example:
+   mesh controller --dir /var/lib/mesh
+   mesh controller --dir /var/lib/mesh --bus 0.0.0.0:4222 --advertise 192.0.2.10`,
+		Flags: append([]cli.Flag{
+			dirFlag(),
+			&cli.StringFlag{Name: "bus", Usage: "rebind the bus, host:port (default: where it bound before)"},
+			&cli.StringFlag{Name: "http", Usage: "rebind /healthz, /metrics and /roots.pem, host:port (default: where it bound before)"},
+			advertiseFlag(),
+			logFlag(),
+			storeBusyFlag(),
+		}, hostFlags()...),
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 0, "no arguments"); err != nil {
+				return err
+			}
+			dir := c.String("dir")
+			ok, err := mesh.IsMesh(statedir.Controller(dir))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("%s holds no mesh: create one with mesh genesis --dir %s --mesh NAME --node NAME", dir, dir)
+			}
+			release, err := statedir.Lock(dir)
+			if err != nil {
+				return err
+			}
+			defer release()
+			addrs, err := statedir.ReadAddrs(dir)
+			if err != nil {
+				return err
+			}
+			// A mesh made before D/config.yaml: its resolver binds where it
+			// bound before, unless told otherwise.
+			if file, err := readConfig(dir); err == nil && file["dns"] == nil && !c.IsSet("dns") && addrs.DNS != "" {
+				if err := c.Set("dns", addrs.DNS); err != nil {
+					return err
+				}
+			}
+			kc, changes, fromFile, err := mergeConfig(c, dir)
+			if err != nil {
+				return err
+			}
+			log, err := newLogger(c)
+			if err != nil {
+				return fromFileHint(err, fromFile, dir)
+			}
+			if err := rebind(c, log, &addrs); err != nil {
+				return err
+			}
+			if addrs.DNS, err = claimDNSFlag(c); err != nil {
+				return err
+			}
+			if err := absRoot(c); err != nil {
+				return err
+			}
+			kc["dns"], kc["root"] = []string{addrs.DNS}, []string{c.String("root")}
+			dnsCfg, err := resolverConfig(c, addrs.DNS)
+			if err != nil {
+				return fromFileHint(err, fromFile, dir)
+			}
+			hostCfg, err := hostConfig(c)
+			if err != nil {
+				return fromFileHint(err, fromFile, dir)
+			}
+			advertise, err := busURLs(addrs.Bus, c.StringSlice("advertise"))
+			if err != nil {
+				return fromFileHint(err, fromFile, dir)
+			}
+			if subnetChanged(changes) {
+				if err := daemon.CheckSubnetMove(c.Context, dir, hostCfg); err != nil {
+					return err
+				}
+			}
+			m, err := daemon.NewMesh(daemon.MeshConfig{
+				Dir: dir, Addrs: addrs, Advertise: advertise, Host: hostCfg, Resolver: dnsCfg,
+				StoreBusyTimeout: c.Duration("store-busy-timeout"),
+			}, log)
+			if err != nil {
+				return err
+			}
+			if err := daemon.FollowBus(dir, addrs.Bus); err != nil {
+				return err
+			}
+			if err := statedir.WriteConfig(dir, kc); err != nil {
+				return err
+			}
+			logChanges(log, dir, changes)
+			return m.Run(c.Context)
+		},
+	}
+}
+
+// rebind takes --bus and --http at a controller's start: each is bound once
+// to check it (a port 0 becomes the port kept), and addrs records it.
+func rebind(c *cli.Context, log *slog.Logger, addrs *spec.Addrs) error {
+	for _, f := range []struct {
+		flag string
+		addr *string
+	}{{"bus", &addrs.Bus}, {"http", &addrs.HTTP}} {
+		if !c.IsSet(f.flag) {
+			continue
+		}
+		bound, err := claimPort("--"+f.flag, c.String(f.flag))
+		if err != nil {
+			return err
+		}
+		if bound != *f.addr {
+			log.Info("rebinding", "flag", "--"+f.flag, "was", *f.addr, "now", bound)
+			*f.addr = bound
+		}
+	}
+	return nil
+}

@@ -1,0 +1,171 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mesh-fleet/mesh/daemon"
+	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/resolver"
+	"github.com/urfave/cli/v2"
+)
+
+// hostFlags are the flags of every command that runs a host.
+func hostFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "dns", Value: "127.0.0.1:53", Usage: "where the machine's resolver listens, host:port (port 0: any free port)"},
+		&cli.StringSliceFlag{Name: "dns-upstream", Usage: "an upstream resolver for names outside the mesh, host:port (repeat; default: those of /etc/resolv.conf)"},
+		&cli.StringSliceFlag{Name: "dns-allow", Usage: "a network, besides loopback, whose queries the resolver answers, CIDR (repeat)"},
+		&cli.StringFlag{Name: "root", Value: "/", Usage: "where declared paths resolve (a directory, for trying mesh out without touching the machine)"},
+		&cli.DurationFlag{Name: "reconcile", Value: 5 * time.Minute, Usage: "how often the host applies what it keeps again, correcting drift"},
+		&cli.DurationFlag{Name: "heartbeat", Value: 10 * time.Second, Usage: "how often the host reports that it is alive"},
+		&cli.StringFlag{Name: "docker", Usage: "the container engine's API, unix:///path or tcp://host:port (default: DOCKER_HOST, else /var/run/docker.sock); none: this host runs no containers"},
+		&cli.StringFlag{Name: "subnet", Value: host.DefaultSubnet.String(), Usage: "the node's container network mesh-NODE, IPv4 CIDR; its first address is the gateway, where the resolver also listens (port 53)"},
+	}
+}
+
+// hostConfig is the host as the flags say.
+func hostConfig(c *cli.Context) (host.Config, error) {
+	cfg := host.Config{Root: c.String("root"), ReconcileEvery: c.Duration("reconcile"), HeartbeatEvery: c.Duration("heartbeat")}
+	subnet, err := netip.ParsePrefix(c.String("subnet"))
+	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 29 || subnet.Masked() != subnet {
+		return cfg, usagef("--subnet %q is not an IPv4 network of /29 or larger in CIDR form (10.213.0.0/24)", c.String("subnet"))
+	}
+	cfg.Subnet = subnet
+	if endpoint := c.String("docker"); endpoint != "none" {
+		if cfg.Docker, err = host.NewDocker(endpoint); err != nil {
+			return cfg, usagef("--docker: %v", err)
+		}
+	}
+	return cfg, nil
+}
+
+// resolverConfig is the machine's resolver as the flags say; listen is the
+// address to bind (the flag's, or the one bound before).
+func resolverConfig(c *cli.Context, listen string) (resolver.Config, error) {
+	cfg := resolver.Config{Listen: []string{listen}, Upstreams: c.StringSlice("dns-upstream")}
+	for _, a := range c.StringSlice("dns-allow") {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			return cfg, usagef("--dns-allow %q is not a network in CIDR form (10.0.0.0/8)", a)
+		}
+		cfg.Allow = append(cfg.Allow, p)
+	}
+	return cfg, nil
+}
+
+func logFlag() cli.Flag {
+	return &cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"}
+}
+
+func newLogger(c *cli.Context) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", c.String("log-level"))
+	}
+	return slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level})), nil
+}
+
+func advertiseFlag() cli.Flag {
+	return &cli.StringSliceFlag{Name: "advertise", Usage: "an address other machines reach the bus at, IP or name, with :port when it differs from the bus's; join tokens carry these (repeat; default: the bus's address, the machine's primary address for a wildcard)"}
+}
+
+// storeBusyFlag is how long the controller's store writes wait for a lock:
+// hidden, for tests that hold the lock on purpose.
+func storeBusyFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "store-busy-timeout", Hidden: true, Usage: "how long a store write waits for another writer's lock before it fails (default 5s)"}
+}
+
+// busURLs are what join tokens carry: each --advertise address (with the
+// bus's port when it names none), or the bus's own address made reachable.
+func busURLs(bus string, advertise []string) ([]string, error) {
+	if len(advertise) == 0 {
+		return []string{"nats://" + daemon.Reachable(bus)}, nil
+	}
+	_, busPort, _ := net.SplitHostPort(bus)
+	var urls []string
+	for _, a := range advertise {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			host, port = strings.Trim(a, "[]"), busPort
+		}
+		if host == "" || strings.ContainsAny(host, "/ ") {
+			return nil, usagef("--advertise %q: want an IP address or a name, with :port when it is not the bus's (192.0.2.10, mesh.example.org:4222)", a)
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			return nil, usagef("--advertise %q: a wildcard cannot be reached; give the address other machines dial", a)
+		}
+		urls = append(urls, "nats://"+net.JoinHostPort(host, port))
+	}
+	return urls, nil
+}
+
+// addressOf is --address, checked, or the machine's primary address.
+func addressOf(c *cli.Context) (string, error) {
+	address := c.String("address")
+	if address == "" {
+		return daemon.PrimaryAddress(), nil
+	}
+	if net.ParseIP(address) == nil {
+		return "", usagef("--address %q is not an IP address", address)
+	}
+	return address, nil
+}
+
+// absRoot makes --root absolute, so a start from another directory applies
+// under the same one.
+func absRoot(c *cli.Context) error {
+	root := c.String("root")
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return usagef("--root %q: %v", root, err)
+	}
+	if abs != root {
+		return c.Set("root", abs)
+	}
+	return nil
+}
+
+// claimPort checks that the address flag gives can be bound, and turns a
+// port 0 into a free port.
+func claimPort(flag, addr string) (string, error) {
+	bound, held, err := holdPort(flag, addr)
+	if err != nil {
+		return "", err
+	}
+	held.Close()
+	return bound, nil
+}
+
+// holdPort is claimPort that keeps the port bound until the caller closes
+// it.
+func holdPort(flag, addr string) (string, net.Listener, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", nil, usagef("%s %q: %v (want host:port)", flag, addr, err)
+	}
+	bound, l, err := daemon.HoldPort(addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s %s cannot be bound: %w (choose another with %s)", flag, addr, err, flag)
+	}
+	return bound, l, nil
+}
+
+// claimDNSFlag checks that --dns can be bound, for UDP and TCP both, before
+// anything is written, and turns a port 0 into a free port, so the file
+// keeps the port the machine's containers and clients use.
+func claimDNSFlag(c *cli.Context) (string, error) {
+	addr := c.String("dns")
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", usagef("--dns %q: %v (want host:port)", addr, err)
+	}
+	bound, err := daemon.ClaimDNSPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("--dns %s cannot be bound: %w (choose another with --dns)", addr, err)
+	}
+	return bound, c.Set("dns", bound)
+}

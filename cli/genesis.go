@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"github.com/mesh-fleet/mesh/daemon"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/statedir"
+	"github.com/urfave/cli/v2"
+)
+
+func genesisCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "genesis",
+		Usage: "create a mesh on this machine and run its controller and host",
+		Description: `Creates the state directory (0700): the store, the signing key, the CA, the
+operator's credential, and this machine's host as the mesh's first node.
+Then runs the controller and the host in the foreground until SIGINT or
+SIGTERM. Run it again later with mesh controller --dir D.
+
+Example:
+   mesh genesis --dir /var/lib/mesh --mesh home --node alpha`,
+		Flags: append([]cli.Flag{
+			dirFlag(),
+			&cli.StringFlag{Name: "mesh", Usage: "the mesh's name (a DNS label)", Required: true},
+			&cli.StringFlag{Name: "node", Usage: "this machine's node name (a DNS label)", Required: true},
+			&cli.StringFlag{Name: "bus", Value: "0.0.0.0:4222", Usage: "where the bus listens, host:port (port 0: any free port, kept from then on)"},
+			&cli.StringFlag{Name: "http", Value: "127.0.0.1:8480", Usage: "where /healthz, /metrics and /roots.pem listen, host:port (port 0: any free port)"},
+			&cli.StringFlag{Name: "address", Usage: "where other nodes reach this one (default: the machine's primary address)"},
+			advertiseFlag(),
+			logFlag(),
+			storeBusyFlag(),
+		}, hostFlags()...),
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 0, "no arguments"); err != nil {
+				return err
+			}
+			log, err := newLogger(c)
+			if err != nil {
+				return err
+			}
+			dir := c.String("dir")
+			meshName, node := c.String("mesh"), c.String("node")
+			if err := spec.CheckName("mesh", meshName); err != nil {
+				return usagef("--mesh: %v", err)
+			}
+			if err := spec.CheckName("node", node); err != nil {
+				return usagef("--node: %v", err)
+			}
+			address, err := addressOf(c)
+			if err != nil {
+				return err
+			}
+			if err := daemon.RefuseExisting(dir); err != nil {
+				return err
+			}
+			// Bind each address once before anything is written, so an address
+			// that cannot be bound changes nothing on disk; a port 0 becomes the
+			// port kept from then on.
+			// Each claim is held until the last is made, so that two port 0s
+			// never come back as the same port.
+			busAddr, busHeld, err := holdPort("--bus", c.String("bus"))
+			if err != nil {
+				return err
+			}
+			httpAddr, httpHeld, err := holdPort("--http", c.String("http"))
+			if err != nil {
+				busHeld.Close()
+				return err
+			}
+			dnsAddr, err := claimDNSFlag(c)
+			busHeld.Close()
+			httpHeld.Close()
+			if err != nil {
+				return err
+			}
+			if err := absRoot(c); err != nil {
+				return err
+			}
+			dnsCfg, err := resolverConfig(c, dnsAddr)
+			if err != nil {
+				return err
+			}
+			hostCfg, err := hostConfig(c)
+			if err != nil {
+				return err
+			}
+			advertise, err := busURLs(busAddr, c.StringSlice("advertise"))
+			if err != nil {
+				return err
+			}
+			kc, _, _, err := mergeConfig(c, dir)
+			if err != nil {
+				return err
+			}
+			m, err := daemon.NewMesh(daemon.MeshConfig{
+				Dir: dir, Addrs: spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}, Advertise: advertise,
+				Host: hostCfg, Resolver: dnsCfg, StoreBusyTimeout: c.Duration("store-busy-timeout"),
+			}, log)
+			if err != nil {
+				return err
+			}
+			if err := daemon.Create(c.Context, daemon.Genesis{Dir: dir, Mesh: meshName, Node: node, Address: address, Bus: busAddr}); err != nil {
+				return err
+			}
+			release, err := statedir.Lock(dir)
+			if err != nil {
+				return err
+			}
+			defer release()
+			if err := statedir.WriteConfig(dir, kc); err != nil {
+				return err
+			}
+			return m.Run(c.Context)
+		},
+	}
+}

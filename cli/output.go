@@ -1,0 +1,307 @@
+package cli
+
+// What the commands print: tables for people, JSON with --json. The
+// golden test (output_test.go) holds these for fixed answers.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func heard(n spec.Node) string {
+	if n.LastHeard == nil {
+		return "never"
+	}
+	return n.HeardAgo + " ago"
+}
+
+// every is how often a node said it sends a heartbeat, or "-" if it did
+// not say (never heard, or a host older than the heartbeat's interval).
+func every(ms int64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+// heartbeatRow is how often a heard node sends a heartbeat, and when it is
+// silent.
+func heartbeatRow(n spec.Node) string {
+	silent := (time.Duration(n.SilentAfterMS) * time.Millisecond).String()
+	if n.HeartbeatMS <= 0 {
+		return "not said (a host older than the heartbeat's interval); silent after " + silent + " unheard"
+	}
+	return "every " + every(n.HeartbeatMS) + "; silent after " + silent + " unheard (two missed)"
+}
+
+func shortVersion(v string) string {
+	if v == "" {
+		return "-"
+	}
+	if len(v) > 12 {
+		return v[:12]
+	}
+	return v
+}
+
+func protocol(n spec.Node) string {
+	switch {
+	case n.LastHeard == nil:
+		return "-"
+	case n.ProtocolKnown:
+		return strconv.Itoa(n.Protocol)
+	default:
+		return fmt.Sprintf("%d (not spoken by this controller, which speaks %d)", n.Protocol, spec.Protocol)
+	}
+}
+
+func printNodeList(w io.Writer, nodes []spec.Node) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tADDRESS\tHEARD\tEVERY\tVERSION\tPROTOCOL\tARCH\tOS")
+	for _, n := range nodes {
+		arch, osName := "-", "-"
+		if n.Facts != nil {
+			arch, osName = n.Facts.Arch, n.Facts.Distro+" "+n.Facts.DistroVer
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Address, heard(n), every(n.HeartbeatMS), shortVersion(n.HostVersion), protocol(n), arch, strings.TrimSpace(osName))
+	}
+	return tw.Flush()
+}
+
+func printNode(w io.Writer, n spec.Node) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("node", n.Name)
+	row("address", n.Address)
+	row("joined", n.Joined.Format(time.RFC3339))
+	if n.LastHeard == nil {
+		row("heard", "never: this node has not sent a heartbeat")
+	} else {
+		row("heard", fmt.Sprintf("%s (%s)", heard(n), n.LastHeard.Format(time.RFC3339)))
+		row("heartbeat", heartbeatRow(n))
+	}
+	row("host version", orDash(n.HostVersion))
+	row("protocol", protocol(n))
+	row("sent sequence", strconv.FormatUint(n.SentSeq, 10))
+	row("applied sequence", strconv.FormatUint(n.AppliedSeq, 10))
+	if r := n.LastReport; r == nil {
+		row("last report", "none")
+	} else {
+		row("last report", reportSummary(*r))
+		for _, res := range r.Results {
+			switch {
+			case res.Outcome == spec.Failed:
+				row("  failed", res.Name+": "+res.Error)
+			case res.Note != "":
+				row("  "+res.Outcome, res.Name+": "+res.Note)
+			}
+		}
+		if r.Omitted > 0 {
+			row("  not kept", fmt.Sprintf("%d more result(s): the node sent a report larger than the controller keeps", r.Omitted))
+		}
+	}
+	if f := n.Facts; f == nil {
+		row("facts", "none reported yet")
+	} else {
+		row("facts reported", f.Time.Format(time.RFC3339))
+		row("hostname", orDash(f.Hostname))
+		row("architecture", orDash(f.Arch))
+		row("os", orDash(f.OS))
+		row("kernel", orDash(f.Kernel))
+		row("distribution", orDash(strings.TrimSpace(f.Distro+" "+f.DistroVer)))
+		row("cpu", orDash(f.CPUModel))
+		row("cores", strconv.Itoa(f.Cores))
+		row("memory", bytesIEC(f.MemoryBytes))
+		row("disk", fmt.Sprintf("%s (%s free)", bytesIEC(f.DiskBytes), bytesIEC(f.DiskFree)))
+		row("machine", orDash(f.Virtual))
+		row("uptime", (time.Duration(f.UptimeSecond) * time.Second).String())
+		row("capabilities", orDash(strings.Join(f.Capabilities, ", ")))
+		if f.Engine != "" {
+			row("container engine", f.Engine)
+			row("container subnet", orDash(f.Subnet))
+		}
+		for _, e := range f.Errors {
+			row("unreadable", e)
+		}
+	}
+	return tw.Flush()
+}
+
+// reportSummary is a report in one line.
+func reportSummary(r spec.Report) string {
+	when := r.Time.Format(time.RFC3339)
+	if r.Refused != "" {
+		return fmt.Sprintf("refused declaration %d at %s: %s", r.Seq, when, r.Refused)
+	}
+	counts := map[string]int{}
+	for _, res := range r.Results {
+		counts[res.Outcome]++
+	}
+	kind := "applied"
+	if r.Reconcile {
+		kind = "reconcile corrected"
+	}
+	return fmt.Sprintf("%s declaration %d at %s: %d created, %d changed, %d removed, %d unchanged, %d failed, %d writes",
+		kind, r.Seq, when, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed], r.Writes)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func bytesIEC(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func printStatus(w io.Writer, res spec.StatusResult) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tHEARD\tEVERY\tSENT\tAPPLIED\tSTATE\tPENDING\tFAILED\tHOLD\tVERSION\tPROTOCOL")
+	for _, n := range res.Nodes {
+		pending := "no"
+		if n.Pending {
+			pending = "yes"
+			if n.PendingWhy != "" {
+				pending = "does not compose"
+			}
+		}
+		hold := "-"
+		if n.Held {
+			hold = "held"
+		}
+		proto := "-"
+		if n.LastHeard != nil {
+			proto = strconv.Itoa(n.Protocol)
+			if !n.ProtocolKnown {
+				proto += " (not spoken here)"
+			}
+		}
+		heard := n.Heard
+		if n.Silent {
+			heard += " (silent)"
+		}
+		state := n.State
+		if n.Refused != "" {
+			state += ", refused"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Node, heard, every(n.HeartbeatMS), n.SentSeq, n.AppliedSeq, state, pending,
+			len(n.Failures), hold, shortVersion(n.HostVersion), proto)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range res.Nodes {
+		for _, f := range n.Failures {
+			fmt.Fprintf(w, "  ! %s %s\n", n.Node, f)
+		}
+		for _, note := range n.Notes {
+			fmt.Fprintf(w, "  ~ %s %s\n", n.Node, note)
+		}
+	}
+	if len(res.Versions) > 1 {
+		versions := make([]string, 0, len(res.Versions))
+		for v := range res.Versions {
+			versions = append(versions, v)
+		}
+		sort.Strings(versions)
+		fmt.Fprintf(w, "host versions differ (%d): ", len(versions))
+		var parts []string
+		for _, v := range versions {
+			parts = append(parts, shortVersion(v)+" on "+strings.Join(res.Versions[v], ", "))
+		}
+		fmt.Fprintln(w, strings.Join(parts, "; "))
+	}
+	if res.AllClear {
+		fmt.Fprintf(w, "all clear: %d node(s) heard, current, nothing pending, no failure, no hold\n", len(res.Nodes))
+		return nil
+	}
+	fmt.Fprintln(w, "not all clear:")
+	for _, p := range res.Problems {
+		fmt.Fprintf(w, "  - %s\n", p)
+	}
+	return nil
+}
+
+// printReport prints one node's report and says whether it was a success.
+func printReport(w io.Writer, r spec.Report, verbose bool) bool {
+	if r.Refused != "" {
+		fmt.Fprintf(w, "%s: refused declaration %d: %s\n", r.Node, r.Seq, r.Refused)
+		return false
+	}
+	counts := map[string]int{}
+	for _, res := range r.Results {
+		counts[res.Outcome]++
+	}
+	if r.Preview {
+		fmt.Fprintf(w, "%s: dry run of declaration %d: %d to create, %d to change, %d to remove, %d unchanged, %d would fail\n",
+			r.Node, r.Seq, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed])
+	} else {
+		fmt.Fprintf(w, "%s: applied declaration %d: %d created, %d changed, %d removed, %d unchanged, %d failed (%d writes)\n",
+			r.Node, r.Seq, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed], r.Writes)
+	}
+	for _, res := range r.Results {
+		switch res.Outcome {
+		case spec.Failed:
+			fmt.Fprintf(w, "  ! %s: %s\n", res.Name, res.Error)
+		case spec.Created:
+			fmt.Fprintf(w, "  + %s\n", res.Name)
+		case spec.Changed:
+			if res.Note != "" {
+				fmt.Fprintf(w, "  ~ %s (%s)\n", res.Name, res.Note)
+			} else {
+				fmt.Fprintf(w, "  ~ %s\n", res.Name)
+			}
+		case spec.Removed:
+			if res.Note != "" {
+				fmt.Fprintf(w, "  - %s (%s)\n", res.Name, res.Note)
+			} else {
+				fmt.Fprintf(w, "  - %s\n", res.Name)
+			}
+		case spec.Unchanged:
+			if verbose {
+				fmt.Fprintf(w, "  = %s\n", res.Name)
+			}
+		}
+	}
+	return counts[spec.Failed] == 0
+}
+
+// printAssigned says what was done and which nodes need a push for it: the
+// ones whose declaration it changes, as the controller worked them out.
+func printAssigned(w io.Writer, done string, res spec.AssignResult) {
+	switch {
+	case res.Unknown != "":
+		fmt.Fprintf(w, "%s; which nodes it changes is not known (%s): mesh push sends every node its declaration\n", done, res.Unknown)
+	case len(res.Changed) == 0:
+		fmt.Fprintf(w, "%s; it changes no node's declaration: there is nothing to push\n", done)
+	case len(res.Changed) == res.Nodes && res.Nodes > 1:
+		fmt.Fprintf(w, "%s; it changes the names every node serves: mesh push sends it to all %d nodes\n", done, res.Nodes)
+	default:
+		fmt.Fprintf(w, "%s; mesh push %s sends it\n", done, strings.Join(res.Changed, " "))
+	}
+}

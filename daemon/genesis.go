@@ -1,0 +1,94 @@
+package daemon
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/mesh"
+	"github.com/mesh-fleet/mesh/statedir"
+)
+
+// Genesis is a new mesh: its name, its first node, and where that node is
+// reached.
+type Genesis struct {
+	Dir     string // the state directory, absent or empty
+	Mesh    string
+	Node    string
+	Address string // where other nodes reach this one
+	Bus     string // the address the bus binds
+}
+
+// RefuseExisting refuses a directory that already holds a mesh, or
+// anything.
+func RefuseExisting(dir string) error {
+	ok, err := mesh.IsMesh(statedir.Controller(dir))
+	if err != nil {
+		return err
+	}
+	if ok {
+		return fmt.Errorf("%s already holds a mesh: run it again with mesh controller --dir %s", dir, dir)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", dir, err)
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("%s is not empty and holds no mesh: give genesis an empty or new directory", dir)
+	}
+	return nil
+}
+
+// Create writes a new mesh into g.Dir: the controller's store, keys and
+// CA, the operator's credential, and the host of its first node. On
+// failure it removes what it wrote.
+func Create(ctx context.Context, g Genesis) (err error) {
+	dir := g.Dir
+	made := false
+	if _, statErr := os.Stat(dir); errors.Is(statErr, os.ErrNotExist) {
+		made = true
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		if made {
+			os.RemoveAll(dir)
+			return
+		}
+		for _, name := range []string{statedir.ControllerDir, statedir.HostDir, statedir.OperatorCreds, statedir.AddrsFile} {
+			os.RemoveAll(filepath.Join(dir, name))
+		}
+	}()
+	created, err := mesh.Create(ctx, mesh.GenesisConfig{
+		Dir: statedir.Controller(dir), Mesh: g.Mesh, Node: g.Node, Address: g.Address, Now: time.Now(),
+	})
+	if err != nil {
+		return err
+	}
+	root := string(ca.RootPEM(created.Root))
+	if err := statedir.WriteOperator(dir, statedir.Operator{Mesh: g.Mesh, Seed: string(created.OperatorSeed), CARoot: root}); err != nil {
+		return err
+	}
+	return host.Init(statedir.Host(dir), host.State{
+		Mesh:    g.Mesh,
+		Node:    g.Node,
+		Address: g.Address,
+		Bus:     []string{"nats://" + Dialable(g.Bus)},
+		CAPin:   ca.Pin(created.Root),
+		CARoot:  root,
+		SignKey: base64.StdEncoding.EncodeToString(created.SignPub),
+	}, created.NodeSeed)
+}

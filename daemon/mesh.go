@@ -1,0 +1,176 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/mesh-fleet/mesh/broker"
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/mesh"
+	"github.com/mesh-fleet/mesh/resolver"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/statedir"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// MeshConfig is a controller's machine: the mesh kept in Dir, run on Addrs.
+type MeshConfig struct {
+	Dir string // the state directory
+	// Addrs are where the bus and the HTTP listener bind (a port 0 is
+	// taken as given); the resolver binds where Resolver says.
+	Addrs spec.Addrs
+	// Advertise are the bus URLs join tokens carry.
+	Advertise []string
+	Host      host.Config // Dir, Names and Panics are set by Run
+	Resolver  resolver.Config
+	// StoreBusyTimeout is how long a store write waits for another
+	// writer's lock before it fails; zero is the store's default.
+	StoreBusyTimeout time.Duration
+}
+
+// Mesh runs a controller's machine: store, CA, bus, resolver, controller
+// and its own host.
+type Mesh struct {
+	cfg   MeshConfig
+	log   *slog.Logger
+	ready chan struct{}
+	addrs spec.Addrs // where each part listens, once ready
+}
+
+// NewMesh checks cfg; it starts nothing.
+func NewMesh(cfg MeshConfig, log *slog.Logger) (*Mesh, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("a mesh needs its state directory")
+	}
+	if cfg.Addrs.Bus == "" || cfg.Addrs.HTTP == "" {
+		return nil, fmt.Errorf("a mesh needs a bus and an HTTP address; got %+v", cfg.Addrs)
+	}
+	if len(cfg.Resolver.Listen) == 0 {
+		return nil, errors.New("a mesh needs an address for its resolver")
+	}
+	return &Mesh{cfg: cfg, log: log, ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once every part is ready and D/addrs.json is written.
+func (m *Mesh) Ready() <-chan struct{} { return m.ready }
+
+// Addrs is where the bus, the HTTP listener and the resolver listen, once
+// Ready is closed.
+func (m *Mesh) Addrs() spec.Addrs { return m.addrs }
+
+// Run runs the mesh's parts in start order (store, CA, bus, resolver,
+// controller, host), each ready before the next starts, until ctx ends;
+// then stops them in reverse, the store last.
+func (m *Mesh) Run(ctx context.Context) error {
+	cfg, log := m.cfg, m.log
+	ctlDir := statedir.Controller(cfg.Dir)
+
+	db, err := store.OpenWith(ctx, filepath.Join(ctlDir, mesh.DBFile), store.Options{BusyTimeout: cfg.StoreBusyTimeout})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	auth, err := ca.Load(filepath.Join(ctlDir, mesh.CADir))
+	if err != nil {
+		return err
+	}
+	busHost, _, _ := net.SplitHostPort(cfg.Addrs.Bus)
+	cert, err := auth.IssueServer(busNames(), busIPs(busHost), 365*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	ctlKeys, err := mesh.NewKeys()
+	if err != nil {
+		return err
+	}
+	users, err := mesh.Users(ctx, db, ctlKeys, time.Now())
+	if err != nil {
+		return err
+	}
+	signKey, err := mesh.LoadSignKey(ctlDir)
+	if err != nil {
+		return err
+	}
+	bus, err := broker.New(broker.Config{
+		Listen:   cfg.Addrs.Bus,
+		StoreDir: filepath.Join(ctlDir, mesh.JSDir),
+		TLS:      &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		Users:    users,
+	}, log.With("component", "bus"))
+	if err != nil {
+		return err
+	}
+	dns, err := resolver.New(cfg.Resolver, log.With("component", "resolver"))
+	if err != nil {
+		return err
+	}
+	// One count of recovered panics for the process: /metrics shows the
+	// host's with the controller's.
+	panics := new(atomic.Uint64)
+	hostCfg := cfg.Host
+	hostCfg.Dir = statedir.Host(cfg.Dir)
+	hostCfg.Names = dns
+	hostCfg.Panics = panics
+	agent, err := host.New(hostCfg, log.With("component", "host"))
+	if err != nil {
+		return err
+	}
+	ctl, err := mesh.New(mesh.Config{
+		HTTPListen: cfg.Addrs.HTTP,
+		Keys:       ctlKeys,
+		BusURLs:    cfg.Advertise,
+		SignKey:    signKey,
+		Panics:     panics,
+		Node:       agent.Node(),
+		Parts:      []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
+	}, log.With("component", "controller"), mesh.Deps{DB: db, CA: auth, Bus: bus})
+	if err != nil {
+		return err
+	}
+
+	parts := []part{
+		{"bus", bus.Run, bus.Ready()},
+		{"resolver", dns.Run, dns.Ready()},
+		{"controller", ctl.Run, ctl.Ready()},
+		{"host", ownHost(log, agent), agent.Ready()},
+	}
+	runErr := runInOrder(ctx, log, parts, func() error {
+		addrs := cfg.Addrs
+		addrs.Bus, addrs.HTTP, addrs.DNS = bus.Addr(), ctl.HTTPAddr(), dns.Addrs()[0]
+		if err := statedir.WriteAddrs(cfg.Dir, addrs); err != nil {
+			return err
+		}
+		m.addrs = addrs
+		close(m.ready)
+		log.Info("mesh ready", "bus", addrs.Bus, "http", addrs.HTTP, "dns", addrs.DNS, "node", agent.Node())
+		return nil
+	})
+	if err := db.Close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("close store: %w", err)
+	}
+	return runErr
+}
+
+// ownHost runs the host of a controller's machine. Its node cannot be
+// removed (the controller refuses), but one removed before that was refused
+// must not take the controller and the bus down with it: the controller
+// serves on without a host.
+func ownHost(log *slog.Logger, agent *host.Agent) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := agent.Run(ctx)
+		if !errors.Is(err, host.ErrRemoved) {
+			return err
+		}
+		log.Error("this machine's own node was removed from the mesh; the controller serves on without a host", "node", agent.Node())
+		<-ctx.Done()
+		return nil
+	}
+}
