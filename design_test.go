@@ -22,14 +22,14 @@ func TestImportDirections(t *testing.T) {
 		"resolver": {},
 		"ca":       {},
 		"mesh":     {"spec", "store", "broker", "ca"},
-		"host":     {"spec", "resolver", "ca", "internal/safefile"},
+		"host":     {"spec", "resolver", "ca", "internal/safefile", "internal/retry"},
 		// The state directory's own files: addrs.json, operator.creds,
 		// config.yaml, .lock.
 		"statedir": {"spec", "internal/safefile"},
 		// A machine's parts, started in order and stopped in reverse.
-		"daemon": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "statedir", "internal/safefile"},
+		"daemon": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "statedir", "internal/safefile", "internal/retry"},
 		// The commands: flags, the operator's client, output.
-		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "internal/safefile"},
+		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "internal/safefile", "internal/retry"},
 		// The end-to-end tests: test files only, which run the built binary.
 		"e2e": {},
 		// The resolver alone, served for bench/dns.sh.
@@ -38,6 +38,10 @@ func TestImportDirections(t *testing.T) {
 		"internal/dockertest": {},
 		// Atomic file writes, for the host and the state directory.
 		"internal/safefile": {},
+		// A retry that honours its context, for the CLI's dial and the join.
+		"internal/retry": {},
+		// Test support: waiting for a condition with a deadline.
+		"internal/poll": {},
 	}
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...").Output()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/daemon"
+	"github.com/mesh-fleet/mesh/internal/retry"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/nats-io/nats.go"
@@ -59,14 +60,18 @@ func DialOperator(ctx context.Context, dir string) (*Operator, error) {
 			nats.NoReconnect(),
 		)
 	}
-	nc, err := connect()
 	// The bus closes a connection that arrives while it reloads its users
 	// (every enrolment and token does that); such a refusal is not an
 	// answer, so try again, briefly. A refused credential is an answer.
-	for try := 1; err != nil && try < 4 && !errors.Is(err, nats.ErrAuthorization) && !errors.Is(err, nats.ErrNoServers); try++ {
-		time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+	var nc *nats.Conn
+	err = retry.Do(ctx, 4, retry.Linear(100*time.Millisecond), func() error {
+		var err error
 		nc, err = connect()
-	}
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrNoServers) {
+			return retry.Final(err)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reach the mesh's bus at %s: %w (is the controller running? mesh controller --dir %s)", bus, err, dir)
 	}

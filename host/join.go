@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/internal/retry"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -56,15 +57,18 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 			nats.Timeout(10*time.Second),
 		)
 	}
-	nc, err := connect()
 	// The bus closes a connection that arrives while it reloads its users;
 	// that is not an answer, so try again, briefly. A refused credential or
 	// a root that does not match the pin is an answer.
-	for try := 1; err != nil && try < 4 && !errors.Is(err, nats.ErrAuthorization) &&
-		!errors.Is(err, nats.ErrNoServers) && !strings.Contains(err.Error(), "pin"); try++ {
-		time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+	var nc *nats.Conn
+	err = retry.Do(ctx, 4, retry.Linear(100*time.Millisecond), func() error {
+		var err error
 		nc, err = connect()
-	}
+		if err != nil && (errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrNoServers) || strings.Contains(err.Error(), "pin")) {
+			return retry.Final(err)
+		}
+		return err
+	})
 	if err != nil {
 		return joinConnectError(t, err)
 	}
