@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/miekg/dns"
 )
 
@@ -33,13 +34,13 @@ func TestForwardCachedAndExpired(t *testing.T) {
 		t.Fatalf("upstream asked %d times after cached queries, want 1", n)
 	}
 	// The TTL handed out counts down, and the answer expires.
-	eventually(t, 5*time.Second, "cached TTL never counted down below 2", func() bool {
+	poll.Until(t, 5*time.Second, "the cached TTL counted down below 2", func() (bool, string) {
 		r := ask(t, "udp", addr, "www.example.com.", dns.TypeA, 0)
-		return len(r.Answer) == 1 && r.Answer[0].Header().Ttl < 2
+		return len(r.Answer) == 1 && r.Answer[0].Header().Ttl < 2, fmt.Sprint(r.Answer)
 	})
-	eventually(t, 5*time.Second, "cached answer never expired", func() bool {
+	poll.Until(t, 5*time.Second, "the cached answer expired", func() (bool, string) {
 		ask(t, "udp", addr, "www.example.com.", dns.TypeA, 0)
-		return up.count() >= 2
+		return up.count() >= 2, fmt.Sprintf("upstream asked %d times", up.count())
 	})
 	// Another type is another entry.
 	ask(t, "udp", addr, "www.example.com.", dns.TypeTXT, 0)
@@ -100,9 +101,9 @@ func TestForwardNegativeCached(t *testing.T) {
 				t.Errorf("upstream asked %d times for 3 queries, want %d", went, want)
 			}
 			if tc.cached {
-				eventually(t, 5*time.Second, "negative answer never expired", func() bool {
+				poll.Until(t, 5*time.Second, "the negative answer expired", func() (bool, string) {
 					ask(t, "udp", addr, tc.name, dns.TypeA, 0)
-					return up.count()-before >= 2
+					return up.count()-before >= 2, fmt.Sprintf("upstream asked %d times", up.count()-before)
 				})
 			}
 		})
@@ -272,13 +273,13 @@ func TestForwardCoalesced(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, 5*time.Second, "no query reached the upstream", func() bool { return up.count() >= 1 })
+	poll.Until(t, 5*time.Second, "a query reached the upstream", func() (bool, string) { return up.count() >= 1, "none did" })
 	// Wait until the other n-1 wait on the one in flight.
-	eventually(t, 5*time.Second, "queries did not all wait on the one in flight", func() bool {
+	poll.Until(t, 5*time.Second, "every query waits on the one in flight", func() (bool, string) {
 		s.fwd.mu.Lock()
 		defer s.fwd.mu.Unlock()
 		c := s.fwd.inflight["slow.example.\x00\x01\x00\x01\x00"]
-		return len(s.fwd.inflight) == 1 && c != nil && c.waiters == n-1
+		return len(s.fwd.inflight) == 1 && c != nil && c.waiters == n-1, fmt.Sprintf("%d in flight", len(s.fwd.inflight))
 	})
 	close(release)
 	wg.Wait()

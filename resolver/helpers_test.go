@@ -151,18 +151,6 @@ func exchange(t testing.TB, network, addr string, m *dns.Msg) *dns.Msg {
 	return r
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // fakeWriter is a dns.ResponseWriter that keeps what is written.
 type fakeWriter struct {
 	remote net.Addr
