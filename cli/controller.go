@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 
 	"github.com/mesh-fleet/mesh/daemon"
@@ -68,10 +69,11 @@ Example:
 			if err != nil {
 				return fromFileHint(err, fromFile, dir)
 			}
-			if err := rebind(c, log, &addrs); err != nil {
+			held, err := rebind(c, log, &addrs)
+			if err != nil {
 				return err
 			}
-			if addrs.DNS, err = claimDNSFlag(c); err != nil {
+			if addrs.DNS, held.DNS, err = holdDNSFlag(c); err != nil {
 				return err
 			}
 			if err := absRoot(c); err != nil {
@@ -97,7 +99,7 @@ Example:
 			}
 			m, err := daemon.NewMesh(daemon.MeshConfig{
 				Dir: dir, Addrs: addrs, Advertise: advertise, Host: hostCfg, Resolver: dnsCfg,
-				StoreBusyTimeout: c.Duration("store-busy-timeout"),
+				StoreBusyTimeout: c.Duration("store-busy-timeout"), Held: held,
 			}, log)
 			if err != nil {
 				return err
@@ -114,24 +116,28 @@ Example:
 	}
 }
 
-// rebind takes --bus and --http at a controller's start: each is bound once
-// to check it (a port 0 becomes the port kept), and addrs records it.
-func rebind(c *cli.Context, log *slog.Logger, addrs *spec.Addrs) error {
+// rebind takes --bus and --http at a controller's start: each is bound to
+// check it (a port 0 becomes the port kept) and held for the daemon, and
+// addrs records it.
+func rebind(c *cli.Context, log *slog.Logger, addrs *spec.Addrs) (daemon.Held, error) {
+	var held daemon.Held
 	for _, f := range []struct {
 		flag string
 		addr *string
-	}{{"bus", &addrs.Bus}, {"http", &addrs.HTTP}} {
+		held *io.Closer
+	}{{"bus", &addrs.Bus, &held.Bus}, {"http", &addrs.HTTP, &held.HTTP}} {
 		if !c.IsSet(f.flag) {
 			continue
 		}
-		bound, err := claimPort("--"+f.flag, c.String(f.flag))
+		bound, l, err := holdPort("--"+f.flag, c.String(f.flag))
 		if err != nil {
-			return err
+			return held, err
 		}
+		*f.held = l
 		if bound != *f.addr {
 			log.Info("rebinding", "flag", "--"+f.flag, "was", *f.addr, "now", bound)
 			*f.addr = bound
 		}
 	}
-	return nil
+	return held, nil
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -131,19 +132,9 @@ func absRoot(c *cli.Context) error {
 	return nil
 }
 
-// claimPort checks that the address flag gives can be bound, and turns a
-// port 0 into a free port.
-func claimPort(flag, addr string) (string, error) {
-	bound, held, err := holdPort(flag, addr)
-	if err != nil {
-		return "", err
-	}
-	held.Close()
-	return bound, nil
-}
-
-// holdPort is claimPort that keeps the port bound until the caller closes
-// it.
+// holdPort checks that the address flag gives can be bound, turns a port
+// 0 into a free port, and keeps it bound until the caller closes it (the
+// daemon does, just before the part that binds it starts).
 func holdPort(flag, addr string) (string, net.Listener, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return "", nil, usagef("%s %q: %v (want host:port)", flag, addr, err)
@@ -155,17 +146,23 @@ func holdPort(flag, addr string) (string, net.Listener, error) {
 	return bound, l, nil
 }
 
-// claimDNSFlag checks that --dns can be bound, for UDP and TCP both, before
+// holdDNSFlag checks that --dns can be bound, for UDP and TCP both, before
 // anything is written, and turns a port 0 into a free port, so the file
-// keeps the port the machine's containers and clients use.
-func claimDNSFlag(c *cli.Context) (string, error) {
+// keeps the port the machine's containers and clients use. The port stays
+// bound until the caller closes it (the daemon does, just before the
+// resolver starts).
+func holdDNSFlag(c *cli.Context) (string, io.Closer, error) {
 	addr := c.String("dns")
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return "", usagef("--dns %q: %v (want host:port)", addr, err)
+		return "", nil, usagef("--dns %q: %v (want host:port)", addr, err)
 	}
-	bound, err := daemon.ClaimDNSPort(addr)
+	bound, held, err := daemon.HoldDNSPort(addr)
 	if err != nil {
-		return "", fmt.Errorf("--dns %s cannot be bound: %w (choose another with --dns)", addr, err)
+		return "", nil, fmt.Errorf("--dns %s cannot be bound: %w (choose another with --dns)", addr, err)
 	}
-	return bound, c.Set("dns", bound)
+	if err := c.Set("dns", bound); err != nil {
+		held.Close()
+		return "", nil, err
+	}
+	return bound, held, nil
 }

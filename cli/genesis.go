@@ -54,9 +54,8 @@ Example:
 			}
 			// Bind each address once before anything is written, so an address
 			// that cannot be bound changes nothing on disk; a port 0 becomes the
-			// port kept from then on.
-			// Each claim is held until the last is made, so that two port 0s
-			// never come back as the same port.
+			// port kept from then on. Each is held while the next are claimed,
+			// so that two port 0s never come back as the same port.
 			busAddr, busHeld, err := holdPort("--bus", c.String("bus"))
 			if err != nil {
 				return err
@@ -66,12 +65,15 @@ Example:
 				busHeld.Close()
 				return err
 			}
-			dnsAddr, err := claimDNSFlag(c)
-			busHeld.Close()
-			httpHeld.Close()
+			dnsAddr, dnsHeld, err := holdDNSFlag(c)
 			if err != nil {
+				busHeld.Close()
+				httpHeld.Close()
 				return err
 			}
+			// Held until the part that binds each starts, so that no other
+			// process takes a port meanwhile.
+			held := daemon.Held{Bus: busHeld, HTTP: httpHeld, DNS: dnsHeld}
 			if err := absRoot(c); err != nil {
 				return err
 			}
@@ -93,7 +95,7 @@ Example:
 			}
 			m, err := daemon.NewMesh(daemon.MeshConfig{
 				Dir: dir, Addrs: spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}, Advertise: advertise,
-				Host: hostCfg, Resolver: dnsCfg, StoreBusyTimeout: c.Duration("store-busy-timeout"),
+				Host: hostCfg, Resolver: dnsCfg, StoreBusyTimeout: c.Duration("store-busy-timeout"), Held: held,
 			}, log)
 			if err != nil {
 				return err

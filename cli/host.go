@@ -83,7 +83,7 @@ Examples:
 			if err != nil {
 				return fromFileHint(err, fromFile, stateDir)
 			}
-			dnsAddr, err := claimDNSFlag(c)
+			dnsAddr, dnsHeld, err := holdDNSFlag(c)
 			if err != nil {
 				return err
 			}
@@ -112,7 +112,7 @@ Examples:
 				return err
 			}
 			logChanges(log, stateDir, changes)
-			node, err := daemon.NewNode(daemon.NodeConfig{Dir: stateDir, Host: cfg, Resolver: dnsCfg}, log)
+			node, err := daemon.NewNode(daemon.NodeConfig{Dir: stateDir, Host: cfg, Resolver: dnsCfg, HeldDNS: dnsHeld}, log)
 			if err != nil {
 				return err
 			}

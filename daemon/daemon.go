@@ -10,6 +10,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 )
 
@@ -18,6 +19,7 @@ type part struct {
 	name  string
 	run   func(context.Context) error
 	ready <-chan struct{}
+	held  io.Closer // the address it binds, held until it starts; or nil
 }
 
 // runInOrder starts parts one by one, each once the one before is ready,
@@ -40,6 +42,7 @@ func runInOrder(ctx context.Context, log *slog.Logger, parts []part, started fun
 		}
 	}
 	for _, p := range parts {
+		release(p.held)
 		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan error, 1)
 		go func() {

@@ -34,6 +34,9 @@ type MeshConfig struct {
 	// StoreBusyTimeout is how long a store write waits for another
 	// writer's lock before it fails; zero is the store's default.
 	StoreBusyTimeout time.Duration
+	// Held are the bus's, the HTTP listener's and the resolver's
+	// addresses, bound by the caller to check them.
+	Held Held
 }
 
 // Mesh runs a controller's machine: store, CA, bus, resolver, controller
@@ -71,6 +74,7 @@ func (m *Mesh) Addrs() spec.Addrs { return m.addrs }
 // then stops them in reverse, the store last.
 func (m *Mesh) Run(ctx context.Context) error {
 	cfg, log := m.cfg, m.log
+	defer func() { release(cfg.Held.Bus); release(cfg.Held.HTTP); release(cfg.Held.DNS) }()
 	ctlDir := statedir.Controller(cfg.Dir)
 
 	db, err := store.OpenWith(ctx, filepath.Join(ctlDir, mesh.DBFile), store.Options{BusyTimeout: cfg.StoreBusyTimeout})
@@ -137,10 +141,10 @@ func (m *Mesh) Run(ctx context.Context) error {
 	}
 
 	parts := []part{
-		{"bus", bus.Run, bus.Ready()},
-		{"resolver", dns.Run, dns.Ready()},
-		{"controller", ctl.Run, ctl.Ready()},
-		{"host", ownHost(log, agent), agent.Ready()},
+		{"bus", bus.Run, bus.Ready(), cfg.Held.Bus},
+		{"resolver", dns.Run, dns.Ready(), cfg.Held.DNS},
+		{"controller", ctl.Run, ctl.Ready(), cfg.Held.HTTP},
+		{"host", ownHost(log, agent), agent.Ready(), nil},
 	}
 	runErr := runInOrder(ctx, log, parts, func() error {
 		addrs := cfg.Addrs

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 
 	"github.com/mesh-fleet/mesh/host"
@@ -18,6 +19,9 @@ type NodeConfig struct {
 	Dir      string      // the state directory
 	Host     host.Config // Dir and Names are set by NewNode
 	Resolver resolver.Config
+	// HeldDNS is the resolver's address, bound by the caller to check it:
+	// closed just before the resolver starts.
+	HeldDNS io.Closer
 }
 
 // Node runs a host's machine: its resolver, then its host.
@@ -25,6 +29,7 @@ type Node struct {
 	dir   string
 	log   *slog.Logger
 	dns   *resolver.Server
+	held  io.Closer
 	agent *host.Agent
 	ready chan struct{}
 }
@@ -44,7 +49,7 @@ func NewNode(cfg NodeConfig, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (join a mesh first: mesh host --dir %s --join TOKEN)", err, cfg.Dir)
 	}
-	return &Node{dir: cfg.Dir, log: log, dns: dns, agent: agent, ready: make(chan struct{})}, nil
+	return &Node{dir: cfg.Dir, log: log, dns: dns, held: cfg.HeldDNS, agent: agent, ready: make(chan struct{})}, nil
 }
 
 // Name is the node's name.
@@ -57,7 +62,8 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 // Run runs the resolver, then the host, until ctx ends or the node is
 // removed from the mesh (an error that is host.ErrRemoved).
 func (n *Node) Run(ctx context.Context) error {
-	parts := []part{{"resolver", n.dns.Run, n.dns.Ready()}, {"host", n.agent.Run, n.agent.Ready()}}
+	defer release(n.held)
+	parts := []part{{"resolver", n.dns.Run, n.dns.Ready(), n.held}, {"host", n.agent.Run, n.agent.Ready(), nil}}
 	return runInOrder(ctx, n.log, parts, func() error {
 		if err := statedir.WriteAddrs(n.dir, spec.Addrs{DNS: n.dns.Addrs()[0]}); err != nil {
 			return err
