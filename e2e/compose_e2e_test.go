@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
@@ -33,12 +32,14 @@ func keptRoster(t *testing.T, hostDir string) string {
 }
 
 func TestSettingsRoutesAndALockedStore(t *testing.T) {
+	t.Parallel()
 	rootA, rootB := t.TempDir(), t.TempDir()
-	m := newMesh(t, "--root", rootA)
-	betaDir, _ := join(t, m.token(t, "beta"), "--root", rootB)
-	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
+	// A store write waits 250 ms for a lock, not 5 s: the push against a
+	// locked store below fails as it would, sooner.
+	m := newMesh(t, "--root", rootA, "--store-busy-timeout", "250ms")
+	betaDir, _ := m.join(t, "beta", "--root", rootB)
 
-	mustRun(t, "module", "register", "--dir", m.dir, "../examples/hello")
+	mustRun(t, "module", "register", "--dir", m.dir, example("hello"))
 	// A required setting left out, a setting the module does not declare:
 	// refused, naming it, as a call made wrongly (exit 2); nothing assigned.
 	if _, errOut, code := runMesh(t, "assign", "--dir", m.dir, "hello", "alpha"); code != 2 || !strings.Contains(errOut, `required setting "token" has no value`) {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,15 +23,15 @@ import (
 //	MESH_TEST_DOCKER=1 go test -run '^$' -bench RosterOnlyApply -benchtime 20x ./e2e
 func BenchmarkRosterOnlyApply(b *testing.B) {
 	cli := dockertest.Client(b)
-	r := mrand.IntN(120) + 121
-	addr := fmt.Sprintf("10.216.%d.1", r)
+	k := dockerSlot(b)
+	node, addr := fmt.Sprintf("alpha%d", k), fmt.Sprintf("10.216.%d.1", k)
 	loopbackAddress(b, addr)
-	tag := fmt.Sprintf("mesh-test/bench-%d:1", r)
+	tag := fmt.Sprintf("mesh-test/bench-%d:1", k)
 	dockertest.Build(b, cli, tag, nil)
 	archive := filepath.Join(b.TempDir(), "image.tar")
 	dockertest.Save(b, cli, tag, archive)
-	dockertest.RemoveNode(cli, "alpha")
-	b.Cleanup(func() { dockertest.RemoveNode(cli, "alpha") })
+	dockertest.RemoveNode(cli, node)
+	b.Cleanup(func() { dockertest.RemoveNode(cli, node) })
 
 	modules := b.TempDir()
 	write := func(name, manifest string) string {
@@ -55,7 +54,7 @@ func BenchmarkRosterOnlyApply(b *testing.B) {
 	filesOnly := write("files", `{"name":"files","version":"1","resources":[`+strings.Join(files, ",")+`]}`)
 	route := write("extra", `{"name":"extra","version":"1","routes":[{"name":"extra","port":9}],"resources":[]}`)
 
-	m := newMesh(b, "--root", b.TempDir(), "--address", addr, "--subnet", fmt.Sprintf("10.215.%d.0/24", r))
+	m := newMesh(b, "--node", node, "--root", b.TempDir(), "--address", addr, "--subnet", fmt.Sprintf("10.215.%d.0/24", 2*k))
 	run := func(args ...string) {
 		if _, errOut, code := runMesh(b, args...); code != 0 {
 			b.Fatalf("mesh %s: %s", strings.Join(args, " "), errOut)
@@ -65,11 +64,11 @@ func BenchmarkRosterOnlyApply(b *testing.B) {
 
 	for _, bc := range []struct{ name, module string }{{"containers=20", "twenty"}, {"files=20", "files"}} {
 		b.Run(bc.name, func(b *testing.B) {
-			run("assign", "--dir", m.dir, bc.module, "alpha")
+			run("assign", "--dir", m.dir, bc.module, node)
 			if o, code := pushJSON(b, m.dir); code != 0 || !o.OK {
 				b.Fatalf("first push: %+v", o)
 			}
-			defer run("unassign", "--dir", m.dir, bc.module, "alpha")
+			defer run("unassign", "--dir", m.dir, bc.module, node)
 			defer func() {
 				if o, code := pushJSON(b, m.dir); code != 0 {
 					b.Errorf("last push: %+v", o)
@@ -88,7 +87,7 @@ func BenchmarkRosterOnlyApply(b *testing.B) {
 				}
 				assigned = !assigned
 				b.StopTimer()
-				run(verb, "--dir", m.dir, "extra", "alpha")
+				run(verb, "--dir", m.dir, "extra", node)
 				b.StartTimer()
 				began := time.Now()
 				o, code := pushJSON(b, m.dir)
@@ -101,9 +100,9 @@ func BenchmarkRosterOnlyApply(b *testing.B) {
 				apply = append(apply, rep.ApplyMicros)
 			}
 			b.StopTimer()
-			events = len(engineEvents(b, cli, since, "alpha"))
+			events = len(engineEvents(b, cli, since, node))
 			if assigned {
-				run("unassign", "--dir", m.dir, "extra", "alpha")
+				run("unassign", "--dir", m.dir, "extra", node)
 			}
 			slices.Sort(apply)
 			slices.Sort(push)

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -12,119 +10,55 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/spec"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
-
-	"github.com/mesh-fleet/mesh/spec"
 )
-
-// lastResult is the result named name in node's last report, and the
-// report; ok is false while there is none.
-func lastResult(t *testing.T, dir, node, name string) (spec.ResourceResult, *spec.Report, bool) {
-	t.Helper()
-	r := nodeShow(t, dir, node).LastReport
-	if r == nil {
-		return spec.ResourceResult{}, nil, false
-	}
-	for _, res := range r.Results {
-		if res.Name == name {
-			return res, r, true
-		}
-	}
-	return spec.ResourceResult{}, r, false
-}
-
-// webImage is the web example's image, as the module in webDir names it.
-func webImage(t *testing.T, webDir string) string {
-	t.Helper()
-	var web struct {
-		Resources []struct {
-			Container *struct {
-				Image string `json:"image"`
-			} `json:"container"`
-		} `json:"resources"`
-	}
-	body, err := os.ReadFile(filepath.Join(webDir, "module.json"))
-	if err == nil {
-		err = json.Unmarshal(body, &web)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range web.Resources {
-		if r.Container != nil {
-			return r.Container.Image
-		}
-	}
-	t.Fatalf("the module in %s declares no container", webDir)
-	return ""
-}
-
-// webImageModule is a module called name whose containers (the JSON of
-// each, without its image and archive) run the web example's image, its
-// archive copied.
-func webImageModule(t *testing.T, webDir, name string, containers ...string) string {
-	t.Helper()
-	image := webImage(t, webDir)
-	dir := filepath.Join(t.TempDir(), name)
-	os.MkdirAll(dir, 0o755)
-	archive, err := os.ReadFile(filepath.Join(webDir, "web.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(dir, "image.tar"), archive, 0o644)
-	var resources []string
-	for _, c := range containers {
-		resources = append(resources, fmt.Sprintf(`{"container":{"image":%q,"archive":"image.tar",%s}}`, image, c))
-	}
-	manifest := fmt.Sprintf(`{"name":%q,"version":"1","resources":[%s]}`, name, strings.Join(resources, ","))
-	os.WriteFile(filepath.Join(dir, "module.json"), []byte(manifest), 0o644)
-	return dir
-}
 
 // TestContainerStopsAreReportedWithinSeconds: alpha reconciles every 5
 // minutes, so only the engine's events can explain what follows. A
 // container stopped by hand runs again and the report saying so reaches the
 // controller within seconds; it does again after alpha's engine went away
-// and came back (the event stream follows the engine again). A container
-// that exits as soon as it starts is a failure status shows. And however
-// many containers die, alpha makes no more passes (nor reports) than the
-// rate limit lets through.
+// and came back (the event stream follows the engine again).
 func TestContainerStopsAreReportedWithinSeconds(t *testing.T) {
+	t.Parallel()
 	// alpha reaches the engine through a proxy the test stops and starts:
 	// an engine restart that touches no other test's.
 	p := &engineProxy{sock: filepath.Join(t.TempDir(), "engine.sock")}
 	p.start(t)
 	t.Cleanup(p.stop)
-	m := newContainerMesh(t, "--reconcile", "5m", "--docker", "unix://"+p.sock, "--log-level", "debug")
+	m := newContainerNode(t, "--reconcile", "5m", "--docker", "unix://"+p.sock)
 	mustRun(t, "module", "register", "--dir", m.dir, m.webDir)
-	mustRun(t, "assign", "--dir", m.dir, "web", "alpha")
+	mustRun(t, "assign", "--dir", m.dir, "web", m.a)
 	push(t, m.dir)
-	webID := m.id(t, "alpha", "web")
+	webID := m.id(t, m.a, "web")
 
 	const web = "web:container:web"
 	stopByHand := func(what string) {
 		t.Helper()
 		stopped := time.Now()
-		timeout := 5
+		// httpd ignores SIGTERM as the container's first process: killed
+		// a second later.
+		timeout := 1
 		if _, err := m.cli.ContainerStop(context.Background(), webID, client.ContainerStopOptions{Timeout: &timeout}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 20*time.Second, what+": alpha reported web started again", func() (bool, string) {
-			res, r, ok := lastResult(t, m.dir, "alpha", web)
+		poll.Until(t, 20*time.Second, what+": alpha reported web started again", func() (bool, string) {
+			res, r, ok := lastResult(t, m.dir, m.a, web)
 			if !ok || r.Time.Before(stopped) {
 				return false, fmt.Sprintf("last report %+v", r)
 			}
 			return res.Outcome == spec.Changed && strings.Contains(res.Note, "started again: it had exited with code"), fmt.Sprintf("%+v", res)
 		})
-		if got, _ := m.container(t, "alpha", "web"); !got.Container.State.Running || got.Container.ID != webID {
+		if got, _ := m.container(t, m.a, "web"); !got.Container.State.Running || got.Container.ID != webID {
 			t.Fatalf("%s: alpha's web is running %v, the same container %v", what, got.Container.State.Running, got.Container.ID == webID)
 		}
 	}
 	stopByHand("stopped by hand")
 	// status tells it, and it is no problem: web runs again.
 	out, _, code := runMesh(t, "status", "--dir", m.dir)
-	if code != 0 || !strings.Contains(out, "~ alpha "+web+": started again: it had exited with code") {
+	if code != 0 || !strings.Contains(out, "~ "+m.a+" "+web+": started again: it had exited with code") {
 		t.Fatalf("status after web was started again: exit %d\n%s", code, out)
 	}
 
@@ -133,21 +67,28 @@ func TestContainerStopsAreReportedWithinSeconds(t *testing.T) {
 	p.stop()
 	p.start(t)
 	stopByHand("stopped by hand after alpha's engine came back")
+}
 
-	// A container that exits as soon as it starts: alpha starts it again
-	// at most once per pass, passes come at most every 2 s, and once it
-	// stopped 3 times within 5 minutes it fails, which status shows; it is
-	// still started again, and the failure says how often it stopped.
+// TestCrashingContainerFails: a container that exits as soon as it starts:
+// alpha (reconciling every 5 minutes, so only the engine's events start
+// it) starts it again at most once per pass, passes come at most every
+// 2 s, and once it stopped 3 times within 5 minutes it fails, which status
+// shows; it is still started again, and the failure says how often it
+// stopped. alpha makes no more passes (nor reports) than the rate limit
+// lets through.
+func TestCrashingContainerFails(t *testing.T) {
+	t.Parallel()
+	m := newContainerNode(t, "--reconcile", "5m")
 	mustRun(t, "module", "register", "--dir", m.dir, webImageModule(t, m.webDir, "crash", `"name":"crash","command":["/bin/sh","-c","exit 3"],"restart":"no"`))
-	mustRun(t, "assign", "--dir", m.dir, "crash", "alpha")
+	mustRun(t, "assign", "--dir", m.dir, "crash", m.a)
 	push(t, m.dir)
 	since, reports := time.Now(), m.metric(t, "mesh_reports_total")
-	stopsSaid := regexp.MustCompile(`crash:container:crash: it keeps stopping: (\d+) times in the last 5m0s, last at \S+ with exit code 3 \(docker logs alpha-crash says why\)`)
+	stopsSaid := regexp.MustCompile(`crash:container:crash: it keeps stopping: (\d+) times in the last 5m0s, last at \S+ with exit code 3 \(docker logs ` + m.a + `-crash says why\)`)
 	var failure string
-	eventually(t, 60*time.Second, "status says alpha's crash container keeps stopping, 4 times", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "status says alpha's crash container keeps stopping, 4 times", func() (bool, string) {
 		res, code := statusJSON(t, m.dir)
 		for _, n := range res.Nodes {
-			if n.Node != "alpha" {
+			if n.Node != m.a {
 				continue
 			}
 			for _, f := range n.Failures {
@@ -164,8 +105,8 @@ func TestContainerStopsAreReportedWithinSeconds(t *testing.T) {
 	elapsed := time.Since(since)
 	reports = m.metric(t, "mesh_reports_total") - reports
 	starts := 0
-	for _, ev := range engineEvents(t, m.cli, since, "alpha") {
-		if ev == "container start alpha-crash" {
+	for _, ev := range engineEvents(t, m.cli, since, m.a) {
+		if ev == "container start "+m.a+"-crash" {
 			starts++
 		}
 	}
@@ -176,17 +117,22 @@ func TestContainerStopsAreReportedWithinSeconds(t *testing.T) {
 		t.Fatalf("in %s: alpha started its crashing container %d times and the controller received %d reports; want 3 to %d starts and at most %d reports (%s)",
 			elapsed.Round(time.Millisecond), starts, reports, limit, limit, failure)
 	}
-	mustRun(t, "unassign", "--dir", m.dir, "crash", "alpha")
-	push(t, m.dir)
+}
 
-	// A storm: containers of alpha's that nothing declares die over and
-	// over, four at a time, the test starting each again as soon as it
-	// exits. Each death asks alpha for a pass, which finds nothing to do
-	// and so costs little: unpaced, passes would come as fast as the
-	// deaths, several a second. Paced, at most one every 2 s, one more for
-	// the first, one for a pass under way when the storm began. Passes are
-	// counted in alpha's log (--log-level debug: one that changes nothing
-	// says so at debug).
+// TestContainerDeathStormIsPaced: containers of alpha's that nothing
+// declares die over and over, four at a time, the test starting each again
+// as soon as it exits. Each death asks alpha for a pass, which finds
+// nothing to do and so costs little: unpaced, passes would come as fast as
+// the deaths, several a second. Paced, at most one every 2 s, one more for
+// the first, one for a pass under way when the storm began. Passes are
+// counted in alpha's log (--log-level debug: one that changes nothing says
+// so at debug).
+func TestContainerDeathStormIsPaced(t *testing.T) {
+	t.Parallel()
+	m := newContainerNode(t, "--reconcile", "5m", "--log-level", "debug")
+	mustRun(t, "module", "register", "--dir", m.dir, fileModule(t, "motd", "/etc/motd", "hello\n"))
+	mustRun(t, "assign", "--dir", m.dir, "motd", m.a)
+	push(t, m.dir)
 	passes := func() int {
 		out := m.d.out.String()
 		return strings.Count(out, `msg="reconcile: nothing to change"`) + strings.Count(out, `msg="declaration applied" component=host seq=`)
@@ -194,8 +140,8 @@ func TestContainerStopsAreReportedWithinSeconds(t *testing.T) {
 	image := webImage(t, m.webDir)
 	var ids []string
 	for i := range 4 {
-		c, err := m.cli.ContainerCreate(context.Background(), client.ContainerCreateOptions{Name: fmt.Sprintf("alpha-storm%d", i),
-			Config: &container.Config{Image: image, Cmd: []string{"/bin/sh", "-c", "exit 0"}, Labels: map[string]string{spec.LabelNode: "alpha"}}})
+		c, err := m.cli.ContainerCreate(context.Background(), client.ContainerCreateOptions{Name: fmt.Sprintf("%s-storm%d", m.a, i),
+			Config: &container.Config{Image: image, Cmd: []string{"/bin/sh", "-c", "exit 0"}, Labels: map[string]string{spec.LabelNode: m.a}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,9 +174,9 @@ func TestContainerStopsAreReportedWithinSeconds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	elapsed = time.Since(since)
+	elapsed := time.Since(since)
 	made := passes() - before
-	limit = int(elapsed/(2*time.Second)) + 2
+	limit := int(elapsed/(2*time.Second)) + 2
 	if made > limit {
 		t.Fatalf("in %s, %d deaths made alpha make %d passes; want at most %d", elapsed.Round(time.Millisecond), len(ids)*rounds, made, limit)
 	}

@@ -14,191 +14,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
-// deadUpstream is the only upstream a test's resolver is given: a loopback
-// port nothing serves, so no test query ever leaves the machine.
-const deadUpstream = "127.0.0.1:9"
-
-// meshBin is the binary under test, built once by TestMain with the flags
-// the Makefile uses.
-var meshBin string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "mesh-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	meshBin = filepath.Join(dir, "mesh")
-	build := exec.Command("go", "build", "-trimpath", "-o", meshBin, "..")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build mesh:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// daemon is a mesh process (genesis or controller) run by a test.
-type daemon struct {
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func start(t testing.TB, args ...string) *daemon {
-	t.Helper()
-	d := &daemon{cmd: exec.Command(meshBin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
-	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(func() {
-		d.cmd.Process.Kill()
-		<-d.done
-		if t.Failed() {
-			t.Logf("mesh %s output:\n%s", strings.Join(args, " "), d.out.String())
-		}
-	})
-	return d
-}
-
-// stop sends SIGTERM and waits for a clean exit.
-func (d *daemon) stop(t testing.TB) {
-	t.Helper()
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-d.done:
-		d.done <- err
-		if err != nil {
-			t.Fatalf("mesh did not exit cleanly on SIGTERM: %v\n%s", err, d.out.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("mesh did not exit within 30s of SIGTERM\n%s", d.out.String())
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	last := ""
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		last = why
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, within, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func readAddrsFile(t testing.TB, dir string) (spec.Addrs, bool) {
-	t.Helper()
-	var a spec.Addrs
-	body, err := os.ReadFile(filepath.Join(dir, "addrs.json"))
-	if err != nil {
-		return a, false
-	}
-	return a, json.Unmarshal(body, &a) == nil && a.Bus != "" && a.HTTP != ""
-}
-
-func healthy(addr string) (bool, string) {
-	resp, err := http.Get("http://" + addr + "/healthz")
-	if err != nil {
-		return false, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode == 200, fmt.Sprintf("%d %s", resp.StatusCode, body)
-}
-
-// waitReady waits for addrs.json and /healthz, and returns the addresses.
-func waitReady(t testing.TB, d *daemon, dir string) spec.Addrs {
-	t.Helper()
-	var a spec.Addrs
-	eventually(t, 30*time.Second, "addrs.json written", func() (bool, string) {
-		select {
-		case err := <-d.done:
-			d.done <- err
-			t.Fatalf("mesh exited before ready: %v\n%s", err, d.out.String())
-		default:
-		}
-		var ok bool
-		a, ok = readAddrsFile(t, dir)
-		return ok, "no addrs.json"
-	})
-	eventually(t, 30*time.Second, "/healthz ready", func() (bool, string) { return healthy(a.HTTP) })
-	return a
-}
-
-// mesh runs the CLI and returns its stdout, stderr and exit code.
-func runMesh(t testing.TB, args ...string) (string, string, int) {
-	t.Helper()
-	cmd := exec.Command(meshBin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return stdout.String(), stderr.String(), code
-}
-
-func nodeList(t testing.TB, dir string) []spec.Node {
-	t.Helper()
-	out, errOut, code := runMesh(t, "node", "list", "--dir", dir, "--json")
-	if code != 0 {
-		t.Fatalf("mesh node list: exit %d: %s", code, errOut)
-	}
-	var nodes []spec.Node
-	if err := json.Unmarshal([]byte(out), &nodes); err != nil {
-		t.Fatalf("mesh node list --json: %v\n%s", err, out)
-	}
-	return nodes
-}
-
-func genesis(t testing.TB, dir string, extra ...string) *daemon {
-	t.Helper()
-	return start(t, append([]string{"genesis", "--dir", dir, "--mesh", "test", "--node", "alpha",
-		"--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1"}, extra...)...)
-}
-
 func TestGenesisThenController(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "state")
 	d := genesis(t, dir)
 	addrs := waitReady(t, d, dir)
@@ -223,7 +47,7 @@ func TestGenesisThenController(t *testing.T) {
 	}
 
 	var first time.Time
-	eventually(t, 10*time.Second, "alpha heard", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "alpha heard", func() (bool, string) {
 		nodes := nodeList(t, dir)
 		if len(nodes) != 1 || nodes[0].Name != "alpha" {
 			return false, fmt.Sprintf("nodes %+v", nodes)
@@ -269,7 +93,7 @@ func TestGenesisThenController(t *testing.T) {
 	if addrs2.Bus != addrs.Bus {
 		t.Errorf("restarted bus on %s, want the first port %s", addrs2.Bus, addrs.Bus)
 	}
-	eventually(t, 10*time.Second, "alpha heard again", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "alpha heard again", func() (bool, string) {
 		n := nodeList(t, dir)[0]
 		return n.LastHeard != nil && n.LastHeard.After(first), fmt.Sprintf("last heard %v, first %v", n.LastHeard, first)
 	})
@@ -351,6 +175,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 }
 
 func TestGenesisOverAMeshIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "state")
 	d := genesis(t, dir)
 	waitReady(t, d, dir)
@@ -371,6 +196,7 @@ func TestGenesisOverAMeshIsRefused(t *testing.T) {
 }
 
 func TestGenesisOnAnAddressInUseChangesNothing(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -399,6 +225,7 @@ func TestGenesisOnAnAddressInUseChangesNothing(t *testing.T) {
 // TestHealthzWaitsForEveryPart: while the host is not ready (its bus
 // address points nowhere), /healthz says not ready and names it.
 func TestHealthzNamesThePartNotReady(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "state")
 	d := genesis(t, dir)
 	waitReady(t, d, dir)
@@ -418,7 +245,7 @@ func TestHealthzNamesThePartNotReady(t *testing.T) {
 
 	d2 := start(t, "controller", "--dir", dir)
 	addrs, _ := readAddrsFile(t, dir)
-	eventually(t, 30*time.Second, "/healthz answers", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "/healthz answers", func() (bool, string) {
 		ok, why := healthy(addrs.HTTP)
 		if ok {
 			t.Fatal("/healthz ready while the host cannot reach the bus")

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -37,18 +36,9 @@ func BenchmarkFleetPush(b *testing.B) {
 
 func benchFleet(b *testing.B, nodes int) {
 	dir := filepath.Join(b.TempDir(), "ctl")
-	ctl := startB(b, "genesis", "--dir", dir, "--mesh", "bench", "--node", "ctl", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0",
-		"--dns", "127.0.0.1:0", "--address", "127.0.0.1", "--root", b.TempDir(), "--log-level", "warn")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, ok := readAddrsFile(b, dir); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("the controller did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	ctl := start(b, "genesis", "--dir", dir, "--mesh", "bench", "--node", "ctl", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0",
+		"--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1", "--root", b.TempDir(), "--log-level", "warn")
+	waitReady(b, ctl, dir)
 	op, err := cli.DialOperator(context.Background(), dir)
 	if err != nil {
 		b.Fatal(err)
@@ -134,18 +124,6 @@ func benchFleet(b *testing.B, nodes int) {
 	for range nodes {
 		<-done
 	}
-}
-
-func startB(b *testing.B, args ...string) *daemon {
-	b.Helper()
-	d := &daemon{cmd: exec.Command(meshBin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
-	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
-	if err := d.cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	go func() { d.done <- d.cmd.Wait() }()
-	b.Cleanup(func() { d.cmd.Process.Kill(); <-d.done })
-	return d
 }
 
 // procKiB reads a field of /proc/PID/status, in KiB.

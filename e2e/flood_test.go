@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -36,13 +37,13 @@ func TestHeartbeatFloodDelaysNoOtherNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := time.Now()
-	eventually(t, 30*time.Second, "the flood received", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the flood received", func() (bool, string) {
 		got := m.metric(t, "mesh_heartbeats_total") - received
 		return got >= flood, fmt.Sprintf("%d of %d", got, flood)
 	})
 	drained := time.Now()
 	t.Logf("%d heartbeats published in %s and received by %s after the first", flood, sent.Sub(began).Round(time.Millisecond), drained.Sub(began).Round(time.Millisecond))
-	eventually(t, 5*time.Second, "alpha heard after the flood", func() (bool, string) { return heardAfter(t, m.dir, "alpha", sent) })
+	poll.Until(t, 5*time.Second, "alpha heard after the flood", func() (bool, string) { return heardAfter(t, m.dir, "alpha", sent) })
 	res, clear := statusOf(t, m.dir)
 	if clear || !strings.Contains(strings.Join(res.Problems, "\n"), "beta sent") {
 		t.Fatalf("status does not name the flooding node: %v", res.Problems)

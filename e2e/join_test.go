@@ -6,105 +6,26 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
 
-// testMesh is a genesis process and its state directory.
-type testMesh struct {
-	dir   string
-	d     *daemon
-	addrs spec.Addrs
-}
-
-func newMesh(t testing.TB, extra ...string) *testMesh {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "ctl")
-	d := genesis(t, dir, extra...)
-	return &testMesh{dir: dir, d: d, addrs: waitReady(t, d, dir)}
-}
-
-func (m *testMesh) token(t *testing.T, node string, extra ...string) string {
-	t.Helper()
-	args := append([]string{"token", "create", "--dir", m.dir}, extra...)
-	out, errOut, code := runMesh(t, append(args, node)...)
-	if code != 0 {
-		t.Fatalf("mesh token create %s: exit %d: %s", node, code, errOut)
-	}
-	return strings.TrimSpace(out)
-}
-
-func (m *testMesh) nodeNames(t *testing.T) string {
-	var names []string
-	for _, n := range nodeList(t, m.dir) {
-		names = append(names, n.Name)
-	}
-	return strings.Join(names, ",")
-}
-
-func (m *testMesh) metric(t *testing.T, name string) int {
-	t.Helper()
-	resp, err := http.Get("http://" + m.addrs.HTTP + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	match := regexp.MustCompile(`(?m)^` + name + ` (\d+)$`).FindSubmatch(body)
-	if match == nil {
-		t.Fatalf("metric %s not in /metrics", name)
-	}
-	n, _ := strconv.Atoi(string(match[1]))
-	return n
-}
-
-// join runs a second host as its own process with its own --dir.
-// It returns once the host runs (its addrs.json is written after every
-// part is ready).
-func join(t *testing.T, token string, extra ...string) (string, *daemon) {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "host")
-	d := start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream}, extra...)...)
-	eventually(t, 30*time.Second, "the joined host running", func() (bool, string) {
-		select {
-		case err := <-d.done:
-			d.done <- err
-			t.Fatalf("mesh host exited: %v\n%s", err, d.out.String())
-		default:
-		}
-		_, err := os.Stat(filepath.Join(dir, "addrs.json"))
-		return err == nil, fmt.Sprint(err)
-	})
-	return dir, d
-}
-
-func heardAfter(t *testing.T, dir, node string, after time.Time) (bool, string) {
-	for _, n := range nodeList(t, dir) {
-		if n.Name == node {
-			return n.LastHeard != nil && n.LastHeard.After(after), fmt.Sprintf("%s last heard %v", node, n.LastHeard)
-		}
-	}
-	return false, node + " not listed"
-}
-
 func TestJoin(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	tok := m.token(t, "beta")
 	hostDir, h := join(t, tok)
 
-	eventually(t, 20*time.Second, "both nodes listed and heard", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "both nodes listed and heard", func() (bool, string) {
 		nodes := nodeList(t, m.dir)
 		if len(nodes) != 2 {
 			return false, fmt.Sprintf("%d nodes", len(nodes))
@@ -145,7 +66,7 @@ func TestJoin(t *testing.T) {
 	stopped := time.Now()
 	d2 := start(t, "controller", "--dir", m.dir)
 	waitReady(t, d2, m.dir)
-	eventually(t, 30*time.Second, "beta heard again after the controller restarted", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta heard again after the controller restarted", func() (bool, string) {
 		return heardAfter(t, m.dir, "beta", stopped)
 	})
 	h.stop(t)
@@ -172,11 +93,12 @@ func reencode(t *testing.T, tok string, change func(*spec.Token)) string {
 }
 
 func TestBadTokensAreRefusedAndLeaveNothing(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 
 	joined := func(tok string) {
 		dir, h := join(t, tok)
-		eventually(t, 20*time.Second, "joined", func() (bool, string) {
+		poll.Until(t, 20*time.Second, "joined", func() (bool, string) {
 			_, err := os.Stat(filepath.Join(dir, "host", "state.json"))
 			return err == nil, fmt.Sprint(err)
 		})
@@ -296,9 +218,10 @@ func wantViolation(t *testing.T, errs chan error, what string) {
 // TestNodeTouchesOnlyItsOwnSubjects holds invariant 10 with alpha's own
 // credential.
 func TestNodeTouchesOnlyItsOwnSubjects(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	betaDir, h := join(t, m.token(t, "beta"))
-	eventually(t, 20*time.Second, "beta joined", func() (bool, string) { return m.nodeNames(t) == "alpha,beta", m.nodeNames(t) })
+	poll.Until(t, 20*time.Second, "beta joined", func() (bool, string) { return m.nodeNames(t) == "alpha,beta", m.nodeNames(t) })
 	h.stop(t)
 
 	nc, errs, err := nodeConn(t, m, m.dir)
@@ -376,6 +299,7 @@ func TestNodeTouchesOnlyItsOwnSubjects(t *testing.T) {
 // TestTokenCredentialIsInForceWhenPrinted holds invariant 9: the moment
 // token create returns, the token's enrolment user can connect.
 func TestTokenCredentialIsInForceWhenPrinted(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	for i := range 5 {
 		tok := mustParse(t, m.token(t, fmt.Sprintf("n%d", i)))
@@ -396,6 +320,7 @@ func TestTokenCredentialIsInForceWhenPrinted(t *testing.T) {
 // TestForeignProtocolIsShownAsSuch: a host speaking a protocol this
 // controller does not is shown as such, not as broken or unheard.
 func TestForeignProtocolIsShownAsSuch(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	nc, _, err := nodeConn(t, m, m.dir)
 	if err != nil {
@@ -406,7 +331,7 @@ func TestForeignProtocolIsShownAsSuch(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc.Flush()
-	eventually(t, 10*time.Second, "the foreign protocol shown", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the foreign protocol shown", func() (bool, string) {
 		out, _, _ := runMesh(t, "node", "show", "--dir", m.dir, "alpha")
 		return strings.Contains(out, fmt.Sprintf("%d (not spoken by this controller, which speaks %d)", spec.Protocol+98, spec.Protocol)) &&
 			strings.Contains(out, "ago ("), out

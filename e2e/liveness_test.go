@@ -1,25 +1,14 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 )
-
-// statusJSON is mesh status --json and its exit code.
-func statusJSON(t *testing.T, dir string) (spec.StatusResult, int) {
-	t.Helper()
-	out, errOut, code := runMesh(t, "status", "--dir", dir, "--json")
-	var res spec.StatusResult
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		t.Fatalf("mesh status --json: exit %d: %v\n%s%s", code, err, out, errOut)
-	}
-	return res, code
-}
 
 // TestKilledHostIsSilentWithinSeconds: a host beating every second that is
 // killed (kill -9, so it says nothing on its way out) takes the all-clear
@@ -30,7 +19,7 @@ func TestKilledHostIsSilentWithinSeconds(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	_, h := join(t, m.token(t, "beta"), "--heartbeat", "1s")
-	eventually(t, 20*time.Second, "the mesh all clear with beta heard", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the mesh all clear with beta heard", func() (bool, string) {
 		res, code := statusJSON(t, m.dir)
 		return code == 0 && res.AllClear && len(res.Nodes) == 2, fmt.Sprintf("exit %d, problems %q", code, res.Problems)
 	})
@@ -44,7 +33,7 @@ func TestKilledHostIsSilentWithinSeconds(t *testing.T) {
 	// The poll's deadline is no timing claim: the rule makes beta silent
 	// 3 s after its last heartbeat at most; 10 s leaves room for a loaded
 	// machine, and stays well short of the old 30 s window.
-	eventually(t, 10*time.Second, "mesh status no longer all clear, beta silent", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "mesh status no longer all clear, beta silent", func() (bool, string) {
 		res, code := statusJSON(t, m.dir)
 		var beta spec.NodeStatus
 		for _, n := range res.Nodes {

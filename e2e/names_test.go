@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/miekg/dns"
 )
 
@@ -33,35 +32,21 @@ func answers(r *dns.Msg) string {
 	return strings.Join(out, ",")
 }
 
-func dnsAddr(t *testing.T, dir string) string {
-	t.Helper()
-	body, err := os.ReadFile(filepath.Join(dir, "addrs.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var a spec.Addrs
-	json.Unmarshal(body, &a)
-	if a.DNS == "" {
-		t.Fatalf("%s/addrs.json names no resolver: %s", dir, body)
-	}
-	return a.DNS
-}
-
 // TestRouteAddedOnAResolvesOnB: after a push that adds a route on node
 // alpha, node beta's resolver answers it, and the public name it serves;
 // a name nothing serves is NXDOMAIN, never an invented alias.
 func TestRouteAddedOnAResolvesOnB(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t, "--root", t.TempDir())
-	betaDir, _ := join(t, m.token(t, "beta"), "--root", t.TempDir())
-	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
+	betaDir, _ := m.join(t, "beta", "--root", t.TempDir())
 	var betaDNS string
-	eventually(t, 10*time.Second, "beta's resolver address", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "beta's resolver address", func() (bool, string) {
 		_, err := os.Stat(filepath.Join(betaDir, "addrs.json"))
 		return err == nil, fmt.Sprint(err)
 	})
 	betaDNS = dnsAddr(t, betaDir)
 
-	mustRun(t, "module", "register", "--dir", m.dir, "../examples/hello")
+	mustRun(t, "module", "register", "--dir", m.dir, example("hello"))
 	if r, err := ask(t, betaDNS, "hello.alpha.internal", dns.TypeA); err != nil || r.Rcode != dns.RcodeNameError {
 		t.Fatalf("before the push: %v %v, want NXDOMAIN", r, err)
 	}
@@ -98,7 +83,7 @@ func TestRouteAddedOnAResolvesOnB(t *testing.T) {
 
 	// A module without routes changes alpha's declaration alone; the same
 	// assignment again changes none; unassigning hello changes every one.
-	mustRun(t, "module", "register", "--dir", m.dir, "../examples/motd")
+	mustRun(t, "module", "register", "--dir", m.dir, example("motd"))
 	for _, tc := range []struct {
 		args []string
 		want string

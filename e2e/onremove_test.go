@@ -17,6 +17,7 @@ import (
 // the kept one with a note, and status is all clear. An on_remove that is
 // neither is refused at register, naming both.
 func TestUnassignedDirectoryKeepsOrDeletes(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	m := newMesh(t, "--root", root)
 	cat := t.TempDir()

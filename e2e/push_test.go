@@ -10,48 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mesh-fleet/mesh/cli"
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
-// pushJSON runs mesh push --json and decodes what it printed.
-func pushJSON(t testing.TB, dir string, args ...string) (cli.PushOutcome, int) {
-	t.Helper()
-	out, errOut, code := runMesh(t, append([]string{"push", "--dir", dir, "--json", "--wait", "20s"}, args...)...)
-	var o cli.PushOutcome
-	if err := json.Unmarshal([]byte(out), &o); err != nil {
-		t.Fatalf("mesh push --json: %v\nstdout %s\nstderr %s", err, out, errOut)
-	}
-	return o, code
-}
-
-func outcomes(o cli.PushOutcome) map[string]map[string]string {
-	m := map[string]map[string]string{}
-	for _, n := range o.Nodes {
-		m[n.Node] = map[string]string{}
-		if n.Report != nil {
-			for _, r := range n.Report.Results {
-				m[n.Node][r.Name] = r.Outcome
-			}
-		}
-	}
-	return m
-}
-
-func mustRun(t testing.TB, args ...string) string {
-	t.Helper()
-	out, errOut, code := runMesh(t, args...)
-	if code != 0 {
-		t.Fatalf("mesh %s: exit %d: %s", strings.Join(args, " "), code, errOut)
-	}
-	return out
-}
-
 func TestPushApplyAndRemove(t *testing.T) {
+	t.Parallel()
 	rootA, rootB := t.TempDir(), t.TempDir()
-	m := newMesh(t, "--root", rootA, "--reconcile", "300ms")
-	_, beta := join(t, m.token(t, "beta"), "--root", rootB, "--reconcile", "300ms")
-	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
+	// alpha logs at debug, so that its idle reconcile passes can be
+	// counted (a pass that changes nothing says so at debug).
+	m := newMesh(t, "--root", rootA, "--reconcile", "300ms", "--log-level", "debug")
+	_, beta := m.join(t, "beta", "--root", rootB, "--reconcile", "300ms")
 
 	// A module whose 5 MiB file travels as a blob.
 	big := make([]byte, 5<<20)
@@ -61,7 +30,7 @@ func TestPushApplyAndRemove(t *testing.T) {
 	os.WriteFile(filepath.Join(bigDir, "big.bin"), big, 0o644)
 	os.WriteFile(filepath.Join(bigDir, "module.json"), []byte(`{"name":"big","version":"1","resources":[{"file":{"path":"/opt/big.bin","source":"big.bin","mode":"0600"}}]}`), 0o644)
 
-	mustRun(t, "module", "register", "--dir", m.dir, "../examples/motd", "../examples/webroot", "../examples/hello")
+	mustRun(t, "module", "register", "--dir", m.dir, example("motd"), example("webroot"), example("hello"))
 	mustRun(t, "module", "register", "--dir", m.dir, bigDir)
 	mustRun(t, "assign", "--dir", m.dir, "motd", "alpha")
 	mustRun(t, "assign", "--dir", m.dir, "webroot", "beta")
@@ -103,16 +72,24 @@ func TestPushApplyAndRemove(t *testing.T) {
 		}
 	}
 
-	// A reconcile pass that changes nothing says nothing above debug.
+	// A reconcile pass that changes nothing says nothing above debug: four
+	// of them, counted at debug, and not one line at info or above.
 	before := len(m.d.out.String())
-	time.Sleep(1200 * time.Millisecond) // four reconcile passes
-	if extra := m.d.out.String()[before:]; extra != "" {
-		t.Errorf("idle reconcile passes logged:\n%s", extra)
+	var idle string
+	poll.Until(t, 20*time.Second, "four idle reconcile passes on alpha", func() (bool, string) {
+		idle = m.d.out.String()[before:]
+		n := strings.Count(idle, `msg="reconcile: nothing to change" component=host`)
+		return n >= 4, fmt.Sprintf("%d so far", n)
+	})
+	for _, line := range strings.Split(strings.TrimSpace(idle), "\n") {
+		if !strings.Contains(line, " level=DEBUG ") {
+			t.Errorf("idle reconcile passes logged above debug: %s", line)
+		}
 	}
 
 	// A managed file deleted by hand is restored at reconcile, and reported.
 	os.Remove(filepath.Join(rootA, "etc/motd"))
-	eventually(t, 10*time.Second, "/etc/motd restored and reported", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "/etc/motd restored and reported", func() (bool, string) {
 		var n spec.Node
 		json.Unmarshal([]byte(mustRun(t, "node", "show", "--dir", m.dir, "--json", "alpha")), &n)
 		if n.LastReport == nil || !n.LastReport.Reconcile {
@@ -144,6 +121,7 @@ func TestPushApplyAndRemove(t *testing.T) {
 }
 
 func TestBadManifestRegistersNothing(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	cat := t.TempDir()
 	for name, manifest := range map[string]string{
@@ -166,10 +144,10 @@ func TestBadManifestRegistersNothing(t *testing.T) {
 // TestKilledMidApplyConverges: a host killed with SIGKILL in the middle of
 // an apply converges after restart, and never accepts a lower sequence.
 func TestKilledMidApplyConverges(t *testing.T) {
+	t.Parallel()
 	rootB := t.TempDir()
 	m := newMesh(t)
-	hostDir, beta := join(t, m.token(t, "beta"), "--root", rootB)
-	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
+	hostDir, beta := m.join(t, "beta", "--root", rootB)
 
 	// Many files, so that an apply takes long enough to be cut.
 	mod := t.TempDir()
@@ -188,7 +166,7 @@ func TestKilledMidApplyConverges(t *testing.T) {
 		Seq        uint64 `json:"seq"`
 		AppliedSeq uint64 `json:"applied_seq"`
 	}
-	eventually(t, 30*time.Second, "beta kept the declaration", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta kept the declaration", func() (bool, string) {
 		body, _ := os.ReadFile(statePath)
 		json.Unmarshal(body, &kept)
 		return kept.Seq == 1, fmt.Sprintf("kept %d", kept.Seq)
@@ -201,7 +179,7 @@ func TestKilledMidApplyConverges(t *testing.T) {
 
 	// Restarted, it converges on what it kept.
 	start(t, "host", "--dir", hostDir, "--root", rootB, "--heartbeat", "500ms", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream)
-	eventually(t, 60*time.Second, "beta converged", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "beta converged", func() (bool, string) {
 		entries, _ := os.ReadDir(filepath.Join(rootB, "data"))
 		body, _ := os.ReadFile(statePath)
 		json.Unmarshal(body, &kept)
@@ -217,11 +195,11 @@ func TestKilledMidApplyConverges(t *testing.T) {
 // TestDryRunMatchesPush: a dry run lists exactly what the following push
 // reports, and until that push nothing on any host changed.
 func TestDryRunMatchesPush(t *testing.T) {
+	t.Parallel()
 	rootA, rootB := t.TempDir(), t.TempDir()
 	m := newMesh(t, "--root", rootA)
-	_, _ = join(t, m.token(t, "beta"), "--root", rootB)
-	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
-	mustRun(t, "module", "register", "--dir", m.dir, "../examples/motd", "../examples/webroot", "../examples/hello")
+	_, _ = m.join(t, "beta", "--root", rootB)
+	mustRun(t, "module", "register", "--dir", m.dir, example("motd"), example("webroot"), example("hello"))
 	mustRun(t, "assign", "--dir", m.dir, "motd", "alpha")
 	mustRun(t, "assign", "--dir", m.dir, "webroot", "beta")
 	mustRun(t, "assign", "--dir", m.dir, "motd", "beta")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -43,6 +44,7 @@ func auditVerbs(t *testing.T, dir string) []string {
 // delivery subject or the operator API's node.remove are dropped: the audit
 // gains no row, /metrics counts them, the log names the first.
 func TestNodeCannotMakeTheControllerAnswerElsewhere(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	nc, _, err := nodeConn(t, m, m.dir)
 	if err != nil {
@@ -90,6 +92,7 @@ func TestNodeCannotMakeTheControllerAnswerElsewhere(t *testing.T) {
 // token's secret is refused by the bus within a second, and a connection
 // that held it is closed.
 func TestRevokedTokenIsRefusedAtConnect(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	tok := mustParse(t, m.token(t, "gamma"))
 	kp, err := nkeys.FromSeed([]byte(tok.Secret))
@@ -109,7 +112,7 @@ func TestRevokedTokenIsRefusedAtConnect(t *testing.T) {
 	if _, errOut, code := runMesh(t, "token", "revoke", "--dir", m.dir, tok.ID); code != 0 {
 		t.Fatalf("token revoke: %s", errOut)
 	}
-	eventually(t, time.Second, "the revoked token's secret refused at connect", func() (bool, string) {
+	poll.Until(t, time.Second, "the revoked token's secret refused at connect", func() (bool, string) {
 		nc, err := connect()
 		if err == nil {
 			nc.Close()
@@ -117,7 +120,7 @@ func TestRevokedTokenIsRefusedAtConnect(t *testing.T) {
 		}
 		return errors.Is(err, nats.ErrAuthorization), fmt.Sprint(err)
 	})
-	eventually(t, time.Second, "the connection that held the revoked secret closed", func() (bool, string) {
+	poll.Until(t, time.Second, "the connection that held the revoked secret closed", func() (bool, string) {
 		return held.IsClosed(), held.Status().String()
 	})
 }
@@ -127,6 +130,7 @@ func TestRevokedTokenIsRefusedAtConnect(t *testing.T) {
 // answered; every join still hears its answer, and the used token's secret
 // is refused at connect from then on.
 func TestJoinHearsItsAnswerAsTheTokenLeaves(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	for i := range 10 {
 		tok := mustParse(t, m.token(t, fmt.Sprintf("n%d", i)))

@@ -11,31 +11,6 @@ import (
 	"github.com/mesh-fleet/mesh/spec"
 )
 
-// fileModule writes a module declaring one file, and returns its directory.
-func fileModule(t *testing.T, name, path, content string) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	manifest, _ := json.Marshal(map[string]any{"name": name, "version": "1", "resources": []any{
-		map[string]any{"file": map[string]any{"path": path, "content": content, "mode": "0644"}},
-	}})
-	if err := os.WriteFile(filepath.Join(dir, "module.json"), manifest, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-func showNode(t *testing.T, dir, node string) spec.Node {
-	t.Helper()
-	var n spec.Node
-	if err := json.Unmarshal([]byte(mustRun(t, "node", "show", "--dir", dir, "--json", node)), &n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // TestRemovedNodeJoinedAgainStartsFromNothing: a machine that joins again
 // under a removed node's name, with a new directory, is delivered none of
 // the removed node's declarations: nothing is applied until a push, and the
@@ -47,8 +22,7 @@ func TestRemovedNodeJoinedAgainStartsFromNothing(t *testing.T) {
 		fileModule(t, "old", "/etc/old.conf", "password=hunter2\n"), fileModule(t, "current", "/etc/current.conf", "hello\n"))
 
 	root1 := t.TempDir()
-	join(t, m.token(t, "gamma"), "--root", root1)
-	eventually(t, 20*time.Second, "gamma heard", func() (bool, string) { return heardAfter(t, m.dir, "gamma", time.Time{}) })
+	m.join(t, "gamma", "--root", root1)
 	mustRun(t, "assign", "--dir", m.dir, "old", "gamma")
 	for i := range 2 {
 		if o, code := pushJSON(t, m.dir, "gamma"); code != 0 || !o.OK {
@@ -63,9 +37,8 @@ func TestRemovedNodeJoinedAgainStartsFromNothing(t *testing.T) {
 	}
 
 	root2 := t.TempDir()
-	dir2, _ := join(t, m.token(t, "gamma"), "--root", root2)
-	eventually(t, 20*time.Second, "the new gamma heard", func() (bool, string) { return heardAfter(t, m.dir, "gamma", time.Time{}) })
-	if n := showNode(t, m.dir, "gamma"); n.LastReport != nil || n.SentSeq != 0 || n.AppliedSeq != 0 {
+	dir2, _ := m.join(t, "gamma", "--root", root2)
+	if n := nodeShow(t, m.dir, "gamma"); n.LastReport != nil || n.SentSeq != 0 || n.AppliedSeq != 0 {
 		t.Fatalf("the new gamma before any push: sent %d, applied %d, report %+v", n.SentSeq, n.AppliedSeq, n.LastReport)
 	}
 
@@ -100,8 +73,7 @@ func TestRemovedNodeJoinedAgainStartsFromNothing(t *testing.T) {
 func TestRemovedHostExitsSayingSo(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
-	hostDir, h := join(t, m.token(t, "beta"))
-	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
+	hostDir, h := m.join(t, "beta")
 
 	// The controller's own node is refused: its host runs in the
 	// controller's process.

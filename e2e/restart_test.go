@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -11,31 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/miekg/dns"
 )
-
-// statusOf runs mesh status --json: the result and whether it exited 0.
-func statusOf(t testing.TB, dir string) (spec.StatusResult, bool) {
-	t.Helper()
-	out, errOut, code := runMesh(t, "status", "--dir", dir, "--json")
-	var res spec.StatusResult
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		t.Fatalf("mesh status --json: exit %d: %v\n%s%s", code, err, out, errOut)
-	}
-	return res, code == 0
-}
-
-// alive fails the test if d has exited.
-func (d *daemon) alive(t testing.TB) {
-	t.Helper()
-	select {
-	case err := <-d.done:
-		d.done <- err
-		t.Fatalf("mesh exited: %v\n%s", err, d.out.String())
-	default:
-	}
-}
 
 // TestDriftAtStartBeforeAnyPush is the trial run's crash: a controller
 // restarted over drift hears its own host's correcting report before any
@@ -45,7 +23,7 @@ func TestDriftAtStartBeforeAnyPush(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	m := newMesh(t, "--root", root)
-	mustRun(t, "module", "register", "--dir", m.dir, "../examples/motd")
+	mustRun(t, "module", "register", "--dir", m.dir, example("motd"))
 	mustRun(t, "assign", "--dir", m.dir, "motd", "alpha")
 	if o, code := pushJSON(t, m.dir); code != 0 || !o.OK {
 		t.Fatalf("push: exit %d %+v", code, o)
@@ -62,7 +40,7 @@ func TestDriftAtStartBeforeAnyPush(t *testing.T) {
 	}
 	d := start(t, "controller", "--dir", m.dir, "--root", root, "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream)
 	waitReady(t, d, m.dir)
-	eventually(t, 20*time.Second, "the drift corrected and reported", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the drift corrected and reported", func() (bool, string) {
 		d.alive(t)
 		got, _ := os.ReadFile(motd)
 		n := nodeShow(t, m.dir, "alpha")
@@ -84,35 +62,6 @@ func TestDriftAtStartBeforeAnyPush(t *testing.T) {
 		res, _ := statusOf(t, m.dir)
 		t.Fatalf("status after the correction is not all-clear: %+v", res)
 	}
-}
-
-// exited waits for d to exit and returns its exit code.
-func (d *daemon) exited(t testing.TB, within time.Duration) int {
-	t.Helper()
-	select {
-	case err := <-d.done:
-		d.done <- err
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(within):
-		t.Fatalf("mesh still runs after %s:\n%s", within, d.out.String())
-		return -1
-	}
-}
-
-// configOf reads D/config.yaml.
-func configOf(t testing.TB, dir string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // TestRestartKeepsHowItWasStarted: what genesis and a join were given is
@@ -160,7 +109,7 @@ func TestRestartKeepsHowItWasStarted(t *testing.T) {
 	waitReady(t, d, m.dir)
 	os.Remove(filepath.Join(betaDir, "addrs.json")) // written again once the host runs
 	beta = start(t, "host", "--dir", betaDir)
-	eventually(t, 20*time.Second, "beta running again", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "beta running again", func() (bool, string) {
 		beta.alive(t)
 		_, err := os.Stat(filepath.Join(betaDir, "addrs.json"))
 		return err == nil, fmt.Sprint(err)
@@ -173,7 +122,7 @@ func TestRestartKeepsHowItWasStarted(t *testing.T) {
 	if configOf(t, m.dir) != keptA || configOf(t, betaDir) != keptB {
 		t.Errorf("a start without flags rewrote config.yaml:\n%s\nwas\n%s", configOf(t, m.dir), keptA)
 	}
-	mustRun(t, "module", "register", "--dir", m.dir, "../examples/motd")
+	mustRun(t, "module", "register", "--dir", m.dir, example("motd"))
 	mustRun(t, "assign", "--dir", m.dir, "motd", "alpha")
 	mustRun(t, "assign", "--dir", m.dir, "motd", "beta")
 	if o, code := pushJSON(t, m.dir); code != 0 || !o.OK {
@@ -186,7 +135,7 @@ func TestRestartKeepsHowItWasStarted(t *testing.T) {
 		// Drift is corrected at the kept pace (the default is 5 minutes).
 		os.WriteFile(filepath.Join(root, "etc/motd"), []byte("drift\n"), 0o644)
 	}
-	eventually(t, 10*time.Second, "drift corrected at the kept --reconcile", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "drift corrected at the kept --reconcile", func() (bool, string) {
 		for _, root := range []string{rootA, rootB} {
 			if b, _ := os.ReadFile(filepath.Join(root, "etc/motd")); string(b) == "drift\n" {
 				return false, root + " still drifted"
@@ -270,13 +219,13 @@ func TestBusRebindAndAdvertise(t *testing.T) {
 	m.d.stop(t)
 
 	d := start(t, "controller", "--dir", m.dir, "--bus", "127.0.0.1:0", "--advertise", "192.0.2.10", "--advertise", "mesh.example.org:7422")
-	eventually(t, 20*time.Second, "addrs.json names the new bus", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "addrs.json names the new bus", func() (bool, string) {
 		d.alive(t)
 		a, _ := readAddrsFile(t, m.dir)
 		return a.Bus != m.addrs.Bus, "still " + a.Bus
 	})
 	addrs := waitReady(t, d, m.dir)
-	eventually(t, 20*time.Second, "the controller's own host heard on the new bus", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the controller's own host heard on the new bus", func() (bool, string) {
 		return heardAfter(t, m.dir, "alpha", time.Now().Add(-time.Second))
 	})
 	_, port, _ := net.SplitHostPort(addrs.Bus)
@@ -308,13 +257,14 @@ func TestBusRebindAndAdvertise(t *testing.T) {
 // replaced both containers and pointed them at a gateway where nothing
 // listened); a restart with no flags keeps the subnet and replaces nothing.
 func TestSubnetMoveUnderContainersIsRefused(t *testing.T) {
+	t.Parallel()
 	m := newContainerMesh(t)
 	mustRun(t, "module", "register", "--dir", m.dir, m.webDir)
-	mustRun(t, "assign", "--dir", m.dir, "web", "beta")
-	if got := outcomes(push(t, m.dir)); got["beta"]["web:container:web"] != spec.Created {
+	mustRun(t, "assign", "--dir", m.dir, "web", m.b)
+	if got := outcomes(push(t, m.dir)); got[m.b]["web:container:web"] != spec.Created {
 		t.Fatalf("push: %v", got)
 	}
-	webID := m.id(t, "beta", "web")
+	webID := m.id(t, m.b, "web")
 	kept := configOf(t, m.betaDir)
 	m.beta.stop(t)
 	since := time.Now()
@@ -322,7 +272,7 @@ func TestSubnetMoveUnderContainersIsRefused(t *testing.T) {
 	// 10.214/16 is no other test's.
 	refused := start(t, "host", "--dir", m.betaDir, "--subnet", "10.214.250.0/24")
 	code, errOut := refused.exited(t, 30*time.Second), refused.out.String()
-	if code == 0 || !strings.Contains(errOut, "has containers attached (beta-web)") || !strings.Contains(errOut, "nothing was changed") {
+	if code == 0 || !strings.Contains(errOut, "has containers attached ("+m.b+"-web)") || !strings.Contains(errOut, "nothing was changed") {
 		t.Fatalf("a --subnet move under a container: exit %d: %s", code, errOut)
 	}
 	if configOf(t, m.betaDir) != kept {
@@ -330,25 +280,17 @@ func TestSubnetMoveUnderContainersIsRefused(t *testing.T) {
 	}
 
 	start(t, "host", "--dir", m.betaDir)
-	eventually(t, 30*time.Second, "beta heard again", func() (bool, string) { return heardAfter(t, m.dir, "beta", since) })
+	poll.Until(t, 30*time.Second, "beta heard again", func() (bool, string) { return heardAfter(t, m.dir, m.b, since) })
 	o := push(t, m.dir)
-	if got := outcomes(o); got["beta"]["web:container:web"] != spec.Unchanged || got["beta"]["mesh:network:mesh-beta"] != spec.Unchanged {
+	if got := outcomes(o); got[m.b]["web:container:web"] != spec.Unchanged || got[m.b]["mesh:network:mesh-"+m.b] != spec.Unchanged {
 		t.Fatalf("a push after the restart with the kept subnet: %v", got)
 	}
-	if m.id(t, "beta", "web") != webID {
+	if m.id(t, m.b, "web") != webID {
 		t.Fatal("the restarts replaced beta's container")
 	}
 	if ev := m.lifecycle(t, since); len(ev) != 0 {
 		t.Fatalf("the restarts: the engine saw %v, want nothing", ev)
 	}
-}
-
-// kill9 kills d with SIGKILL and waits for it to go.
-func (d *daemon) kill9(t testing.TB) {
-	t.Helper()
-	d.cmd.Process.Kill()
-	err := <-d.done
-	d.done <- err
 }
 
 // TestRestartsOfEveryKind drives a restart of every kind (the controller,
@@ -358,9 +300,10 @@ func (d *daemon) kill9(t testing.TB) {
 // help (nothing is left sent and never applied), status ends all-clear, no
 // container was replaced, and sequence numbers only rose.
 func TestRestartsOfEveryKind(t *testing.T) {
+	t.Parallel()
 	m := newContainerMesh(t)
-	mustRun(t, "module", "register", "--dir", m.dir, m.webDir, "../examples/motd", "../examples/hello")
-	for _, node := range []string{"alpha", "beta"} {
+	mustRun(t, "module", "register", "--dir", m.dir, m.webDir, example("motd"), example("hello"))
+	for _, node := range []string{m.a, m.b} {
 		mustRun(t, "assign", "--dir", m.dir, "web", node)
 		mustRun(t, "assign", "--dir", m.dir, "motd", node)
 		mustRun(t, "assign", "--dir", m.dir, "--set", "token=r0", "hello", node)
@@ -368,8 +311,8 @@ func TestRestartsOfEveryKind(t *testing.T) {
 	if o, code := pushJSON(t, m.dir); code != 0 || !o.OK {
 		t.Fatalf("first push: exit %d %+v", code, o)
 	}
-	ids := map[string]string{"alpha": m.id(t, "alpha", "web"), "beta": m.id(t, "beta", "web")}
-	roots := map[string]string{"alpha": m.rootA, "beta": m.rootB}
+	ids := map[string]string{m.a: m.id(t, m.a, "web"), m.b: m.id(t, m.b, "web")}
+	roots := map[string]string{m.a: m.rootA, m.b: m.rootB}
 	seqs := func() map[string][2]uint64 {
 		res, _ := statusOf(t, m.dir)
 		s := map[string][2]uint64{}
@@ -425,7 +368,7 @@ func TestRestartsOfEveryKind(t *testing.T) {
 
 		// The hosts converge on what was sent without a push: nothing is
 		// left sent and never applied, nothing failed.
-		eventually(t, 60*time.Second, kind.name+": every node applied what was sent", func() (bool, string) {
+		poll.Until(t, 60*time.Second, kind.name+": every node applied what was sent", func() (bool, string) {
 			ctl.alive(t)
 			host.alive(t)
 			res, _ := statusOf(t, m.dir)
@@ -443,7 +386,7 @@ func TestRestartsOfEveryKind(t *testing.T) {
 				t.Fatalf("%s: push after the restart: exit %d %+v", kind.name, code, o)
 			}
 		}
-		eventually(t, 30*time.Second, kind.name+": all-clear", func() (bool, string) {
+		poll.Until(t, 30*time.Second, kind.name+": all-clear", func() (bool, string) {
 			res, clear := statusOf(t, m.dir)
 			return clear, fmt.Sprint(res.Problems)
 		})

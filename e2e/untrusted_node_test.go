@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -18,8 +19,7 @@ import (
 func liarMesh(t *testing.T) (*testMesh, func(subject string, v any) int) {
 	t.Helper()
 	m := newMesh(t)
-	betaDir, h := join(t, m.token(t, "beta"))
-	eventually(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
+	betaDir, h := m.join(t, "beta")
 	if o, code := pushJSON(t, m.dir); code != 0 {
 		t.Fatalf("first push: exit %d %+v", code, o)
 	}
@@ -53,9 +53,10 @@ func liarMesh(t *testing.T) (*testMesh, func(subject string, v any) int) {
 // declaration (beta's numbered after the last sent to it, not after its
 // claim), alpha applies it, and status names beta and what it claimed.
 func TestALyingNodeStopsNoPush(t *testing.T) {
+	t.Parallel()
 	m, publish := liarMesh(t)
 	publish(spec.NodeSubject("beta", spec.KindHeartbeat), spec.Heartbeat{Node: "beta", Time: time.Now(), AppliedSeq: math.MaxInt64, Protocol: spec.Protocol})
-	eventually(t, 10*time.Second, "status names beta's claim", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "status names beta's claim", func() (bool, string) {
 		st, _ := statusOf(t, m.dir)
 		return strings.Contains(strings.Join(st.Problems, "\n"), "beta reports applying declaration 9223372036854775807"), strings.Join(st.Problems, "\n")
 	})
@@ -80,7 +81,7 @@ func TestALyingNodeStopsNoPush(t *testing.T) {
 
 	// A claim past what the store keeps: the same.
 	publish(spec.NodeSubject("beta", spec.KindHeartbeat), spec.Heartbeat{Node: "beta", Time: time.Now(), AppliedSeq: math.MaxUint64, Protocol: spec.Protocol})
-	eventually(t, 10*time.Second, "status names beta's larger claim", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "status names beta's larger claim", func() (bool, string) {
 		st, _ := statusOf(t, m.dir)
 		var beta spec.NodeStatus
 		for _, n := range st.Nodes {
@@ -109,6 +110,7 @@ func TestALyingNodeStopsNoPush(t *testing.T) {
 // status from answering, each at once, with the texts cut and marked and
 // the results past the cap counted.
 func TestOversizedReportBlindsNobody(t *testing.T) {
+	t.Parallel()
 	m, publish := liarMesh(t)
 	r := spec.Report{Node: "beta", Seq: 1, Time: time.Now(), Digest: strings.Repeat(">", 10000), Results: []spec.ResourceResult{}}
 	for i := range 2000 {
@@ -119,7 +121,7 @@ func TestOversizedReportBlindsNobody(t *testing.T) {
 	sent := publish(spec.NodeSubject("beta", spec.KindReport), r)
 
 	var beta spec.Node
-	eventually(t, 20*time.Second, "node show beta shows the report", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "node show beta shows the report", func() (bool, string) {
 		out, errOut, code := runMesh(t, "node", "show", "--dir", m.dir, "--json", "beta")
 		if code != 0 {
 			t.Fatalf("mesh node show: exit %d: %s", code, errOut)

@@ -1,0 +1,493 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/cli"
+	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// The rig every end-to-end test shares: the binary, the processes it runs,
+// a mesh (genesis) and the hosts that join it, and the CLI calls that read
+// and push. Each test makes its own mesh in its own temporary directories,
+// on ports the kernel chooses, so tests run in parallel; those that use the
+// Docker engine take node names, subnets and addresses of their own
+// (rig_docker_test.go).
+
+// deadUpstream is the only upstream a test's resolver is given: a loopback
+// port nothing serves, so no test query ever leaves the machine.
+const deadUpstream = "127.0.0.1:9"
+
+// meshBin is the binary under test, built once by TestMain with the flags
+// the Makefile uses.
+var meshBin string
+
+// parallel is how many tests run at once unless -parallel says: they
+// mostly wait on processes, not on the CPU.
+const parallel = 8
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(parallel))
+	}
+	dir, err := os.MkdirTemp("", "mesh-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	meshBin = filepath.Join(dir, "mesh")
+	build := exec.Command("go", "build", "-trimpath", "-o", meshBin, "..")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build mesh:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// example is the path of the example module name.
+func example(name string) string { return filepath.Join("..", "examples", name) }
+
+// daemon is a mesh process (genesis, controller or host) run by a test.
+type daemon struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs mesh with args until the test ends; its output is logged if
+// the test failed.
+func start(t testing.TB, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{cmd: exec.Command(meshBin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		d.cmd.Process.Kill()
+		<-d.done
+		if t.Failed() {
+			t.Logf("mesh %s output:\n%s", strings.Join(args, " "), d.out.String())
+		}
+	})
+	return d
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (d *daemon) stop(t testing.TB) {
+	t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		d.done <- err
+		if err != nil {
+			t.Fatalf("mesh did not exit cleanly on SIGTERM: %v\n%s", err, d.out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("mesh did not exit within 30s of SIGTERM\n%s", d.out.String())
+	}
+}
+
+// kill9 kills d with SIGKILL and waits for it to go.
+func (d *daemon) kill9(t testing.TB) {
+	t.Helper()
+	d.cmd.Process.Kill()
+	err := <-d.done
+	d.done <- err
+}
+
+// alive fails the test if d has exited.
+func (d *daemon) alive(t testing.TB) {
+	t.Helper()
+	select {
+	case err := <-d.done:
+		d.done <- err
+		t.Fatalf("mesh exited: %v\n%s", err, d.out.String())
+	default:
+	}
+}
+
+// exited waits for d to exit and returns its exit code.
+func (d *daemon) exited(t testing.TB, within time.Duration) int {
+	t.Helper()
+	select {
+	case err := <-d.done:
+		d.done <- err
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(within):
+		t.Fatalf("mesh still runs after %s:\n%s", within, d.out.String())
+		return -1
+	}
+}
+
+// runMesh runs the CLI and returns its stdout, stderr and exit code.
+func runMesh(t testing.TB, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(meshBin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// mustRun runs the CLI, which must exit 0, and returns its stdout.
+func mustRun(t testing.TB, args ...string) string {
+	t.Helper()
+	out, errOut, code := runMesh(t, args...)
+	if code != 0 {
+		t.Fatalf("mesh %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+// testMesh is a genesis process and its state directory.
+type testMesh struct {
+	dir   string
+	node  string // the controller's own node
+	d     *daemon
+	addrs spec.Addrs
+}
+
+// genesis starts a mesh "test" whose own node is alpha, on loopback ports
+// the kernel chooses; extra flags come last, so they win (--node among
+// them).
+func genesis(t testing.TB, dir string, extra ...string) *daemon {
+	t.Helper()
+	return start(t, append([]string{"genesis", "--dir", dir, "--mesh", "test", "--node", "alpha",
+		"--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1"}, extra...)...)
+}
+
+// newMesh is genesis, ready.
+func newMesh(t testing.TB, extra ...string) *testMesh {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "ctl")
+	d := genesis(t, dir, extra...)
+	node := "alpha"
+	for i, a := range extra {
+		if a == "--node" && i+1 < len(extra) {
+			node = extra[i+1]
+		}
+	}
+	return &testMesh{dir: dir, node: node, d: d, addrs: waitReady(t, d, dir)}
+}
+
+func (m *testMesh) token(t testing.TB, node string, extra ...string) string {
+	t.Helper()
+	args := append([]string{"token", "create", "--dir", m.dir}, extra...)
+	out, errOut, code := runMesh(t, append(args, node)...)
+	if code != 0 {
+		t.Fatalf("mesh token create %s: exit %d: %s", node, code, errOut)
+	}
+	return strings.TrimSpace(out)
+}
+
+// join joins node to m as a host process of its own, and waits until the
+// controller has heard it. It returns the host's state directory.
+func (m *testMesh) join(t testing.TB, node string, extra ...string) (string, *daemon) {
+	t.Helper()
+	dir, d := join(t, m.token(t, node), extra...)
+	poll.Until(t, 20*time.Second, node+" heard", func() (bool, string) { return heardAfter(t, m.dir, node, time.Time{}) })
+	return dir, d
+}
+
+func (m *testMesh) nodeNames(t testing.TB) string {
+	var names []string
+	for _, n := range nodeList(t, m.dir) {
+		names = append(names, n.Name)
+	}
+	return strings.Join(names, ",")
+}
+
+// metric is a counter or gauge of the controller's /metrics.
+func (m *testMesh) metric(t testing.TB, name string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + m.addrs.HTTP + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	match := regexp.MustCompile(`(?m)^` + name + ` (\d+)$`).FindSubmatch(body)
+	if match == nil {
+		t.Fatalf("metric %s not in /metrics", name)
+	}
+	n, _ := strconv.Atoi(string(match[1]))
+	return n
+}
+
+// join runs a host that joins with token, as its own process with its own
+// --dir. It returns once the host runs (its addrs.json is written after
+// every part is ready).
+func join(t testing.TB, token string, extra ...string) (string, *daemon) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "host")
+	d := start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream}, extra...)...)
+	poll.Until(t, 30*time.Second, "the joined host running", func() (bool, string) {
+		select {
+		case err := <-d.done:
+			d.done <- err
+			t.Fatalf("mesh host exited: %v\n%s", err, d.out.String())
+		default:
+		}
+		_, err := os.Stat(filepath.Join(dir, "addrs.json"))
+		return err == nil, fmt.Sprint(err)
+	})
+	return dir, d
+}
+
+func readAddrsFile(t testing.TB, dir string) (spec.Addrs, bool) {
+	t.Helper()
+	var a spec.Addrs
+	body, err := os.ReadFile(filepath.Join(dir, "addrs.json"))
+	if err != nil {
+		return a, false
+	}
+	return a, json.Unmarshal(body, &a) == nil && a.Bus != "" && a.HTTP != ""
+}
+
+func healthy(addr string) (bool, string) {
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return false, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode == 200, fmt.Sprintf("%d %s", resp.StatusCode, body)
+}
+
+// waitReady waits for addrs.json and /healthz, and returns the addresses.
+func waitReady(t testing.TB, d *daemon, dir string) spec.Addrs {
+	t.Helper()
+	var a spec.Addrs
+	poll.Until(t, 30*time.Second, "addrs.json written", func() (bool, string) {
+		d.alive(t)
+		var ok bool
+		a, ok = readAddrsFile(t, dir)
+		return ok, "no addrs.json"
+	})
+	poll.Until(t, 30*time.Second, "/healthz ready", func() (bool, string) { return healthy(a.HTTP) })
+	return a
+}
+
+// dnsAddr is where the resolver of the machine kept in dir listens.
+func dnsAddr(t testing.TB, dir string) string {
+	t.Helper()
+	body, err := os.ReadFile(filepath.Join(dir, "addrs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a spec.Addrs
+	json.Unmarshal(body, &a)
+	if a.DNS == "" {
+		t.Fatalf("%s/addrs.json names no resolver: %s", dir, body)
+	}
+	return a.DNS
+}
+
+// configOf reads D/config.yaml.
+func configOf(t testing.TB, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// nodeList is mesh node list --json.
+func nodeList(t testing.TB, dir string) []spec.Node {
+	t.Helper()
+	out, errOut, code := runMesh(t, "node", "list", "--dir", dir, "--json")
+	if code != 0 {
+		t.Fatalf("mesh node list: exit %d: %s", code, errOut)
+	}
+	var nodes []spec.Node
+	if err := json.Unmarshal([]byte(out), &nodes); err != nil {
+		t.Fatalf("mesh node list --json: %v\n%s", err, out)
+	}
+	return nodes
+}
+
+// nodeShow is mesh node show --json NODE.
+func nodeShow(t testing.TB, dir, node string) spec.Node {
+	t.Helper()
+	var n spec.Node
+	out := mustRun(t, "node", "show", "--dir", dir, "--json", node)
+	if err := json.Unmarshal([]byte(out), &n); err != nil {
+		t.Fatalf("mesh node show --json: %v\n%s", err, out)
+	}
+	return n
+}
+
+// heardAfter says whether node was last heard after after.
+func heardAfter(t testing.TB, dir, node string, after time.Time) (bool, string) {
+	for _, n := range nodeList(t, dir) {
+		if n.Name == node {
+			return n.LastHeard != nil && n.LastHeard.After(after), fmt.Sprintf("%s last heard %v", node, n.LastHeard)
+		}
+	}
+	return false, node + " not listed"
+}
+
+// lastResult is the result named name in node's last report, and the
+// report; ok is false while there is none.
+func lastResult(t testing.TB, dir, node, name string) (spec.ResourceResult, *spec.Report, bool) {
+	t.Helper()
+	r := nodeShow(t, dir, node).LastReport
+	if r == nil {
+		return spec.ResourceResult{}, nil, false
+	}
+	for _, res := range r.Results {
+		if res.Name == name {
+			return res, r, true
+		}
+	}
+	return spec.ResourceResult{}, r, false
+}
+
+// statusOf is mesh status --json, and whether it exited 0 (the all-clear).
+func statusOf(t testing.TB, dir string) (spec.StatusResult, bool) {
+	t.Helper()
+	res, code := statusJSON(t, dir)
+	return res, code == 0
+}
+
+// statusJSON is mesh status --json and its exit code.
+func statusJSON(t testing.TB, dir string) (spec.StatusResult, int) {
+	t.Helper()
+	out, errOut, code := runMesh(t, "status", "--dir", dir, "--json")
+	var res spec.StatusResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("mesh status --json: exit %d: %v\n%s%s", code, err, out, errOut)
+	}
+	return res, code
+}
+
+// pushJSON runs mesh push --json and decodes what it printed.
+func pushJSON(t testing.TB, dir string, args ...string) (cli.PushOutcome, int) {
+	t.Helper()
+	out, errOut, code := runMesh(t, append([]string{"push", "--dir", dir, "--json", "--wait", "60s"}, args...)...)
+	var o cli.PushOutcome
+	if err := json.Unmarshal([]byte(out), &o); err != nil {
+		t.Fatalf("mesh push --json: %v\nstdout %s\nstderr %s", err, out, errOut)
+	}
+	return o, code
+}
+
+// push is a push that must succeed everywhere.
+func push(t testing.TB, dir string) cli.PushOutcome {
+	t.Helper()
+	o, code := pushJSON(t, dir)
+	if code != 0 || !o.OK {
+		var why []string
+		for _, n := range o.Nodes {
+			if n.Report != nil {
+				for _, r := range n.Report.Results {
+					if r.Error != "" {
+						why = append(why, n.Node+": "+r.Name+": "+r.Error)
+					}
+				}
+			}
+		}
+		t.Fatalf("push: exit %d: %+v\n%s", code, o, strings.Join(why, "\n"))
+	}
+	return o
+}
+
+// outcomes is each node's outcome of each resource in a push.
+func outcomes(o cli.PushOutcome) map[string]map[string]string {
+	m := map[string]map[string]string{}
+	for _, n := range o.Nodes {
+		m[n.Node] = map[string]string{}
+		if n.Report != nil {
+			for _, r := range n.Report.Results {
+				m[n.Node][r.Name] = r.Outcome
+			}
+		}
+	}
+	return m
+}
+
+// reportOf is node's report in a push, which must have one.
+func reportOf(t testing.TB, o cli.PushOutcome, node string) *spec.Report {
+	t.Helper()
+	for _, n := range o.Nodes {
+		if n.Node == node {
+			if n.Report == nil {
+				t.Fatalf("no report from %s: %+v", node, n)
+			}
+			return n.Report
+		}
+	}
+	t.Fatalf("%s is not in the push: %+v", node, o)
+	return nil
+}
+
+// fileModule writes a module declaring one file, and returns its directory.
+func fileModule(t testing.TB, name, path, content string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifest, _ := json.Marshal(map[string]any{"name": name, "version": "1", "resources": []any{
+		map[string]any{"file": map[string]any{"path": path, "content": content, "mode": "0644"}},
+	}})
+	if err := os.WriteFile(filepath.Join(dir, "module.json"), manifest, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
