@@ -121,6 +121,17 @@ Flags go before arguments: mesh node show --json web1.`,
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return usageError{err.Error()}
 		},
+		Flags: []cli.Flag{versionFlag()},
+		// mesh alone prints the help; mesh --version is mesh version.
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return unknownCommand(c.App, append([]string{c.App.Name}, c.Args().Slice()...))
+			}
+			if c.Bool("version") {
+				return printVersion(c.App.Writer, false)
+			}
+			return cli.ShowAppHelp(c)
+		},
 		Commands: []*cli.Command{
 			genesisCommand(),
 			controllerCommand(),
@@ -134,6 +145,7 @@ Flags go before arguments: mesh node show --json web1.`,
 			statusCommand(),
 			auditCommand(),
 			caCommand(),
+			versionCommand(),
 		},
 	}
 	for _, c := range app.Commands {

@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 
+	"github.com/mesh-fleet/mesh/spec"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -26,6 +30,21 @@ func TestCLI(t *testing.T) {
 		Dir: filepath.Join("testdata", "script"),
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("MESH_DIR", filepath.Join(env.WorkDir, "default-dir"))
+			// What mesh version must say of the binary the scripts run.
+			env.Setenv("GOVERSION", runtime.Version())
+			env.Setenv("GOOS", runtime.GOOS)
+			env.Setenv("GOARCH", runtime.GOARCH)
+			env.Setenv("PROTOCOL", strconv.Itoa(spec.Protocol))
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			body, err := os.ReadFile(self)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(body)
+			env.Setenv("MESHSHA256", hex.EncodeToString(sum[:]))
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){

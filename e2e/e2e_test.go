@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/cli"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 )
@@ -81,6 +82,11 @@ func TestGenesisThenController(t *testing.T) {
 	nodes := nodeList(t, dir)
 	if want := fileDigest(t, meshBin); nodes[0].HostVersion != want {
 		t.Errorf("host version %s, want the binary's digest %s", nodes[0].HostVersion, want)
+	}
+	// mesh version says the same digest.
+	var v cli.Version
+	if err := json.Unmarshal([]byte(mustRun(t, "version", "--json")), &v); err != nil || v.SHA256 != nodes[0].HostVersion || v.Protocol != spec.Protocol {
+		t.Errorf("mesh version --json: %+v (%v), want sha256 %s and protocol %d", v, err, nodes[0].HostVersion, spec.Protocol)
 	}
 
 	d.stop(t)
