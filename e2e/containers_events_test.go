@@ -120,7 +120,7 @@ func TestCrashingContainerFails(t *testing.T) {
 }
 
 // TestContainerDeathStormIsPaced: containers of alpha's that nothing
-// declares die over and over, four at a time, the test starting each again
+// declares die over and over, eight at a time, the test starting each again
 // as soon as it exits. Each death asks alpha for a pass, which finds
 // nothing to do and so costs little: unpaced, passes would come as fast as
 // the deaths, several a second. Paced, at most one every 2 s, one more for
@@ -139,7 +139,7 @@ func TestContainerDeathStormIsPaced(t *testing.T) {
 	}
 	image := webImage(t, m.webDir)
 	var ids []string
-	for i := range 4 {
+	for i := range 8 {
 		c, err := m.cli.ContainerCreate(context.Background(), client.ContainerCreateOptions{Name: fmt.Sprintf("%s-storm%d", m.a, i),
 			Config: &container.Config{Image: image, Cmd: []string{"/bin/sh", "-c", "exit 0"}, Labels: map[string]string{spec.LabelNode: m.a}}})
 		if err != nil {
@@ -147,7 +147,7 @@ func TestContainerDeathStormIsPaced(t *testing.T) {
 		}
 		ids = append(ids, c.ID)
 	}
-	const rounds = 6
+	const rounds = 3
 	since, before := time.Now(), passes()
 	errs := make(chan error, len(ids))
 	for _, id := range ids {

@@ -301,6 +301,30 @@ func TestSubnetMoveUnderContainersIsRefused(t *testing.T) {
 // container was replaced, and sequence numbers only rose.
 func TestRestartsOfEveryKind(t *testing.T) {
 	t.Parallel()
+	// Two meshes at once: the stops on one, the kills on the other.
+	for _, c := range []struct {
+		name   string
+		rounds []restart
+	}{
+		{"stopped", []restart{{"controller stopped", "stop", ""}, {"host stopped", "", "stop"}, {"both stopped", "stop", "stop"}}},
+		{"killed", []restart{{"controller killed", "kill", ""}, {"host killed", "", "kill"}, {"both killed", "kill", "kill"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			restartRounds(t, c.rounds)
+		})
+	}
+}
+
+// restart is how the controller and the host end in one round: "", "stop"
+// (SIGTERM) or "kill" (SIGKILL).
+type restart struct {
+	name      string
+	ctl, host string
+}
+
+// restartRounds drives rounds on a mesh of its own.
+func restartRounds(t *testing.T, rounds []restart) {
 	m := newContainerMesh(t)
 	mustRun(t, "module", "register", "--dir", m.dir, m.webDir, example("motd"), example("hello"))
 	for _, node := range []string{m.a, m.b} {
@@ -324,17 +348,7 @@ func TestRestartsOfEveryKind(t *testing.T) {
 	last := seqs()
 
 	ctl, host := m.d, m.beta
-	for round, kind := range []struct {
-		name      string
-		ctl, host string // "", "stop" or "kill"
-	}{
-		{"controller stopped", "stop", ""},
-		{"host stopped", "", "stop"},
-		{"both stopped", "stop", "stop"},
-		{"controller killed", "kill", ""},
-		{"host killed", "", "kill"},
-		{"both killed", "kill", "kill"},
-	} {
+	for round, kind := range rounds {
 		since := time.Now()
 		token := fmt.Sprintf("r%d", round+1)
 		for node, root := range roots {

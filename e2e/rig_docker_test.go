@@ -75,11 +75,59 @@ func loopbackAddress(t testing.TB, addr string) {
 	t.Cleanup(func() { exec.Command("ip", "addr", "del", addr+"/32", "dev", "lo").Run() })
 }
 
-// exampleModule copies examples/NAME into a directory of the test's, with
-// its image built under tag (FROM scratch, busybox) and saved as the
-// archive the module names.
-func exampleModule(t *testing.T, cli *client.Client, name, tag string) string {
+// sharedImage is the image every container test's modules run: busybox
+// FROM scratch, as the examples' Dockerfiles make it, with its archive.
+// It is built once in a run, the first time a test asks, under a tag of
+// the run's own; TestMain removes it. Sharing it spares the engine a build
+// and a save per test (a host finds the image there already and loads
+// nothing).
+var sharedImage struct {
+	once         sync.Once
+	tag, archive string
+	err          error
+	built        atomic.Bool
+}
+
+// image is the shared image's tag and archive, built if need be.
+func image(t testing.TB, cli *client.Client) (tag, archive string) {
 	t.Helper()
+	sharedImage.once.Do(func() {
+		sharedImage.tag = fmt.Sprintf("mesh-test/e2e-%d:1", os.Getpid())
+		sharedImage.archive = filepath.Join(binDir, "image.tar")
+		if sharedImage.err = dockertest.BuildImage(cli, sharedImage.tag, nil); sharedImage.err != nil {
+			return
+		}
+		sharedImage.built.Store(true)
+		sharedImage.err = dockertest.SaveImage(cli, sharedImage.tag, sharedImage.archive)
+	})
+	if sharedImage.err != nil {
+		t.Fatal(sharedImage.err)
+	}
+	return sharedImage.tag, sharedImage.archive
+}
+
+// removeSharedImage removes the shared image, if a test built it.
+func removeSharedImage() {
+	if !sharedImage.built.Load() {
+		return
+	}
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "remove the tests' image:", err)
+		return
+	}
+	defer cli.Close()
+	if err := dockertest.RemoveImage(cli, sharedImage.tag); err != nil {
+		fmt.Fprintln(os.Stderr, "remove the tests' image:", err)
+	}
+}
+
+// exampleModule copies examples/NAME into a directory of the test's, its
+// image the shared one, with its archive beside the manifest as the
+// module names it.
+func exampleModule(t *testing.T, cli *client.Client, name string) string {
+	t.Helper()
+	tag, archive := image(t, cli)
 	dir := filepath.Join(t.TempDir(), name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -92,8 +140,9 @@ func exampleModule(t *testing.T, cli *client.Client, name, tag string) string {
 	if err := os.WriteFile(filepath.Join(dir, "module.json"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dockertest.Build(t, cli, tag, nil)
-	dockertest.Save(t, cli, tag, filepath.Join(dir, name+".tar"))
+	if err := os.Link(archive, filepath.Join(dir, name+".tar")); err != nil {
+		t.Fatal(err)
+	}
 	return dir
 }
 
@@ -123,10 +172,10 @@ func startContainerMesh(t *testing.T, withBeta bool, alphaFlags ...string) *cont
 		nodes = append(nodes, m.b)
 	}
 	loopbackAddress(t, m.addrA)
-	m.webDir = exampleModule(t, cli, "web", fmt.Sprintf("mesh-test/web-%d:1", k))
+	m.webDir = exampleModule(t, cli, "web")
 	if withBeta {
 		loopbackAddress(t, m.addrB)
-		m.clientModDir = exampleModule(t, cli, "client", fmt.Sprintf("mesh-test/client-%d:1", k))
+		m.clientModDir = exampleModule(t, cli, "client")
 	}
 	// Removed after the hosts stop (cleanups run last first), before the
 	// images go.

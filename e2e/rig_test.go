@@ -35,8 +35,8 @@ import (
 const deadUpstream = "127.0.0.1:9"
 
 // meshBin is the binary under test, built once by TestMain with the flags
-// the Makefile uses.
-var meshBin string
+// the Makefile uses, in binDir (which the run's shared files share).
+var meshBin, binDir string
 
 // parallel is how many tests run at once unless -parallel says: they
 // mostly wait on processes, not on the CPU.
@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	meshBin = filepath.Join(dir, "mesh")
+	binDir, meshBin = dir, filepath.Join(dir, "mesh")
 	build := exec.Command("go", "build", "-trimpath", "-o", meshBin, "..")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
@@ -63,6 +63,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	removeSharedImage()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -74,13 +74,20 @@ func Client(t testing.TB) *client.Client {
 // laid out in the context and copied in one COPY, symlinks included.
 func Build(t testing.TB, cli *client.Client, tag string, files map[string]string, cmd ...string) {
 	t.Helper()
-	buildContext, err := buildContext(files, cmd)
-	if err != nil {
-		t.Fatalf("build %s: %v", tag, err)
-	}
 	// Registered first so that a build that fails half way is cleaned too.
 	t.Cleanup(func() { remove(t, cli, tag) })
+	if err := BuildImage(cli, tag, files, cmd...); err != nil {
+		t.Fatal(err)
+	}
+}
 
+// BuildImage is Build for a caller with no test, such as a TestMain that
+// builds an image every test shares: it removes nothing (RemoveImage does).
+func BuildImage(cli *client.Client, tag string, files map[string]string, cmd ...string) error {
+	buildContext, err := buildContext(files, cmd)
+	if err != nil {
+		return fmt.Errorf("build %s: %w", tag, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	res, err := cli.ImageBuild(ctx, bytes.NewReader(buildContext), client.ImageBuildOptions{
@@ -92,12 +99,13 @@ func Build(t testing.TB, cli *client.Client, tag string, files map[string]string
 		Version: build.BuilderV1,
 	})
 	if err != nil {
-		t.Fatalf("build %s: %v", tag, err)
+		return fmt.Errorf("build %s: %w", tag, err)
 	}
 	defer func() { _ = res.Body.Close() }()
 	if err := ReadStream(res.Body); err != nil {
-		t.Fatalf("build %s: %v", tag, err)
+		return fmt.Errorf("build %s: %w", tag, err)
 	}
+	return nil
 }
 
 // buildContext is the tar of a Dockerfile and the rootfs/ tree it copies.
@@ -230,31 +238,39 @@ func ReadStream(r io.Reader) error {
 // save), which ImageLoad accepts.
 func Save(t testing.TB, cli *client.Client, tag, file string) {
 	t.Helper()
+	if err := SaveImage(cli, tag, file); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SaveImage is Save for a caller with no test.
+func SaveImage(cli *client.Client, tag, file string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	rc, err := cli.ImageSave(ctx, []string{tag})
 	if err != nil {
-		t.Fatalf("save %s: %v", tag, err)
+		return fmt.Errorf("save %s: %w", tag, err)
 	}
 	defer func() { _ = rc.Close() }()
 	f, err := os.Create(file)
 	if err != nil {
-		t.Fatalf("save %s: %v", tag, err)
+		return fmt.Errorf("save %s: %w", tag, err)
 	}
 	if _, err := io.Copy(f, rc); err != nil {
 		_ = f.Close()
-		t.Fatalf("save %s to %s: %v", tag, file, err)
+		return fmt.Errorf("save %s to %s: %w", tag, file, err)
 	}
 	if err := f.Close(); err != nil {
-		t.Fatalf("save %s to %s: %v", tag, file, err)
+		return fmt.Errorf("save %s to %s: %w", tag, file, err)
 	}
+	return nil
 }
 
 // Remove removes the image tagged tag (forced, with its untagged parents);
 // one already gone is not an error.
 func Remove(t testing.TB, cli *client.Client, tag string) {
 	t.Helper()
-	if err := removeImage(cli, tag); err != nil {
+	if err := RemoveImage(cli, tag); err != nil {
 		t.Fatalf("remove image %s: %v", tag, err)
 	}
 }
@@ -262,12 +278,13 @@ func Remove(t testing.TB, cli *client.Client, tag string) {
 // remove is Remove in a cleanup, where a failure is reported, not fatal.
 func remove(t testing.TB, cli *client.Client, tag string) {
 	t.Helper()
-	if err := removeImage(cli, tag); err != nil {
+	if err := RemoveImage(cli, tag); err != nil {
 		t.Errorf("remove image %s: %v", tag, err)
 	}
 }
 
-func removeImage(cli *client.Client, tag string) error {
+// RemoveImage is Remove for a caller with no test.
+func RemoveImage(cli *client.Client, tag string) error {
 	// Not the test's context: cleanups run after it is cancelled.
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
