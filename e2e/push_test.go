@@ -90,8 +90,7 @@ func TestPushApplyAndRemove(t *testing.T) {
 	// A managed file deleted by hand is restored at reconcile, and reported.
 	os.Remove(filepath.Join(rootA, "etc/motd"))
 	poll.Until(t, 10*time.Second, "/etc/motd restored and reported", func() (bool, string) {
-		var n spec.Node
-		json.Unmarshal([]byte(mustRun(t, "node", "show", "--dir", m.dir, "--json", "alpha")), &n)
+		n := nodeShow(t, m.dir, "alpha")
 		if n.LastReport == nil || !n.LastReport.Reconcile {
 			return false, fmt.Sprintf("last report %+v", n.LastReport)
 		}

@@ -184,9 +184,10 @@ func startContainerMesh(t *testing.T, withBeta bool, alphaFlags ...string) *cont
 		t.Cleanup(func() { dockertest.RemoveNode(cli, node) })
 	}
 
-	m.testMesh = newMesh(t, append([]string{"--node", m.a, "--root", m.rootA, "--address", m.addrA, "--subnet", m.subnetA.String(), "--reconcile", "1s"}, alphaFlags...)...)
+	engine := cli.DaemonHost()
+	m.testMesh = newMesh(t, append([]string{"--node", m.a, "--docker", engine, "--root", m.rootA, "--address", m.addrA, "--subnet", m.subnetA.String(), "--reconcile", "1s"}, alphaFlags...)...)
 	if withBeta {
-		m.betaDir, m.beta = join(t, m.token(t, m.b), "--root", m.rootB, "--address", m.addrB, "--subnet", m.subnetB.String())
+		m.betaDir, m.beta = join(t, m.token(t, m.b), "--docker", engine, "--root", m.rootB, "--address", m.addrB, "--subnet", m.subnetB.String())
 	}
 	poll.Until(t, 30*time.Second, "every host reports a container engine", func() (bool, string) {
 		var have []string

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,8 +42,8 @@ const deadUpstream = "127.0.0.1:9"
 var meshBin, binDir string
 
 // parallel is how many tests run at once unless -parallel says: they
-// mostly wait on processes, not on the CPU.
-const parallel = 8
+// mostly wait on processes and the engine, not on the CPU.
+const parallel = 16
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -203,12 +206,22 @@ type testMesh struct {
 }
 
 // genesis starts a mesh "test" whose own node is alpha, on loopback ports
-// the kernel chooses; extra flags come last, so they win (--node among
-// them).
+// the kernel chooses, its host with no container engine unless extra says
+// --docker; extra flags come last, so they win (--node among them).
 func genesis(t testing.TB, dir string, extra ...string) *daemon {
 	t.Helper()
 	return start(t, append([]string{"genesis", "--dir", dir, "--mesh", "test", "--node", "alpha",
-		"--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1"}, extra...)...)
+		"--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1"},
+		noEngine(extra)...)...)
+}
+
+// noEngine is extra with --docker none first, unless extra names an
+// engine: a test that does not ask for the Docker engine never touches it.
+func noEngine(extra []string) []string {
+	if slices.Contains(extra, "--docker") {
+		return extra
+	}
+	return append([]string{"--docker", "none"}, extra...)
 }
 
 // newMesh is genesis, ready.
@@ -270,12 +283,12 @@ func (m *testMesh) metric(t testing.TB, name string) int {
 }
 
 // join runs a host that joins with token, as its own process with its own
-// --dir. It returns once the host runs (its addrs.json is written after
+// --dir, with no container engine unless extra says --docker. It returns once the host runs (its addrs.json is written after
 // every part is ready).
 func join(t testing.TB, token string, extra ...string) (string, *daemon) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "host")
-	d := start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream}, extra...)...)
+	d := start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream}, noEngine(extra)...)...)
 	poll.Until(t, 30*time.Second, "the joined host running", func() (bool, string) {
 		select {
 		case err := <-d.done:
@@ -348,29 +361,89 @@ func configOf(t testing.TB, dir string) string {
 	return string(b)
 }
 
-// nodeList is mesh node list --json.
-func nodeList(t testing.TB, dir string) []spec.Node {
+// The reads tests poll (node list, node show, status) go through the
+// operator's client in this process, over one connection per mesh, rather
+// than a mesh process each: a run makes hundreds of them, and a process
+// costs some 50 ms of CPU. They are the API calls the commands make, and
+// are audited as theirs are; the commands a test is about run the binary.
+var operators = struct {
+	sync.Mutex
+	m map[string]*cli.Operator // by state directory
+}{m: map[string]*cli.Operator{}}
+
+// call makes one operator API call to the mesh kept in dir; a connection
+// lost to a controller's restart is dialled again, once.
+func call(t testing.TB, dir, verb string, req, res any) {
 	t.Helper()
-	out, errOut, code := runMesh(t, "node", "list", "--dir", dir, "--json")
-	if code != 0 {
-		t.Fatalf("mesh node list: exit %d: %s", code, errOut)
+	for try := 0; ; try++ {
+		op, err := operator(t, dir)
+		if err == nil {
+			err = op.Call(verb, req, res)
+		}
+		var answered *spec.ReplyError
+		if err == nil {
+			return
+		}
+		if errors.As(err, &answered) || try == 1 {
+			t.Fatalf("%s to the mesh in %s: %v", verb, dir, err)
+		}
+		operators.Lock()
+		if operators.m[dir] == op {
+			delete(operators.m, dir)
+			if op != nil {
+				op.Close()
+			}
+		}
+		operators.Unlock()
 	}
-	var nodes []spec.Node
-	if err := json.Unmarshal([]byte(out), &nodes); err != nil {
-		t.Fatalf("mesh node list --json: %v\n%s", err, out)
-	}
-	return nodes
 }
 
-// nodeShow is mesh node show --json NODE.
+// operator is the rig's connection to the mesh kept in dir, dialled the
+// first time and closed when the test ends.
+func operator(t testing.TB, dir string) (*cli.Operator, error) {
+	operators.Lock()
+	defer operators.Unlock()
+	if op := operators.m[dir]; op != nil {
+		return op, nil
+	}
+	op, err := cli.DialOperator(context.Background(), dir)
+	if err != nil {
+		return nil, err
+	}
+	operators.m[dir] = op
+	t.Cleanup(func() {
+		operators.Lock()
+		defer operators.Unlock()
+		if operators.m[dir] == op {
+			delete(operators.m, dir)
+		}
+		op.Close()
+	})
+	return op, nil
+}
+
+// nodeList is what mesh node list --json says: every node, page by page.
+func nodeList(t testing.TB, dir string) []spec.Node {
+	t.Helper()
+	nodes := []spec.Node{}
+	req := spec.NodeListRequest{}
+	for {
+		var res spec.NodeListResult
+		call(t, dir, spec.VerbNodeList, req, &res)
+		nodes = append(nodes, res.Nodes...)
+		if res.Next == "" || res.Next <= req.After {
+			return nodes
+		}
+		req.After = res.Next
+	}
+}
+
+// nodeShow is what mesh node show --json NODE says.
 func nodeShow(t testing.TB, dir, node string) spec.Node {
 	t.Helper()
-	var n spec.Node
-	out := mustRun(t, "node", "show", "--dir", dir, "--json", node)
-	if err := json.Unmarshal([]byte(out), &n); err != nil {
-		t.Fatalf("mesh node show --json: %v\n%s", err, out)
-	}
-	return n
+	var res spec.NodeShowResult
+	call(t, dir, spec.VerbNodeShow, spec.NodeShowRequest{Name: node}, &res)
+	return res.Node
 }
 
 // heardAfter says whether node was last heard after after.
@@ -399,22 +472,23 @@ func lastResult(t testing.TB, dir, node, name string) (spec.ResourceResult, *spe
 	return spec.ResourceResult{}, r, false
 }
 
-// statusOf is mesh status --json, and whether it exited 0 (the all-clear).
+// statusOf is what mesh status --json says, and whether it would exit 0
+// (the all-clear).
 func statusOf(t testing.TB, dir string) (spec.StatusResult, bool) {
 	t.Helper()
-	res, code := statusJSON(t, dir)
-	return res, code == 0
+	var res spec.StatusResult
+	call(t, dir, spec.VerbStatus, spec.StatusRequest{}, &res)
+	return res, res.AllClear
 }
 
-// statusJSON is mesh status --json and its exit code.
+// statusJSON is statusOf with mesh status's exit code.
 func statusJSON(t testing.TB, dir string) (spec.StatusResult, int) {
 	t.Helper()
-	out, errOut, code := runMesh(t, "status", "--dir", dir, "--json")
-	var res spec.StatusResult
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		t.Fatalf("mesh status --json: exit %d: %v\n%s%s", code, err, out, errOut)
+	res, clear := statusOf(t, dir)
+	if clear {
+		return res, 0
 	}
-	return res, code
+	return res, 1
 }
 
 // pushJSON runs mesh push --json and decodes what it printed.
