@@ -75,7 +75,7 @@ func benchFleet(b *testing.B, nodes int) {
 		}
 		go func() { agent.Run(ctx); done <- struct{}{} }()
 		<-agent.Ready()
-		call(spec.VerbAssign, spec.AssignRequest{Module: "motd", Node: name}, &spec.Empty{})
+		call(spec.VerbAssign, spec.AssignRequest{Module: "motd", Node: name}, &spec.AssignResult{})
 	}
 
 	progress := spec.OperatorInbox + ".bench." + strconv.Itoa(nodes)
