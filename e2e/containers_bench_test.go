@@ -54,7 +54,7 @@ func BenchmarkRosterOnlyApply(b *testing.B) {
 	filesOnly := write("files", `{"name":"files","version":"1","resources":[`+strings.Join(files, ",")+`]}`)
 	route := write("extra", `{"name":"extra","version":"1","routes":[{"name":"extra","port":9}],"resources":[]}`)
 
-	m := newMesh(b, "--node", node, "--root", b.TempDir(), "--address", addr, "--subnet", fmt.Sprintf("10.215.%d.0/24", 2*k))
+	m := newMesh(b, "--node", node, "--docker", cli.DaemonHost(), "--root", b.TempDir(), "--address", addr, "--subnet", fmt.Sprintf("10.215.%d.0/24", 2*k))
 	run := func(args ...string) {
 		if _, errOut, code := runMesh(b, args...); code != 0 {
 			b.Fatalf("mesh %s: %s", strings.Join(args, " "), errOut)
