@@ -195,6 +195,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	removed, stopWatching := a.watchRemoval(nc)
 	defer stopWatching()
 	a.engine = NewEngine(a.cfg.Root, busBlobs{nc: nc, node: a.state.Node})
+	a.engine.Trust(a.state.CARoot)
 	a.engine.Panicked = a.panicked
 	a.engine.Containers(a.cfg.Docker, a.state.Node, a.state.Address, a.cfg.Subnet, a.cfg.Names)
 
@@ -221,6 +222,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		f := GatherFacts()
 		f.Node, f.Time = a.state.Node, time.Now().UTC()
 		a.engineFacts(ctx, &f)
+		f.TrustInstalled = TrustInstalled(a.cfg.Root, a.state.CARoot)
 		if err := publish(nc, spec.NodeSubject(a.state.Node, spec.KindFacts), f); err != nil {
 			a.log.Warn("facts not sent", "err", err)
 		}

@@ -80,6 +80,9 @@ type setup struct {
 	// machine's resolver serves the containers.
 	subnet netip.Prefix
 	names  Names // nil: names are not served to containers
+	// caRoot is the mesh's root (PEM) the host pinned at join, which the
+	// trust kind installs; "" until Trust names it.
+	caRoot string
 }
 
 // hostKind is how the host holds one kind of resource, registered from init in
@@ -158,6 +161,14 @@ func NewEngine(root string, blobs BlobFetcher) *Engine {
 // names are not served to containers. Every applier is made anew.
 func (e *Engine) Containers(docker *Docker, node, address string, subnet netip.Prefix, names Names) {
 	e.setup.docker, e.setup.node, e.setup.address, e.setup.subnet, e.setup.names = docker, node, address, subnet, names
+	e.makeAppliers()
+}
+
+// Trust has the engine install caRoot (PEM: the mesh's root the host
+// pinned at join) where a trust resource is declared. Every applier is made
+// anew.
+func (e *Engine) Trust(caRoot string) {
+	e.setup.caRoot = caRoot
 	e.makeAppliers()
 }
 

@@ -26,6 +26,8 @@ var manifestSeeds = []string{
 	`{"name":"x","version":"1","resources":[{"file":{"path":"/a","content":"x","size":1}}]}`,
 	`{"name":"x","version":"1","resources":[{"file":{"path":"/a","content":"x"},"directory":{"path":"/b"}}]}`,
 	`{"name":"x","version":"1","resources":[{"network":{"name":"mesh-a"}}]}`,
+	`{"name":"ca-trust","version":"1","resources":[{"trust":{"name":"mesh"}}]}`,
+	`{"name":"x","version":"1","settings":[{"name":"n","type":"string","default":"a"}],"resources":[{"trust":{"name":"${n}","extra":1}}]}`,
 }
 
 // gaps are what kind k lacks to be complete: a zero spec that Check

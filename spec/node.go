@@ -43,9 +43,13 @@ type Facts struct {
 	Capabilities []string `json:"capabilities"`
 	// Engine is the container engine's version and API ("20.10.24, API
 	// 1.41"), and Subnet the node's container network; empty without one.
-	Engine string   `json:"engine,omitempty"`
-	Subnet string   `json:"subnet,omitempty"`
-	Errors []string `json:"errors,omitempty"`
+	Engine string `json:"engine,omitempty"`
+	Subnet string `json:"subnet,omitempty"`
+	// TrustInstalled is the trust anchor that holds the mesh's root in the
+	// machine's trust store (a trust resource installs it); empty when
+	// none does.
+	TrustInstalled string   `json:"trust_installed,omitempty"`
+	Errors         []string `json:"errors,omitempty"`
 }
 
 // Node is a node as the operator API shows it.
