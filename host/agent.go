@@ -83,6 +83,9 @@ type Agent struct {
 	// the loop that applies; beatNow has one sent at once.
 	appliedSeq atomic.Uint64
 	beatNow    chan struct{}
+	// factsNow has the facts sent again at once: an apply installed or
+	// removed the mesh root in the trust store (trust_installed).
+	factsNow chan struct{}
 	// stops are what the engine's events said of the node's containers;
 	// kicks ask for a pass because of them, and recheck is the pass due
 	// when a container that keeps stopping may clear.
@@ -128,7 +131,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 29 {
 		return nil, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", cfg.Subnet)
 	}
-	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), kicks: make(chan struct{}, 1),
+	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), kicks: make(chan struct{}, 1),
 		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState}
 	a.appliedSeq.Store(st.AppliedSeq)
 	if len(st.Declaration) > 0 {
@@ -274,6 +277,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-facts.C:
 			sendFacts()
 		case <-engineFlips:
+			sendFacts()
+		case <-a.factsNow:
 			sendFacts()
 		case <-reconcile.C:
 			a.safely("reconcile", func() { a.reconcile(ctx, nc) })

@@ -355,3 +355,18 @@ func TrustInstalled(root, caRoot string) string {
 	}
 	return ""
 }
+
+// trustMoved has the facts sent again when results installed or removed a
+// trust anchor, so that trust_installed follows within seconds, not at the
+// next daily facts.
+func (a *Agent) trustMoved(results []spec.ResourceResult) {
+	for _, r := range results {
+		if r.Kind == spec.KindTrust && (r.Outcome == spec.Created || r.Outcome == spec.Changed || r.Outcome == spec.Removed) {
+			select {
+			case a.factsNow <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+}
