@@ -130,6 +130,11 @@ func printNode(w io.Writer, n spec.Node) error {
 		row("machine", orDash(f.Virtual))
 		row("uptime", (time.Duration(f.UptimeSecond) * time.Second).String())
 		row("capabilities", orDash(strings.Join(f.Capabilities, ", ")))
+		trust := "the mesh root is not installed"
+		if f.TrustInstalled != "" {
+			trust = "the mesh root is installed: " + f.TrustInstalled
+		}
+		row("trust store", trust)
 		if f.Engine != "" {
 			row("container engine", f.Engine)
 			row("container subnet", orDash(f.Subnet))
