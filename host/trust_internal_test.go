@@ -246,3 +246,21 @@ func TestTrustWithoutARoot(t *testing.T) {
 		t.Fatalf("%+v, want failed saying the host holds no root", results)
 	}
 }
+
+// TestTrustPreviewChangesNothing: a dry run says the anchor would be
+// created, writes no anchor and runs no refresh; once installed it says
+// unchanged.
+func TestTrustPreviewChangesNothing(t *testing.T) {
+	t.Parallel()
+	root := fakeStore(t, trustStores[2], "/usr/bin")
+	stub := &stubRefresh{}
+	e := trustEngine(root, stub)
+	r := []spec.Resource{trustResource("mesh")}
+	if got := e.Preview(context.Background(), r, nil); got[0].Outcome != spec.Created || len(stub.calls) != 0 || TrustInstalled(root, testRoot) != "" {
+		t.Fatalf("preview: %+v, %d refreshes, installed %q; want created and nothing done", got, len(stub.calls), TrustInstalled(root, testRoot))
+	}
+	_, record, _ := e.Apply(context.Background(), r, nil)
+	if got := e.Preview(context.Background(), r, record); got[0].Outcome != spec.Unchanged {
+		t.Errorf("preview once installed: %+v, want unchanged", got)
+	}
+}
