@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/mesh"
 	"github.com/mesh-fleet/mesh/spec"
 )
@@ -39,7 +40,7 @@ func TestTrustThroughTheMesh(t *testing.T) {
 	want := string(ca.RootPEM(auth.Root()))
 	const anchor = "/usr/local/share/ca-certificates/mesh-mesh.crt"
 
-	mustRun(t, "module", "register", "--dir", m.dir, "examples/ca-trust")
+	mustRun(t, "module", "register", "--dir", m.dir, example("ca-trust"))
 	mustRun(t, "assign", "--dir", m.dir, "ca-trust", "alpha")
 	if o, code := pushJSON(t, m.dir); code != 0 || !o.OK {
 		t.Fatalf("push: exit %d %+v", code, o)
@@ -47,7 +48,7 @@ func TestTrustThroughTheMesh(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(root, anchor)); err != nil || string(got) != want {
 		t.Fatalf("%s holds %q (%v), want the mesh root", anchor, got, err)
 	}
-	eventually(t, 20*time.Second, "the report and the facts name the anchor", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the report and the facts name the anchor", func() (bool, string) {
 		n := nodeShow(t, m.dir, "alpha")
 		note := ""
 		if n.LastReport != nil {
@@ -73,7 +74,7 @@ func TestTrustThroughTheMesh(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(root, anchor)); !os.IsNotExist(err) {
 		t.Errorf("%s after unassign: %v, want it gone", anchor, err)
 	}
-	eventually(t, 20*time.Second, "the facts say the root is not installed", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the facts say the root is not installed", func() (bool, string) {
 		n := nodeShow(t, m.dir, "alpha")
 		return n.Facts != nil && n.Facts.TrustInstalled == "", factsTrust(n)
 	})
