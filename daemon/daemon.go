@@ -1,6 +1,6 @@
 // Package daemon runs a machine's parts in a fixed order: each started
 // once the one before is ready, all stopped in reverse, the store last
-// (DESIGN.md, "Packages"). Mesh is a controller's machine (bus, resolver,
+// (docs/design.md, "Packages"). Mesh is a controller's machine (bus, resolver,
 // controller and its own host over one store); Node is any other machine
 // (resolver and host). Each is made by New, which starts nothing, and run
 // by Run, which blocks until its context ends; Ready is closed once every

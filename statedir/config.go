@@ -12,7 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// A machine keeps how it was started (DESIGN.md): genesis and a join write
+// A machine keeps how it was started (docs/design.md): genesis and a join write
 // the flags they were given, and the defaults they ran with, to
 // D/config.yaml, keyed by flag name. A later start without a flag takes it
 // from the file; a flag given at a start overrides the file, is written

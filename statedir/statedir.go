@@ -1,5 +1,5 @@
 // Package statedir reads and writes the files of a mesh's state directory
-// D (DESIGN.md, "The state directory"): D/addrs.json, D/operator.creds,
+// D (docs/design.md, "Lifecycle"): D/addrs.json, D/operator.creds,
 // D/config.yaml and D/.lock. The controller's and the host's own
 // directories under D belong to mesh and host.
 package statedir
