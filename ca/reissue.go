@@ -232,3 +232,6 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	}
 	return nil
 }
+
+// Dir is the directory the authority keeps its files in.
+func (a *Authority) Dir() string { return a.dir }

@@ -19,7 +19,13 @@ func (c *Controller) audit(ctx context.Context, verb string, data []byte, callEr
 	if callErr != nil {
 		outcome = callErr.Error()
 	}
-	e := store.AuditEntry{At: c.cfg.Now(), Operator: "operator", Verb: verb, Args: c.redact(ctx, verb, data), Outcome: outcome}
+	c.keepAudit(ctx, store.AuditEntry{At: c.cfg.Now(), Operator: "operator", Verb: verb, Args: c.redact(ctx, verb, data), Outcome: outcome})
+}
+
+// keepAudit writes e, or queues it, in order, when the store does not take
+// it now.
+func (c *Controller) keepAudit(ctx context.Context, e store.AuditEntry) {
+	verb := e.Verb
 	c.auditMu.Lock()
 	defer c.auditMu.Unlock()
 	if len(c.auditPending) == 0 {

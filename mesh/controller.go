@@ -48,6 +48,9 @@ type Config struct {
 	Node string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// CertLifetime is how long a leaf signed for a node's CSR is valid;
+	// zero means DefaultCertLifetime.
+	CertLifetime time.Duration
 	// Panics counts the panics recovered in the process (mesh_panics_total):
 	// the controller's own and, when main shares it, its host's. Nil: the
 	// controller counts its own.
@@ -97,6 +100,9 @@ type Controller struct {
 	// blobRights are the blobs each node may fetch.
 	blobRights blobRights
 
+	// caMu makes one change of the CA's domains at a time.
+	caMu sync.Mutex
+
 	verbs map[string]row // the operator API, by verb (verbs.go)
 
 	metrics metrics
@@ -129,6 +135,12 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	}
 	if cfg.Panics == nil {
 		cfg.Panics = new(atomic.Uint64)
+	}
+	if cfg.CertLifetime == 0 {
+		cfg.CertLifetime = DefaultCertLifetime
+	}
+	if cfg.CertLifetime < MinCertLifetime {
+		return nil, fmt.Errorf("certificate lifetime %s is shorter than %s: a leaf must outlive the time it takes to renew it", cfg.CertLifetime, MinCertLifetime)
 	}
 	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(), watchers: map[string][]*watcher{},
 		auditKick: make(chan struct{}, 1)}
@@ -196,6 +208,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		{spec.EnrolSubject, "enrol", c.enrolRequester(ctx), func(m *nats.Msg, r requester) { c.onEnrol(ctx, m, r) }},
 		{spec.NodeSubject("*", spec.KindReport), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onReport(ctx, m) }},
 		{spec.NodeSubject("*", spec.KindBlob), "blob", byNodeSubject, func(m *nats.Msg, r requester) { c.onBlob(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindCSR), "csr", byNodeSubject, func(m *nats.Msg, r requester) { c.onCSR(ctx, m, r) }},
 	}
 	for _, s := range subs {
 		if _, err := serving.QueueSubscribe(s.subject, s.queue, c.guardMsg(s.subject, s.who, s.handle)); err != nil {
@@ -343,4 +356,7 @@ type metrics struct {
 	// was not under the requester's own inbox.
 	repliesRefused atomic.Uint64
 	reports        atomic.Uint64
+	// certsIssued and csrRefused count nodes' CSRs signed and refused.
+	certsIssued atomic.Uint64
+	csrRefused  atomic.Uint64
 }

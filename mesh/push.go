@@ -48,13 +48,9 @@ func (c *Controller) gather(ctx context.Context) (gathered, error) {
 	if err != nil {
 		return gathered{}, err
 	}
-	mods, err := c.deps.DB.Modules(ctx)
+	modules, err := c.modulesByName(ctx)
 	if err != nil {
 		return gathered{}, err
-	}
-	modules := map[string]spec.Module{}
-	for _, m := range mods {
-		modules[m.Module.Name] = m.Module
 	}
 	g := gathered{plans: map[string]Plan{}, own: map[string]error{}, roster: spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}}}
 	for _, n := range nodes {
@@ -62,35 +58,63 @@ func (c *Controller) gather(ctx context.Context) (gathered, error) {
 			continue // leaving the mesh: in nobody's roster, sent nothing
 		}
 		g.roster.Nodes = append(g.roster.Nodes, spec.RosterNode{Name: n.Name, Address: n.Address})
-		as, err := c.deps.DB.AssignmentsOf(ctx, n.Name)
+		plan, own, err := c.composeOne(ctx, n, modules)
 		if err != nil {
-			return gathered{}, fmt.Errorf("compose node %q: %w", n.Name, err)
+			return gathered{}, err
 		}
-		in := NodeInput{Node: n.Name, Address: n.Address}
-		if n.Facts != nil {
-			in.Capabilities = n.Facts.Capabilities
-		}
-		for _, a := range as {
-			in.Assigned = append(in.Assigned, Assigned{Module: a.Module, Settings: a.Settings})
-		}
-		plan, err := ComposeNode(in, modules)
-		switch {
-		case err == nil:
+		if own != nil {
+			g.own[n.Name] = own
+		} else {
 			g.plans[n.Name] = plan
-			g.roster.Routes = append(g.roster.Routes, plan.Routes...)
-		case errors.Is(err, ErrNodeOwn):
-			g.own[n.Name] = err
-			routes, err := c.servedRoutes(ctx, n.Name)
-			if err != nil {
-				return gathered{}, err
-			}
-			g.roster.Routes = append(g.roster.Routes, routes...)
-		default:
-			return gathered{}, fmt.Errorf("compose node %q: %w", n.Name, err)
 		}
+		g.roster.Routes = append(g.roster.Routes, plan.Routes...)
 	}
 	g.roster.Sort()
 	return g, nil
+}
+
+// modulesByName is every registered module, by name.
+func (c *Controller) modulesByName(ctx context.Context) (map[string]spec.Module, error) {
+	mods, err := c.deps.DB.Modules(ctx)
+	if err != nil {
+		return nil, err
+	}
+	modules := map[string]spec.Module{}
+	for _, m := range mods {
+		modules[m.Module.Name] = m.Module
+	}
+	return modules, nil
+}
+
+// composeOne composes node n. A node whose own set does not compose
+// (ErrNodeOwn) is returned as own, with a plan holding only the routes of
+// the declaration it last received, which is what it still serves; any
+// other failure is err, naming the node and the read.
+func (c *Controller) composeOne(ctx context.Context, n store.Node, modules map[string]spec.Module) (plan Plan, own, err error) {
+	as, err := c.deps.DB.AssignmentsOf(ctx, n.Name)
+	if err != nil {
+		return Plan{}, nil, fmt.Errorf("compose node %q: %w", n.Name, err)
+	}
+	in := NodeInput{Node: n.Name, Address: n.Address}
+	if n.Facts != nil {
+		in.Capabilities = n.Facts.Capabilities
+	}
+	for _, a := range as {
+		in.Assigned = append(in.Assigned, Assigned{Module: a.Module, Settings: a.Settings})
+	}
+	plan, err = ComposeNode(in, modules)
+	switch {
+	case err == nil:
+		return plan, nil, nil
+	case errors.Is(err, ErrNodeOwn):
+		routes, rerr := c.servedRoutes(ctx, n.Name)
+		if rerr != nil {
+			return Plan{}, nil, rerr
+		}
+		return Plan{Routes: routes}, err, nil
+	default:
+		return Plan{}, nil, fmt.Errorf("compose node %q: %w", n.Name, err)
+	}
 }
 
 // servedRoutes are the routes node serves by the declaration it last

@@ -53,6 +53,14 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	if err != nil {
 		return spec.StatusResult{}, fmt.Errorf("work out what is pending: %w", err)
 	}
+	latest, err := c.deps.DB.LatestCerts(ctx)
+	if err != nil {
+		return spec.StatusResult{}, err
+	}
+	certs := map[string][]store.NameCert{}
+	for _, nc := range latest {
+		certs[nc.Cert.Node] = append(certs[nc.Cert.Node], nc)
+	}
 	res := spec.StatusResult{Time: now.UTC(), Nodes: []spec.NodeStatus{}, Versions: map[string][]string{}, Problems: []string{}}
 	problem := func(format string, args ...any) { res.Problems = append(res.Problems, fmt.Sprintf(format, args...)) }
 	for _, n := range nodes {
@@ -122,6 +130,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 			st.Pending = true
 			problem("%s has changes pending: mesh push %s", n.Name, n.Name)
 		}
+		var failures []string
 		if r, err := c.deps.DB.LastReport(ctx, n.Name); err == nil {
 			var rep spec.Report
 			if err := json.Unmarshal(r.Body, &rep); err != nil {
@@ -131,10 +140,10 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 			if rep.Refused != "" {
 				problem("%s refused declaration %d: %s", n.Name, rep.Seq, st.Refused)
 			}
-			failed := statusFailures(&st, n.Name, rep)
+			failures = failureLines(rep)
 			statusNotes(&st, n.Name, rep)
-			if failed > 0 {
-				problem("%s failed %d resource(s)", n.Name, failed)
+			if len(failures) > 0 {
+				problem("%s failed %d resource(s)", n.Name, len(failures))
 			}
 			if rep.Omitted > 0 {
 				problem("%s sent a report larger than the controller keeps: %d result(s) not kept", n.Name, rep.Omitted)
@@ -142,6 +151,13 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return spec.StatusResult{}, err
 		}
+		// Certificates it holds a name for and did not renew are failures
+		// too, listed after the resources'.
+		if due := expiringCerts(certs[n.Name], namesOf(n.Name, g.roster.RoutesOf(n.Name)), now); len(due) > 0 {
+			failures = append(failures, due...)
+			problem("%s has %d certificate(s) expiring within %s or expired, not renewed", n.Name, len(due), CertWarning)
+		}
+		st.Failures = append(st.Failures, capStatus(failures, n.Name)...)
 		if st.Held {
 			problem("%s is held%s", n.Name, reasonSuffix(n.HeldReason))
 		}
@@ -159,17 +175,16 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 // it as kept).
 func clipStatus(s string) string { return spec.Clip(s, spec.MaxStatusText) }
 
-// statusFailures lists at most spec.MaxStatusFailures of rep's failures in
-// st, the last line counting the rest, and returns how many there are.
-func statusFailures(st *spec.NodeStatus, node string, rep spec.Report) int {
+// failureLines are rep's failures as status lists them (capStatus cuts
+// them to spec.MaxStatusFailures).
+func failureLines(rep spec.Report) []string {
 	var lines []string
 	for _, rr := range rep.Results {
 		if rr.Outcome == spec.Failed {
 			lines = append(lines, clipStatus(rr.Name)+": "+clipStatus(rr.Error))
 		}
 	}
-	st.Failures = append(st.Failures, capStatus(lines, node)...)
-	return len(lines)
+	return lines
 }
 
 // statusNotes lists at most spec.MaxStatusFailures of the notes of rep's

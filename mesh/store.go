@@ -47,6 +47,12 @@ type Store interface {
 	RecordReport(ctx context.Context, r store.Report, applied bool) error
 	LastReport(ctx context.Context, node string) (store.Report, error)
 
+	AddCADomain(ctx context.Context, name string, at time.Time) error
+	CADomains(ctx context.Context) ([]store.CADomain, error)
+	RecordCert(ctx context.Context, c store.Cert) error
+	Certs(ctx context.Context, after int64, limit int) ([]store.Cert, error)
+	LatestCerts(ctx context.Context) ([]store.NameCert, error)
+
 	Audit(ctx context.Context, e store.AuditEntry) error
 	AuditSince(ctx context.Context, since time.Time, limit int) ([]store.AuditEntry, error)
 }

@@ -34,6 +34,9 @@ func (c *Controller) verbRows() []row {
 		verb(spec.VerbStatus, c.status, redactNone),
 		verb(spec.VerbAudit, c.auditLog, redactNone),
 		verb(spec.VerbCARoots, c.caRoots, redactNone),
+		verb(spec.VerbCADomainAdd, c.addCADomain, redactNone),
+		verb(spec.VerbCADomainList, c.listCADomains, redactNone),
+		verb(spec.VerbCACerts, c.listCerts, redactNone),
 	}
 }
 

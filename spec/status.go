@@ -46,9 +46,12 @@ type (
 		// Pending says what the mesh would send now differs from what it last
 		// sent (compared without the sequence and times); PendingWhy names
 		// a node-own composition failure instead.
-		Pending    bool     `json:"pending"`
-		PendingWhy string   `json:"pending_why,omitempty"`
-		Failures   []string `json:"failures"` // "resource: cause" from the last report
+		Pending    bool   `json:"pending"`
+		PendingWhy string `json:"pending_why,omitempty"`
+		// Failures are "resource: cause" from the last report, then the
+		// certificates the node holds a name for that expire within a week
+		// (or expired) and were not renewed.
+		Failures []string `json:"failures"`
 		// Notes are "resource: note" from the last report: a container
 		// started again and why it had stopped. Told, not problems.
 		Notes   []string `json:"notes,omitempty"`

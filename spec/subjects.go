@@ -20,6 +20,7 @@ const (
 	KindFacts     = "facts"
 	KindReport    = "report" // also a preview's answer, with Preview set
 	KindBlob      = "blob"
+	KindCSR       = "csr" // a certificate signing request (cert.go)
 )
 
 // APISubject is the subject an operator calls for verb.
@@ -101,6 +102,6 @@ func ControllerServePermissions() Permissions {
 		Publish: []string{"_INBOX.>", OperatorInbox + ".>"},
 		Subscribe: []string{APIPrefix + ">", EnrolSubject,
 			NodeSubject("*", KindHeartbeat), NodeSubject("*", KindFacts),
-			NodeSubject("*", KindReport), NodeSubject("*", KindBlob)},
+			NodeSubject("*", KindReport), NodeSubject("*", KindBlob), NodeSubject("*", KindCSR)},
 	}
 }

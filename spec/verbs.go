@@ -25,6 +25,9 @@ const (
 	VerbStatus         = "status"
 	VerbAudit          = "audit"
 	VerbCARoots        = "ca.roots"
+	VerbCADomainAdd    = "ca.domain.add"
+	VerbCADomainList   = "ca.domain.list"
+	VerbCACerts        = "ca.certs"
 )
 
 // Verb describes one API verb as both sides know it.
@@ -59,6 +62,9 @@ var verbs = []Verb{
 	{VerbStatus, DefaultVerbTimeout},
 	{VerbAudit, DefaultVerbTimeout},
 	{VerbCARoots, DefaultVerbTimeout},
+	{VerbCADomainAdd, DefaultVerbTimeout},
+	{VerbCADomainList, DefaultVerbTimeout},
+	{VerbCACerts, DefaultVerbTimeout},
 }
 
 // Verbs lists every API verb.

@@ -1,0 +1,210 @@
+package mesh
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// Certificate lifetimes of leaves signed for nodes.
+const (
+	DefaultCertLifetime = 30 * 24 * time.Hour
+	// MinCertLifetime is the shortest lifetime the controller takes: a
+	// test's renewals run in seconds.
+	MinCertLifetime = time.Minute
+	// CertWarning is how long before it expires a node's latest leaf for a
+	// name it holds makes status a failure: it was not renewed.
+	CertWarning = 7 * 24 * time.Hour
+)
+
+// MeshDomains are what the mesh's intermediate always permits, whatever the
+// operator declares: the mesh's own names (.internal) and the name the
+// bus's certificate carries (spec.BusTLSName), which every host verifies.
+// IP addresses are not constrained: the bus's certificate names its own.
+func MeshDomains() []string { return []string{spec.Domain, spec.BusTLSName} }
+
+// Constraints are the DNS domains the intermediate is constrained to: the
+// mesh's own and the declared ones.
+func Constraints(declared []string) []string {
+	return append(MeshDomains(), declared...)
+}
+
+func domainNames(ds []store.CADomain) []string {
+	names := make([]string, len(ds))
+	for i, d := range ds {
+		names[i] = d.Name
+	}
+	return names
+}
+
+// addCADomain declares a public domain: the intermediate is issued anew
+// under the same root with it among its constraints. The change is made in
+// an order that a retry finishes: the new intermediate is written aside
+// (not yet signing), the domain recorded, then the intermediate made
+// current in one rename. A failure before the record changes nothing; one
+// after it leaves the domain recorded and not signed, which mesh ca domain
+// list shows and the same add finishes.
+func (c *Controller) addCADomain(ctx context.Context, req spec.CADomainAddRequest) (spec.CADomainAddResult, error) {
+	if err := spec.CheckCADomain(req.Domain); err != nil {
+		return spec.CADomainAddResult{}, callerError(err.Error())
+	}
+	c.caMu.Lock()
+	defer c.caMu.Unlock()
+	ds, err := c.deps.DB.CADomains(ctx)
+	if err != nil {
+		return spec.CADomainAddResult{}, err
+	}
+	declared := domainNames(ds)
+	recorded := slices.Contains(declared, req.Domain)
+	if recorded && slices.Contains(c.deps.CA.Permitted(), req.Domain) {
+		return spec.CADomainAddResult{}, refusedError(fmt.Sprintf("domain %s is already declared: mesh ca domain list shows the domains", req.Domain))
+	}
+	if !recorded {
+		declared = append(declared, req.Domain)
+	}
+	now := c.cfg.Now()
+	p, err := c.deps.CA.Prepare(Constraints(declared), now)
+	if err != nil {
+		return spec.CADomainAddResult{}, fmt.Errorf("add domain %s: %w", req.Domain, err)
+	}
+	if !recorded {
+		if err := c.deps.DB.AddCADomain(ctx, req.Domain, now); err != nil {
+			p.Discard()
+			return spec.CADomainAddResult{}, fmt.Errorf("add domain %s: %w", req.Domain, err)
+		}
+	}
+	if err := p.Commit(); err != nil {
+		p.Discard()
+		return spec.CADomainAddResult{}, fmt.Errorf("add domain %s: it is recorded, but the intermediate that signs it is not in place (%w): mesh ca domain add %s again finishes it",
+			req.Domain, err, req.Domain)
+	}
+	c.log.Info("CA domain added: a new intermediate signs", "domain", req.Domain, "intermediate", p.Serial(), "permitted", Constraints(declared))
+	list, err := c.listCADomains(ctx, spec.CADomainListRequest{})
+	if err != nil {
+		return spec.CADomainAddResult{}, err
+	}
+	return spec.CADomainAddResult{Domains: list.Domains, Intermediate: list.Intermediate}, nil
+}
+
+// listCADomains lists the declared domains and what the current
+// intermediate may sign.
+func (c *Controller) listCADomains(ctx context.Context, _ spec.CADomainListRequest) (spec.CADomainListResult, error) {
+	ds, err := c.deps.DB.CADomains(ctx)
+	if err != nil {
+		return spec.CADomainListResult{}, err
+	}
+	permitted := c.deps.CA.Permitted()
+	res := spec.CADomainListResult{Domains: []spec.CADomain{}, Permitted: permitted, Intermediate: ca.SerialOf(c.deps.CA.Intermediate())}
+	if res.Permitted == nil {
+		res.Permitted = []string{}
+	}
+	for _, d := range ds {
+		res.Domains = append(res.Domains, spec.CADomain{Name: d.Name, Added: d.Added.UTC(),
+			Signed: slices.Contains(permitted, d.Name)})
+	}
+	return res, nil
+}
+
+// certsPage is how many leaves are read from the store at a time.
+const certsPage = 500
+
+// listCerts lists the leaves issued, in the order they were, as many as
+// fit one reply.
+func (c *Controller) listCerts(ctx context.Context, req spec.CACertsRequest) (spec.CACertsResult, error) {
+	res := spec.CACertsResult{Certs: []spec.IssuedCert{}}
+	size := replyOverhead
+	after := req.After
+	for {
+		cs, err := c.deps.DB.Certs(ctx, after, certsPage)
+		if err != nil {
+			return spec.CACertsResult{}, err
+		}
+		for _, cert := range cs {
+			v := spec.IssuedCert{Serial: cert.Serial, Node: cert.Node, Names: cert.Names, NotAfter: cert.NotAfter.UTC(), Issued: cert.Issued.UTC()}
+			b, err := json.Marshal(v)
+			if err != nil {
+				return spec.CACertsResult{}, fmt.Errorf("encode certificate %s: %w", cert.Serial, err)
+			}
+			if size += len(b) + 1; size > spec.MaxReply && len(res.Certs) > 0 {
+				res.Next = after
+				return res, nil
+			}
+			res.Certs = append(res.Certs, v)
+			after = cert.ID
+		}
+		if len(cs) < certsPage {
+			return res, nil
+		}
+	}
+}
+
+// expiringCerts are the lines status shows for node's leaves that were not
+// renewed: for each name it holds, the latest leaf issued to it for that
+// name, when that leaf expires within CertWarning of now (or has expired).
+// A leaf for names it no longer holds is not its concern.
+func expiringCerts(latest []store.NameCert, held map[string]bool, now time.Time) []string {
+	seen := map[string]bool{}
+	var due []store.Cert
+	for _, nc := range latest {
+		if !held[nc.Name] || seen[nc.Cert.Serial] || !nc.Cert.NotAfter.Before(now.Add(CertWarning)) {
+			continue
+		}
+		seen[nc.Cert.Serial] = true
+		due = append(due, nc.Cert)
+	}
+	slices.SortFunc(due, func(a, b store.Cert) int { return a.NotAfter.Compare(b.NotAfter) })
+	var lines []string
+	for _, cert := range due {
+		when := "expires in " + cert.NotAfter.Sub(now).Round(time.Minute).String()
+		if !cert.NotAfter.After(now) {
+			when = "expired " + now.Sub(cert.NotAfter).Round(time.Minute).String() + " ago"
+		}
+		lines = append(lines, fmt.Sprintf("certificate %s for %s %s and was not renewed", cert.Serial, clipStatus(fmt.Sprint(cert.Names)), when))
+	}
+	return lines
+}
+
+// heldNames are the names node may hold a certificate for: NODE.internal,
+// and every name it serves by its composition (ROUTE.NODE.internal, and the
+// public names assigned to it), or, when its own set does not compose, by
+// the declaration it last received. A read that fails is an error, never
+// "it holds nothing".
+func (c *Controller) heldNames(ctx context.Context, node string) (map[string]bool, error) {
+	n, err := c.deps.DB.Node(ctx, node)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, refusedError(fmt.Sprintf("node %q is not in the mesh", node))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("work out the names node %q may hold: %w", node, err)
+	}
+	if !n.Removing.IsZero() {
+		return nil, refusedError(fmt.Sprintf("node %q is being removed: it holds no names", node))
+	}
+	modules, err := c.modulesByName(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("work out the names node %q may hold: %w", node, err)
+	}
+	plan, _, err := c.composeOne(ctx, n, modules)
+	if err != nil {
+		return nil, fmt.Errorf("work out the names node %q may hold: %w", node, err)
+	}
+	return namesOf(node, plan.Routes), nil
+}
+
+// namesOf is NODE.internal and the names of node's routes.
+func namesOf(node string, routes []spec.RosterRoute) map[string]bool {
+	held := map[string]bool{spec.NodeName(node): true}
+	for _, r := range routes {
+		if r.Node == node {
+			held[r.Name] = true
+		}
+	}
+	return held
+}
