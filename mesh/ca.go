@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
@@ -20,7 +21,8 @@ const (
 	// test's renewals run in seconds.
 	MinCertLifetime = time.Minute
 	// CertWarning is how long before it expires a node's latest leaf for a
-	// name it holds makes status a failure: it was not renewed.
+	// name it holds makes status a failure (status says "a week"): it was
+	// not renewed.
 	CertWarning = 7 * 24 * time.Hour
 )
 
@@ -166,7 +168,7 @@ func expiringCerts(latest []store.NameCert, held map[string]bool, now time.Time)
 		if !cert.NotAfter.After(now) {
 			when = "expired " + now.Sub(cert.NotAfter).Round(time.Minute).String() + " ago"
 		}
-		lines = append(lines, fmt.Sprintf("certificate %s for %s %s and was not renewed", cert.Serial, clipStatus(fmt.Sprint(cert.Names)), when))
+		lines = append(lines, fmt.Sprintf("certificate %s for %s %s and was not renewed", cert.Serial, clipStatus(strings.Join(cert.Names, ", ")), when))
 	}
 	return lines
 }

@@ -326,7 +326,7 @@ func TestStatusCertNotRenewed(t *testing.T) {
 	if len(st.Failures) != 1 || !strings.Contains(st.Failures[0], "certificate "+first) || !strings.Contains(st.Failures[0], "expires in 144h0m0s") {
 		t.Errorf("alpha's failures %q, want the leaf %s expiring in 6 days", st.Failures, first)
 	}
-	if !strings.Contains(strings.Join(res.Problems, "\n"), "alpha has 1 certificate(s) expiring within") {
+	if !strings.Contains(strings.Join(res.Problems, "\n"), "alpha has 1 certificate(s) expiring within a week") {
 		t.Errorf("problems %q do not count alpha's certificate", res.Problems)
 	}
 

@@ -155,7 +155,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 		// too, listed after the resources'.
 		if due := expiringCerts(certs[n.Name], namesOf(n.Name, g.roster.RoutesOf(n.Name)), now); len(due) > 0 {
 			failures = append(failures, due...)
-			problem("%s has %d certificate(s) expiring within %s or expired, not renewed", n.Name, len(due), CertWarning)
+			problem("%s has %d certificate(s) expiring within a week or expired, not renewed", n.Name, len(due))
 		}
 		st.Failures = append(st.Failures, capStatus(failures, n.Name)...)
 		if st.Held {
