@@ -2,18 +2,15 @@ package daemon
 
 import (
 	"net"
-	"os"
 
 	"github.com/mesh-fleet/mesh/spec"
 )
 
-func busNames() []string {
-	names := []string{spec.BusTLSName, "localhost"}
-	if h, err := os.Hostname(); err == nil && h != "" {
-		names = append(names, h)
-	}
-	return names
-}
+// busNames are the DNS names the bus's certificate carries: only the one
+// every client verifies (spec.BusTLSName), which the CA's name constraints
+// permit (mesh.MeshDomains); its addresses are IP SANs, which no
+// constraint limits.
+func busNames() []string { return []string{spec.BusTLSName} }
 
 // busIPs are the addresses the bus's certificate names: the listen address,
 // or every address of the machine when it listens on all.

@@ -341,3 +341,23 @@ func TestStatusCertNotRenewed(t *testing.T) {
 		t.Errorf("an expired leaf not renewed: failures %q", st.Failures)
 	}
 }
+
+// TestGenesisIntermediateIsConstrained: a new mesh's intermediate permits
+// the mesh's own names and the bus's, and nothing else: the bus's
+// certificate (mesh-bus and its addresses) is issued and a host verifies
+// it; a leaf for any other name is not signed.
+func TestGenesisIntermediateIsConstrained(t *testing.T) {
+	t.Parallel()
+	c, _ := newController(t, &clock{now: time.Now()})
+	if got := c.deps.CA.Permitted(); !slices.Equal(got, []string{"internal", spec.BusTLSName}) {
+		t.Fatalf("genesis's intermediate permits %v, want internal and %s", got, spec.BusTLSName)
+	}
+	// newController issued the bus's certificate from it; a host connects.
+	if _, err := busConn(t, c, joinWithKey(t, c, "beta"), spec.NodeInbox("beta"), nil); err != nil {
+		t.Errorf("a host does not verify the bus under the constrained intermediate: %v", err)
+	}
+	var outside *ca.ConstraintError
+	if _, err := c.deps.CA.IssueServer([]string{"localhost"}, nil, time.Hour); !errors.As(err, &outside) {
+		t.Errorf("a leaf for localhost: %v, want a name outside the constraints", err)
+	}
+}

@@ -45,8 +45,9 @@ type Genesis struct {
 }
 
 // Create makes a new mesh in cfg.Dir: the store (with the mesh, its operator
-// and its first node recorded), the signing key and the CA. On failure it
-// removes what it made.
+// and its first node recorded), the signing key and the CA, whose
+// intermediate is constrained to the mesh's own names (Constraints). On
+// failure it removes what it made.
 func Create(ctx context.Context, cfg GenesisConfig) (g Genesis, err error) {
 	if err := spec.CheckName("mesh", cfg.Mesh); err != nil {
 		return Genesis{}, err
@@ -66,7 +67,7 @@ func Create(ctx context.Context, cfg GenesisConfig) (g Genesis, err error) {
 		}
 	}()
 
-	auth, err := ca.Create(filepath.Join(cfg.Dir, CADir), cfg.Mesh, cfg.Now)
+	auth, err := ca.Create(filepath.Join(cfg.Dir, CADir), cfg.Mesh, cfg.Now, Constraints(nil)...)
 	if err != nil {
 		return Genesis{}, err
 	}
