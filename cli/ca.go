@@ -38,6 +38,109 @@ Example:
 				}
 				return nil
 			},
+		}, {
+			Name:  "domain",
+			Usage: "the public domains the mesh's CA may sign names under",
+			Subcommands: []*cli.Command{{
+				Name:      "add",
+				Usage:     "declare a public domain: a new intermediate, under the same root, signs names under it",
+				ArgsUsage: "DOMAIN",
+				Description: `The CA's intermediate is constrained to names under .internal, mesh-bus
+(the bus's certificate) and the declared domains: a certificate for any other
+name does not verify. A domain covers itself and every name below it. The
+constraints are fixed when an intermediate is issued, so adding a domain
+issues a new intermediate under the same root; certificates the old one
+signed verify until they expire. Refused, changing nothing: a name that is
+not a DNS domain, .internal or a name under it, a domain already declared.
+
+Example:
+   mesh ca domain add example.org && mesh ca domain list`,
+				Flags: []cli.Flag{dirFlag()},
+				Action: func(c *cli.Context) error {
+					if err := wantArgs(c, 1, "one argument, the domain"); err != nil {
+						return err
+					}
+					domain := c.Args().First()
+					if err := spec.CheckCADomain(domain); err != nil {
+						return usageError{err.Error()}
+					}
+					var res spec.CADomainAddResult
+					if err := callCmd(c, spec.VerbCADomainAdd, spec.CADomainAddRequest{Domain: domain}, &res); err != nil {
+						return err
+					}
+					printDomainAdded(c.App.Writer, domain, res)
+					return nil
+				},
+			}, {
+				Name:  "list",
+				Usage: "list the declared domains and what the current intermediate may sign",
+				Description: `Each domain declared, when, and whether the current intermediate's
+constraints name it (an add that failed half-way leaves one that does not:
+adding it again finishes it); then the intermediate's serial and every
+domain it may sign names under, the mesh's own included.
+
+Example:
+   mesh ca domain list --json`,
+				Flags: []cli.Flag{dirFlag(), jsonFlag()},
+				Action: func(c *cli.Context) error {
+					if err := wantArgs(c, 0, "no arguments"); err != nil {
+						return err
+					}
+					var res spec.CADomainListResult
+					if err := callCmd(c, spec.VerbCADomainList, spec.CADomainListRequest{}, &res); err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, res)
+					}
+					return printDomains(c.App.Writer, res)
+				},
+			}},
+		}, {
+			Name:  "certs",
+			Usage: "list every certificate the controller signed for a node",
+			Description: `Every leaf signed for a node's request, in the order they were: the node,
+the names, when it expires, and its serial. mesh status fails a node whose
+latest certificate for a name it serves expires within a week.
+
+Example:
+   mesh ca certs --json`,
+			Flags: []cli.Flag{dirFlag(), jsonFlag()},
+			Action: func(c *cli.Context) error {
+				if err := wantArgs(c, 0, "no arguments"); err != nil {
+					return err
+				}
+				certs, err := listCerts(c)
+				if err != nil {
+					return err
+				}
+				if c.Bool("json") {
+					return printJSON(c.App.Writer, certs)
+				}
+				return printCerts(c.App.Writer, certs)
+			},
 		}},
+	}
+}
+
+// listCerts asks for every leaf issued, page by page.
+func listCerts(c *cli.Context) ([]spec.IssuedCert, error) {
+	op, err := dialOperator(c)
+	if err != nil {
+		return nil, err
+	}
+	defer op.Close()
+	certs := []spec.IssuedCert{}
+	req := spec.CACertsRequest{}
+	for {
+		var res spec.CACertsResult
+		if err := op.call(spec.VerbCACerts, req, &res); err != nil {
+			return nil, err
+		}
+		certs = append(certs, res.Certs...)
+		if res.Next <= req.After {
+			return certs, nil
+		}
+		req.After = res.Next
 	}
 }

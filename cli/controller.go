@@ -32,6 +32,7 @@ Example:
 			advertiseFlag(),
 			logFlag(),
 			storeBusyFlag(),
+			certLifetimeFlag(),
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
@@ -92,6 +93,10 @@ Example:
 			if err != nil {
 				return fromFileHint(err, fromFile, dir)
 			}
+			lifetime, err := certLifetime(c)
+			if err != nil {
+				return fromFileHint(err, fromFile, dir)
+			}
 			if subnetChanged(changes) {
 				if err := daemon.CheckSubnetMove(c.Context, dir, hostCfg); err != nil {
 					return err
@@ -99,7 +104,7 @@ Example:
 			}
 			m, err := daemon.NewMesh(daemon.MeshConfig{
 				Dir: dir, Addrs: addrs, Advertise: advertise, Host: hostCfg, Resolver: dnsCfg,
-				StoreBusyTimeout: c.Duration("store-busy-timeout"), Held: held,
+				StoreBusyTimeout: c.Duration("store-busy-timeout"), CertLifetime: lifetime, Held: held,
 			}, log)
 			if err != nil {
 				return err

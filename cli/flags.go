@@ -12,6 +12,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/daemon"
 	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/mesh"
 	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/urfave/cli/v2"
 )
@@ -74,6 +75,22 @@ func newLogger(c *cli.Context) (*slog.Logger, error) {
 
 func advertiseFlag() cli.Flag {
 	return &cli.StringSliceFlag{Name: "advertise", Usage: "an address other machines reach the bus at, IP or name, with :port when it differs from the bus's; join tokens carry these (repeat; default: the bus's address, the machine's primary address for a wildcard)"}
+}
+
+// certLifetimeFlag is how long the leaves the controller signs for nodes
+// are valid: a controller's flag, kept in D/config.yaml.
+func certLifetimeFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "cert-lifetime", Value: mesh.DefaultCertLifetime,
+		Usage: "how long a certificate the controller signs for a node is valid (at least " + mesh.MinCertLifetime.String() + ")"}
+}
+
+// certLifetime is --cert-lifetime, checked.
+func certLifetime(c *cli.Context) (time.Duration, error) {
+	d := c.Duration("cert-lifetime")
+	if d < mesh.MinCertLifetime {
+		return 0, usagef("--cert-lifetime %s is shorter than %s: a certificate must outlive the time it takes to renew it", d, mesh.MinCertLifetime)
+	}
+	return d, nil
 }
 
 // storeBusyFlag is how long the controller's store writes wait for a lock:

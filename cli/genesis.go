@@ -28,6 +28,7 @@ Example:
 			advertiseFlag(),
 			logFlag(),
 			storeBusyFlag(),
+			certLifetimeFlag(),
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
@@ -93,9 +94,13 @@ Example:
 			if err != nil {
 				return err
 			}
+			lifetime, err := certLifetime(c)
+			if err != nil {
+				return err
+			}
 			m, err := daemon.NewMesh(daemon.MeshConfig{
 				Dir: dir, Addrs: spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}, Advertise: advertise,
-				Host: hostCfg, Resolver: dnsCfg, StoreBusyTimeout: c.Duration("store-busy-timeout"), Held: held,
+				Host: hostCfg, Resolver: dnsCfg, StoreBusyTimeout: c.Duration("store-busy-timeout"), CertLifetime: lifetime, Held: held,
 			}, log)
 			if err != nil {
 				return err

@@ -310,3 +310,45 @@ func printAssigned(w io.Writer, done string, res spec.AssignResult) {
 		fmt.Fprintf(w, "%s; mesh push %s sends it\n", done, strings.Join(res.Changed, " "))
 	}
 }
+
+func printDomainAdded(w io.Writer, domain string, res spec.CADomainAddResult) {
+	fmt.Fprintf(w, "%s declared: intermediate %s now signs names under it\n", domain, res.Intermediate)
+}
+
+func printDomains(w io.Writer, res spec.CADomainListResult) error {
+	if len(res.Domains) == 0 {
+		fmt.Fprintln(w, "no public domain declared (mesh ca domain add DOMAIN)")
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "DOMAIN\tADDED\tSIGNED")
+		for _, d := range res.Domains {
+			signed := "yes"
+			if !d.Signed {
+				signed = "no: mesh ca domain add " + d.Name + " finishes its add"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", d.Name, d.Added.UTC().Format(time.RFC3339), signed)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(res.Permitted) == 0 {
+		fmt.Fprintf(w, "intermediate %s is unconstrained (made before name constraints): mesh ca domain add gives the mesh a constrained one\n", res.Intermediate)
+		return nil
+	}
+	fmt.Fprintf(w, "intermediate %s signs names under: %s\n", res.Intermediate, strings.Join(res.Permitted, ", "))
+	return nil
+}
+
+func printCerts(w io.Writer, certs []spec.IssuedCert) error {
+	if len(certs) == 0 {
+		fmt.Fprintln(w, "no certificate issued yet")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tNAMES\tNOT AFTER\tSERIAL")
+	for _, c := range certs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Node, strings.Join(c.Names, ","), c.NotAfter.UTC().Format(time.RFC3339), c.Serial)
+	}
+	return tw.Flush()
+}

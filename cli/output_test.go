@@ -40,10 +40,12 @@ func TestOutputGolden(t *testing.T) {
 		if !clear {
 			r.Versions["0f0f0f0f0f0f"] = []string{"beta"}
 			r.Nodes = append(r.Nodes, spec.NodeStatus{Node: "beta", LastHeard: &heard, Heard: "45s ago", Silent: true, HeartbeatMS: 1000, SentSeq: 5, AppliedSeq: 3,
-				State: "applying", Pending: true, Failures: []string{"web:directory:/srv: mkdir /srv: read-only file system"},
+				State: "applying", Pending: true, Failures: []string{"web:directory:/srv: mkdir /srv: read-only file system",
+					"certificate 0a for www.example.org expires in 71h0m0s and was not renewed"},
 				Held: true, HeldReason: "disk swap", HostVersion: "0f0f0f0f0f0f", Protocol: 1, ProtocolKnown: true})
 			r.Problems = []string{"beta has not been heard for 45s (it sends a heartbeat every 1s)", "beta has not reported applying declaration 5 (it applied 3)",
-				"beta has changes pending: mesh push beta", "beta failed 1 resource(s)", "beta is held (disk swap)"}
+				"beta has changes pending: mesh push beta", "beta failed 1 resource(s)",
+				"beta has 1 certificate(s) expiring within a week or expired, not renewed", "beta is held (disk swap)"}
 		}
 		return r
 	}
@@ -67,6 +69,29 @@ func TestOutputGolden(t *testing.T) {
 		"push-refused": func(b *bytes.Buffer) error {
 			printReport(b, spec.Report{Node: "alpha", Seq: 6, Refused: "sequence 6 is lower than the kept 9"}, false)
 			return nil
+		},
+		"ca-domain-list": func(b *bytes.Buffer) error {
+			printDomainAdded(b, "example.org", spec.CADomainAddResult{Intermediate: "7d0804e7bdd7c66fe60e43e654cb364f"})
+			for _, res := range []spec.CADomainListResult{
+				{Domains: []spec.CADomain{{Name: "example.net", Added: at.Add(-time.Hour), Signed: false}, {Name: "example.org", Added: at, Signed: true}},
+					Permitted: []string{"internal", "mesh-bus", "example.org"}, Intermediate: "7d0804e7bdd7c66fe60e43e654cb364f"},
+				{Domains: []spec.CADomain{}, Permitted: []string{"internal", "mesh-bus"}, Intermediate: "1f"},
+				{Domains: []spec.CADomain{}, Permitted: []string{}, Intermediate: "2e"},
+			} {
+				if err := printDomains(b, res); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		"ca-certs": func(b *bytes.Buffer) error {
+			if err := printCerts(b, []spec.IssuedCert{
+				{Serial: "313bca615528b9daeaf98ded60c53ae4", Node: "alpha", Names: []string{"alpha.internal", "web.alpha.internal"}, NotAfter: at.Add(30 * 24 * time.Hour), Issued: at},
+				{Serial: "0a", Node: "beta", Names: []string{"www.example.org"}, NotAfter: at.Add(72 * time.Hour), Issued: at},
+			}); err != nil {
+				return err
+			}
+			return printCerts(b, []spec.IssuedCert{})
 		},
 		"assign": func(b *bytes.Buffer) error {
 			for _, res := range []spec.AssignResult{
@@ -95,7 +120,7 @@ func TestOutputGolden(t *testing.T) {
 		want[f.Name] = f.Data
 	}
 	var files []txtar.File
-	for _, name := range []string{"node-list", "node-show", "node-show-never", "node-show-older", "status-clear", "status-not-clear", "push-report", "push-dry-run", "push-refused", "assign"} {
+	for _, name := range []string{"node-list", "node-show", "node-show-never", "node-show-older", "status-clear", "status-not-clear", "push-report", "push-dry-run", "push-refused", "assign", "ca-domain-list", "ca-certs"} {
 		var b bytes.Buffer
 		if err := cases[name](&b); err != nil {
 			t.Fatalf("%s: %v", name, err)

@@ -34,6 +34,9 @@ type MeshConfig struct {
 	// StoreBusyTimeout is how long a store write waits for another
 	// writer's lock before it fails; zero is the store's default.
 	StoreBusyTimeout time.Duration
+	// CertLifetime is how long a leaf signed for a node is valid; zero is
+	// mesh.DefaultCertLifetime.
+	CertLifetime time.Duration
 	// Held are the bus's, the HTTP listener's and the resolver's
 	// addresses, bound by the caller to check them.
 	Held Held
@@ -128,13 +131,14 @@ func (m *Mesh) Run(ctx context.Context) error {
 		return err
 	}
 	ctl, err := mesh.New(mesh.Config{
-		HTTPListen: cfg.Addrs.HTTP,
-		Keys:       ctlKeys,
-		BusURLs:    cfg.Advertise,
-		SignKey:    signKey,
-		Panics:     panics,
-		Node:       agent.Node(),
-		Parts:      []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
+		HTTPListen:   cfg.Addrs.HTTP,
+		Keys:         ctlKeys,
+		BusURLs:      cfg.Advertise,
+		SignKey:      signKey,
+		Panics:       panics,
+		CertLifetime: cfg.CertLifetime,
+		Node:         agent.Node(),
+		Parts:        []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
 	}, log.With("component", "controller"), mesh.Deps{DB: db, CA: auth, Bus: bus})
 	if err != nil {
 		return err
