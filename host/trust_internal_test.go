@@ -86,7 +86,7 @@ func TestTrustInstallsOnceAndRemoves(t *testing.T) {
 			anchor := tc.store.dir + "/mesh-mesh.crt"
 			r := []spec.Resource{trustResource("mesh")}
 
-			results, record, writes := e.Apply(context.Background(), r, nil)
+			results, record, _ := e.Apply(context.Background(), r, nil)
 			if len(results) != 1 || results[0].Outcome != spec.Created {
 				t.Fatalf("first apply: %+v, want created", results)
 			}
@@ -103,7 +103,7 @@ func TestTrustInstallsOnceAndRemoves(t *testing.T) {
 				t.Errorf("trust_installed %q, want %q", got, anchor)
 			}
 
-			results, record, writes = e.Apply(context.Background(), r, record)
+			results, record, writes := e.Apply(context.Background(), r, record)
 			if results[0].Outcome != spec.Unchanged || writes != 0 || len(stub.calls) != 1 {
 				t.Fatalf("again: %+v, %d writes, refresh ran %d times; want unchanged, 0 writes, still once", results, writes, len(stub.calls))
 			}
