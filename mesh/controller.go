@@ -51,6 +51,9 @@ type Config struct {
 	// CertLifetime is how long a leaf signed for a node's CSR is valid;
 	// zero means DefaultCertLifetime.
 	CertLifetime time.Duration
+	// MaxNodes is how many nodes the mesh admits (joined, being removed,
+	// or holding an unused token); zero means spec.MaxNodes.
+	MaxNodes int
 	// Panics counts the panics recovered in the process (mesh_panics_total):
 	// the controller's own and, when main shares it, its host's. Nil: the
 	// controller counts its own.
@@ -322,7 +325,7 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 // ensureDelivery creates the declaration stream and the consumer of every
 // node but one being removed.
 func (c *Controller) ensureDelivery(ctx context.Context) error {
-	if err := ensureStream(ctx, c.js); err != nil {
+	if err := ensureStream(ctx, c.js, c.maxNodes()); err != nil {
 		return err
 	}
 	nodes, err := c.deps.DB.Nodes(ctx)
@@ -359,4 +362,12 @@ type metrics struct {
 	// certsIssued and csrRefused count nodes' CSRs signed and refused.
 	certsIssued atomic.Uint64
 	csrRefused  atomic.Uint64
+}
+
+// maxNodes is how many nodes the mesh admits.
+func (c *Controller) maxNodes() int {
+	if c.cfg.MaxNodes > 0 {
+		return c.cfg.MaxNodes
+	}
+	return spec.MaxNodes
 }

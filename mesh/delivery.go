@@ -15,8 +15,11 @@ import (
 )
 
 // ensureStream creates (or updates) the stream that carries declarations:
-// one subject per node, a few kept per node, every write synced.
-func ensureStream(ctx context.Context, js jetstream.JetStream) error {
+// one subject per node, a few kept per node, every write synced, and room
+// for maxNodes consumers (one per node) set on the stream itself: left
+// unset, nats-server caps a stream at 1,000. An existing stream takes the
+// limit at the controller's next start.
+func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes int) error {
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              spec.DeclarationStream,
 		Subjects:          []string{spec.DeclarationSubject("*")},
@@ -25,6 +28,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream) error {
 		MaxMsgsPerSubject: 8,
 		MaxMsgSize:        spec.MaxDeclaration + 4096,
 		Discard:           jetstream.DiscardOld,
+		MaxConsumers:      maxNodes,
 	})
 	if err != nil {
 		return fmt.Errorf("create stream %s: %w", spec.DeclarationStream, err)

@@ -61,6 +61,9 @@ func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateReques
 	if err := c.nameTaken(ctx, req.Node); err != nil {
 		return spec.TokenCreateResult{}, err
 	}
+	if err := c.roomFor(ctx, req.Node); err != nil {
+		return spec.TokenCreateResult{}, err
+	}
 	m, err := c.deps.DB.Mesh(ctx)
 	if err != nil {
 		return spec.TokenCreateResult{}, err
@@ -86,6 +89,39 @@ func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateReques
 		Secret: string(enrolSeed), Expires: t.Expires.UTC()}
 	c.log.Info("token created", "token", id, "node", req.Node, "expires", t.Expires.UTC())
 	return spec.TokenCreateResult{ID: id, Token: tok.Encode(), Expires: t.Expires.UTC()}, nil
+}
+
+// roomFor refuses a token for node when the mesh already admits as many
+// nodes as it may: every node it holds (joined or being removed: each
+// still has its consumer) and every other name an unused, unrevoked,
+// unexpired token could join as. The join would otherwise fail half-way,
+// at the consumer, for that host alone. A read that failed is an error.
+func (c *Controller) roomFor(ctx context.Context, node string) error {
+	nodes, err := c.deps.DB.Nodes(ctx)
+	if err != nil {
+		return fmt.Errorf("count the nodes the mesh admits: %w", err)
+	}
+	tokens, err := c.deps.DB.Tokens(ctx)
+	if err != nil {
+		return fmt.Errorf("count the tokens that may still join: %w", err)
+	}
+	held := make(map[string]bool, len(nodes)+len(tokens))
+	for _, n := range nodes {
+		held[n.Name] = true
+	}
+	now := c.cfg.Now()
+	pending := 0
+	for _, t := range tokens {
+		if t.Used.IsZero() && t.Revoked.IsZero() && now.Before(t.Expires) && !held[t.Node] && t.Node != node {
+			held[t.Node] = true
+			pending++
+		}
+	}
+	if max := c.maxNodes(); len(held) >= max {
+		return refusedError(fmt.Sprintf("the mesh admits at most %d nodes (one delivery consumer each on stream %s) and %d are held: %d joined and %d unused tokens; remove a node (mesh node remove) or revoke a token (mesh token revoke) first",
+			max, spec.DeclarationStream, len(held), len(held)-pending, pending))
+	}
+	return nil
 }
 
 func tokenInfo(t store.Token) spec.TokenInfo {

@@ -43,6 +43,13 @@ func newController(t testing.TB, clk *clock) (*Controller, *store.DB) {
 // given: the seam where a test makes a read fail.
 func newControllerWith(t testing.TB, clk *clock, wrap func(*store.DB) Store) (*Controller, *store.DB) {
 	t.Helper()
+	return newControllerCfg(t, clk, wrap, func(*Config) {})
+}
+
+// newControllerCfg is newControllerWith with the controller's config as
+// tune leaves it.
+func newControllerCfg(t testing.TB, clk *clock, wrap func(*store.DB) Store, tune func(*Config)) (*Controller, *store.DB) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	dir := t.TempDir()
@@ -79,8 +86,9 @@ func newControllerWith(t testing.TB, clk *clock, wrap func(*store.DB) Store) (*C
 		t.Fatal(err)
 	}
 	_, sign, _ := ed25519.GenerateKey(rand.Reader)
-	c, err := New(Config{HTTPListen: "127.0.0.1:0", Keys: keys, BusURLs: []string{"nats://x"}, SignKey: sign, Now: clk.Now},
-		log, Deps{DB: seam(db, wrap), CA: auth, Bus: bus})
+	cfg := Config{HTTPListen: "127.0.0.1:0", Keys: keys, BusURLs: []string{"nats://x"}, SignKey: sign, Now: clk.Now}
+	tune(&cfg)
+	c, err := New(cfg, log, Deps{DB: seam(db, wrap), CA: auth, Bus: bus})
 	if err != nil {
 		t.Fatal(err)
 	}

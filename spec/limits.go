@@ -10,6 +10,13 @@ import (
 // an operator's answer too large to send, or the numbering of declarations
 // run off the top of what the store keeps.
 const (
+	// MaxNodes is the fleet one controller admits: each node holds one
+	// durable consumer on the declaration stream, and the stream's consumer
+	// limit is set to it (nats-server's default is 1,000 per stream, which
+	// would fail the thousandth join half-way). A token beyond it is refused
+	// when it is made.
+	MaxNodes = 10_000
+
 	// MaxPayload is the bus's max_payload (the broker sets the same): no
 	// message, and no API reply, can be larger.
 	MaxPayload = 4 << 20
