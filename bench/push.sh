@@ -25,13 +25,16 @@ export MESH_DIR=$work/m
 "$bin" push alpha >/dev/null
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-push=() list=()
+push=() same=() list=()
 for _ in $(seq 1 "$runs"); do
-	t=$(ns); "$bin" push alpha >/dev/null; push+=($(( ($(ns) - t) / 1000 )))
+	t=$(ns); "$bin" push --force alpha >/dev/null; push+=($(( ($(ns) - t) / 1000 )))
+	t=$(ns); "$bin" push alpha >/dev/null; same+=($(( ($(ns) - t) / 1000 )))
 	t=$(ns); "$bin" node list >/dev/null; list+=($(( ($(ns) - t) / 1000 )))
 done
 p=$(printf '%s\n' "${push[@]}" | median)
+u=$(printf '%s\n' "${same[@]}" | median)
 l=$(printf '%s\n' "${list[@]}" | median)
-printf 'mesh push alpha (7 resources, no-op apply)  median %d us over %d runs\n' "$p" "$runs"
-printf 'mesh node list (the CLI fixed cost, peer)    median %d us over %d runs\n' "$l" "$runs"
-awk -v p="$p" -v l="$l" 'BEGIN {printf "ratio push / node list: %.2f\n", p / l}'
+printf 'mesh push --force alpha (7 resources, no-op apply)  median %d us over %d runs\n' "$p" "$runs"
+printf 'mesh push alpha (unchanged, not sent)               median %d us over %d runs\n' "$u" "$runs"
+printf 'mesh node list (the CLI fixed cost, peer)           median %d us over %d runs\n' "$l" "$runs"
+awk -v p="$p" -v u="$u" -v l="$l" 'BEGIN {printf "ratio push --force / node list: %.2f; unchanged push / node list: %.2f\n", p / l, u / l}'

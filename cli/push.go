@@ -43,6 +43,10 @@ every node that did not answer is named.
 Exit status: 0 when every node applied everything; 1 when a node was not
 sent, refused, failed a resource or did not answer in time.
 
+A node whose last declaration already holds what would be sent (the same
+resources and roster) is sent nothing: its line says "unchanged, not sent".
+--force sends it a new declaration anyway (a host whose state was lost).
+
 With --dry-run each node works out what it would change and answers, and
 nothing anywhere changes: lines read + created, ~ changed, - removed.
 
@@ -50,12 +54,14 @@ Examples:
    mesh push --dry-run
    mesh push
    mesh push --wait 2m alpha beta
+   mesh push --force gamma
    mesh push --json alpha | jq '.nodes[].report.results'`,
 		Flags: []cli.Flag{
 			dirFlag(), jsonFlag(),
 			&cli.DurationFlag{Name: "wait", Value: 30 * time.Second, Usage: "how long to wait for the nodes' reports"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "list unchanged resources too"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "ask each node what it would change; nothing is stored, sent to apply, or changed"},
+			&cli.BoolFlag{Name: "force", Usage: "send a new declaration even to a node whose last one holds the same content"},
 		},
 		Action: func(c *cli.Context) error {
 			for _, n := range c.Args().Slice() {
@@ -82,7 +88,7 @@ Examples:
 				return fmt.Errorf("listen for the push's progress: %w", err)
 			}
 			var res spec.PushResult
-			if err := op.call(spec.VerbPush, spec.PushRequest{Nodes: c.Args().Slice(), Progress: progress, DryRun: c.Bool("dry-run")}, &res); err != nil {
+			if err := op.call(spec.VerbPush, spec.PushRequest{Nodes: c.Args().Slice(), Progress: progress, DryRun: c.Bool("dry-run"), Force: c.Bool("force")}, &res); err != nil {
 				return err
 			}
 			out := io.Discard
@@ -121,6 +127,9 @@ func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, event
 		case n.Error != "":
 			fmt.Fprintf(w, "%s: not sent: %s\n", n.Node, n.Error)
 			outcome.OK = false
+			continue
+		case n.Unchanged:
+			fmt.Fprintf(w, "%s: unchanged, not sent (declaration %d holds it; --force sends anyway)\n", n.Node, n.Seq)
 			continue
 		}
 		if dryRun {

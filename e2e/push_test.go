@@ -56,8 +56,24 @@ func TestPushApplyAndRemove(t *testing.T) {
 		t.Fatalf("/srv/www/private on beta: %v", info)
 	}
 
-	// The same declaration again: every resource unchanged, zero writes.
+	// Nothing changed: nothing is sent, and each node's line says so.
 	o, code = pushJSON(t, m.dir)
+	if code != 0 {
+		t.Fatalf("push with nothing changed: exit %d", code)
+	}
+	for _, n := range o.Nodes {
+		if !n.Unchanged || n.Seq != 1 || n.Answered {
+			t.Errorf("push with nothing changed, %s: %+v, want unchanged at declaration 1 and no report waited for", n.Node, n.PushNode)
+		}
+	}
+	out, _, code := runMesh(t, "push", "--dir", m.dir, "alpha")
+	if code != 0 || !strings.Contains(out, "alpha: unchanged, not sent (declaration 1 holds it") {
+		t.Fatalf("push with nothing changed: exit %d\n%s", code, out)
+	}
+
+	// The same declaration again, forced: every resource unchanged, zero
+	// writes.
+	o, code = pushJSON(t, m.dir, "--force")
 	if code != 0 {
 		t.Fatalf("second push: exit %d", code)
 	}
@@ -113,7 +129,7 @@ func TestPushApplyAndRemove(t *testing.T) {
 
 	// A node that does not answer: the wait ends, naming it.
 	beta.stop(t)
-	out, _, code := runMesh(t, "push", "--dir", m.dir, "--wait", "2s", "beta")
+	out, _, code = runMesh(t, "push", "--dir", m.dir, "--force", "--wait", "2s", "beta")
 	if code != 1 || !strings.Contains(out, "no answer within 2s from: beta") {
 		t.Fatalf("push to a silent node: exit %d\n%s", code, out)
 	}
@@ -184,8 +200,12 @@ func TestKilledMidApplyConverges(t *testing.T) {
 		json.Unmarshal(body, &kept)
 		return len(entries) == 1500 && kept.AppliedSeq == 1, fmt.Sprintf("%d files, applied %d", len(entries), kept.AppliedSeq)
 	})
-	// The next push carries a higher sequence, and is applied with no write.
-	o, code := pushJSON(t, m.dir, "beta")
+	// A push with nothing changed sends nothing; forced, it carries a
+	// higher sequence, and is applied with no write.
+	if o, code := pushJSON(t, m.dir, "beta"); code != 0 || !o.Nodes[0].Unchanged {
+		t.Fatalf("push after the restart: exit %d %+v, want unchanged", code, o.Nodes)
+	}
+	o, code := pushJSON(t, m.dir, "--force", "beta")
 	if code != 0 || o.Nodes[0].Seq <= 1 || o.Nodes[0].Report == nil || o.Nodes[0].Report.Writes != 0 {
 		t.Fatalf("push after the restart: exit %d %+v", code, o.Nodes)
 	}

@@ -281,7 +281,7 @@ func TestSubnetMoveUnderContainersIsRefused(t *testing.T) {
 
 	start(t, "host", "--dir", m.betaDir)
 	poll.Until(t, 30*time.Second, "beta heard again", func() (bool, string) { return heardAfter(t, m.dir, m.b, since) })
-	o := push(t, m.dir)
+	o := push(t, m.dir, "--force")
 	if got := outcomes(o); got[m.b]["web:container:web"] != spec.Unchanged || got[m.b]["mesh:network:mesh-"+m.b] != spec.Unchanged {
 		t.Fatalf("a push after the restart with the kept subnet: %v", got)
 	}

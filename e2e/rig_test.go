@@ -502,10 +502,10 @@ func pushJSON(t testing.TB, dir string, args ...string) (cli.PushOutcome, int) {
 	return o, code
 }
 
-// push is a push that must succeed everywhere.
-func push(t testing.TB, dir string) cli.PushOutcome {
+// push is a push (with args) that must succeed everywhere.
+func push(t testing.TB, dir string, args ...string) cli.PushOutcome {
 	t.Helper()
-	o, code := pushJSON(t, dir)
+	o, code := pushJSON(t, dir, args...)
 	if code != 0 || !o.OK {
 		var why []string
 		for _, n := range o.Nodes {
@@ -565,4 +565,15 @@ func fileModule(t testing.TB, name, path, content string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// unchangedNotSent says whether push o sent node nothing because its last
+// declaration already held what would have been sent.
+func unchangedNotSent(o cli.PushOutcome, node string) bool {
+	for _, n := range o.Nodes {
+		if n.Node == node {
+			return n.Unchanged && n.Error == "" && n.Report == nil
+		}
+	}
+	return false
 }

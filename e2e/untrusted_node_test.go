@@ -61,7 +61,9 @@ func TestALyingNodeStopsNoPush(t *testing.T) {
 		return strings.Contains(strings.Join(st.Problems, "\n"), "beta reports applying declaration 9223372036854775807"), strings.Join(st.Problems, "\n")
 	})
 
-	o, code := pushJSON(t, m.dir, "--wait", "10s")
+	// --force: the content is what both nodes hold; the push must still be
+	// numbered past the lie.
+	o, code := pushJSON(t, m.dir, "--force", "--wait", "10s")
 	seqs := map[string]uint64{}
 	for _, n := range o.Nodes {
 		seqs[n.Node] = n.Seq
@@ -97,7 +99,7 @@ func TestALyingNodeStopsNoPush(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "beta reports applying declaration 18446744073709551615") {
 		t.Fatalf("mesh status: exit %d\n%s", code, out)
 	}
-	if o, _ := pushJSON(t, m.dir, "--wait", "5s", "alpha"); len(o.Nodes) != 1 || o.Nodes[0].Seq != 3 || o.Nodes[0].Error != "" {
+	if o, _ := pushJSON(t, m.dir, "--force", "--wait", "5s", "alpha"); len(o.Nodes) != 1 || o.Nodes[0].Seq != 3 || o.Nodes[0].Error != "" {
 		t.Fatalf("push to alpha after beta's claims: %+v", o.Nodes)
 	}
 	if log := m.d.out.String(); strings.Contains(log, "high bit") || strings.Contains(log, "push stopped") {

@@ -165,38 +165,72 @@ func (c *Controller) next(ctx context.Context, node string, ttl time.Duration) (
 }
 
 // send numbers, signs, records and publishes a declaration of resources to
-// node, under the node's lock.
-func (c *Controller) send(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster) (uint64, error) {
+// node, under the node's lock. Unless force, a node whose last declaration
+// holds the same content (the digest status compares for "pending") is
+// sent nothing, and the sequence returned is that declaration's, with
+// unchanged set: it holds it already, or will, since it is in the stream
+// unexpired. One it has not applied and that has expired is sent again.
+func (c *Controller) send(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster, force bool) (seq uint64, unchanged bool, err error) {
 	lock := c.nodeLock(node)
 	lock.Lock()
 	defer lock.Unlock()
+	if !force {
+		if seq, ok, err := c.holds(ctx, node, resources, roster); err != nil || ok {
+			return seq, ok, err
+		}
+	}
 	decl, err := c.next(ctx, node, spec.DefaultExpiry)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	decl.Resources, decl.Roster = resources, roster
 	body, err := json.Marshal(decl)
 	if err != nil {
-		return 0, fmt.Errorf("encode declaration of node %q: %w", node, err)
+		return 0, false, fmt.Errorf("encode declaration of node %q: %w", node, err)
 	}
 	if len(body) > spec.MaxDeclaration {
-		return 0, callerError(fmt.Sprintf("the declaration of node %q is %d bytes, over the %d-byte cap: move large file contents out of line (they travel as blobs over %d bytes)",
+		return 0, false, callerError(fmt.Sprintf("the declaration of node %q is %d bytes, over the %d-byte cap: move large file contents out of line (they travel as blobs over %d bytes)",
 			node, len(body), spec.MaxDeclaration, spec.InlineMax))
 	}
 	sig := ed25519.Sign(c.cfg.SignKey, body)
 	if err := c.deps.DB.RecordDeclaration(ctx, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: sig,
 		Content: contentDigest(resources, roster), Sent: decl.Issued, Expires: decl.Expires}); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	msg := signedMsg(spec.DeclarationSubject(node), body, sig)
 	// Recorded as sent, it is published whatever happens to the caller's
 	// context: a push that stops never leaves a recorded declaration
 	// unsent, nor one sent that it does not list.
 	if _, err := c.js.PublishMsg(context.WithoutCancel(ctx), msg); err != nil {
-		return 0, fmt.Errorf("publish declaration %d of node %q: %w", decl.Seq, node, err)
+		return 0, false, fmt.Errorf("publish declaration %d of node %q: %w", decl.Seq, node, err)
 	}
 	c.log.Info("declaration sent", "node", node, "seq", decl.Seq, "resources", len(resources))
-	return decl.Seq, nil
+	return decl.Seq, false, nil
+}
+
+// holds says whether node's last declaration holds resources and roster
+// and the node has it or will (it applied it, or it is in the stream
+// unexpired), with that declaration's sequence. A read that failed is an
+// error: a push never takes it for "nothing was sent before".
+func (c *Controller) holds(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster) (uint64, bool, error) {
+	last, err := c.deps.DB.LastDeclaration(ctx, node)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read the last declaration of node %q: %w", node, err)
+	}
+	if differs(resources, roster, last) {
+		return 0, false, nil
+	}
+	n, err := c.deps.DB.Node(ctx, node)
+	if err != nil {
+		return 0, false, fmt.Errorf("read node %q: %w", node, err)
+	}
+	if n.AppliedSeq < last.Seq && !c.cfg.Now().Before(last.Expires) {
+		return 0, false, nil // never applied, and expired: it would be refused
+	}
+	return last.Seq, true, nil
 }
 
 // pushParallel is how many nodes a push sends to at once.
@@ -291,11 +325,18 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 			// Watch before sending: a fast host may answer before send returns.
 			w := c.watch(node, res.ID, req.Progress, req.DryRun)
 			var seq uint64
+			var unchanged bool
 			var err error
 			if req.DryRun {
 				seq, err = c.preview(sendCtx, node, resources, g.roster)
 			} else {
-				seq, err = c.send(sendCtx, node, resources, g.roster)
+				seq, unchanged, err = c.send(sendCtx, node, resources, g.roster, req.Force)
+			}
+			if err == nil && unchanged {
+				c.unwatch(node, w)
+				pn.Seq, pn.Unchanged = seq, true
+				res.Nodes[i] = pn
+				return
 			}
 			if err != nil {
 				c.unwatch(node, w)
@@ -561,7 +602,7 @@ func (c *Controller) resendIfExpired(ctx context.Context, hb spec.Heartbeat) err
 	if err := spec.Decode(d.Body, &decl); err != nil {
 		return fmt.Errorf("read last declaration of node %q: %w", hb.Node, err)
 	}
-	seq, err := c.send(ctx, hb.Node, decl.Resources, decl.Roster)
+	seq, _, err := c.send(ctx, hb.Node, decl.Resources, decl.Roster, true)
 	if err != nil {
 		return err
 	}

@@ -334,16 +334,21 @@ type (
 		// Progress is the subject (under the operator's inbox) the
 		// controller sends each node's report to as it arrives.
 		Progress string `json:"progress"`
+		// Force sends a new declaration to a node whose last one holds
+		// the same content (a host whose state was lost).
+		Force bool `json:"force,omitempty"`
 	}
 	PushResult struct {
 		ID    string     `json:"id"`
 		Nodes []PushNode `json:"nodes"`
 	}
-	// PushNode is what a push did for one node: sent with a sequence, or not
-	// sent and why.
+	// PushNode is what a push did for one node: sent with a sequence, not
+	// sent because its last declaration (Seq) already holds what would be
+	// sent (Unchanged), or not sent and why.
 	PushNode struct {
 		Node      string `json:"node"`
 		Seq       uint64 `json:"seq,omitempty"`
+		Unchanged bool   `json:"unchanged,omitempty"`
 		Resources int    `json:"resources"`
 		Held      bool   `json:"held,omitempty"`
 		Error     string `json:"error,omitempty"`
