@@ -126,3 +126,42 @@ func TestIssuerRefusesWhatWasNotAskedFor(t *testing.T) {
 		})
 	}
 }
+
+// TestLeafBackdateIsProportional: a leaf is valid from five minutes before
+// it was signed, or a tenth of its lifetime when that is shorter, so a
+// renewal at a third of the validity left (certmagic's window, ratio 1/3)
+// falls near two thirds of the lifetime: a one-minute leaf is not in its
+// renewal window when it is signed (a fixed five minutes would put it there
+// at once, and it would be renewed at every check), and it is once two
+// thirds of its minute have passed.
+func TestLeafBackdateIsProportional(t *testing.T) {
+	t.Parallel()
+	a, _ := newConstrained(t)
+	now := time.Now().Truncate(time.Second)
+	inWindow := func(leaf *x509.Certificate, at time.Time) bool {
+		window := leaf.NotAfter.Sub(leaf.NotBefore) / 3
+		return !at.Before(leaf.NotAfter.Add(-window))
+	}
+	for _, tc := range []struct {
+		lifetime, backdate time.Duration
+	}{
+		{time.Minute, 6 * time.Second},
+		{10 * time.Minute, time.Minute},
+		{time.Hour, 5 * time.Minute},
+		{30 * 24 * time.Hour, 5 * time.Minute},
+	} {
+		leaf, err := a.SignCSR(csrFor(t, p256(t), "web.alpha.internal"), []string{"web.alpha.internal"}, now, tc.lifetime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := now.Sub(leaf.Cert.NotBefore); got != tc.backdate {
+			t.Errorf("lifetime %s: valid from %s before signing, want %s", tc.lifetime, got, tc.backdate)
+		}
+		if inWindow(leaf.Cert, now) {
+			t.Errorf("lifetime %s: in its renewal window as it is signed", tc.lifetime)
+		}
+		if !inWindow(leaf.Cert, now.Add(tc.lifetime*2/3)) {
+			t.Errorf("lifetime %s: not in its renewal window at two thirds of its lifetime", tc.lifetime)
+		}
+	}
+}

@@ -88,7 +88,7 @@ func (a *Authority) SignCSR(csr *x509.CertificateRequest, names []string, now ti
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: names[0]},
 		DNSNames:     append([]string(nil), names...),
-		NotBefore:    now.Add(-5 * time.Minute),
+		NotBefore:    now.Add(-Backdate(lifetime)),
 		NotAfter:     now.Add(lifetime),
 		KeyUsage:     usage,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
@@ -107,6 +107,16 @@ func (a *Authority) SignCSR(csr *x509.CertificateRequest, names []string, now ti
 		return Leaf{}, fmt.Errorf("parse the leaf signed for %v: %w", names, err)
 	}
 	return Leaf{Cert: cert, Chain: append(certPEM(der), a.interPEM...)}, nil
+}
+
+// Backdate is how far before its signing a leaf of lifetime is valid from,
+// for clocks a little behind: five minutes, or a tenth of the lifetime when
+// that is shorter. A renewal comes when a third of the validity (from
+// NotBefore) is left, so a fixed five minutes on a leaf of a minute would
+// put it in its renewal window from the start and have it renewed at every
+// check; a tenth keeps the renewal near two thirds of the lifetime.
+func Backdate(lifetime time.Duration) time.Duration {
+	return min(5*time.Minute, lifetime/10)
 }
 
 // ConstraintError is a name the intermediate may not sign.

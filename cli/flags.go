@@ -27,13 +27,17 @@ func hostFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "reconcile", Value: 5 * time.Minute, Usage: "how often the host applies what it keeps again, correcting drift"},
 		&cli.DurationFlag{Name: "heartbeat", Value: 10 * time.Second, Usage: "how often the host reports that it is alive"},
 		&cli.StringFlag{Name: "docker", Usage: "the container engine's API, unix:///path or tcp://host:port (default: DOCKER_HOST, else /var/run/docker.sock); none: this host runs no containers"},
+		&cli.DurationFlag{Name: "cert-renew-check", Value: host.DefaultCertRenewCheck, Usage: "how often the host looks for certificates to renew (each is renewed at two thirds of its lifetime; keep this well under the controller's --cert-lifetime)"},
 		&cli.StringFlag{Name: "subnet", Value: host.DefaultSubnet.String(), Usage: "the node's container network mesh-NODE, IPv4 CIDR; its first address is the gateway, where the resolver also listens (port 53)"},
 	}
 }
 
 // hostConfig is the host as the flags say.
 func hostConfig(c *cli.Context) (host.Config, error) {
-	cfg := host.Config{Root: c.String("root"), ReconcileEvery: c.Duration("reconcile"), HeartbeatEvery: c.Duration("heartbeat")}
+	cfg := host.Config{Root: c.String("root"), ReconcileEvery: c.Duration("reconcile"), HeartbeatEvery: c.Duration("heartbeat"), CertRenewCheck: c.Duration("cert-renew-check")}
+	if cfg.CertRenewCheck < time.Second {
+		return cfg, usagef("--cert-renew-check %s is shorter than a second: give how often to look for certificates to renew (10m0s)", cfg.CertRenewCheck)
+	}
 	subnet, err := netip.ParsePrefix(c.String("subnet"))
 	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 29 || subnet.Masked() != subnet {
 		return cfg, usagef("--subnet %q is not an IPv4 network of /29 or larger in CIDR form (10.213.0.0/24)", c.String("subnet"))

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,9 @@ type Config struct {
 	Docker *Docker
 	// Subnet is the node's container network; zero means DefaultSubnet.
 	Subnet netip.Prefix
+	// CertRenewCheck is how often certmagic looks for certificates to
+	// renew; zero means its default, every 10 minutes.
+	CertRenewCheck time.Duration
 	// Panics counts the panics recovered in the agent; main shares it with
 	// the controller's /metrics on a controller's machine. Nil: its own.
 	Panics *atomic.Uint64
@@ -201,6 +205,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.engine.Trust(a.state.CARoot)
 	a.engine.Panicked = a.panicked
 	a.engine.Containers(a.cfg.Docker, a.state.Node, a.state.Address, a.cfg.Subnet, a.cfg.Names)
+	// Certificates: certmagic over the host's own storage, its CSRs signed
+	// by the controller over the node's subject; its renewal checks stop
+	// before the bus connection closes.
+	certs := newCerts(certsConfig{dir: filepath.Join(a.cfg.Dir, CertmagicDir), mesh: a.state.Mesh, root: root, rootPEM: a.state.CARoot,
+		renewCheck: a.cfg.CertRenewCheck, sign: busSigner(nc, a.state.Node)}, a.log)
+	defer certs.stop()
+	a.engine.certificates(certs)
 
 	deliveries := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(spec.DeliverySubject(a.state.Node), deliveries)
@@ -283,6 +294,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-reconcile.C:
 			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
 		case <-eventPasses:
+			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
+		case <-certs.renewed:
+			// A renewal is copied where it is declared by a pass, which
+			// writes only what differs: the certificates' directories.
 			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
 		case m := <-previews:
 			a.safely("preview", func() { a.handlePreview(ctx, nc, m) })

@@ -32,6 +32,9 @@ type Applied struct {
 	// OnRemove is a directory's on_remove: what its removal does with what
 	// it holds that nothing declares.
 	OnRemove string `json:"on_remove,omitempty"`
+	// Certificate is a certificate's name: its removal has certmagic stop
+	// managing it.
+	Certificate string `json:"certificate,omitempty"`
 }
 
 // applied is the record of r, applied (digest given) or tried.
@@ -83,6 +86,9 @@ type setup struct {
 	// caRoot is the mesh's root (PEM) the host pinned at join, which the
 	// trust kind installs; "" until Trust names it.
 	caRoot string
+	// certs obtains and renews certificates; nil: certificate resources
+	// fail, saying the host has no certificate manager.
+	certs *certs
 }
 
 // hostKind is how the host holds one kind of resource, registered from init in
@@ -169,6 +175,13 @@ func (e *Engine) Containers(docker *Docker, node, address string, subnet netip.P
 // anew.
 func (e *Engine) Trust(caRoot string) {
 	e.setup.caRoot = caRoot
+	e.makeAppliers()
+}
+
+// certificates has the engine keep the certificates c manages where
+// certificate resources are declared. Every applier is made anew.
+func (e *Engine) certificates(c *certs) {
+	e.setup.certs = c
 	e.makeAppliers()
 }
 

@@ -28,6 +28,8 @@ var manifestSeeds = []string{
 	`{"name":"x","version":"1","resources":[{"network":{"name":"mesh-a"}}]}`,
 	`{"name":"ca-trust","version":"1","resources":[{"trust":{"name":"mesh"}}]}`,
 	`{"name":"x","version":"1","settings":[{"name":"n","type":"string","default":"a"}],"resources":[{"trust":{"name":"${n}","extra":1}}]}`,
+	`{"name":"web","version":"1","routes":[{"name":"web","port":443}],"resources":[{"certificate":{"name":"web.${node}.internal","path":"/srv/web/tls"}},{"directory":{"path":"/srv/web"}}]}`,
+	`{"name":"web","version":"1","resources":[{"certificate":{"name":"web.${node}.internal","path":"/srv/web/tls"}},{"directory":{"path":"/srv/web/tls"}}]}`,
 }
 
 // gaps are what kind k lacks to be complete: a zero spec that Check
