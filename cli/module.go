@@ -128,6 +128,35 @@ Example:
 					return tw.Flush()
 				},
 			},
+			{
+				Name:      "remove",
+				Usage:     "remove a module from the catalogue (refused while it is assigned)",
+				ArgsUsage: "NAME",
+				Description: `Removes the module from the catalogue. A module still assigned to a node is
+refused, naming the nodes, and nothing changes: unassign it and push first.
+The content its files named stays stored (another module may name it too).
+
+Example:
+   mesh unassign motd alpha && mesh push alpha && mesh module remove motd`,
+				Flags: []cli.Flag{dirFlag(), jsonFlag()},
+				Action: func(c *cli.Context) error {
+					if err := wantArgs(c, 1, "one argument, the module's name"); err != nil {
+						return err
+					}
+					if err := spec.CheckName("module", c.Args().First()); err != nil {
+						return usageError{err.Error()}
+					}
+					var res spec.ModuleRemoveResult
+					if err := callCmd(c, spec.VerbModuleRemove, spec.ModuleRemoveRequest{Name: c.Args().First()}, &res); err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, res)
+					}
+					fmt.Fprintf(c.App.Writer, "removed module %s %s\n", res.Name, res.Version)
+					return nil
+				},
+			},
 		},
 	}
 }

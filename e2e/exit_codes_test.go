@@ -25,6 +25,7 @@ func TestControllersAnswerSetsTheExitCode(t *testing.T) {
 		{[]string{"node", "remove", "nosuch"}, 2, `no node called "nosuch"`},
 		{[]string{"node", "hold", "nosuch"}, 2, `no node called "nosuch"`},
 		{[]string{"module", "show", "nosuch"}, 2, `no module called "nosuch"`},
+		{[]string{"module", "remove", "nosuch"}, 2, `no module called "nosuch"`},
 		{[]string{"unassign", "nosuch", "alpha"}, 2, `module "nosuch" is not assigned to node "alpha"`},
 		{[]string{"token", "revoke", "tnope"}, 2, `no token "tnope"`},
 		{[]string{"push", "nosuch"}, 2, `no node called "nosuch"`},

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -83,5 +84,49 @@ func TestAssignSaysWhichNodesChange(t *testing.T) {
 	as, err := db.AssignmentsOf(ctx, "beta")
 	if err != nil || !slices.ContainsFunc(as, func(a store.Assignment) bool { return a.Module == "plain" }) {
 		t.Errorf("the assignment made while the mesh did not compose was not recorded: %+v %v", as, err)
+	}
+}
+
+// noCatalogue is a store whose whole-catalogue read fails: what reads it
+// cannot answer.
+type noCatalogue struct{ *store.DB }
+
+func (noCatalogue) Modules(context.Context) ([]store.Module, error) {
+	return nil, errors.New("the test's store refuses to read every module")
+}
+
+// TestAssignReadsOnlyWhatItNeeds: an assign, an unassign and the audit of
+// an assign read the module named and the node's own modules, never the
+// whole catalogue (10,000 modules made each assign decode every one, twice,
+// with the audit's redaction). A module with routes alters every roster:
+// only then is the mesh composed, and this store cannot, so the answer says
+// the nodes are not known, and the assignment is recorded all the same.
+func TestAssignReadsOnlyWhatItNeeds(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	c, db := newControllerWith(t, clk, func(db *store.DB) Store { return noCatalogue{db} })
+	ctx := context.Background()
+	mods := []spec.Module{dirModule("plain", "/srv/plain"), dirModule("routed", "/srv/routed", spec.Route{Name: "web", Port: 80})}
+	x := "x"
+	mods[0].Settings = []spec.Setting{{Name: "who", Type: "string", Default: &x}}
+	if _, err := db.RegisterModules(ctx, mods, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.assign(ctx, spec.AssignRequest{Module: "plain", Node: "alpha", Settings: map[string]string{"who": "me"}})
+	if err != nil || !slices.Equal(res.Changed, []string{"alpha"}) || res.Unknown != "" {
+		t.Fatalf("assign plain: %+v %v, want alpha changed", res, err)
+	}
+	if got := c.assignArgs(ctx, mustJSON(t, spec.AssignRequest{Module: "plain", Node: "alpha", Settings: map[string]string{"who": "me"}})); !strings.Contains(got, `"who":"me"`) {
+		t.Fatalf("the audit of a setting the module says is not secret: %s", got)
+	}
+	if res, err := c.unassign(ctx, spec.AssignRequest{Module: "plain", Node: "alpha"}); err != nil || !slices.Equal(res.Changed, []string{"alpha"}) {
+		t.Fatalf("unassign plain: %+v %v, want alpha changed", res, err)
+	}
+	res, err = c.assign(ctx, spec.AssignRequest{Module: "routed", Node: "alpha"})
+	if err != nil || !strings.Contains(res.Unknown, "refuses to read every module") {
+		t.Fatalf("assign routed: %+v %v, want the nodes unknown, saying why", res, err)
+	}
+	if as, _ := db.AssignmentsOf(ctx, "alpha"); len(as) != 1 || as[0].Module != "routed" {
+		t.Fatalf("assignments of alpha: %+v, want routed recorded", as)
 	}
 }

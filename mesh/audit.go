@@ -163,15 +163,11 @@ func (c *Controller) assignArgs(ctx context.Context, data []byte) string {
 		return `"(unreadable)"`
 	}
 	secret := func(string) bool { return true } // unless the module says otherwise
-	if mods, err := c.deps.DB.Modules(ctx); err == nil {
-		for _, m := range mods {
-			if m.Module.Name == req.Module {
-				mod := m.Module
-				secret = func(name string) bool {
-					s, ok := mod.Setting(name)
-					return !ok || s.Secret
-				}
-			}
+	if m, err := c.deps.DB.Module(ctx, req.Module); err == nil {
+		mod := m.Module
+		secret = func(name string) bool {
+			s, ok := mod.Setting(name)
+			return !ok || s.Secret
 		}
 	}
 	for k := range req.Settings {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -100,6 +101,28 @@ func (c *Controller) showModule(ctx context.Context, req spec.ModuleShowRequest)
 	return spec.ModuleShowResult{}, notFoundError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Name))
 }
 
+// removeModule removes a module from the catalogue. One still assigned is
+// refused, naming the nodes, and nothing changes: unassign it and push
+// first, so no host is left holding what the catalogue no longer knows.
+func (c *Controller) removeModule(ctx context.Context, req spec.ModuleRemoveRequest) (spec.ModuleRemoveResult, error) {
+	if err := spec.CheckName("module", req.Name); err != nil {
+		return spec.ModuleRemoveResult{}, callerError(err.Error() + "; nothing was removed")
+	}
+	m, err := c.deps.DB.RemoveModule(ctx, req.Name)
+	var assigned *store.AssignedError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return spec.ModuleRemoveResult{}, notFoundError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Name))
+	case errors.As(err, &assigned):
+		return spec.ModuleRemoveResult{}, refusedError(fmt.Sprintf("module %q is assigned to %s: unassign it there and push first (mesh unassign %s NODE); nothing was removed",
+			req.Name, strings.Join(assigned.Nodes, ", "), req.Name))
+	case err != nil:
+		return spec.ModuleRemoveResult{}, err
+	}
+	c.log.Info("module removed", "module", m.Module.Name, "version", m.Module.Version)
+	return spec.ModuleRemoveResult{Name: m.Module.Name, Version: m.Module.Version}, nil
+}
+
 // checkAssignNames refuses a module or node name that breaks the naming
 // rule, naming the rule: such a name is never "not found".
 func checkAssignNames(req spec.AssignRequest) error {
@@ -116,19 +139,14 @@ func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.A
 	if err := checkAssignNames(req); err != nil {
 		return spec.AssignResult{}, err
 	}
-	mods, err := c.deps.DB.Modules(ctx)
+	found, err := c.deps.DB.Module(ctx, req.Module)
+	if errors.Is(err, store.ErrNotFound) {
+		return spec.AssignResult{}, notFoundError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Module))
+	}
 	if err != nil {
 		return spec.AssignResult{}, err
 	}
-	var mod *spec.Module
-	for i := range mods {
-		if mods[i].Module.Name == req.Module {
-			mod = &mods[i].Module
-		}
-	}
-	if mod == nil {
-		return spec.AssignResult{}, notFoundError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Module))
-	}
+	mod := &found.Module
 	// The settings are checked as composition will check them, so a bad one
 	// is refused now, naming it, and nothing is recorded.
 	if _, err := settingValues(req.Node, *mod, req.Settings); err != nil {
@@ -146,7 +164,7 @@ func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.A
 		}
 		return spec.AssignResult{}, err
 	}
-	return c.changedBy(ctx, func() error {
+	return c.changedBy(ctx, req.Node, func() error {
 		err := c.deps.DB.Assign(ctx, req.Module, req.Node, req.Settings, c.cfg.Now())
 		if errors.Is(err, store.ErrNotFound) {
 			return notFoundError(err.Error())
@@ -175,7 +193,7 @@ func (c *Controller) unassign(ctx context.Context, req spec.AssignRequest) (spec
 	if err := checkAssignNames(req); err != nil {
 		return spec.AssignResult{}, err
 	}
-	return c.changedBy(ctx, func() error {
+	return c.changedBy(ctx, req.Node, func() error {
 		err := c.deps.DB.Unassign(ctx, req.Module, req.Node)
 		if errors.Is(err, store.ErrNotFound) {
 			return notFoundError(fmt.Sprintf("module %q is not assigned to node %q", req.Module, req.Node))
@@ -187,48 +205,116 @@ func (c *Controller) unassign(ctx context.Context, req spec.AssignRequest) (spec
 	})
 }
 
-// changedBy records a change of assignments (record) and says which nodes'
-// declarations it alters: each node composed before and after, compared
-// (its resources and the roster). A node that does not compose after is
-// altered unless it did not before either: nothing would be sent to it
-// either way. When the mesh cannot be composed, the change is recorded all
-// the same and the result says why the nodes are not known.
-func (c *Controller) changedBy(ctx context.Context, record func() error) (spec.AssignResult, error) {
-	before, errBefore := c.gather(ctx)
+// changedBy records a change of node's assignments (record) and says which
+// nodes' declarations it alters. Only node's own resources and routes can
+// change: it is composed before and after from the modules assigned to it
+// (never the whole catalogue), and altered when its resources differ or it
+// composes on one side only; when its routes differ, every node is, since
+// each declaration carries the roster. When node cannot be composed, the
+// change is recorded all the same and the result says why the nodes are
+// not known.
+func (c *Controller) changedBy(ctx context.Context, node string, record func() error) (spec.AssignResult, error) {
+	before, ownBefore, errBefore := c.composeByName(ctx, node)
 	if err := record(); err != nil {
 		return spec.AssignResult{}, err
 	}
 	res := spec.AssignResult{Changed: []string{}}
-	after, err := c.gather(ctx)
+	after, ownAfter, err := c.composeByName(ctx, node)
 	if err == nil {
 		err = errBefore
+	}
+	var all []string
+	if err == nil {
+		all, err = c.composedNodes(ctx)
+	}
+	routed := err == nil && !slices.Equal(routeKeys(before.Routes), routeKeys(after.Routes))
+	var g gathered
+	if routed {
+		// The roster changes: every node that composes is altered (one that
+		// does not is sent nothing either way), node too unless it composes
+		// on neither side. Only here is the whole mesh composed.
+		g, err = c.gather(ctx)
 	}
 	if err != nil {
 		res.Unknown = err.Error()
 		return res, nil
 	}
-	res.Nodes = len(after.plans) + len(after.own)
-	for node := range after.plans {
-		if before.own[node] != nil || composedKey(before, node) != composedKey(after, node) {
-			res.Changed = append(res.Changed, node)
+	res.Nodes = len(all)
+	switch {
+	case routed:
+		for _, n := range all {
+			if g.own[n] == nil || (n == node && ownBefore == nil) {
+				res.Changed = append(res.Changed, n)
+			}
 		}
+	case (ownBefore == nil) != (ownAfter == nil):
+		res.Changed = []string{node}
+	case ownAfter == nil && planKey(before) != planKey(after):
+		res.Changed = []string{node}
 	}
-	for node := range after.own {
-		if before.own[node] == nil {
-			res.Changed = append(res.Changed, node)
-		}
-	}
-	sort.Strings(res.Changed)
 	return res, nil
 }
 
-// composedKey is what g would send node that composes: its resources and
-// the roster, as bytes.
-func composedKey(g gathered, node string) string {
-	b, _ := json.Marshal(struct {
-		R []spec.Resource
-		N spec.Roster
-	}{g.plans[node].Resources, g.roster})
+// composeByName composes node from the modules assigned to it, as
+// composeOne does. A node not in the mesh (or leaving it) composes to
+// nothing.
+func (c *Controller) composeByName(ctx context.Context, node string) (plan Plan, own, err error) {
+	n, err := c.deps.DB.Node(ctx, node)
+	if errors.Is(err, store.ErrNotFound) {
+		return Plan{}, nil, nil
+	}
+	if err != nil {
+		return Plan{}, nil, err
+	}
+	if !n.Removing.IsZero() {
+		return Plan{}, nil, nil
+	}
+	as, err := c.deps.DB.AssignmentsOf(ctx, node)
+	if err != nil {
+		return Plan{}, nil, fmt.Errorf("compose node %q: %w", node, err)
+	}
+	modules := make(map[string]spec.Module, len(as))
+	for _, a := range as {
+		m, err := c.deps.DB.Module(ctx, a.Module)
+		if err != nil {
+			return Plan{}, nil, fmt.Errorf("compose node %q: %w", node, err)
+		}
+		modules[a.Module] = m.Module
+	}
+	return c.composeOne(ctx, n, modules)
+}
+
+// composedNodes are the nodes a push composes: every node not leaving the
+// mesh, by name.
+func (c *Controller) composedNodes(ctx context.Context) ([]string, error) {
+	nodes, err := c.deps.DB.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := []string{}
+	for _, n := range nodes {
+		if n.Removing.IsZero() {
+			names = append(names, n.Name)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// routeKeys are routes as comparable, sorted strings.
+func routeKeys(routes []spec.RosterRoute) []string {
+	keys := make([]string, 0, len(routes))
+	for _, r := range routes {
+		b, _ := json.Marshal(r)
+		keys = append(keys, string(b))
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// planKey is a plan's resources as bytes.
+func planKey(p Plan) string {
+	b, _ := json.Marshal(p.Resources)
 	return string(b)
 }
 

@@ -32,8 +32,10 @@ type Store interface {
 
 	RegisterModules(ctx context.Context, mods []spec.Module, at time.Time) (map[string]string, error)
 	Modules(ctx context.Context) ([]store.Module, error)
+	Module(ctx context.Context, name string) (store.Module, error)
 	Assign(ctx context.Context, module, node string, settings map[string]string, at time.Time) error
 	Unassign(ctx context.Context, module, node string) error
+	RemoveModule(ctx context.Context, name string) (store.Module, error)
 	Assignments(ctx context.Context) ([]store.Assignment, error)
 	AssignmentsOf(ctx context.Context, node string) ([]store.Assignment, error)
 

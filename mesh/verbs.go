@@ -27,6 +27,7 @@ func (c *Controller) verbRows() []row {
 		verb(spec.VerbModuleRegister, c.registerModules, redactModules),
 		verb(spec.VerbModuleList, c.listModules, redactNone),
 		verb(spec.VerbModuleShow, c.showModule, redactNone),
+		verb(spec.VerbModuleRemove, c.removeModule, redactNone),
 		verb(spec.VerbAssign, c.assign, redactSettings),
 		verb(spec.VerbUnassign, c.unassign, redactNone),
 		verb(spec.VerbBlobPut, c.putBlob, notAudited),

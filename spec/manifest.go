@@ -301,6 +301,16 @@ type (
 		Info   ModuleInfo `json:"info"`
 		Module Module     `json:"module"`
 	}
+	// ModuleRemoveRequest removes the module called Name from the
+	// catalogue; refused while it is assigned.
+	ModuleRemoveRequest struct {
+		Name string `json:"name"`
+	}
+	// ModuleRemoveResult is the module removed, as it was.
+	ModuleRemoveResult struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	}
 	AssignRequest struct {
 		Module   string            `json:"module"`
 		Node     string            `json:"node"`

@@ -17,6 +17,7 @@ const (
 	VerbModuleRegister = "module.register"
 	VerbModuleList     = "module.list"
 	VerbModuleShow     = "module.show"
+	VerbModuleRemove   = "module.remove"
 	VerbAssign         = "assign"
 	VerbUnassign       = "unassign"
 	VerbBlobPut        = "blob.put"
@@ -54,6 +55,7 @@ var verbs = []Verb{
 	{VerbModuleRegister, 2 * time.Minute},
 	{VerbModuleList, DefaultVerbTimeout},
 	{VerbModuleShow, DefaultVerbTimeout},
+	{VerbModuleRemove, DefaultVerbTimeout},
 	{VerbAssign, DefaultVerbTimeout},
 	{VerbUnassign, DefaultVerbTimeout},
 	{VerbBlobPut, DefaultVerbTimeout},

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
@@ -145,6 +146,59 @@ func (db *DB) Assign(ctx context.Context, module, node string, settings map[stri
 		return fmt.Errorf("assign %s to %s: %w", module, node, err)
 	}
 	return nil
+}
+
+// AssignedError is a module that cannot be removed: these nodes hold it.
+type AssignedError struct {
+	Module string
+	Nodes  []string
+}
+
+func (e *AssignedError) Error() string {
+	return fmt.Sprintf("module %q is assigned to %s", e.Module, strings.Join(e.Nodes, ", "))
+}
+
+// RemoveModule removes module name from the catalogue and returns it as it
+// was. One that does not exist wraps ErrNotFound; one still assigned is an
+// *AssignedError naming the nodes, and nothing is removed. The blobs its
+// resources named stay: another module may name the same content.
+func (db *DB) RemoveModule(ctx context.Context, name string) (Module, error) {
+	var m Module
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		m, err = scanModule(tx.QueryRowContext(ctx, `SELECT body, registered_at FROM modules WHERE name = ?`, name))
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT node FROM assignments WHERE module = ? ORDER BY node`, name)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var nodes []string
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				return err
+			}
+			nodes = append(nodes, n)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(nodes) > 0 {
+			return &AssignedError{Module: name, Nodes: nodes}
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM modules WHERE name = ?`, name)
+		return err
+	})
+	if err != nil {
+		return Module{}, fmt.Errorf("remove module %q: %w", name, err)
+	}
+	return m, nil
 }
 
 // Unassign removes the assignment of module to node; one that does not
