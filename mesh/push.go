@@ -188,9 +188,8 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 	if err != nil {
 		return 0, false, fmt.Errorf("encode declaration of node %q: %w", node, err)
 	}
-	if len(body) > spec.MaxDeclaration {
-		return 0, false, callerError(fmt.Sprintf("the declaration of node %q is %d bytes, over the %d-byte cap: move large file contents out of line (they travel as blobs over %d bytes)",
-			node, len(body), spec.MaxDeclaration, spec.InlineMax))
+	if err := oversize(node, len(body), resources, roster); err != nil {
+		return 0, false, err
 	}
 	sig := ed25519.Sign(c.cfg.SignKey, body)
 	if err := c.deps.DB.RecordDeclaration(ctx, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: sig,

@@ -53,6 +53,11 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	if err != nil {
 		return spec.StatusResult{}, fmt.Errorf("work out what is pending: %w", err)
 	}
+	m, err := c.deps.DB.Mesh(ctx)
+	if err != nil {
+		return spec.StatusResult{}, err
+	}
+	meshName := m.Name
 	latest, err := c.deps.DB.LatestCerts(ctx)
 	if err != nil {
 		return spec.StatusResult{}, err
@@ -128,7 +133,12 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 			problem("%s", err.Error())
 		} else if differs(g.plans[n.Name].Resources, g.roster, last) {
 			st.Pending = true
-			problem("%s has changes pending: mesh push %s", n.Name, n.Name)
+			if err := c.wouldNotFit(meshName, n.Name, last.Seq+1, g.plans[n.Name].Resources, g.roster); err != nil {
+				st.PendingWhy = err.Error()
+				problem("%s", err.Error())
+			} else {
+				problem("%s has changes pending: mesh push %s", n.Name, n.Name)
+			}
 		}
 		var failures []string
 		if r, err := c.deps.DB.LastReport(ctx, n.Name); err == nil {
@@ -271,4 +281,16 @@ func differs(resources []spec.Resource, roster spec.Roster, last store.Declarati
 	}
 	now := contentDigest(resources, roster)
 	return now == "" || now != sent
+}
+
+// wouldNotFit says why the declaration a push would send node (numbered
+// seq) does not fit under the cap, or nil: encoded as send encodes it.
+func (c *Controller) wouldNotFit(mesh, node string, seq uint64, resources []spec.Resource, roster spec.Roster) error {
+	now := c.cfg.Now().UTC()
+	body, err := json.Marshal(spec.Declaration{Mesh: mesh, Node: node, Seq: seq, Issued: now,
+		Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol, Resources: resources, Roster: roster})
+	if err != nil {
+		return fmt.Errorf("encode the declaration of node %q: %w", node, err)
+	}
+	return oversize(node, len(body), resources, roster)
 }
