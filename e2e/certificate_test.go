@@ -384,7 +384,7 @@ func TestCertificateRenewal(t *testing.T) {
 	first := checkCertDir(t, dir, name)
 	r := startReader(dir)
 	defer r.end()
-	renewal := renewedOnce(t, m.dir, dir, first)
+	renewal := renewedOnce(t, m.dir, "alpha", dir, first)
 	t.Logf("renewal: %d writes, note %q", renewal.writes, renewal.result.Note)
 
 	r.end()
@@ -428,7 +428,7 @@ type renewal struct {
 // the renewal: the new pair verifies, it was reported by a reconcile pass
 // with its writes, and it came at about two thirds of the first's life (no
 // renewal at every check before it).
-func renewedOnce(t *testing.T, meshDir, dir string, first installed) renewal {
+func renewedOnce(t *testing.T, meshDir, node, dir string, first installed) renewal {
 	t.Helper()
 	name := first.leaf.DNSNames[0]
 	var got renewal
@@ -450,7 +450,7 @@ func renewedOnce(t *testing.T, meshDir, dir string, first installed) renewal {
 		t.Errorf("the controller issued %d certificates for %s by the first renewal, want 2 (no renewal at every check)", len(issued), name)
 	}
 	poll.Until(t, 20*time.Second, "the renewal reported", func() (bool, string) {
-		r := nodeShow(t, meshDir, "alpha").LastReport
+		r := nodeShow(t, meshDir, node).LastReport
 		if r == nil {
 			return false, "no report"
 		}
@@ -463,4 +463,44 @@ func renewedOnce(t *testing.T, meshDir, dir string, first installed) renewal {
 		return false, fmt.Sprintf("%+v", r.Results)
 	})
 	return got
+}
+
+// TestCertificateRenewalKeepsTheContainer: a container that mounts the
+// certificate's directory is not replaced by a renewal (its identity is its
+// declared spec and the mount's path, not the certificate's bytes): it
+// keeps its ID, the engine sees no event of the node's at all while the
+// renewal is swapped in, and the container reads the renewed pair through
+// its mount.
+func TestCertificateRenewalKeepsTheContainer(t *testing.T) {
+	t.Parallel()
+	m := newContainerNode(t, "--cert-lifetime", "1m", "--cert-renew-check", "1s", "--reconcile", "5m")
+	tag, archive := image(t, m.cli)
+	mod := certModule(t, fmt.Sprintf(`{"container":{"name":"tls","image":%q,"archive":"image.tar","command":["/bin/httpd","-f","-p","8443","-h","/tls"],"mounts":[{"source":%q,"target":"/tls","read_only":true}]}}`, tag, certPath))
+	if err := os.Link(archive, filepath.Join(mod, "image.tar")); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "module", "register", "--dir", m.dir, mod)
+	mustRun(t, "assign", "--dir", m.dir, "tls", m.a)
+	push(t, m.dir)
+	dir := filepath.Join(m.rootA, certPath)
+	name := "web." + m.a + ".internal"
+	first := checkCertDir(t, dir, name)
+	id := m.id(t, m.a, "tls")
+	since := time.Now()
+
+	renewal := renewedOnce(t, m.dir, m.a, dir, first)
+	t.Logf("renewal: %d writes, note %q", renewal.writes, renewal.result.Note)
+	if got := m.id(t, m.a, "tls"); got != id {
+		t.Errorf("the container was replaced by the renewal: %s, was %s", got, id)
+	}
+	if events := m.lifecycle(t, since); len(events) != 0 {
+		t.Errorf("the renewal made engine events: %v", events)
+	}
+	out, err := exec.Command("docker", "exec", spec.ContainerName(m.a, "tls"), "cat", "/tls/"+spec.CertFile).Output()
+	if err != nil {
+		t.Fatalf("docker exec cat /tls/cert.pem: %v", err)
+	}
+	if b, _ := pem.Decode(out); b == nil || !strings.Contains(string(out), string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: renewal.in.leaf.Raw}))) {
+		t.Errorf("the container reads a cert.pem that is not the renewed one:\n%s", out)
+	}
 }

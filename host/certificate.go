@@ -122,6 +122,9 @@ func planCertificate(root, dir string, want map[string][]byte) (certDecision, er
 		return fail(err)
 	}
 	if !ok {
+		for _, f := range certFiles {
+			d.links = append(d.links, f.name)
+		}
 		return d, nil
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
@@ -335,11 +338,8 @@ func (a certificateApplier) Apply(ctx context.Context, r spec.Resource, w *Write
 			return Result{}, err
 		}
 	}
-	for _, f := range certFiles {
-		if d.fresh && !slices.Contains(d.links, f.name) {
-			continue
-		}
-		if err := swapLink(fd, d.at.path, f.name, spec.CertDataLink+"/"+f.name, w); err != nil {
+	for _, f := range d.links {
+		if err := swapLink(fd, d.at.path, f, spec.CertDataLink+"/"+f, w); err != nil {
 			return Result{}, err
 		}
 	}
@@ -446,7 +446,7 @@ func swapLink(dir int, path, name, target string, w *Writes) error {
 // path) but keep, and any link a pass cut short left behind; nothing is
 // followed.
 func removeVersions(dir int, path string, keep []string, w *Writes) error {
-	names, err := readNames(mustDup(dir))
+	names, err := listDir(dir)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", path, err)
 	}
@@ -476,14 +476,14 @@ func removeVersions(dir int, path string, keep []string, w *Writes) error {
 	return nil
 }
 
-// mustDup is a duplicate of fd for readNames to close; -1 (which makes
-// readNames fail) when it cannot be made.
-func mustDup(fd int) int {
-	d, err := dupRetry(fd)
+// listDir lists the directory open at fd, from a descriptor of its own
+// (a duplicate would share fd's offset, and list nothing the second time).
+func listDir(fd int) ([]string, error) {
+	d, err := openRetry(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {
-		return -1
+		return nil, err
 	}
-	return d
+	return readNames(d)
 }
 
 // Remove takes the certificate's directory out: its links, ..data and its
@@ -530,7 +530,7 @@ func (a certificateApplier) Remove(ctx context.Context, rec Applied, _ []string,
 	if err := removeVersions(fd, at.path, nil, w); err != nil {
 		return Result{}, err
 	}
-	names, err := readNames(mustDup(fd))
+	names, err := listDir(fd)
 	if err != nil {
 		return Result{}, fmt.Errorf("list %s: %w", at.path, err)
 	}
