@@ -296,6 +296,29 @@ func TestCertificateThroughTheMesh(t *testing.T) {
 	if got := issuedFor(t, m.dir, name); len(got) != 1 {
 		t.Errorf("the restarted host asked for another certificate: %+v", got)
 	}
+
+	// A name the node may not hold fails the resource with the
+	// controller's reason, and nothing is written for it.
+	stolen := filepath.Join(t.TempDir(), "stolen")
+	os.MkdirAll(stolen, 0o755)
+	os.WriteFile(filepath.Join(stolen, "module.json"), []byte(`{"name":"stolen","version":"1","resources":[{"certificate":{"name":"web.beta.internal","path":"/srv/stolen"}}]}`), 0o644)
+	mustRun(t, "module", "register", "--dir", m.dir, stolen)
+	mustRun(t, "assign", "--dir", m.dir, "stolen", "alpha")
+	o, _ = pushJSON(t, m.dir)
+	var refused spec.ResourceResult
+	for _, r := range reportOf(t, o, "alpha").Results {
+		if r.Name == "stolen:certificate:/srv/stolen" {
+			refused = r
+		}
+	}
+	if refused.Outcome != spec.Failed || !strings.Contains(refused.Error, `node "alpha" may not hold web.beta.internal`) {
+		t.Errorf("a certificate for another node's name: %+v, want it failed with the controller's reason", refused)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "srv/stolen")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused certificate's directory was made: %v", err)
+	}
+	mustRun(t, "unassign", "--dir", m.dir, "stolen", "alpha")
+	push(t, m.dir)
 }
 
 // waitCertReport waits for a report of node alpha after since in which
