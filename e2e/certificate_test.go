@@ -276,25 +276,32 @@ func TestCertificateThroughTheMesh(t *testing.T) {
 		t.Errorf("the version that drifted is still there: %v", err)
 	}
 
-	// A restart finds the certificate in certmagic's storage: the files stay,
-	// and the controller is asked for nothing.
-	stamp = dirStamp(t, dir)
-	m.d.stop(t)
-	restarted := time.Now()
-	m.d = start(t, "controller", "--dir", m.dir)
-	m.addrs = waitReady(t, m.d, m.dir)
-	poll.Until(t, 30*time.Second, "the restarted host's first report", func() (bool, string) {
-		r := nodeShow(t, m.dir, "alpha").LastReport
-		return r != nil && r.Time.After(restarted), fmt.Sprintf("%+v", r)
-	})
-	if r := nodeShow(t, m.dir, "alpha").LastReport; certResult(t, r).Outcome != spec.Unchanged {
-		t.Errorf("after the restart: %+v, want the certificate unchanged", certResult(t, r))
-	}
-	if again := dirStamp(t, dir); again != stamp {
-		t.Errorf("the restart wrote in the certificate's directory:\nbefore %s\nafter  %s", stamp, again)
-	}
-	if got := issuedFor(t, m.dir, name); len(got) != 1 {
-		t.Errorf("the restarted host asked for another certificate: %+v", got)
+	// A restart, after a stop or a kill -9, finds the certificate in
+	// certmagic's storage: the files stay, and the controller is asked for
+	// nothing.
+	for _, how := range []string{"SIGTERM", "kill -9"} {
+		stamp = dirStamp(t, dir)
+		if how == "SIGTERM" {
+			m.d.stop(t)
+		} else {
+			m.d.kill9(t)
+		}
+		restarted := time.Now()
+		m.d = start(t, "controller", "--dir", m.dir)
+		m.addrs = waitReady(t, m.d, m.dir)
+		poll.Until(t, 30*time.Second, "the restarted host's first report", func() (bool, string) {
+			r := nodeShow(t, m.dir, "alpha").LastReport
+			return r != nil && r.Time.After(restarted), fmt.Sprintf("%+v", r)
+		})
+		if r := nodeShow(t, m.dir, "alpha").LastReport; certResult(t, r).Outcome != spec.Unchanged {
+			t.Errorf("after a restart (%s): %+v, want the certificate unchanged", how, certResult(t, r))
+		}
+		if again := dirStamp(t, dir); again != stamp {
+			t.Errorf("the restart (%s) wrote in the certificate's directory:\nbefore %s\nafter  %s", how, stamp, again)
+		}
+		if got := issuedFor(t, m.dir, name); len(got) != 1 {
+			t.Errorf("the host restarted (%s) asked for another certificate: %+v", how, got)
+		}
 	}
 
 	// A name the node may not hold fails the resource with the
