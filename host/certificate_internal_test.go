@@ -16,6 +16,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
+	"go.uber.org/zap"
 )
 
 // certEngine is an engine under a new root whose certificates come from
@@ -235,5 +236,22 @@ func TestCertificateRemoval(t *testing.T) {
 	}
 	if got := c.cache.AllMatchingCertificates("web.alpha.internal"); len(got) != 0 {
 		t.Errorf("certmagic still manages the name: %d certificates cached", len(got))
+	}
+}
+
+// TestCertmagicLogsThroughTheHost: what certmagic logs at error reaches the
+// host's log, with its fields; below error, nothing, and nor does an
+// obtain's failure, which the apply's report says (once).
+func TestCertmagicLogsThroughTheHost(t *testing.T) {
+	t.Parallel()
+	var buf strings.Builder
+	log := certmagicLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))).Named("maintenance")
+	log.Info("lock acquired", zap.String("identifier", "web.alpha.internal"))
+	log.Warn("certificate expires soon")
+	log.Error("could not get certificate from issuer", zap.String("identifier", "web.beta.internal"))
+	log.With(zap.Strings("identifiers", []string{"web.alpha.internal"})).Error("renewing managed certificates", zap.Error(errors.New("no controller answers")))
+	got := buf.String()
+	if strings.Count(got, "\n") != 1 || !strings.Contains(got, `level=ERROR msg="certmagic: renewing managed certificates" certmagic=maintenance error="no controller answers" identifiers=[web.alpha.internal]`) {
+		t.Errorf("the host's log holds:\n%s", got)
 	}
 }

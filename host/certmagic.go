@@ -16,7 +16,6 @@ import (
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
-	"go.uber.org/zap"
 )
 
 // CertmagicDir is where a host's certmagic keeps its certificates and keys,
@@ -72,7 +71,7 @@ func newCerts(cfg certsConfig, log *slog.Logger) *certs {
 	c.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return c.magic, nil },
 		RenewCheckInterval: cfg.renewCheck,
-		Logger:             zap.NewNop(),
+		Logger:             certmagicLogger(log),
 	})
 	c.magic = certmagic.New(c.cache, certmagic.Config{
 		RenewalWindowRatio: RenewalWindowRatio,
@@ -80,7 +79,7 @@ func newCerts(cfg certsConfig, log *slog.Logger) *certs {
 		Issuers:            []certmagic.Issuer{c.issuer},
 		OCSP:               certmagic.OCSPConfig{DisableStapling: true},
 		DisableARI:         true,
-		Logger:             zap.NewNop(),
+		Logger:             certmagicLogger(log),
 		OnEvent:            c.onEvent,
 	})
 	return c
@@ -106,7 +105,11 @@ func (c *certs) onEvent(_ context.Context, event string, data map[string]any) er
 			}
 		}
 	case "cert_failed":
-		c.log.Warn("certificate not obtained", "name", name, "renewal", renewal, "err", data["error"])
+		// A first obtain that failed fails its resource, which the apply
+		// reports (and does not repeat); a renewal has no other voice.
+		if renewal {
+			c.log.Warn("certificate not renewed; certmagic tries again", "name", name, "err", data["error"])
+		}
 	}
 	return nil
 }
