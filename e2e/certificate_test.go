@@ -406,6 +406,9 @@ func TestCertificateRenewal(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	m := newMesh(t, "--root", root, "--cert-lifetime", "1m", "--cert-renew-check", "1s")
+	if got := configOf(t, m.dir); !strings.Contains(got, "cert-renew-check: 1s\n") {
+		t.Errorf("config.yaml does not keep --cert-renew-check:\n%s", got)
+	}
 	dir := filepath.Join(root, certPath)
 	name := "web.alpha.internal"
 	mustRun(t, "module", "register", "--dir", m.dir, certModule(t))
