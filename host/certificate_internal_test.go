@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -23,7 +24,7 @@ import (
 // real certmagic over a storage of its own, its CSRs signed by a real CA
 // in this process: the seam is the bus request (the mesh's end-to-end
 // tests make it for real). signed counts the CSRs signed.
-func certEngine(t *testing.T) (e *Engine, root string, c *certs, signed *int) {
+func certEngine(t testing.TB) (e *Engine, root string, c *certs, signed *int) {
 	t.Helper()
 	auth, err := ca.Create(t.TempDir(), "m", time.Now(), spec.Domain)
 	if err != nil {
@@ -253,5 +254,34 @@ func TestCertmagicLogsThroughTheHost(t *testing.T) {
 	got := buf.String()
 	if strings.Count(got, "\n") != 1 || !strings.Contains(got, `level=ERROR msg="certmagic: renewing managed certificates" certmagic=maintenance error="no controller answers" identifiers=[web.alpha.internal]`) {
 		t.Errorf("the host's log holds:\n%s", got)
+	}
+}
+
+// BenchmarkCertificateObtain: a certificate obtained and its directory
+// written, per name: certmagic's key, CSR and storage, the CA's signature
+// in this process (the bus's round trip is not in it: the end-to-end test
+// logs the whole, from the push), and the version, ..data and links.
+func BenchmarkCertificateObtain(b *testing.B) {
+	e, _, _, _ := certEngine(b)
+	ctx := context.Background()
+	for i := 0; b.Loop(); i++ {
+		r := certResource(fmt.Sprintf("w%d.alpha.internal", i), fmt.Sprintf("/srv/w%d", i))
+		if res, _, _ := e.Apply(ctx, []spec.Resource{r}, nil); res[0].Outcome != spec.Created {
+			b.Fatalf("%+v", res[0])
+		}
+	}
+}
+
+// BenchmarkCertificateUnchanged: a pass over a certificate in place, which
+// reads and writes nothing but the comparison.
+func BenchmarkCertificateUnchanged(b *testing.B) {
+	e, _, _, _ := certEngine(b)
+	ctx := context.Background()
+	r := certResource("web.alpha.internal", "/srv/web/tls")
+	_, record, _ := e.Apply(ctx, []spec.Resource{r}, nil)
+	for b.Loop() {
+		if res, _, w := e.Apply(ctx, []spec.Resource{r}, record); res[0].Outcome != spec.Unchanged || w != 0 {
+			b.Fatalf("%+v, %d writes", res[0], w)
+		}
 	}
 }
