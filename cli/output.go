@@ -135,6 +135,9 @@ func printNode(w io.Writer, n spec.Node) error {
 			trust = "the mesh root is installed: " + f.TrustInstalled
 		}
 		row("trust store", trust)
+		for _, c := range f.Certificates {
+			row("certificate", fmt.Sprintf("%s in %s: serial %s, valid until %s", c.Name, c.Path, c.Serial, c.NotAfter.UTC().Format(time.RFC3339)))
+		}
 		if f.Engine != "" {
 			row("container engine", f.Engine)
 			row("container subnet", orDash(f.Subnet))

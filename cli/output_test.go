@@ -24,7 +24,8 @@ func TestOutputGolden(t *testing.T) {
 	facts := &spec.Facts{Node: "alpha", Time: at, Arch: "amd64", OS: "linux", Kernel: "6.1.0", Distro: "Debian GNU/Linux", DistroVer: "12",
 		CPUModel: "AMD EPYC", Cores: 2, MemoryBytes: 24 << 30, DiskBytes: 250 << 30, DiskFree: 80 << 30, Virtual: "virtual (KVM)", UptimeSecond: 3600, Hostname: "vm",
 		Capabilities: []string{spec.CapContainers}, Engine: "20.10.24+dfsg1, API 1.41", Subnet: "10.213.0.0/24",
-		TrustInstalled: "/usr/local/share/ca-certificates/mesh-mesh.crt"}
+		TrustInstalled: "/usr/local/share/ca-certificates/mesh-mesh.crt",
+		Certificates:   []spec.HeldCert{{Name: "web.alpha.internal", Path: "/srv/web/tls", Serial: "2db53405aabe5ec6", NotAfter: at.Add(30 * 24 * time.Hour)}}}
 	alpha := spec.Node{Name: "alpha", Address: "10.0.0.1", Joined: at.Add(-time.Hour), LastHeard: &heard, HeardAgo: "3s", HeartbeatMS: 1000, SilentAfterMS: 3000,
 		HostVersion: "1a2b3c4d5e6f7a8b9c0d", Protocol: 1, ProtocolKnown: true, AppliedSeq: 4, SentSeq: 4, Facts: facts,
 		LastReport: &spec.Report{Node: "alpha", Time: at, Seq: 4, Writes: 0, Results: []spec.ResourceResult{

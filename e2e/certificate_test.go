@@ -419,6 +419,14 @@ func TestCertificateRenewal(t *testing.T) {
 	defer r.end()
 	renewal := renewedOnce(t, m.dir, "alpha", dir, first)
 	t.Logf("renewal: %d writes, note %q", renewal.writes, renewal.result.Note)
+	poll.Until(t, 20*time.Second, "mesh node show names the renewed certificate", func() (bool, string) {
+		n := nodeShow(t, m.dir, "alpha")
+		if n.Facts == nil || len(n.Facts.Certificates) != 1 {
+			return false, "no certificate in the facts"
+		}
+		c := n.Facts.Certificates[0]
+		return c.Serial == renewal.in.serial && c.Path == certPath && c.Name == name && c.NotAfter.Equal(renewal.in.leaf.NotAfter), fmt.Sprintf("%+v", c)
+	})
 
 	r.end()
 	r.mu.Lock()
@@ -443,6 +451,10 @@ func TestCertificateRenewal(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(root, "/srv/web")); err != nil {
 		t.Errorf("the certificate's parent directory went with it: %v", err)
 	}
+	poll.Until(t, 20*time.Second, "the facts name no certificate", func() (bool, string) {
+		n := nodeShow(t, m.dir, "alpha")
+		return n.Facts != nil && len(n.Facts.Certificates) == 0, fmt.Sprintf("%+v", n.Facts)
+	})
 	issued := len(issuedFor(t, m.dir, name))
 	time.Sleep(45 * time.Second) // past when the renewed one would be renewed again
 	if got := issuedFor(t, m.dir, name); len(got) != issued {

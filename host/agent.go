@@ -237,6 +237,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		f.Node, f.Time = a.state.Node, time.Now().UTC()
 		a.engineFacts(ctx, &f)
 		f.TrustInstalled = TrustInstalled(a.cfg.Root, a.state.CARoot)
+		if a.held != nil {
+			f.Certificates = CertificatesHeld(a.cfg.Root, a.held.decl.Resources)
+		}
 		if err := publish(nc, spec.NodeSubject(a.state.Node, spec.KindFacts), f); err != nil {
 			a.log.Warn("facts not sent", "err", err)
 		}

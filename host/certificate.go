@@ -3,6 +3,8 @@ package host
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
 	"golang.org/x/sys/unix"
 )
@@ -544,4 +547,64 @@ func (a certificateApplier) Remove(ctx context.Context, rec Applied, _ []string,
 		return Result{}, fmt.Errorf("remove directory %s: %w", at.path, err)
 	}
 	return removed, at.syncDir()
+}
+
+// CertificatesHeld are the certificates the certificate resources among
+// resources serve under root now: what each directory's ..data names,
+// read beneath the root, never through a link. A directory that serves
+// none (not written yet, or unreadable) is left out.
+func CertificatesHeld(root string, resources []spec.Resource) []spec.HeldCert {
+	var out []spec.HeldCert
+	t, err := openTree(root)
+	if err != nil {
+		return nil
+	}
+	defer t.close()
+	for _, r := range resources {
+		cs, ok := spec.As[*spec.CertificateSpec](r)
+		if !ok || cs == nil || cs.Check() != nil {
+			continue
+		}
+		if leaf := servedLeaf(t, cs.Path); leaf != nil {
+			out = append(out, spec.HeldCert{Name: cs.Name, Path: cs.Path, Serial: ca.SerialOf(leaf), NotAfter: leaf.NotAfter.UTC()})
+		}
+	}
+	return out
+}
+
+// servedLeaf is the leaf of the cert.pem the version ..data names in the
+// directory at p under t; nil when there is none.
+func servedLeaf(t *tree, p string) *x509.Certificate {
+	at, err := t.locate(p)
+	if err != nil {
+		return nil
+	}
+	defer at.close()
+	fd, err := openRetry(at.dir, at.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	version, err := readVersionLink(fd)
+	if err != nil || version == "" {
+		return nil
+	}
+	vfd, err := openRetry(fd, version, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(vfd)
+	chain, _, err := readSmall(vfd, spec.CertFile)
+	if err != nil || chain == nil {
+		return nil
+	}
+	block, _ := pem.Decode(chain)
+	if block == nil {
+		return nil
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil
+	}
+	return leaf
 }

@@ -131,6 +131,10 @@ func TestCertificateWritesOnlyWhatDiffers(t *testing.T) {
 	if got := string(mustRead(t, filepath.Join(dir, spec.CertCAFile))); got != c.rootPM {
 		t.Errorf("ca.pem holds %q, want the mesh's root", got)
 	}
+	if held := CertificatesHeld(root, []spec.Resource{r, certResource("x.alpha.internal", "/srv/none")}); len(held) != 1 ||
+		held[0].Serial != s1 || held[0].Name != "web.alpha.internal" || held[0].Path != "/srv/web/tls" || held[0].NotAfter.IsZero() {
+		t.Errorf("certificates held: %+v, want the one served, %s", held, s1)
+	}
 
 	results, _, writes = e.Apply(ctx, []spec.Resource{r}, record)
 	if results[0].Outcome != spec.Unchanged || writes != 0 || *signed != 1 {

@@ -357,11 +357,12 @@ func TrustInstalled(root, caRoot string) string {
 }
 
 // trustMoved has the facts sent again when results installed or removed a
-// trust anchor, so that trust_installed follows within seconds, not at the
-// next daily facts.
+// trust anchor, or wrote or removed a certificate's directory, so that
+// trust_installed and certificates follow within seconds, not at the next
+// daily facts.
 func (a *Agent) trustMoved(results []spec.ResourceResult) {
 	for _, r := range results {
-		if r.Kind == spec.KindTrust && (r.Outcome == spec.Created || r.Outcome == spec.Changed || r.Outcome == spec.Removed) {
+		if (r.Kind == spec.KindTrust || r.Kind == spec.KindCertificate) && (r.Outcome == spec.Created || r.Outcome == spec.Changed || r.Outcome == spec.Removed) {
 			select {
 			case a.factsNow <- struct{}{}:
 			default:

@@ -86,6 +86,16 @@ func keptFacts(f spec.Facts) spec.Facts {
 		return out
 	}
 	f.Capabilities = clipList(f.Capabilities, false)
+	if len(f.Certificates) > spec.MaxFactList {
+		f.Certificates = f.Certificates[:spec.MaxFactList]
+	}
+	if f.Certificates != nil {
+		certs := make([]spec.HeldCert, len(f.Certificates))
+		for i, c := range f.Certificates {
+			certs[i] = spec.HeldCert{Name: clip(c.Name), Path: clip(c.Path), Serial: clip(c.Serial), NotAfter: c.NotAfter}
+		}
+		f.Certificates = certs
+	}
 	f.Errors = clipList(f.Errors, true)
 	return f
 }

@@ -3,6 +3,7 @@ package spec
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // KindCertificate is a certificate the host obtains from the mesh's CA for
@@ -31,6 +32,16 @@ const (
 	// a renewal reaches readers, all three files at once.
 	CertDataLink = "..data"
 )
+
+// HeldCert is a certificate a node serves in a certificate resource's
+// directory: its name, the directory, its serial (lower-case hex) and when
+// it expires.
+type HeldCert struct {
+	Name     string    `json:"name"`
+	Path     string    `json:"path"`
+	Serial   string    `json:"serial"`
+	NotAfter time.Time `json:"not_after"`
+}
 
 // CertificateSpec is the certificate for Name kept in the directory Path.
 // Its target is the path: a certificate and a file or directory may not

@@ -48,8 +48,11 @@ type Facts struct {
 	// TrustInstalled is the trust anchor that holds the mesh's root in the
 	// machine's trust store (a trust resource installs it); empty when
 	// none does.
-	TrustInstalled string   `json:"trust_installed,omitempty"`
-	Errors         []string `json:"errors,omitempty"`
+	TrustInstalled string `json:"trust_installed,omitempty"`
+	// Certificates are the certificates the node's certificate resources
+	// serve in their directories now (what ..data names), by path.
+	Certificates []HeldCert `json:"certificates,omitempty"`
+	Errors       []string   `json:"errors,omitempty"`
 }
 
 // Node is a node as the operator API shows it.
