@@ -33,7 +33,7 @@ func (t *TrustSpec) Target() string { return t.Name }
 
 // Check refuses an anchor name that is not a DNS label (it becomes a file
 // name).
-func (t *TrustSpec) Check() error { return CheckName("trust", t.Name) }
+func (t *TrustSpec) Check() error { return CheckName("trust", probe(t.Name)) }
 
 // Fill fills the name.
 func (t *TrustSpec) Fill(fill func(field, s string) (string, error)) (Spec, error) {
