@@ -34,6 +34,9 @@ func TestImportDirections(t *testing.T) {
 		"e2e": {},
 		// The resolver alone, served for bench/dns.sh.
 		"bench/meshdns": {"resolver"},
+		// The examples' TLS server and verifying fetcher (meshtls), built
+		// into their images: the standard library and atomic writes.
+		"examples/meshtls": {"internal/safefile"},
 		// Test support: Docker images built FROM scratch with busybox.
 		"internal/dockertest": {},
 		// Atomic file writes, for the host and the state directory.
