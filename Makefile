@@ -50,19 +50,22 @@ bench: build
 	bench/figures.sh 3
 
 # The container examples' images, FROM scratch around the machine's static
-# busybox (no registry needed), saved beside each module.json as the archive
-# it names. The classic builder (DOCKER_BUILDKIT=0) needs no buildx; the
-# context is a temporary directory so no busybox binary lands in the tree.
+# busybox and meshtls (examples/meshtls, built static here: the TLS server
+# and verifying fetcher the modules run; no registry needed), saved beside
+# each module.json as the archive it names. The classic builder
+# (DOCKER_BUILDKIT=0) needs no buildx; the context is a temporary directory
+# so no binary lands in the tree.
 DOCKER        ?= docker
 BUSYBOX       ?= /bin/busybox
 EXAMPLE_IMAGES := web client
 
 example-images: ## examples/web/web.tar and examples/client/client.tar
 	@test -x $(BUSYBOX) || { echo "$(BUSYBOX) is missing: install busybox-static"; exit 1; }
-	@set -e; ctx=$$(mktemp -d); trap 'rm -rf "$$ctx"' EXIT; \
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o "$$tmp/meshtls" ./examples/meshtls; \
 	for ex in $(EXAMPLE_IMAGES); do \
-		rm -rf "$$ctx"/*; \
-		cp examples/$$ex/Dockerfile $(BUSYBOX) "$$ctx"/; \
+		ctx="$$tmp/$$ex"; mkdir "$$ctx"; \
+		cp examples/$$ex/Dockerfile $(BUSYBOX) "$$tmp/meshtls" "$$ctx"/; \
 		echo "build mesh-example/$$ex:1"; \
 		DOCKER_BUILDKIT=0 $(DOCKER) build -q -t mesh-example/$$ex:1 "$$ctx" >/dev/null; \
 		$(DOCKER) save -o examples/$$ex/$$ex.tar mesh-example/$$ex:1; \

@@ -76,7 +76,8 @@ func loopbackAddress(t testing.TB, addr string) {
 }
 
 // sharedImage is the image every container test's modules run: busybox
-// FROM scratch, as the examples' Dockerfiles make it, with its archive.
+// and meshtls (examples/meshtls, built static) FROM scratch, as the
+// examples' Dockerfiles make it, with its archive.
 // It is built once in a run, the first time a test asks, under a tag of
 // the run's own; TestMain removes it. Sharing it spares the engine a build
 // and a save per test (a host finds the image there already and loads
@@ -94,7 +95,11 @@ func image(t testing.TB, cli *client.Client) (tag, archive string) {
 	sharedImage.once.Do(func() {
 		sharedImage.tag = fmt.Sprintf("mesh-test/e2e-%d:1", os.Getpid())
 		sharedImage.archive = filepath.Join(binDir, "image.tar")
-		if sharedImage.err = dockertest.BuildImage(cli, sharedImage.tag, nil); sharedImage.err != nil {
+		var meshtls []byte
+		if meshtls, sharedImage.err = buildMeshtls(); sharedImage.err != nil {
+			return
+		}
+		if sharedImage.err = dockertest.BuildImage(cli, sharedImage.tag, map[string]string{"/bin/meshtls": string(meshtls)}); sharedImage.err != nil {
 			return
 		}
 		sharedImage.built.Store(true)
@@ -104,6 +109,18 @@ func image(t testing.TB, cli *client.Client) (tag, archive string) {
 		t.Fatal(sharedImage.err)
 	}
 	return sharedImage.tag, sharedImage.archive
+}
+
+// buildMeshtls is examples/meshtls built static, as make example-images
+// builds it for the examples' images.
+func buildMeshtls() ([]byte, error) {
+	out := filepath.Join(binDir, "meshtls")
+	build := exec.Command("go", "build", "-trimpath", "-o", out, "../examples/meshtls")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build meshtls for the tests' image: %v: %s", err, msg)
+	}
+	return os.ReadFile(out)
 }
 
 // removeSharedImage removes the shared image, if a test built it.
