@@ -28,7 +28,7 @@ func TestContainersFindEachOtherByName(t *testing.T) {
 	mustRun(t, "module", "register", "--dir", m.dir, m.webDir, m.clientModDir)
 	mustRun(t, "assign", "--dir", m.dir, "web", m.a)
 	// The client fetches web.alpha.internal unless told: this mesh's alpha.
-	mustRun(t, "assign", "--dir", m.dir, "--set", "target=web."+m.a+".internal:8080", "client", m.b)
+	mustRun(t, "assign", "--dir", m.dir, "--set", "target=web."+m.a+".internal:"+webPort, "client", m.b)
 	o := push(t, m.dir)
 	if got := outcomes(o); got[m.a]["web:container:web"] != spec.Created || got[m.a]["mesh:network:mesh-"+m.a] != spec.Created ||
 		got[m.b]["client:container:client"] != spec.Created {
