@@ -38,8 +38,8 @@ func TestContainerStopsAreReportedWithinSeconds(t *testing.T) {
 	stopByHand := func(what string) {
 		t.Helper()
 		stopped := time.Now()
-		// httpd ignores SIGTERM as the container's first process: killed
-		// a second later.
+		// meshtls stops at SIGTERM; a second later the engine would kill
+		// it.
 		timeout := 1
 		if _, err := m.cli.ContainerStop(context.Background(), webID, client.ContainerStopOptions{Timeout: &timeout}); err != nil {
 			t.Fatal(err)
