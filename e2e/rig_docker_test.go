@@ -111,11 +111,12 @@ func image(t testing.TB, cli *client.Client) (tag, archive string) {
 	return sharedImage.tag, sharedImage.archive
 }
 
-// buildMeshtls is examples/meshtls built static, as make example-images
-// builds it for the examples' images.
+// buildMeshtls is examples/meshtls built static and stripped, as make
+// example-images builds it for the examples' images: the archive every
+// host of a test fetches is a third smaller than unstripped.
 func buildMeshtls() ([]byte, error) {
 	out := filepath.Join(binDir, "meshtls")
-	build := exec.Command("go", "build", "-trimpath", "-o", out, "../examples/meshtls")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "../examples/meshtls")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build meshtls for the tests' image: %v: %s", err, msg)
