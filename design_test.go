@@ -21,15 +21,17 @@ func TestImportDirections(t *testing.T) {
 		"broker":   {},
 		"resolver": {},
 		"ca":       {},
-		"mesh":     {"spec", "store", "broker", "ca"},
-		"host":     {"spec", "resolver", "ca", "internal/safefile", "internal/retry"},
+		"mesh":     {"spec", "store", "broker", "ca", "release"},
+		// A mesh binary read as a file: its target, whether it is mesh.
+		"release": {},
+		"host":    {"spec", "resolver", "ca", "internal/safefile", "internal/retry"},
 		// The state directory's own files: addrs.json, operator.creds,
 		// config.yaml, .lock.
 		"statedir": {"spec", "internal/safefile"},
 		// A machine's parts, started in order and stopped in reverse.
 		"daemon": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "statedir", "internal/safefile", "internal/retry"},
 		// The commands: flags, the operator's client, output.
-		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "internal/safefile", "internal/retry"},
+		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "release", "internal/safefile", "internal/retry"},
 		// The end-to-end tests: test files only, which run the built binary.
 		"e2e": {},
 		// The resolver alone, served for bench/dns.sh.
