@@ -29,7 +29,7 @@ func TestImportDirections(t *testing.T) {
 		// config.yaml, .lock.
 		"statedir": {"spec", "internal/safefile"},
 		// A machine's parts, started in order and stopped in reverse.
-		"daemon": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "statedir", "internal/safefile", "internal/retry"},
+		"daemon": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "statedir", "release", "internal/safefile", "internal/retry"},
 		// The commands: flags, the operator's client, output.
 		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "release", "internal/safefile", "internal/retry"},
 		// The end-to-end tests: test files only, which run the built binary.
@@ -45,6 +45,8 @@ func TestImportDirections(t *testing.T) {
 		"internal/safefile": {},
 		// A retry that honours its context, for the CLI's dial and the join.
 		"internal/retry": {},
+		// Test support: Go programs built for a target, once per run.
+		"internal/gobuild": {},
 		// Test support: waiting for a condition with a deadline.
 		"internal/poll": {},
 	}

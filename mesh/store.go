@@ -55,6 +55,9 @@ type Store interface {
 	Certs(ctx context.Context, after int64, limit int) ([]store.Cert, error)
 	LatestCerts(ctx context.Context) ([]store.NameCert, error)
 
+	PublishRelease(ctx context.Context, r store.Release) (store.Release, error)
+	Releases(ctx context.Context, after int64, limit int) ([]store.Release, error)
+
 	Audit(ctx context.Context, e store.AuditEntry) error
 	AuditSince(ctx context.Context, since time.Time, limit int) ([]store.AuditEntry, error)
 }

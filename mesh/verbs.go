@@ -38,6 +38,8 @@ func (c *Controller) verbRows() []row {
 		verb(spec.VerbCADomainAdd, c.addCADomain, redactNone),
 		verb(spec.VerbCADomainList, c.listCADomains, redactNone),
 		verb(spec.VerbCACerts, c.listCerts, redactNone),
+		verb(spec.VerbReleasePublish, c.publishRelease, redactNone),
+		verb(spec.VerbReleaseList, c.listReleases, redactNone),
 	}
 }
 

@@ -6,65 +6,35 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/mesh-fleet/mesh/internal/gobuild"
 )
 
-// built are small Go programs built once per test binary run, each in the
-// module the test names, stripped (-s -w) as make build strips mesh: a
-// program whose module is MainPath is, by its build information, a mesh
-// binary (the check recognises, it does not authenticate), and builds in
-// seconds for any target. The real mesh, built twice, is e2e's.
-var built struct {
-	sync.Mutex
-	dir  string
-	bins map[string]string
-}
-
-// program builds, once, a program of module mod for goos/goarch and
-// returns its path.
-func program(t *testing.T, mod, goos, goarch string) string {
-	t.Helper()
-	built.Lock()
-	defer built.Unlock()
-	key := mod + " " + goos + "/" + goarch
-	if p, ok := built.bins[key]; ok {
-		return p
-	}
-	if built.dir == "" {
-		dir, err := os.MkdirTemp("", "release-test-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		built.dir, built.bins = dir, map[string]string{}
-	}
-	src := filepath.Join(built.dir, fmt.Sprintf("src%d", len(built.bins)))
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(src, "go.mod"), []byte("module "+mod+"\n\ngo 1.26\n"), 0o644)
-	os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\n\nfunc main() { println(\"not the mesh\") }\n"), 0o644)
-	out := filepath.Join(built.dir, fmt.Sprintf("bin%d", len(built.bins)))
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, ".")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch, "GOFLAGS=", "GOWORK=off")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", key, err, b)
-	}
-	built.bins[key] = out
-	return out
-}
+// builds are the test's programs, each built once per run, stripped
+// (-s -w) as make build strips mesh: a program whose module is MainPath is,
+// by its build information, a mesh binary (the check recognises, it does
+// not authenticate), and builds in seconds for any target. The real mesh,
+// built twice, is e2e's.
+var builds *gobuild.Builder
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if built.dir != "" {
-		os.RemoveAll(built.dir)
+	var err error
+	if builds, err = gobuild.New(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
+	code := m.Run()
+	builds.Close()
 	os.Exit(code)
+}
+
+// program is the path of a program of module mod built for goos/goarch.
+func program(t *testing.T, mod, goos, goarch string) string {
+	t.Helper()
+	return builds.Binary(t, gobuild.Build{Dir: builds.Program(t, mod), GOOS: goos, GOARCH: goarch, LDFlags: "-s -w"})
 }
 
 func readFile(t *testing.T, path string) []byte {

@@ -29,6 +29,9 @@ const (
 	VerbCADomainAdd    = "ca.domain.add"
 	VerbCADomainList   = "ca.domain.list"
 	VerbCACerts        = "ca.certs"
+
+	VerbReleasePublish = "release.publish"
+	VerbReleaseList    = "release.list"
 )
 
 // Verb describes one API verb as both sides know it.
@@ -67,6 +70,8 @@ var verbs = []Verb{
 	{VerbCADomainAdd, DefaultVerbTimeout},
 	{VerbCADomainList, DefaultVerbTimeout},
 	{VerbCACerts, DefaultVerbTimeout},
+	{VerbReleasePublish, DefaultVerbTimeout},
+	{VerbReleaseList, DefaultVerbTimeout},
 }
 
 // Verbs lists every API verb.

@@ -1,0 +1,109 @@
+package mesh
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/mesh-fleet/mesh/release"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// publishRelease records the mesh binary whose blob was uploaded as a
+// release, once the controller has read its target from the stored bytes
+// itself: a blob that is not a mesh binary of a known target is refused,
+// naming why, and nothing is recorded. Publishing a digest again changes
+// nothing and says when it was.
+func (c *Controller) publishRelease(ctx context.Context, req spec.ReleasePublishRequest) (spec.ReleasePublishResult, error) {
+	if err := spec.CheckReleaseDigest(req.Digest); err != nil {
+		return spec.ReleasePublishResult{}, callerError(err.Error())
+	}
+	blob := "sha256:" + req.Digest
+	_, size, err := c.deps.DB.BlobChunk(ctx, blob, 0, 0)
+	if errors.Is(err, store.ErrNotFound) {
+		return spec.ReleasePublishResult{}, notFoundError(fmt.Sprintf("release %s: its binary was not uploaded (mesh release publish FILE uploads it)", req.Digest))
+	}
+	if err != nil {
+		return spec.ReleasePublishResult{}, fmt.Errorf("release %s: %w", req.Digest, err)
+	}
+	if size > spec.MaxRelease {
+		return spec.ReleasePublishResult{}, callerError(fmt.Sprintf("release %s: %d bytes, over the %d MiB a release may hold; nothing was published", req.Digest, size, spec.MaxRelease>>20))
+	}
+	t, err := release.Read(blobReader{ctx: ctx, db: c.deps.DB, digest: blob}, size)
+	if release.IsRefusal(err) {
+		return spec.ReleasePublishResult{}, callerError(fmt.Sprintf("release %s: %v; nothing was published", req.Digest, err))
+	}
+	if err != nil {
+		return spec.ReleasePublishResult{}, fmt.Errorf("release %s: %w", req.Digest, err)
+	}
+	r, err := c.deps.DB.PublishRelease(ctx, store.Release{Digest: req.Digest, GOOS: t.GOOS, GOARCH: t.GOARCH, Go: t.Go, Size: size, Published: c.cfg.Now()})
+	if errors.Is(err, store.ErrExists) {
+		return spec.ReleasePublishResult{Release: releaseOf(r), Existed: true}, nil
+	}
+	if err != nil {
+		return spec.ReleasePublishResult{}, err
+	}
+	c.log.Info("release published", "digest", r.Digest, "target", t.String(), "go", t.Go, "size", size)
+	return spec.ReleasePublishResult{Release: releaseOf(r)}, nil
+}
+
+func releaseOf(r store.Release) spec.Release {
+	return spec.Release{Digest: r.Digest, GOOS: r.GOOS, GOARCH: r.GOARCH, Go: r.Go, Size: r.Size, Published: r.Published.UTC()}
+}
+
+// releasesPage is how many releases are read from the store at a time.
+const releasesPage = 500
+
+// listReleases lists the releases in the order they were published, as
+// many as fit one reply.
+func (c *Controller) listReleases(ctx context.Context, req spec.ReleaseListRequest) (spec.ReleaseListResult, error) {
+	res := spec.ReleaseListResult{Releases: []spec.Release{}}
+	size := replyOverhead
+	after := req.After
+	for {
+		rs, err := c.deps.DB.Releases(ctx, after, releasesPage)
+		if err != nil {
+			return spec.ReleaseListResult{}, err
+		}
+		for _, r := range rs {
+			v := releaseOf(r)
+			b, err := json.Marshal(v)
+			if err != nil {
+				return spec.ReleaseListResult{}, fmt.Errorf("encode release %s: %w", r.Digest, err)
+			}
+			if size += len(b) + 1; size > spec.MaxReply && len(res.Releases) > 0 {
+				res.Next = after
+				return res, nil
+			}
+			res.Releases = append(res.Releases, v)
+			after = r.ID
+		}
+		if len(rs) < releasesPage {
+			return res, nil
+		}
+	}
+}
+
+// blobReader reads a stored blob at any offset, for release.Read: the
+// ELF headers and the build information are a few reads, not the whole
+// binary.
+type blobReader struct {
+	ctx    context.Context
+	db     Store
+	digest string
+}
+
+func (b blobReader) ReadAt(p []byte, off int64) (int, error) {
+	data, _, err := b.db.BlobChunk(b.ctx, b.digest, off, int64(len(p)))
+	if err != nil {
+		return 0, err
+	}
+	n := copy(p, data)
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
