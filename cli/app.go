@@ -145,6 +145,7 @@ Flags go before arguments: mesh node show --json web1.`,
 			statusCommand(),
 			auditCommand(),
 			caCommand(),
+			releaseCommand(),
 			versionCommand(),
 		},
 	}

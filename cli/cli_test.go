@@ -43,6 +43,7 @@ func TestCLI(t *testing.T) {
 			if err != nil {
 				return err
 			}
+			env.Setenv("MESHBIN", self)
 			sum := sha256.Sum256(body)
 			env.Setenv("MESHSHA256", hex.EncodeToString(sum[:]))
 			return nil

@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -240,15 +243,28 @@ func uploadBlobs(op *Operator, m spec.Module, contents map[string][]byte) error 
 		if !ok {
 			return fmt.Errorf("module %s: the content of blob %s was not read", m.Name, digest)
 		}
-		for off := 0; off < len(content); off += spec.BlobChunk {
-			end := min(off+spec.BlobChunk, len(content))
-			var res spec.BlobPutResult
-			if err := op.call(spec.VerbBlobPut, spec.BlobPutRequest{Digest: digest, Size: blobs[digest], Offset: int64(off), Data: content[off:end]}, &res); err != nil {
-				return fmt.Errorf("upload blob %s of module %s: %w", digest, m.Name, err)
-			}
-			if res.Complete {
-				break
-			}
+		if err := uploadBlob(op, digest, blobs[digest], bytes.NewReader(content)); err != nil {
+			return fmt.Errorf("module %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+// uploadBlob sends the size bytes r holds as the blob digest, in chunks;
+// the controller stops it early when it holds the blob already.
+func uploadBlob(op *Operator, digest string, size int64, r io.ReaderAt) error {
+	buf := make([]byte, spec.BlobChunk)
+	for off := int64(0); off < size; off += spec.BlobChunk {
+		n, err := r.ReadAt(buf[:min(spec.BlobChunk, size-off)], off)
+		if err != nil && !(errors.Is(err, io.EOF) && int64(n) == min(spec.BlobChunk, size-off)) {
+			return fmt.Errorf("read blob %s at %d: %w", digest, off, err)
+		}
+		var res spec.BlobPutResult
+		if err := op.call(spec.VerbBlobPut, spec.BlobPutRequest{Digest: digest, Size: size, Offset: off, Data: buf[:n]}, &res); err != nil {
+			return fmt.Errorf("upload blob %s: %w", digest, err)
+		}
+		if res.Complete {
+			return nil
 		}
 	}
 	return nil

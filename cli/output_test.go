@@ -71,6 +71,18 @@ func TestOutputGolden(t *testing.T) {
 			printReport(b, spec.Report{Node: "alpha", Seq: 6, Refused: "sequence 6 is lower than the kept 9"}, false)
 			return nil
 		},
+		"release-list": func(b *bytes.Buffer) error {
+			v1 := spec.Release{Digest: "3f2a9c0d1e4b5a6978c0d1e2f3a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6", GOOS: "linux", GOARCH: "amd64",
+				Go: "go1.26.8", Size: 31 << 20, Published: at.Add(-time.Hour)}
+			v2 := spec.Release{Digest: "9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d", GOOS: "linux", GOARCH: "arm64",
+				Go: "go1.26.8", Size: 29<<20 + 512<<10, Published: at}
+			printPublished(b, spec.ReleasePublishResult{Release: v2})
+			printPublished(b, spec.ReleasePublishResult{Release: v1, Existed: true})
+			if err := printReleases(b, nil); err != nil {
+				return err
+			}
+			return printReleases(b, []spec.Release{v1, v2})
+		},
 		"ca-domain-list": func(b *bytes.Buffer) error {
 			printDomainAdded(b, "example.org", spec.CADomainAddResult{Intermediate: "7d0804e7bdd7c66fe60e43e654cb364f"})
 			for _, res := range []spec.CADomainListResult{
@@ -121,7 +133,11 @@ func TestOutputGolden(t *testing.T) {
 		want[f.Name] = f.Data
 	}
 	var files []txtar.File
-	for _, name := range []string{"node-list", "node-show", "node-show-never", "node-show-older", "status-clear", "status-not-clear", "push-report", "push-dry-run", "push-refused", "assign", "ca-domain-list", "ca-certs"} {
+	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "status-clear", "status-not-clear", "push-report", "push-dry-run", "push-refused", "assign", "ca-domain-list", "ca-certs", "release-list"}
+	if len(order) != len(cases) {
+		t.Fatalf("%d cases and %d names in their order: a case left out of the order is never checked", len(cases), len(order))
+	}
+	for _, name := range order {
 		var b bytes.Buffer
 		if err := cases[name](&b); err != nil {
 			t.Fatalf("%s: %v", name, err)
