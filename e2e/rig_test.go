@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/cli"
+	"github.com/mesh-fleet/mesh/internal/gobuild"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 )
@@ -40,6 +41,11 @@ const deadUpstream = "127.0.0.1:9"
 // meshBin is the binary under test, built once by TestMain with the flags
 // the Makefile uses, in binDir (which the run's shared files share).
 var meshBin, binDir string
+
+// builds are the other binaries tests build (releases: mesh stamped
+// differently, programs for other targets), each once per run, when a
+// test first asks for it.
+var builds *gobuild.Builder
 
 // parallel is how many tests run at once unless -parallel says: they
 // mostly wait on processes and the engine, not on the CPU.
@@ -65,7 +71,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build mesh:", err)
 		os.Exit(1)
 	}
+	if builds, err = gobuild.New(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	builds.Close()
 	removeSharedImage()
 	os.RemoveAll(dir)
 	os.Exit(code)
