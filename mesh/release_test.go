@@ -116,15 +116,15 @@ func TestPublishRelease(t *testing.T) {
 	}
 }
 
-// blobReadFailing is the real store failing to read a blob past its
-// first bytes.
+// blobReadFailing is the real store failing to read a blob's bytes (its
+// size still reads).
 type blobReadFailing struct {
 	*store.DB
 	fail atomic.Bool
 }
 
 func (s *blobReadFailing) BlobChunk(ctx context.Context, digest string, offset, n int64) ([]byte, int64, error) {
-	if s.fail.Load() && offset > 0 {
+	if s.fail.Load() && n > 0 {
 		return nil, 0, errors.New("read blob: disk I/O error")
 	}
 	return s.DB.BlobChunk(ctx, digest, offset, n)
