@@ -146,6 +146,8 @@ Flags go before arguments: mesh node show --json web1.`,
 			auditCommand(),
 			caCommand(),
 			releaseCommand(),
+			installCommand(),
+			uninstallCommand(),
 			versionCommand(),
 		},
 	}
