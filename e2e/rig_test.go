@@ -113,7 +113,13 @@ func (s *syncBuffer) String() string {
 // the test failed.
 func start(t testing.TB, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{cmd: exec.Command(meshBin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	return startBin(t, meshBin, args...)
+}
+
+// startBin is start with another binary than the one under test.
+func startBin(t testing.TB, bin string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
