@@ -22,7 +22,7 @@ func (c *Controller) publishRelease(ctx context.Context, req spec.ReleasePublish
 		return spec.ReleasePublishResult{}, callerError(err.Error())
 	}
 	blob := "sha256:" + req.Digest
-	_, size, err := c.deps.DB.BlobChunk(ctx, blob, 0, 0)
+	size, err := c.deps.DB.BlobSize(ctx, blob)
 	if errors.Is(err, store.ErrNotFound) {
 		return spec.ReleasePublishResult{}, notFoundError(fmt.Sprintf("release %s: its binary was not uploaded (mesh release publish FILE uploads it)", req.Digest))
 	}
@@ -34,7 +34,7 @@ func (c *Controller) publishRelease(ctx context.Context, req spec.ReleasePublish
 	}
 	// Read whole, once: release.Read makes some twenty reads, and each read
 	// of a part of a blob has SQLite load all of it.
-	data, _, err := c.deps.DB.BlobChunk(ctx, blob, 0, size)
+	data, err := c.deps.DB.Blob(ctx, blob)
 	if err != nil {
 		return spec.ReleasePublishResult{}, fmt.Errorf("release %s: %w", req.Digest, err)
 	}

@@ -123,11 +123,11 @@ type blobReadFailing struct {
 	fail atomic.Bool
 }
 
-func (s *blobReadFailing) BlobChunk(ctx context.Context, digest string, offset, n int64) ([]byte, int64, error) {
-	if s.fail.Load() && n > 0 {
-		return nil, 0, errors.New("read blob: disk I/O error")
+func (s *blobReadFailing) Blob(ctx context.Context, digest string) ([]byte, error) {
+	if s.fail.Load() {
+		return nil, errors.New("read blob: disk I/O error")
 	}
-	return s.DB.BlobChunk(ctx, digest, offset, n)
+	return s.DB.Blob(ctx, digest)
 }
 
 // TestPublishReadFailureIsNoVerdict: a blob the store fails to read is the

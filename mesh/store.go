@@ -42,6 +42,8 @@ type Store interface {
 	PutBlob(ctx context.Context, digest string, data []byte) error
 	HasBlob(ctx context.Context, digest string) (bool, error)
 	BlobChunk(ctx context.Context, digest string, offset, n int64) ([]byte, int64, error)
+	BlobSize(ctx context.Context, digest string) (int64, error)
+	Blob(ctx context.Context, digest string) ([]byte, error)
 
 	RecordDeclaration(ctx context.Context, d store.Declaration) error
 	LastDeclaration(ctx context.Context, node string) (store.Declaration, error)

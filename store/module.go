@@ -283,6 +283,34 @@ func (db *DB) HasBlob(ctx context.Context, digest string) (bool, error) {
 	return n > 0, nil
 }
 
+// BlobSize is a blob's size, read without its bytes.
+func (db *DB) BlobSize(ctx context.Context, digest string) (int64, error) {
+	var size int64
+	err := db.sql.QueryRowContext(ctx, `SELECT size FROM blobs WHERE digest = ?`, digest).Scan(&size)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("read blob %s: %w", digest, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read blob %s: %w", digest, err)
+	}
+	return size, nil
+}
+
+// Blob reads a blob whole. It is the cheaper read of all of a blob:
+// SQLite loads the whole value for any substr of it, and a substr as
+// long as the blob costs twice a plain read (30 MiB: 1.5 s against 0.7).
+func (db *DB) Blob(ctx context.Context, digest string) ([]byte, error) {
+	var data []byte
+	err := db.sql.QueryRowContext(ctx, `SELECT data FROM blobs WHERE digest = ?`, digest).Scan(&data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("read blob %s: %w", digest, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read blob %s: %w", digest, err)
+	}
+	return data, nil
+}
+
 // BlobChunk reads up to n bytes of a blob from offset, and its size.
 func (db *DB) BlobChunk(ctx context.Context, digest string, offset, n int64) ([]byte, int64, error) {
 	var size int64

@@ -77,3 +77,32 @@ func TestReleases(t *testing.T) {
 		t.Errorf("Releases returned %d beside an error", len(rs))
 	}
 }
+
+// TestBlobWholeAndSize: a blob's size reads without its bytes and its
+// bytes whole; one not stored is ErrNotFound, and a store that cannot
+// answer is a failure, never "not found".
+func TestBlobWholeAndSize(t *testing.T) {
+	t.Parallel()
+	db, _ := openTemp(t)
+	ctx := context.Background()
+	if err := db.PutBlob(ctx, "sha256:aa", []byte("abcd")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.BlobSize(ctx, "sha256:aa"); err != nil || n != 4 {
+		t.Errorf("BlobSize = %d, %v; want 4", n, err)
+	}
+	if b, err := db.Blob(ctx, "sha256:aa"); err != nil || string(b) != "abcd" {
+		t.Errorf("Blob = %q, %v; want abcd", b, err)
+	}
+	if _, err := db.BlobSize(ctx, "sha256:bb"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("BlobSize of a blob not stored: %v, want ErrNotFound", err)
+	}
+	if _, err := db.Blob(ctx, "sha256:bb"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Blob of a blob not stored: %v, want ErrNotFound", err)
+	}
+	db.Close()
+	_, err := db.BlobSize(ctx, "sha256:aa")
+	assertFailure(t, "BlobSize", err, "read blob sha256:aa")
+	_, err = db.Blob(ctx, "sha256:aa")
+	assertFailure(t, "Blob", err, "read blob sha256:aa")
+}
