@@ -195,6 +195,18 @@ func TestInstallAndUninstall(t *testing.T) {
 			if err != nil || again.Copied || again.UnitChanged {
 				t.Errorf("install again = %+v, %v; want nothing written", again, err)
 			}
+			// Drift: the unit edited by hand, the binary replaced. Install
+			// again puts back what it writes.
+			unitPath := filepath.Join(root, UnitDir, UnitName)
+			os.WriteFile(unitPath, append(bytes.Clone(unit), "Environment=EDITED=1\n"...), 0o644)
+			os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755)
+			fixed, err := in.Do()
+			if err != nil || !fixed.Copied || !fixed.UnitChanged || !sameBytes(t, bin, self) {
+				t.Errorf("install over drift = %+v, %v; want both written again", fixed, err)
+			}
+			if b, _ := os.ReadFile(unitPath); !bytes.Equal(b, unit) {
+				t.Errorf("the unit after install over drift:\n%s", b)
+			}
 
 			un, err := Uninstall(root)
 			if err != nil {
