@@ -24,7 +24,7 @@ func TestImportDirections(t *testing.T) {
 		"mesh":     {"spec", "store", "broker", "ca", "release"},
 		// A mesh binary read as a file: its target, whether it is mesh.
 		"release": {},
-		"host":    {"spec", "resolver", "ca", "internal/safefile", "internal/retry"},
+		"host":    {"spec", "resolver", "ca", "release", "internal/safefile", "internal/retry"},
 		// The state directory's own files: addrs.json, operator.creds,
 		// config.yaml, .lock.
 		"statedir": {"spec", "internal/safefile"},

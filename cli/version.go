@@ -1,15 +1,13 @@
 package cli
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"text/tabwriter"
 
+	"github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/urfave/cli/v2"
 )
@@ -95,19 +93,10 @@ func runningVersion() (Version, error) {
 			}
 		}
 	}
-	path, err := os.Executable()
+	digest, err := release.Digest("")
 	if err != nil {
-		return v, fmt.Errorf("find the running executable: %w", err)
+		return v, err
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return v, fmt.Errorf("read the running executable: %w", err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return v, fmt.Errorf("read the running executable %s: %w", path, err)
-	}
-	v.SHA256 = hex.EncodeToString(h.Sum(nil))
+	v.SHA256 = digest
 	return v, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/mesh"
+	binary "github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
@@ -130,7 +131,12 @@ func (m *Mesh) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	digest, err := binary.Digest("")
+	if err != nil {
+		return fmt.Errorf("read the running binary's digest: %w", err)
+	}
 	ctl, err := mesh.New(mesh.Config{
+		Version:      digest,
 		HTTPListen:   cfg.Addrs.HTTP,
 		Keys:         ctlKeys,
 		BusURLs:      cfg.Advertise,

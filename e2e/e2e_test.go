@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,16 @@ func TestGenesisThenController(t *testing.T) {
 	var v cli.Version
 	if err := json.Unmarshal([]byte(mustRun(t, "version", "--json")), &v); err != nil || v.SHA256 != nodes[0].HostVersion || v.Protocol != spec.Protocol {
 		t.Errorf("mesh version --json: %+v (%v), want sha256 %s and protocol %d", v, err, nodes[0].HostVersion, spec.Protocol)
+	}
+	// /metrics names the same digest, the controller's running binary.
+	resp, err = http.Get("http://" + addrs.HTTP + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `mesh_build_info{sha256="` + nodes[0].HostVersion + `",goos="linux",goarch="` + runtime.GOARCH + `"`; !strings.Contains(string(metrics), want) {
+		t.Errorf("/metrics lacks %s:\n%s", want, metrics)
 	}
 
 	d.stop(t)

@@ -2,20 +2,17 @@ package host
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -165,7 +162,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	// Whatever ends the run, what was applied is written if it is not yet.
 	defer a.saveApplied()
-	version, err := executableDigest(a.cfg.Executable)
+	version, err := release.Digest(a.cfg.Executable)
 	if err != nil {
 		return err
 	}
@@ -366,27 +363,4 @@ func publish(nc *nats.Conn, subject string, v any) error {
 		return fmt.Errorf("encode %s: %w", subject, err)
 	}
 	return nc.Publish(subject, body)
-}
-
-// executableDigest is the hex SHA-256 of the binary at path (or of the
-// running one): the host version, the same digest that names a delivered
-// binary's path.
-func executableDigest(path string) (string, error) {
-	if path == "" {
-		p, err := os.Executable()
-		if err != nil {
-			return "", fmt.Errorf("find the running executable: %w", err)
-		}
-		path = p
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("read the running executable: %w", err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("read the running executable: %w", err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -51,6 +51,9 @@ type Config struct {
 	// CertLifetime is how long a leaf signed for a node's CSR is valid;
 	// zero means DefaultCertLifetime.
 	CertLifetime time.Duration
+	// Version is the hex SHA-256 of the running binary: /metrics carries it
+	// as mesh_build_info's label. Empty when not known (a test's).
+	Version string
 	// MaxNodes is how many nodes the mesh admits (joined, being removed,
 	// or holding an unused token); zero means spec.MaxNodes.
 	MaxNodes int

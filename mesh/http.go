@@ -62,6 +62,8 @@ func (c *Controller) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		ready = 0
 	}
 	gauge("mesh_ready", "1 when every part of the process is ready.", ready)
+	fmt.Fprintf(&b, "# HELP mesh_build_info The running binary: its SHA-256 (what a node reports as its version), its target and Go.\n# TYPE mesh_build_info gauge\nmesh_build_info{sha256=%q,goos=%q,goarch=%q,go=%q} 1\n",
+		c.cfg.Version, runtime.GOOS, runtime.GOARCH, runtime.Version())
 	if nodes, err := c.deps.DB.Nodes(ctx); err == nil {
 		heard := 0
 		for _, n := range nodes {
