@@ -88,6 +88,7 @@ func run(t *testing.T, cli *client.Client, image, name string, cmd ...string) (s
 }
 
 func TestBuildRunSaveLoad(t *testing.T) {
+	t.Parallel()
 	cli := Client(t)
 	id := unique(t)
 	tag := "mesh-dockertest/echo:" + id
@@ -164,6 +165,7 @@ hello
 // The engine answers a failed build with 200 and reports the failure in the
 // stream; ReadStream returns it. (No engine needed.)
 func TestReadStream(t *testing.T) {
+	t.Parallel()
 	ok := `{"stream":"Step 1/2 : FROM scratch\n"}
 {"stream":" ---\u003e \n"}
 {"aux":{"ID":"sha256:0123"}}
@@ -186,6 +188,7 @@ func TestReadStream(t *testing.T) {
 // A layout that cannot be built is refused before the engine sees it. (No
 // engine needed.)
 func TestBuildContextRefusesClashes(t *testing.T) {
+	t.Parallel()
 	for _, files := range []map[string]string{
 		{"/bin": "a file where /bin/busybox's directory must be"},
 		{"/srv/a": "x", "/srv/a/b": "y"},
