@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,15 +17,18 @@ import (
 	"github.com/mesh-fleet/mesh/spec"
 )
 
-// imageLoads is how many times the engine loaded image id since since (its
-// events of type image, action load).
+// imageLoads is how many times the engine loaded image id between since
+// and now (its events of type image, action load). The loads counted are
+// those of calls that have returned: the engine records a load's event
+// before it answers, so the events up to now hold them all, and an until
+// in the past has the engine answer at once instead of streaming up to it.
 func imageLoads(t *testing.T, cli *client.Client, since time.Time, id string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	res := cli.Events(ctx, client.EventsListOptions{
 		Since:   strconv.FormatInt(since.Unix()-1, 10),
-		Until:   strconv.FormatInt(time.Now().Unix()+1, 10),
+		Until:   engineTime(time.Now()),
 		Filters: make(client.Filters).Add("type", "image").Add("event", "load"),
 	})
 	n := 0
@@ -48,6 +52,12 @@ func imageLoads(t *testing.T, cli *client.Client, since time.Time, id string) in
 	}
 }
 
+// engineTime is t as the engine's events take a time: seconds and
+// nanoseconds since the epoch.
+func engineTime(t time.Time) string {
+	return fmt.Sprintf("%d.%09d", t.Unix(), t.Nanosecond())
+}
+
 // TestArchiveLoadedOnlyWhenImageDiffers: a container's image archive is
 // loaded when the engine lacks the image; a container made again from it
 // (its spec changed, so it is replaced) loads nothing, and does not fetch
@@ -55,6 +65,7 @@ func imageLoads(t *testing.T, cli *client.Client, since time.Time, id string) in
 // another image, the archive is loaded again and the container runs the
 // archive's image.
 func TestArchiveLoadedOnlyWhenImageDiffers(t *testing.T) {
+	t.Parallel()
 	r := newEngineRig(t)
 	ctx := context.Background()
 	archive := filepath.Join(t.TempDir(), "image.tar")

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	mrand "math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -36,6 +35,10 @@ type engineRig struct {
 	image  string
 }
 
+// hostSubnets is where the host's tests make their nodes' networks, one
+// /24 each (dockertest.Subnet).
+var hostSubnets = netip.MustParsePrefix("10.214.0.0/16")
+
 // newEngineRig builds the test's image (busybox httpd serving /www) and an
 // engine for a node of its own, on a subnet of its own; everything the
 // node made in the engine is removed when the test ends.
@@ -45,10 +48,14 @@ func newEngineRig(t *testing.T) *engineRig {
 	rand.Read(b[:])
 	r := &engineRig{t: t, cli: cli, node: "ct" + hex.EncodeToString(b[:]), root: t.TempDir(),
 		blobs: &fakeBlobs{blobs: map[string][]byte{}}}
-	// Host tests take 10.214.0.0/16 (the e2e tests another), one /24 each.
-	r.subnet = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 214, byte(mrand.IntN(250) + 1), 0}), 24)
+	// Host tests take 10.214.0.0/16 (the e2e tests another), one /24 each,
+	// held until the node's network is gone (cleanups run last first).
+	r.subnet = dockertest.Subnet(t, cli, hostSubnets)
+	// An image of the node's own (the node's name in it makes its ID
+	// unique): a test that removes it, or counts its loads, touches no
+	// other test's.
 	r.image = "mesh-test/ct-" + r.node + ":1"
-	dockertest.Build(t, cli, r.image, map[string]string{"/www/index.html": "hello from the image\n"})
+	dockertest.Build(t, cli, r.image, map[string]string{"/www/index.html": "hello from the image\n", "/etc/mesh-test-node": r.node + "\n"})
 	d, err := host.NewDocker("")
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +118,7 @@ func httpd(name string) spec.ContainerSpec {
 // spec changed, started again when it stopped, and removed when no longer
 // declared, the network after it.
 func TestContainerIdentity(t *testing.T) {
+	t.Parallel()
 	r := newEngineRig(t)
 	ctx := context.Background()
 	web := httpd("web")
@@ -228,6 +236,7 @@ func contains(ss []string, s string) bool {
 // TestContainerPublishesOnTheNodeAddress: a port is published on the node's
 // address only, and serves the container's page there.
 func TestContainerPublishesOnTheNodeAddress(t *testing.T) {
+	t.Parallel()
 	r := newEngineRig(t)
 	ctx := context.Background()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -288,6 +297,7 @@ func fetch(t *testing.T, url string) string {
 // TestContainerImageFromArchive: an image the engine lacks is loaded from
 // the archive that travels as a blob, and a container runs from it.
 func TestContainerImageFromArchive(t *testing.T) {
+	t.Parallel()
 	r := newEngineRig(t)
 	ctx := context.Background()
 	archive := filepath.Join(t.TempDir(), "image.tar")
@@ -321,6 +331,7 @@ func TestContainerImageFromArchive(t *testing.T) {
 // TestContainerNotThisNodes: a container of the name that this node did
 // not make is neither replaced nor removed.
 func TestContainerNotThisNodes(t *testing.T) {
+	t.Parallel()
 	r := newEngineRig(t)
 	ctx := context.Background()
 	name := spec.ContainerName(r.node, "web")
@@ -347,6 +358,7 @@ func TestContainerNotThisNodes(t *testing.T) {
 // container and network resources fail with that cause, and the files and
 // directories still apply.
 func TestContainersFailAloneWithoutEngine(t *testing.T) {
+	t.Parallel()
 	endpoint := dockertest.DeadEngine(t)
 	sock := strings.TrimPrefix(endpoint, "unix://")
 	d, err := host.NewDocker(endpoint)

@@ -15,6 +15,7 @@ import (
 // inspected instead of taken from the listing, so a pass right after the
 // death starts it again instead of finding it unchanged.
 func TestDiedContainerIsInspected(t *testing.T) {
+	t.Parallel()
 	r := newEngineRig(t)
 	ctx := context.Background()
 	resources := []spec.Resource{r.network(), r.container(httpd("web"))}

@@ -78,6 +78,7 @@ func askUDP(t *testing.T, addr, name string) (*dns.Msg, error) {
 // resolver lets the gateway go, so when a network is made again on that
 // subnet (here by an engine with no resolver) nothing answers there.
 func TestNetworkRemovalStopsNames(t *testing.T) {
+	t.Parallel()
 	r := newEngineRig(t)
 	ctx := context.Background()
 	names := runResolver(t, resolver.Zone{Names: map[string][]netip.Addr{"alpha.internal": {netip.MustParseAddr("10.0.0.1")}}})
