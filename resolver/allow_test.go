@@ -15,6 +15,7 @@ import (
 
 // TestAllowed: the source check, loopback and the Allow prefixes.
 func TestAllowed(t *testing.T) {
+	t.Parallel()
 	lan := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00:1::/64"), netip.MustParsePrefix("::ffff:172.17.0.0/112")}
 	tests := []struct {
 		from     string
@@ -62,6 +63,7 @@ func TestAllowed(t *testing.T) {
 // is REFUSED over UDP and TCP, for the mesh's names and forwarded ones alike,
 // and nothing goes upstream; allowing 127.0.0.1/32 answers it.
 func TestRefusedOverTheWire(t *testing.T) {
+	t.Parallel()
 	up := startUpstream(t, answerA(300))
 	tests := []struct {
 		name  string
@@ -99,6 +101,7 @@ func TestRefusedOverTheWire(t *testing.T) {
 
 // TestNew: what New refuses, and the upstreams it reads from a resolv.conf.
 func TestNew(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "resolv.conf")
 	os.WriteFile(conf, []byte("search example\nnameserver 192.0.2.53\nnameserver 2001:db8::53\n"), 0o644)
@@ -145,6 +148,7 @@ func TestNew(t *testing.T) {
 // TestRun: port 0 binds UDP and TCP on one port, each listen address is
 // served, a taken address is an error naming it, and Run ends with ctx.
 func TestRun(t *testing.T) {
+	t.Parallel()
 	up := startUpstream(t, answerA(300))
 	s, _ := start(t, Config{Listen: []string{"127.0.0.1:0", "[::1]:0"}, Upstreams: []string{up.addr}}, testZone)
 	got := s.Addrs()

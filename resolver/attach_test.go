@@ -113,6 +113,7 @@ func allowList(s *Server) []netip.Prefix { return *s.allow.Load() }
 // bound) is served over UDP and TCP, the mesh's names and forwarded ones,
 // after the Listen addresses in Addrs, and logged once.
 func TestAttachServes(t *testing.T) {
+	t.Parallel()
 	up := startUpstream(t, answerA(300))
 	log := &logRecords{}
 	s, _ := runServer(t, Config{Upstreams: []string{up.addr}}, slog.New(log))
@@ -148,6 +149,7 @@ func TestAttachServes(t *testing.T) {
 // address and the attached one alike. The same prefix, however spelled, is
 // not added twice.
 func TestAttachAllow(t *testing.T) {
+	t.Parallel()
 	s, _ := runServer(t, Config{AllowLoopback: boolp(false)}, nil)
 	first := s.Addrs()[0]
 	for _, network := range []string{"udp", "tcp"} {
@@ -186,6 +188,7 @@ func TestAttachAllow(t *testing.T) {
 // Attach, however spelled, binds nothing and logs nothing; a wildcard
 // Listen address serves the addresses of its family on its port.
 func TestAttachTwice(t *testing.T) {
+	t.Parallel()
 	log := &logRecords{}
 	s, _ := runServer(t, Config{}, slog.New(log))
 	p := netip.MustParsePrefix("10.0.0.0/8")
@@ -234,6 +237,7 @@ func TestAttachTwice(t *testing.T) {
 
 // TestBoundServes: which addresses a bound one already serves.
 func TestBoundServes(t *testing.T) {
+	t.Parallel()
 	ap := netip.MustParseAddrPort
 	tests := []struct {
 		bound boundAddr
@@ -265,6 +269,7 @@ func TestBoundServes(t *testing.T) {
 // TestAttachAfterRun: Attach before Ready is an error; when Run ends, the
 // attached address is unbound (UDP and TCP) and Attach is an error.
 func TestAttachAfterRun(t *testing.T) {
+	t.Parallel()
 	idle, err := New(Config{Listen: []string{"127.0.0.1:0"}, Upstreams: []string{"127.0.0.1:1"}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -305,6 +310,7 @@ func TestAttachAfterRun(t *testing.T) {
 // it; Addrs and the allowed prefixes stay as they were, and the half bound
 // is unbound.
 func TestAttachBindFailure(t *testing.T) {
+	t.Parallel()
 	s, _ := runServer(t, Config{}, nil)
 	p := netip.MustParsePrefix("10.0.0.0/8")
 	busyUDP, err := net.ListenPacket("udp", "127.0.0.2:0")
@@ -361,6 +367,7 @@ func TestAttachBindFailure(t *testing.T) {
 // TestAttachUnderQueries: Attach swaps the allowed prefixes while queries
 // are answered on every UDP reader and TCP; run with -race.
 func TestAttachUnderQueries(t *testing.T) {
+	t.Parallel()
 	s, _ := runServer(t, Config{AllowLoopback: boolp(false), Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}, nil)
 	first := s.Addrs()[0]
 	ctx, cancel := context.WithCancel(context.Background())

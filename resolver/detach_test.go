@@ -42,6 +42,7 @@ func silent(t *testing.T, addr string) error {
 // Attach added changes nothing; detaching a Listen address Attach only
 // allowed more on takes that prefix back and keeps the address.
 func TestDetach(t *testing.T) {
+	t.Parallel()
 	log := &logRecords{}
 	s, _ := runServer(t, Config{AllowLoopback: boolp(false), Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}, slog.New(log))
 	first := s.Addrs()[0]

@@ -106,6 +106,19 @@ func (u *upstream) count() int {
 	return len(u.seen)
 }
 
+// countOf is how many queries for name the upstream has had.
+func (u *upstream) countOf(name string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := 0
+	for _, q := range u.seen {
+		if q.name == name {
+			n++
+		}
+	}
+	return n
+}
+
 func (u *upstream) queries() []seenQuery {
 	u.mu.Lock()
 	defer u.mu.Unlock()

@@ -23,6 +23,7 @@ var testZone = Zone{Names: map[string][]netip.Addr{
 // NODATA for a type the name does not hold, ANY, NXDOMAIN against NODATA with
 // the SOA, AA on every one, and nothing ever forwarded.
 func TestLocalAnswers(t *testing.T) {
+	t.Parallel()
 	up := startUpstream(t, answerA(300))
 	_, addr := start(t, Config{Upstreams: []string{up.addr}}, testZone)
 
@@ -123,6 +124,7 @@ func onlySOA(rrs []dns.RR) (*dns.SOA, bool) {
 // TestOtherQueries covers what is not a plain question: another class,
 // another opcode, zone transfers, an unknown EDNS version.
 func TestOtherQueries(t *testing.T) {
+	t.Parallel()
 	up := startUpstream(t, answerA(300))
 	_, addr := start(t, Config{Upstreams: []string{up.addr}}, testZone)
 	tests := []struct {
@@ -160,6 +162,7 @@ func TestOtherQueries(t *testing.T) {
 // TestTruncatedRetriedOverTCP: a name with 100 addresses does not fit a
 // plain UDP answer, which comes cut with TC set; TCP gives all of it.
 func TestTruncatedRetriedOverTCP(t *testing.T) {
+	t.Parallel()
 	up := startUpstream(t, answerA(300))
 	many := make([]netip.Addr, 100)
 	for i := range many {
@@ -193,6 +196,7 @@ func TestTruncatedRetriedOverTCP(t *testing.T) {
 // TestEDNSBufferSize: the client's EDNS0 size decides where a UDP answer is
 // cut (512 at least, 4096 at most), and the answer carries an OPT.
 func TestEDNSBufferSize(t *testing.T) {
+	t.Parallel()
 	up := startUpstream(t, answerA(300))
 	v6 := func(n int) []netip.Addr {
 		out := make([]netip.Addr, n)
@@ -264,6 +268,7 @@ func TestEDNSBufferSize(t *testing.T) {
 // TestZoneCanonical: Zone gives back the names in canonical form, merged and
 // deduplicated; Validate names what SetZone leaves out.
 func TestZoneCanonical(t *testing.T) {
+	t.Parallel()
 	up := startUpstream(t, answerA(300))
 	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Upstreams: []string{up.addr}}, nil)
 	if err != nil {
@@ -297,6 +302,7 @@ func TestZoneCanonical(t *testing.T) {
 // TestHugeName: a name with more addresses than one message holds keeps as
 // many as fit one (4,078 A records), and answers them whole over TCP.
 func TestHugeName(t *testing.T) {
+	t.Parallel()
 	up := startUpstream(t, answerA(300))
 	huge := make([]netip.Addr, 70000)
 	for i := range huge {

@@ -52,6 +52,7 @@ func generation(name string, m *dns.Msg) int {
 // zone flips between A and B; every answer is wholly A's or wholly B's, and
 // both are seen. Run with -race.
 func TestSwapUnderQueries(t *testing.T) {
+	t.Parallel()
 	up := startUpstream(t, answerA(300))
 	s, addr := start(t, Config{Upstreams: []string{up.addr}}, zoneA)
 
@@ -105,6 +106,7 @@ func TestSwapUnderQueries(t *testing.T) {
 // TestSwapHandler does the same through the handler directly, many more
 // times than the network allows, and checks Zone follows.
 func TestSwapHandler(t *testing.T) {
+	t.Parallel()
 	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Upstreams: []string{"127.0.0.1:1"}}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 // is byte for byte what ServeDNS answers to the unpacked query, and it
 // leaves to ServeDNS what it cannot answer alone.
 func TestFastAnswerMatchesHandler(t *testing.T) {
+	t.Parallel()
 	up := startUpstream(t, answerA(300))
 	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Upstreams: []string{up.addr}, Allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, nil)
 	if err != nil {
