@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -38,8 +40,9 @@ import (
 // port nothing serves, so no test query ever leaves the machine.
 const deadUpstream = "127.0.0.1:9"
 
-// meshBin is the binary under test, built once by TestMain with the flags
-// the Makefile uses, in binDir (which the run's shared files share).
+// meshBin is the binary under test, built by TestMain with the flags the
+// Makefile uses; binDir is a directory of the run's, for the files its
+// tests share.
 var meshBin, binDir string
 
 // builds are the other binaries tests build (releases: mesh stamped
@@ -58,16 +61,14 @@ func TestMain(m *testing.M) {
 	if !set {
 		flag.Set("test.parallel", strconv.Itoa(parallel))
 	}
-	dir, err := os.MkdirTemp("", "mesh-bin-")
+	dir, err := os.MkdirTemp("", "mesh-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binDir, meshBin = dir, filepath.Join(dir, "mesh")
-	build := exec.Command("go", "build", "-trimpath", "-o", meshBin, "..")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	binDir = dir
+	var release func()
+	if meshBin, release, err = buildMesh(); err != nil {
 		fmt.Fprintln(os.Stderr, "build mesh:", err)
 		os.Exit(1)
 	}
@@ -77,9 +78,56 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	builds.Close()
+	release()
 	removeSharedImage()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// buildMesh builds the binary where the runs of this checkout keep it, a
+// directory of the temporary one named after the checkout's path: go build
+// finds it up to date when nothing it is made of changed, and links
+// nothing (a link of the binary is seconds before the first test starts).
+// The run holds a lock on the directory until release: exclusive while it
+// builds, shared while its tests run, so one run never rebuilds the binary
+// under another of the same checkout (whose tests would collide in the
+// engine anyway: their node names are the same).
+func buildMesh() (bin string, release func(), err error) {
+	top, err := filepath.Abs("..")
+	if err != nil {
+		return "", nil, err
+	}
+	sum := sha256.Sum256([]byte(top))
+	dir := filepath.Join(os.TempDir(), "mesh-e2e-bin-"+hex.EncodeToString(sum[:6]))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return "", nil, err
+	}
+	err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		fmt.Fprintf(os.Stderr, "waiting for another end-to-end run of %s to end (it holds %s)\n", top, lock.Name())
+		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX)
+	}
+	if err != nil {
+		lock.Close()
+		return "", nil, fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	bin = filepath.Join(dir, "mesh")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "..")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		lock.Close()
+		return "", nil, err
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_SH); err != nil {
+		lock.Close()
+		return "", nil, fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	return bin, func() { lock.Close() }, nil
 }
 
 // example is the path of the example module name.
