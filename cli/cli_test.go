@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/mesh-fleet/mesh/spec"
@@ -22,6 +23,21 @@ func TestMain(m *testing.M) {
 		"mesh": func() { os.Exit(Main(os.Args, os.Stdout, os.Stderr)) },
 	})
 }
+
+// selfDigest is the SHA-256 of this test binary, which the scripts run as
+// mesh: read once for every script, not once each.
+var selfDigest = sync.OnceValues(func() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	body, err := os.ReadFile(self)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:]), nil
+})
 
 // TestCLI runs the scripts in testdata/script against the command: the
 // CLI's manners, its help, and its refusals of bad input.
@@ -39,13 +55,12 @@ func TestCLI(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			body, err := os.ReadFile(self)
+			env.Setenv("MESHBIN", self)
+			sum, err := selfDigest()
 			if err != nil {
 				return err
 			}
-			env.Setenv("MESHBIN", self)
-			sum := sha256.Sum256(body)
-			env.Setenv("MESHSHA256", hex.EncodeToString(sum[:]))
+			env.Setenv("MESHSHA256", sum)
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
