@@ -66,7 +66,7 @@ func engineTime(t time.Time) string {
 // archive's image.
 func TestArchiveLoadedOnlyWhenImageDiffers(t *testing.T) {
 	t.Parallel()
-	r := newEngineRig(t)
+	r := newEngineRigOwnImage(t)
 	ctx := context.Background()
 	archive := filepath.Join(t.TempDir(), "image.tar")
 	dockertest.Save(t, r.cli, r.image, archive)

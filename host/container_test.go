@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,14 +37,60 @@ type engineRig struct {
 	image  string
 }
 
+// shared is the image the tests that do not touch images run, built the
+// first time one asks, under a tag of the run's own; TestMain removes it.
+// A build and a removal per test cost the engine, which every container
+// test waits on, more than the tests' own calls.
+var shared struct {
+	once  sync.Once
+	tag   string
+	err   error
+	built atomic.Bool
+}
+
+// sharedImage is the shared image's tag, built if need be.
+func sharedImage(t *testing.T, cli *client.Client) string {
+	t.Helper()
+	shared.once.Do(func() {
+		shared.tag = fmt.Sprintf("mesh-test/host-%d:1", os.Getpid())
+		if shared.err = dockertest.BuildImage(cli, shared.tag, map[string]string{"/www/index.html": "hello from the image\n"}); shared.err == nil {
+			shared.built.Store(true)
+		}
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.tag
+}
+
+// removeSharedImage removes the shared image, if a test built it.
+func removeSharedImage() error {
+	if !shared.built.Load() {
+		return nil
+	}
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	return dockertest.RemoveImage(cli, shared.tag)
+}
+
 // hostSubnets is where the host's tests make their nodes' networks, one
 // /24 each (dockertest.Subnet).
 var hostSubnets = netip.MustParsePrefix("10.214.0.0/16")
 
-// newEngineRig builds the test's image (busybox httpd serving /www) and an
-// engine for a node of its own, on a subnet of its own; everything the
-// node made in the engine is removed when the test ends.
-func newEngineRig(t *testing.T) *engineRig {
+// newEngineRig is an engine for a node of its own, on a subnet of its own,
+// running the image the tests share (busybox httpd serving /www);
+// everything the node made in the engine is removed when the test ends.
+func newEngineRig(t *testing.T) *engineRig { return startEngineRig(t, false) }
+
+// newEngineRigOwnImage is newEngineRig with an image of the node's own
+// (the node's name in it makes its ID unique), for a test that removes
+// its image or counts its loads: it touches no other test's.
+func newEngineRigOwnImage(t *testing.T) *engineRig { return startEngineRig(t, true) }
+
+func startEngineRig(t *testing.T, ownImage bool) *engineRig {
 	cli := dockertest.Client(t)
 	var b [4]byte
 	rand.Read(b[:])
@@ -51,11 +99,13 @@ func newEngineRig(t *testing.T) *engineRig {
 	// Host tests take 10.214.0.0/16 (the e2e tests another), one /24 each,
 	// held until the node's network is gone (cleanups run last first).
 	r.subnet = dockertest.Subnet(t, cli, hostSubnets)
-	// An image of the node's own (the node's name in it makes its ID
-	// unique): a test that removes it, or counts its loads, touches no
-	// other test's.
-	r.image = "mesh-test/ct-" + r.node + ":1"
-	dockertest.Build(t, cli, r.image, map[string]string{"/www/index.html": "hello from the image\n", "/etc/mesh-test-node": r.node + "\n"})
+	if ownImage {
+		// Removed after the node's containers (cleanups run last first).
+		r.image = "mesh-test/ct-" + r.node + ":1"
+		dockertest.Build(t, cli, r.image, map[string]string{"/www/index.html": "hello from the image\n", "/etc/mesh-test-node": r.node + "\n"})
+	} else {
+		r.image = sharedImage(t, cli)
+	}
 	d, err := host.NewDocker("")
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +348,7 @@ func fetch(t *testing.T, url string) string {
 // the archive that travels as a blob, and a container runs from it.
 func TestContainerImageFromArchive(t *testing.T) {
 	t.Parallel()
-	r := newEngineRig(t)
+	r := newEngineRigOwnImage(t)
 	ctx := context.Background()
 	archive := filepath.Join(t.TempDir(), "image.tar")
 	dockertest.Save(t, r.cli, r.image, archive)

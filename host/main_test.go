@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -20,5 +21,10 @@ func TestMain(m *testing.M) {
 	if !set {
 		flag.Set("test.parallel", strconv.Itoa(parallel))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := removeSharedImage(); err != nil {
+		fmt.Fprintln(os.Stderr, "remove the tests' image:", err)
+		code = 1
+	}
+	os.Exit(code)
 }
