@@ -1,7 +1,6 @@
 package mesh
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -101,8 +100,9 @@ type Controller struct {
 	auditPending []store.AuditEntry // calls the store did not take yet, oldest first
 	auditKick    chan struct{}
 
+	// uploadsMu takes one blob chunk at a time: each continues its
+	// upload's running hash.
 	uploadsMu sync.Mutex
-	uploads   map[string]*bytes.Buffer // blobs being uploaded, by digest
 	// blobRights are the blobs each node may fetch.
 	blobRights blobRights
 

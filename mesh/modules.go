@@ -1,7 +1,6 @@
 package mesh
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -316,46 +315,4 @@ func routeKeys(routes []spec.RosterRoute) []string {
 func planKey(p Plan) string {
 	b, _ := json.Marshal(p.Resources)
 	return string(b)
-}
-
-// putBlob takes one chunk of an upload; the blob is stored once it is whole
-// and its digest verified.
-func (c *Controller) putBlob(ctx context.Context, req spec.BlobPutRequest) (spec.BlobPutResult, error) {
-	if req.Size <= 0 || req.Size > 1<<30 {
-		return spec.BlobPutResult{}, callerError(fmt.Sprintf("blob %s: size %d is not from 1 byte to 1 GiB", req.Digest, req.Size))
-	}
-	if has, err := c.deps.DB.HasBlob(ctx, req.Digest); err != nil {
-		return spec.BlobPutResult{}, err
-	} else if has {
-		return spec.BlobPutResult{Complete: true}, nil
-	}
-	c.uploadsMu.Lock()
-	defer c.uploadsMu.Unlock()
-	if c.uploads == nil {
-		c.uploads = map[string]*bytes.Buffer{}
-	}
-	buf := c.uploads[req.Digest]
-	if req.Offset == 0 {
-		buf = &bytes.Buffer{}
-		c.uploads[req.Digest] = buf
-	}
-	if buf == nil || int64(buf.Len()) != req.Offset {
-		return spec.BlobPutResult{}, callerError(fmt.Sprintf("blob %s: chunk at %d does not follow what was received; start again at 0", req.Digest, req.Offset))
-	}
-	if int64(buf.Len()+len(req.Data)) > req.Size {
-		delete(c.uploads, req.Digest)
-		return spec.BlobPutResult{}, callerError(fmt.Sprintf("blob %s: more than its %d bytes", req.Digest, req.Size))
-	}
-	buf.Write(req.Data)
-	if int64(buf.Len()) < req.Size {
-		return spec.BlobPutResult{}, nil
-	}
-	delete(c.uploads, req.Digest)
-	if got := spec.ContentDigest(buf.Bytes()); got != req.Digest {
-		return spec.BlobPutResult{}, callerError(fmt.Sprintf("blob %s: the bytes received hash to %s", req.Digest, got))
-	}
-	if err := c.deps.DB.PutBlob(ctx, req.Digest, buf.Bytes()); err != nil {
-		return spec.BlobPutResult{}, err
-	}
-	return spec.BlobPutResult{Complete: true}, nil
 }

@@ -40,6 +40,11 @@ type Store interface {
 	AssignmentsOf(ctx context.Context, node string) ([]store.Assignment, error)
 
 	PutBlob(ctx context.Context, digest string, data []byte) error
+	BeginUpload(ctx context.Context, digest string, size int64, at time.Time) (bool, error)
+	UploadOf(ctx context.Context, digest string) (store.Upload, error)
+	PutUploadChunk(ctx context.Context, digest string, offset int64, data, hash []byte, whole bool, at time.Time) error
+	DropUpload(ctx context.Context, digest string) error
+	DropUploadsBefore(ctx context.Context, before time.Time) (int, error)
 	HasBlob(ctx context.Context, digest string) (bool, error)
 	BlobChunk(ctx context.Context, digest string, offset, n int64) ([]byte, int64, error)
 	BlobSize(ctx context.Context, digest string) (int64, error)

@@ -33,7 +33,8 @@ func TestReleases(t *testing.T) {
 	if _, err := db.PublishRelease(ctx, v2); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a release of 4 bytes over a blob of 3: %v, want ErrNotFound", err)
 	}
-	rawExec(t, path, `UPDATE blobs SET size = 4, data = x'61626364' WHERE digest = 'sha256:bb22'`)
+	rawExec(t, path, `UPDATE blobs SET size = 4 WHERE digest = 'sha256:bb22'`)
+	rawExec(t, path, `UPDATE blob_chunks SET data = x'61626364' WHERE digest = 'sha256:bb22'`)
 	r1, err := db.PublishRelease(ctx, v1)
 	if err != nil {
 		t.Fatal(err)
