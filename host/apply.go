@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/user"
@@ -16,10 +17,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// BlobFetcher fetches the content of a blob by digest; the engine verifies
-// size and digest itself.
+// BlobFetcher fetches the content of a blob by digest, writing it to w in
+// order as it arrives (a chunk at a time: never the whole blob in memory);
+// the engine verifies size and digest itself, keeping nothing that fails.
 type BlobFetcher interface {
-	Fetch(ctx context.Context, digest string, size int64) ([]byte, error)
+	Fetch(ctx context.Context, digest string, size int64, w io.Writer) error
 }
 
 // Applied is the host's record of one resource it applied (kept in

@@ -322,13 +322,14 @@ func (c containerApplier) image(ctx context.Context, s spec.ContainerSpec, w *Wr
 		if blobs == nil {
 			return fmt.Errorf("image archive %s of container %s: no blob source", a.Digest, s.Name)
 		}
-		data, err := blobs.Fetch(ctx, a.Digest, a.Size)
-		if err != nil {
-			return fmt.Errorf("fetch image archive %s of container %s: %w", a.Digest, s.Name, err)
+		// The archive is held in memory: the engine's load and the image
+		// ID read from its manifest take it whole.
+		var buf bytes.Buffer
+		buf.Grow(int(a.Size))
+		if err := fetchBlob(ctx, blobs, a.Digest, a.Size, "the image archive of container "+s.Name, &buf); err != nil {
+			return err
 		}
-		if int64(len(data)) != a.Size || spec.ContentDigest(data) != a.Digest {
-			return fmt.Errorf("image archive of container %s does not match its size %d and digest %s", s.Name, a.Size, a.Digest)
-		}
+		data := buf.Bytes()
 		if id := archiveImageID(data, s.Image); id != "" {
 			c.archives.put(key, id)
 			if held, err := c.holds(ctx, s.Image, id); err != nil || held {

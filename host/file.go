@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -171,38 +174,44 @@ func (a fileApplier) Apply(ctx context.Context, r spec.Resource, w *Writes) (Res
 		}
 		return Result{Outcome: d.outcome()}, nil
 	}
-	data, err := fileContent(ctx, f, a.blobs)
-	if err != nil {
-		return Result{}, err
+	fill := writeAll(d.at, f.Content)
+	if f.Blob {
+		fill = func(out io.Writer) error { return fetchBlob(ctx, a.blobs, f.Digest, f.Size, f.Path, out) }
 	}
-	if err := d.at.makeParents(w); err != nil {
-		return Result{}, err
-	}
-	if err := writeFileExact(d.at, data, f.Mode, d.uid, d.gid, w); err != nil {
+	if err := writeFileFrom(d.at, fill, f.Mode, d.uid, d.gid, w); err != nil {
 		return Result{}, err
 	}
 	return Result{Outcome: d.outcome()}, nil
 }
 
-// fileContent is f's content: inline, or the blob fetched and verified.
-func fileContent(ctx context.Context, f *spec.FileSpec, blobs BlobFetcher) ([]byte, error) {
-	if !f.Blob {
-		return f.Content, nil
-	}
+// fetchBlob fetches the blob digest of size bytes (the content of what,
+// for messages) into out, chunk by chunk, hashing as it goes: an error when
+// the bytes fetched are not size long or do not hash to digest, so the
+// caller keeps none of them.
+func fetchBlob(ctx context.Context, blobs BlobFetcher, digest string, size int64, what string, out io.Writer) error {
 	if blobs == nil {
-		return nil, fmt.Errorf("fetch blob %s for %s: no blob fetcher", f.Digest, f.Path)
+		return fmt.Errorf("fetch blob %s for %s: no blob fetcher", digest, what)
 	}
-	data, err := blobs.Fetch(ctx, f.Digest, f.Size)
-	if err != nil {
-		return nil, fmt.Errorf("fetch blob %s for %s: %w", f.Digest, f.Path, err)
+	h := sha256.New()
+	n := &counter{}
+	if err := blobs.Fetch(ctx, digest, size, io.MultiWriter(out, h, n)); err != nil {
+		return fmt.Errorf("fetch blob %s for %s: %w", digest, what, err)
 	}
-	if int64(len(data)) != f.Size {
-		return nil, fmt.Errorf("blob %s for %s: fetched %d bytes where %d are declared; nothing written", f.Digest, f.Path, len(data), f.Size)
+	if n.n != size {
+		return fmt.Errorf("blob %s for %s: fetched %d bytes where %d are declared; nothing written", digest, what, n.n, size)
 	}
-	if got := spec.ContentDigest(data); got != f.Digest {
-		return nil, fmt.Errorf("blob %s for %s: the fetched content's digest is %s; nothing written", f.Digest, f.Path, got)
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != digest {
+		return fmt.Errorf("blob %s for %s: the fetched content's digest is %s; nothing written", digest, what, got)
 	}
-	return data, nil
+	return nil
+}
+
+// counter counts the bytes written to it.
+type counter struct{ n int64 }
+
+func (c *counter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return len(p), nil
 }
 
 // writeFileExact writes data to s atomically: a temporary file in the same
@@ -214,31 +223,57 @@ func fileContent(ctx context.Context, f *spec.FileSpec, blobs BlobFetcher) ([]by
 // it keeps setuid, setgid and sticky bits, sets the owner, and counts its
 // writes.
 func writeFileExact(s *spot, data []byte, mode spec.Mode, uid, gid int, w *Writes) error {
-	// A host killed between creating a temporary file and renaming it left
-	// one behind: it is ours, and goes before the next is made.
-	prefix := "." + s.name + ".mesh-"
-	if names, err := s.siblings(); err == nil {
-		for _, n := range names {
-			if strings.HasPrefix(n, prefix) {
-				w.add()
-				unix.Unlinkat(s.dir, n, 0)
-			}
+	return writeFileFrom(s, writeAll(s, data), mode, uid, gid, w)
+}
+
+// writeAll writes data, the content of the file at s.
+func writeAll(s *spot, data []byte) func(io.Writer) error {
+	return func(out io.Writer) error {
+		if _, err := out.Write(data); err != nil {
+			return fmt.Errorf("write %s: %w", s.path, err)
+		}
+		return nil
+	}
+}
+
+// writeFileFrom is writeFileExact with the content written by fill into
+// the temporary file; when fill fails (its error says what failed), the
+// temporary file is removed and nothing is renamed.
+func writeFileFrom(s *spot, fill func(io.Writer) error, mode spec.Mode, uid, gid int, w *Writes) error {
+	// The missing parents and the temporary file are made when fill
+	// writes its first byte: a fetch that fails before any arrives writes
+	// nothing. One that fails later (bytes that do not hash to the digest)
+	// takes away the temporary file and the parents made for it.
+	base, err := unix.Dup(s.dir)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", s.path, err)
+	}
+	defer unix.Close(base)
+	made := slices.Clone(s.missing)
+	lf := &lazyFile{s: s, w: w}
+	if err := fill(lf); err != nil {
+		if lf.f != nil {
+			lf.f.Close()
+			w.add()
+			unix.Unlinkat(s.dir, lf.tmp, 0)
+		}
+		for i := len(made) - len(s.missing); i > 0; i-- {
+			w.add()
+			unix.Unlinkat(base, filepath.Join(made[:i]...), unix.AT_REMOVEDIR)
+		}
+		return err
+	}
+	if lf.f == nil {
+		if err := lf.open(); err != nil { // empty content
+			return err
 		}
 	}
-	w.add()
-	f, tmp, err := createTemp(s.dir, prefix)
-	if err != nil {
-		return fmt.Errorf("create a temporary file for %s: %w", s.path, err)
-	}
+	f, tmp := lf.f, lf.tmp
 	discard := func(step string, err error) error {
 		f.Close()
 		w.add()
 		unix.Unlinkat(s.dir, tmp, 0)
 		return fmt.Errorf("%s %s: %w", step, s.path, err)
-	}
-	w.add()
-	if _, err := f.Write(data); err != nil {
-		return discard("write", err)
 	}
 	if uid >= 0 || gid >= 0 {
 		w.add()
@@ -261,6 +296,52 @@ func writeFileExact(s *spot, data []byte, mode spec.Mode, uid, gid int, w *Write
 		return discard("rename a temporary file over", err)
 	}
 	return s.syncDir()
+}
+
+// lazyFile is the temporary file beside s, made (with s's missing
+// parents) at the first write.
+type lazyFile struct {
+	s   *spot
+	w   *Writes
+	f   *os.File
+	tmp string
+}
+
+func (l *lazyFile) open() error {
+	if err := l.s.makeParents(l.w); err != nil {
+		return err
+	}
+	// A host killed between creating a temporary file and renaming it left
+	// one behind: it is ours, and goes before the next is made.
+	prefix := "." + l.s.name + ".mesh-"
+	if names, err := l.s.siblings(); err == nil {
+		for _, n := range names {
+			if strings.HasPrefix(n, prefix) {
+				l.w.add()
+				unix.Unlinkat(l.s.dir, n, 0)
+			}
+		}
+	}
+	l.w.add()
+	f, tmp, err := createTemp(l.s.dir, prefix)
+	if err != nil {
+		return fmt.Errorf("create a temporary file for %s: %w", l.s.path, err)
+	}
+	l.f, l.tmp = f, tmp
+	l.w.add() // the content
+	return nil
+}
+
+func (l *lazyFile) Write(p []byte) (int, error) {
+	if l.f == nil {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		if err := l.open(); err != nil {
+			return 0, err
+		}
+	}
+	return l.f.Write(p)
 }
 
 // createTemp creates a new file named prefix and a random suffix in the

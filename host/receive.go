@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -296,23 +297,25 @@ type busBlobs struct {
 	node string
 }
 
-func (b busBlobs) Fetch(ctx context.Context, digest string, size int64) ([]byte, error) {
-	data := make([]byte, 0, size)
-	for int64(len(data)) < size {
+func (b busBlobs) Fetch(ctx context.Context, digest string, size int64, w io.Writer) error {
+	for off := int64(0); off < size; {
 		var chunk spec.BlobChunkReply
-		if err := request(ctx, b.nc, spec.NodeSubject(b.node, spec.KindBlob), spec.BlobRequest{Digest: digest, Offset: int64(len(data))}, &chunk); err != nil {
-			return nil, fmt.Errorf("fetch blob %s at %d: %w", digest, len(data), err)
+		if err := request(ctx, b.nc, spec.NodeSubject(b.node, spec.KindBlob), spec.BlobRequest{Digest: digest, Offset: off}, &chunk); err != nil {
+			return fmt.Errorf("fetch blob %s at %d: %w", digest, off, err)
 		}
 		if chunk.Size != size {
-			return nil, fmt.Errorf("fetch blob %s: the controller holds %d bytes, the declaration says %d", digest, chunk.Size, size)
+			return fmt.Errorf("fetch blob %s: the controller holds %d bytes, the declaration says %d", digest, chunk.Size, size)
 		}
 		if len(chunk.Data) == 0 {
-			return nil, fmt.Errorf("fetch blob %s: no data at %d", digest, len(data))
+			return fmt.Errorf("fetch blob %s: no data at %d", digest, off)
 		}
-		data = append(data, chunk.Data...)
+		if int64(len(chunk.Data)) > size-off {
+			return fmt.Errorf("fetch blob %s: %d bytes at %d run past its %d", digest, len(chunk.Data), off, size)
+		}
+		if _, err := w.Write(chunk.Data); err != nil {
+			return err
+		}
+		off += int64(len(chunk.Data))
 	}
-	if got := spec.ContentDigest(data); got != digest {
-		return nil, fmt.Errorf("fetch blob %s: the bytes received hash to %s", digest, got)
-	}
-	return data, nil
+	return nil
 }
