@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -164,10 +163,14 @@ Example:
 	}
 }
 
+// blobSource is where the content of a blob was read: a source in a
+// module's directory.
+type blobSource struct{ dir, source string }
+
 // readModules reads and checks every manifest under paths, resolving
 // sources; any bad one fails the whole read, naming the file and field. It
-// also returns every source's bytes by digest, for the blob uploads.
-func readModules(paths ...string) ([]spec.Module, map[string][]byte, error) {
+// also returns where each source was read, by digest, for the blob uploads.
+func readModules(paths ...string) ([]spec.Module, map[string]blobSource, error) {
 	var manifests []string
 	for _, path := range paths {
 		found, err := manifestsOf(path)
@@ -177,7 +180,7 @@ func readModules(paths ...string) ([]spec.Module, map[string][]byte, error) {
 		manifests = append(manifests, found...)
 	}
 	var mods []spec.Module
-	contents := map[string][]byte{}
+	contents := map[string]blobSource{}
 	names := map[string]string{}
 	for _, mf := range manifests {
 		body, err := os.ReadFile(mf)
@@ -189,12 +192,12 @@ func readModules(paths ...string) ([]spec.Module, map[string][]byte, error) {
 			return nil, nil, fmt.Errorf("%s: %w; nothing was registered", mf, err)
 		}
 		dir := filepath.Dir(mf)
-		mod, err := man.Resolve(func(source string) ([]byte, error) {
-			b, err := readSource(dir, source)
+		mod, err := man.Resolve(func(source string) (spec.Content, error) {
+			c, err := readSource(dir, source)
 			if err == nil {
-				contents[spec.ContentDigest(b)] = b
+				contents[c.Digest] = blobSource{dir: dir, source: source}
 			}
-			return b, err
+			return c, err
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w; nothing was registered", mf, err)
@@ -230,8 +233,8 @@ func manifestsOf(path string) ([]string, error) {
 }
 
 // uploadBlobs sends every content of m that travels as a blob (large files
-// and image archives), in chunks.
-func uploadBlobs(op *Operator, m spec.Module, contents map[string][]byte) error {
+// and image archives), read again from its source a chunk at a time.
+func uploadBlobs(op *Operator, m spec.Module, sources map[string]blobSource) error {
 	blobs := m.Blobs()
 	digests := make([]string, 0, len(blobs))
 	for d := range blobs {
@@ -239,11 +242,22 @@ func uploadBlobs(op *Operator, m spec.Module, contents map[string][]byte) error 
 	}
 	sort.Strings(digests)
 	for _, digest := range digests {
-		content, ok := contents[digest]
+		src, ok := sources[digest]
 		if !ok {
 			return fmt.Errorf("module %s: the content of blob %s was not read", m.Name, digest)
 		}
-		if err := uploadBlob(op, digest, blobs[digest], bytes.NewReader(content)); err != nil {
+		f, size, err := openSource(src.dir, src.source)
+		if err != nil {
+			return fmt.Errorf("module %s: %w", m.Name, err)
+		}
+		if size != blobs[digest] {
+			f.Close()
+			return fmt.Errorf("module %s: %s changed since it was read (%d bytes, now %d): run the command again once it is written",
+				m.Name, filepath.Join(src.dir, src.source), blobs[digest], size)
+		}
+		err = uploadBlob(op, digest, size, f)
+		f.Close()
+		if err != nil {
 			return fmt.Errorf("module %s: %w", m.Name, err)
 		}
 	}

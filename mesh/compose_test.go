@@ -70,7 +70,7 @@ func readGolden(t *testing.T, file string) (*txtar.Archive, map[string]spec.Modu
 			if err != nil {
 				t.Fatalf("%s: %s: %v", file, f.Name, err)
 			}
-			mod, err := man.Resolve(func(string) ([]byte, error) { return nil, errors.New("no sources in golden cases") })
+			mod, err := man.Resolve(func(string) (spec.Content, error) { return spec.Content{}, errors.New("no sources in golden cases") })
 			if err != nil {
 				t.Fatalf("%s: %s: %v", file, f.Name, err)
 			}

@@ -129,7 +129,7 @@ func (m *certificateManifest) Check(field string) error {
 }
 
 // Resolve is the certificate: it has no sources.
-func (m *certificateManifest) Resolve(string, func(string) ([]byte, error)) (Spec, error) {
+func (m *certificateManifest) Resolve(string, func(string) (Content, error)) (Spec, error) {
 	c := m.CertificateSpec
 	return &c, nil
 }

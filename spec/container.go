@@ -262,17 +262,17 @@ func (m *containerManifest) Check(field string) error {
 }
 
 // Resolve reads the archive, if any, which travels as a blob.
-func (m *containerManifest) Resolve(field string, read func(source string) ([]byte, error)) (Spec, error) {
+func (m *containerManifest) Resolve(field string, read func(source string) (Content, error)) (Spec, error) {
 	c := m.ContainerSpec
 	if src := m.Archive; src != "" {
 		b, err := read(src)
 		if err != nil {
 			return nil, fmt.Errorf("%s.archive: %w", field, err)
 		}
-		if len(b) == 0 {
+		if b.Size == 0 {
 			return nil, fmt.Errorf("%s.archive: %s is empty", field, src)
 		}
-		c.Archive = &ImageArchive{Size: int64(len(b)), Digest: ContentDigest(b)}
+		c.Archive = &ImageArchive{Size: b.Size, Digest: b.Digest}
 	}
 	return &c, nil
 }

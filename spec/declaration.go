@@ -86,6 +86,25 @@ func ContentDigest(b []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// Content is a source as a manifest's resolution reads it: its size and
+// digest, and its bytes when it is small enough to travel inline (InlineMax
+// or less). A larger one travels as a blob, its bytes read again, a chunk
+// at a time, when it is uploaded, so no side holds it whole.
+type Content struct {
+	Size   int64
+	Digest string
+	Data   []byte // the bytes when Size <= InlineMax; nil otherwise
+}
+
+// ContentOf is b as a Content.
+func ContentOf(b []byte) Content {
+	c := Content{Size: int64(len(b)), Digest: ContentDigest(b)}
+	if c.Size <= InlineMax {
+		c.Data = b
+	}
+	return c
+}
+
 // CheckPath refuses a path that is not absolute and clean, or is the root.
 func CheckPath(p string) error {
 	switch {

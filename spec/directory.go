@@ -108,7 +108,7 @@ func (m *directoryManifest) Check(field string) error {
 
 // Resolve is the directory, its on_remove keep (the default) left out: one
 // spelling, one digest.
-func (m *directoryManifest) Resolve(string, func(string) ([]byte, error)) (Spec, error) {
+func (m *directoryManifest) Resolve(string, func(string) (Content, error)) (Spec, error) {
 	d := m.DirectorySpec
 	if d.OnRemove != OnRemoveDelete {
 		d.OnRemove = ""

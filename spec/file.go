@@ -165,23 +165,25 @@ func (m *fileManifest) Check(field string) error {
 
 // Resolve reads the source, if any: content over InlineMax travels as a
 // blob.
-func (m *fileManifest) Resolve(field string, read func(source string) ([]byte, error)) (Spec, error) {
-	var content []byte
+func (m *fileManifest) Resolve(field string, read func(source string) (Content, error)) (Spec, error) {
+	var c Content
 	if m.Content != nil {
-		content = []byte(*m.Content)
+		c = ContentOf([]byte(*m.Content))
 	} else {
-		b, err := read(m.Source)
-		if err != nil {
+		var err error
+		if c, err = read(m.Source); err != nil {
 			return nil, fmt.Errorf("%s.source: %w", field, err)
 		}
-		content = b
+		if c.Size <= InlineMax && int64(len(c.Data)) != c.Size {
+			return nil, fmt.Errorf("%s.source: %d bytes were read of its %d", field, len(c.Data), c.Size)
+		}
 	}
 	f := m.FileSpec
-	f.Size, f.Digest = int64(len(content)), ContentDigest(content)
-	if len(content) > InlineMax {
+	f.Size, f.Digest = c.Size, c.Digest
+	if c.Size > InlineMax {
 		f.Blob = true
 	} else {
-		f.Content = content
+		f.Content = c.Data
 	}
 	return &f, nil
 }

@@ -74,7 +74,7 @@ type Declared interface {
 	// error beginning with field (resources[i].KIND) and the field within.
 	Check(field string) error
 	// Resolve is the spec with its sources read by read.
-	Resolve(field string, read func(source string) ([]byte, error)) (Spec, error)
+	Resolve(field string, read func(source string) (Content, error)) (Spec, error)
 }
 
 // Capability is something a node's host reports it can hold, which some

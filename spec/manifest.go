@@ -192,7 +192,7 @@ func ParseManifest(data []byte) (Manifest, error) {
 }
 
 // Resolve turns a manifest into a module, reading each source with read.
-func (m Manifest) Resolve(read func(source string) ([]byte, error)) (Module, error) {
+func (m Manifest) Resolve(read func(source string) (Content, error)) (Module, error) {
 	mod := Module{Name: m.Name, Version: m.Version, Description: m.Description, Settings: m.Settings, Routes: m.Routes, Resources: []Resource{}}
 	for i, r := range m.Resources {
 		field := fmt.Sprintf("resources[%d]", i)

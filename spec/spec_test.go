@@ -315,7 +315,7 @@ func FuzzParseManifest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		mod, err := m.Resolve(func(string) ([]byte, error) { return []byte("source"), nil })
+		mod, err := m.Resolve(func(string) (spec.Content, error) { return spec.ContentOf([]byte("source")), nil })
 		if err != nil {
 			t.Fatalf("a parsed manifest does not resolve: %v", err)
 		}

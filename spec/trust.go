@@ -68,7 +68,7 @@ func (m *trustManifest) Check(field string) error {
 }
 
 // Resolve is the anchor: it has no sources.
-func (m *trustManifest) Resolve(string, func(string) ([]byte, error)) (Spec, error) {
+func (m *trustManifest) Resolve(string, func(string) (Content, error)) (Spec, error) {
 	t := m.TrustSpec
 	return &t, nil
 }
