@@ -127,7 +127,7 @@ func benchFleet(b *testing.B, nodes int) {
 }
 
 // procKiB reads a field of /proc/PID/status, in KiB.
-func procKiB(b *testing.B, pid int, field string) int {
+func procKiB(b testing.TB, pid int, field string) int {
 	body, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
