@@ -15,6 +15,40 @@ func ClientTLS(root *x509.Certificate, serverName string) *tls.Config {
 	return &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}
 }
 
+// HeldTLS is ClientTLS for a client that also holds intermediates of the
+// mesh (a host keeps the chain its last declaration carried): the bus's
+// certificate must verify for serverName against root, through the
+// intermediates it presents or those held returns at the handshake. It is
+// Go's verification with a wider pool of intermediates, never a narrower
+// one: the root stays the only anchor.
+func HeldTLS(root *x509.Certificate, serverName string, held func() []*x509.Certificate) *tls.Config {
+	roots := x509.NewCertPool()
+	roots.AddCert(root)
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         serverName,
+		InsecureSkipVerify: true, // replaced by VerifyConnection below, which verifies the whole chain
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the bus presented no certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			if held != nil {
+				for _, c := range held() {
+					inter.AddCert(c)
+				}
+			}
+			if _, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: serverName, Roots: roots, Intermediates: inter}); err != nil {
+				return fmt.Errorf("verify the bus's certificate against the mesh's root: %w", err)
+			}
+			return nil
+		},
+	}
+}
+
 // PinnedTLS is the TLS configuration of a client that holds only the root's
 // pin (a joining host). The handshake fails unless the server's chain
 // contains a root with that pin which verifies the chain. found receives the

@@ -28,6 +28,10 @@ type Issuer struct {
 	// Sign sends a DER CSR to the controller and returns the chain it
 	// signed: the leaf then its intermediate, PEM.
 	Sign func(ctx context.Context, csrDER []byte) ([]byte, error)
+	// Held, when set, is the chain the host keeps (the intermediates its
+	// last declaration carried): checked beside those the controller's
+	// answer holds, the root still the only anchor.
+	Held func() []*x509.Certificate
 }
 
 var _ certmagic.Issuer = (*Issuer)(nil)
@@ -45,16 +49,21 @@ func (i *Issuer) Issue(ctx context.Context, csr *x509.CertificateRequest) (*cert
 	if err != nil {
 		return nil, fmt.Errorf("have the controller sign %v: %w", csr.DNSNames, err)
 	}
-	if err := CheckChain(chain, i.Root, csr); err != nil {
+	var held []*x509.Certificate
+	if i.Held != nil {
+		held = i.Held()
+	}
+	if err := CheckChain(chain, i.Root, csr, held...); err != nil {
 		return nil, fmt.Errorf("the controller's certificate for %v: %w", csr.DNSNames, err)
 	}
 	return &certmagic.IssuedCertificate{Certificate: chain}, nil
 }
 
 // CheckChain checks that chainPEM (a leaf, then the intermediates that sign
-// it) verifies against root for server authentication, that the leaf holds
-// csr's public key, and that it names exactly csr's DNS names.
-func CheckChain(chainPEM []byte, root *x509.Certificate, csr *x509.CertificateRequest) error {
+// it) verifies against root for server authentication, through its own
+// intermediates or those held, that the leaf holds csr's public key, and
+// that it names exactly csr's DNS names.
+func CheckChain(chainPEM []byte, root *x509.Certificate, csr *x509.CertificateRequest, held ...*x509.Certificate) error {
 	var certs []*x509.Certificate
 	rest := chainPEM
 	for {
@@ -82,7 +91,7 @@ func CheckChain(chainPEM []byte, root *x509.Certificate, csr *x509.CertificateRe
 	roots := x509.NewCertPool()
 	roots.AddCert(root)
 	inter := x509.NewCertPool()
-	for _, c := range certs[1:] {
+	for _, c := range append(certs[1:], held...) {
 		inter.AddCert(c)
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
