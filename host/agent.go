@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -96,6 +97,12 @@ type Agent struct {
 	// engineUp is whether the container engine answered when the facts
 	// were last gathered.
 	engineUp atomic.Bool
+	// root is the mesh's root the host pinned, read and checked against
+	// its pin when Run starts; chain is the CA chain the host holds
+	// (state.CAChain, checked against root), the one that signs first:
+	// read apart from the loop, by the bus's TLS at each handshake.
+	root  *x509.Certificate
+	chain atomic.Pointer[[]*x509.Certificate]
 }
 
 // New reads the host's state and credential and starts nothing.
@@ -149,6 +156,18 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 // Node is the node this agent is.
 func (a *Agent) Node() string { return a.state.Node }
 
+// Intermediates are the mesh's intermediates the host holds, the one that
+// signs first: the CA chain its last declaration carried, checked against
+// the pinned root (none before one did, or before Run). Where the host
+// checks a chain (the bus's certificate, a ca.Issuer's answer), these are
+// held beside the root. Safe to call from any goroutine.
+func (a *Agent) Intermediates() []*x509.Certificate {
+	if p := a.chain.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // Ready is closed once the agent's first heartbeat reached the bus.
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
 
@@ -173,11 +192,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	if ca.Pin(root) != a.state.CAPin {
 		return fmt.Errorf("the mesh root in the host state does not match its pin %s", a.state.CAPin)
 	}
+	a.root = root
+	if a.state.CAChain != "" {
+		chain, err := ca.ParseChain([]byte(a.state.CAChain), root, time.Now())
+		if err != nil {
+			a.log.Warn("the kept CA chain is not held: the next declaration's is", "err", err)
+		} else {
+			a.chain.Store(&chain)
+		}
+	}
 	pub, _ := a.key.PublicKey()
 	nc, err := nats.Connect(strings.Join(a.state.Bus, ","),
 		nats.Name("host "+a.state.Node),
 		nats.Nkey(pub, a.key.Sign),
-		nats.Secure(ca.ClientTLS(root, spec.BusTLSName)),
+		nats.Secure(ca.HeldTLS(root, spec.BusTLSName, a.Intermediates)),
 		nats.TLSHandshakeFirst(),
 		nats.CustomInboxPrefix(spec.NodeInbox(a.state.Node)),
 		nats.MaxReconnects(-1),
@@ -236,6 +264,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		f.TrustInstalled = TrustInstalled(a.cfg.Root, a.state.CARoot)
 		if a.held != nil {
 			f.Certificates = CertificatesHeld(a.cfg.Root, a.held.decl.Resources)
+		}
+		if chain := a.Intermediates(); len(chain) > 0 {
+			f.Intermediate = ca.SerialOf(chain[0])
 		}
 		if err := publish(nc, spec.NodeSubject(a.state.Node, spec.KindFacts), f); err != nil {
 			a.log.Warn("facts not sent", "err", err)

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -44,15 +45,27 @@ type bench struct {
 	heartbeat, reconcile time.Duration
 	// prepare, when set, is given each agent started, before it runs.
 	prepare func(*host.Agent)
+	// auth is the mesh's authority: its root is the one the host pinned.
+	auth *ca.Authority
 }
 
 func newBench(t testing.TB) *bench {
 	t.Helper()
-	auth, err := ca.Create(t.TempDir(), "m", time.Now())
+	return newBenchPresenting(t, false)
+}
+
+// newBenchPresenting is newBench whose bus presents its leaf alone, without
+// the intermediate that signed it, when leafOnly.
+func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
+	t.Helper()
+	auth, err := ca.Create(t.TempDir(), "m", time.Now(), "internal", spec.BusTLSName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cert, _ := auth.IssueServer([]string{spec.BusTLSName}, []net.IP{net.ParseIP("127.0.0.1")}, time.Hour)
+	if leafOnly {
+		cert.Certificate = cert.Certificate[:1]
+	}
 	ctl, _ := nkeys.CreateUser()
 	ctlPub, _ := ctl.PublicKey()
 	node, _ := nkeys.CreateUser()
@@ -72,7 +85,7 @@ func newBench(t testing.TB) *bench {
 	<-bus.Ready()
 
 	nc, err := nats.Connect("nats://"+bus.Addr(), nats.Nkey(ctlPub, ctl.Sign),
-		nats.Secure(ca.ClientTLS(auth.Root(), spec.BusTLSName)), nats.TLSHandshakeFirst())
+		nats.Secure(ca.HeldTLS(auth.Root(), spec.BusTLSName, func() []*x509.Certificate { return []*x509.Certificate{auth.Intermediate()} })), nats.TLSHandshakeFirst())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +97,7 @@ func newBench(t testing.TB) *bench {
 		DeliverSubject: spec.DeliverySubject("alpha"), FilterSubject: spec.DeclarationSubject("alpha"), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
-	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64), heartbeat: time.Hour, reconcile: time.Hour}
+	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64), heartbeat: time.Hour, reconcile: time.Hour, auth: auth}
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	b.key = priv
 	if _, err := nc.Subscribe(spec.NodeSubject("alpha", spec.KindReport), func(m *nats.Msg) {
@@ -113,7 +126,11 @@ func newBench(t testing.TB) *bench {
 		actx, acancel := context.WithCancel(ctx)
 		agentDone, agentCancel = make(chan struct{}), acancel
 		go func() { agent.Run(actx); close(agentDone) }()
-		<-agent.Ready()
+		select {
+		case <-agent.Ready():
+		case <-time.After(30 * time.Second):
+			t.Fatal("the host was not ready within 30s: its first heartbeat did not reach the bus")
+		}
 	}
 	b.stop = func() {
 		agentCancel()

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
 )
@@ -24,6 +26,8 @@ type delivery struct {
 	decl    spec.Declaration
 	verdict verdict
 	reason  string
+	// chain is the CA chain decl carries, checked (nil: none).
+	chain []*x509.Certificate
 }
 
 // held is the declaration the host keeps (state.Declaration), decoded once,
@@ -96,6 +100,11 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 		if d.verdict != refuse {
 			d.verdict, d.reason = judge(d.decl, d.raw, a.kept(key), time.Now())
 		}
+		if d.verdict == accept {
+			if d.chain, d.reason = chainOf(d.decl, a.root, time.Now()); d.reason != "" {
+				d.verdict = refuse
+			}
+		}
 		switch d.verdict {
 		case refuse:
 			a.log.Warn("declaration refused", "seq", d.decl.Seq, "reason", d.reason)
@@ -121,23 +130,36 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 }
 
 func (a *Agent) kept(key ed25519.PublicKey) kept {
-	return kept{mesh: a.state.Mesh, node: a.state.Node, key: key, seq: a.state.Seq, raw: a.state.Declaration}
+	return kept{mesh: a.state.Mesh, node: a.state.Node, key: key, seq: a.state.Seq, raw: a.state.Declaration, root: a.root}
 }
 
-// keep makes d the kept declaration. It is written to state.json, with the
+// keep makes d the kept declaration, and the CA chain it carries (if it
+// carries one) the chain held. It is written to state.json, with the
 // record as it stands, before it is acked or applied (invariant 4): a crash
 // from then on leaves it kept, and the next start applies it. A write that
 // fails keeps nothing of it, in memory either, so its delivery again is not
-// taken for a duplicate.
+// taken for a duplicate. A chain whose first intermediate is another than
+// the one held has the facts sent again at once, so status sees it.
 func (a *Agent) keep(d delivery) error {
 	st := a.state
 	st.Seq, st.Declaration, st.Signature = d.decl.Seq, d.raw, d.sig
+	if d.chain != nil {
+		st.CAChain = d.decl.CAChain
+	}
 	if err := a.save(st); err != nil {
 		return err
 	}
 	// Field by field: other goroutines read the node's name.
-	a.state.Seq, a.state.Declaration, a.state.Signature = st.Seq, st.Declaration, st.Signature
+	a.state.Seq, a.state.Declaration, a.state.Signature, a.state.CAChain = st.Seq, st.Declaration, st.Signature, st.CAChain
 	a.held, a.heldErr = &held{decl: d.decl, raw: d.raw, digest: spec.ContentDigest(d.raw)}, nil
+	if d.chain != nil {
+		before := a.Intermediates()
+		a.chain.Store(&d.chain)
+		if len(before) == 0 || !before[0].Equal(d.chain[0]) {
+			a.log.Info("the mesh's intermediate is held", "serial", ca.SerialOf(d.chain[0]), "chain", len(d.chain))
+			nudge(a.factsNow)
+		}
+	}
 	return nil
 }
 

@@ -32,6 +32,11 @@ type State struct {
 	// root itself, PEM, checked against the pin when it was first received.
 	CAPin  string `json:"ca_pin"`
 	CARoot string `json:"ca_root"`
+	// CAChain is the mesh's intermediates as the last declaration that
+	// carried them gave them, PEM, the one that signs first: held beside
+	// the pinned root wherever the host checks a chain. Empty until a
+	// declaration carries one.
+	CAChain string `json:"ca_chain,omitempty"`
 	// SignKey is the controller's ed25519 public key, base64, that every
 	// declaration must be signed with.
 	SignKey string `json:"sign_key"`

@@ -3,10 +3,12 @@ package host
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/base64"
 	"fmt"
 	"time"
 
+	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -25,6 +27,9 @@ type kept struct {
 	key        ed25519.PublicKey
 	seq        uint64
 	raw        []byte
+	// root is the mesh's root the host pinned: a declaration's CA chain
+	// must verify against it.
+	root *x509.Certificate
 }
 
 // verifyPreview checks a dry-run declaration: signed, for this node and
@@ -50,7 +55,26 @@ func verifyPreview(raw []byte, sigHeader string, k kept, now time.Time) (spec.De
 	case now.After(decl.Expires.Add(spec.ClockSkew)):
 		return decl, "the preview expired"
 	}
+	if _, reason := chainOf(decl, k.root, now); reason != "" {
+		return decl, reason
+	}
 	return decl, ""
+}
+
+// chainOf is the CA chain decl carries, each intermediate checked against
+// root (nil: it carries none, and the host keeps what it holds), or why it
+// is refused. The signature covers the chain as it covers every byte; the
+// root is checked besides, so that even the controller's signing key
+// cannot have a host hold an intermediate of another authority.
+func chainOf(decl spec.Declaration, root *x509.Certificate, now time.Time) ([]*x509.Certificate, string) {
+	if decl.CAChain == "" {
+		return nil, ""
+	}
+	chain, err := ca.ParseChain([]byte(decl.CAChain), root, now)
+	if err != nil {
+		return nil, fmt.Sprintf("the declaration's CA chain: %v", err)
+	}
+	return chain, ""
 }
 
 // verify checks one delivery: open, then judge against what is kept.
@@ -60,6 +84,11 @@ func verify(raw []byte, sigHeader string, k kept, now time.Time) (spec.Declarati
 		return decl, refuse, reason
 	}
 	v, reason := judge(decl, raw, k, now)
+	if v == accept {
+		if _, reason := chainOf(decl, k.root, now); reason != "" {
+			return decl, refuse, reason
+		}
+	}
 	return decl, v, reason
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -29,7 +30,14 @@ func FuzzVerify(f *testing.F) {
 				Ports: []spec.PortSpec{{Container: 80, Host: 8080}}, Mounts: []spec.MountSpec{{Source: "/srv", Target: "/www", ReadOnly: true}}}}}})
 	f.Add(withContainer, true)
 	f.Add([]byte(`{"mesh":"m","node":"alpha","seq":3,"resources":[{"file":{"mode":"0999"}}]}`), true)
-	k := kept{mesh: "m", node: "alpha", key: pub, seq: 1}
+	auth, err := ca.Create(f.TempDir(), "m", now, "internal")
+	if err != nil {
+		f.Fatal(err)
+	}
+	withChain, _ := json.Marshal(spec.Declaration{Mesh: "m", Node: "alpha", Seq: 2, Issued: now, Expires: now.Add(time.Hour), Protocol: 1,
+		CAChain: string(auth.IntermediatePEM())})
+	f.Add(withChain, true)
+	k := kept{mesh: "m", node: "alpha", key: pub, seq: 1, root: auth.Root()}
 	f.Fuzz(func(t *testing.T, raw []byte, sign bool) {
 		sig := base64.StdEncoding.EncodeToString(make([]byte, ed25519.SignatureSize))
 		if sign {
@@ -44,6 +52,11 @@ func FuzzVerify(f *testing.F) {
 			var again spec.Declaration
 			if err := spec.Decode(raw, &again); err != nil {
 				t.Fatalf("accepted bytes that do not decode strictly: %v", err)
+			}
+			if again.CAChain != "" {
+				if _, err := ca.ParseChain([]byte(again.CAChain), auth.Root(), now); err != nil {
+					t.Fatalf("accepted a chain that does not verify against the root: %v", err)
+				}
 			}
 		case refuse:
 			if reason == "" {

@@ -1,11 +1,13 @@
 package mesh
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
 
+	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -143,6 +145,14 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 	sort.Slice(plan.Resources, func(i, j int) bool { return plan.Resources[i].Name < plan.Resources[j].Name })
 	sort.Slice(plan.Routes, func(i, j int) bool { return plan.Routes[i].Name < plan.Routes[j].Name })
 	return plan, nil
+}
+
+// ComposeChain is the CA chain every node's declaration carries: the
+// intermediate that signs now, PEM. The intermediates it replaced are left
+// out: they sign nothing any more, and each leaf they signed is presented
+// with its own (ca.Leaf.Chain), so it verifies until it expires.
+func ComposeChain(signing *x509.Certificate) string {
+	return string(ca.ChainPEM(signing))
 }
 
 // settingValues checks what an assignment gives against what the module

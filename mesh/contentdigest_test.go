@@ -11,8 +11,9 @@ import (
 
 // TestContentDigestIsTheEncodersBytes: the digest status records with each
 // declaration and compares is the SHA-256 of json.NewEncoder's encoding of
-// the resources and roster, as it was before the resources were streamed
-// into the hash: a store that recorded digests keeps matching.
+// the resources, roster and CA chain, as it was before the resources were
+// streamed into the hash, and without a chain as it was before declarations
+// carried one: a store that recorded digests keeps matching.
 func TestContentDigestIsTheEncodersBytes(t *testing.T) {
 	t.Parallel()
 	ctr := spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m<&>",
@@ -22,20 +23,36 @@ func TestContentDigestIsTheEncodersBytes(t *testing.T) {
 		name      string
 		resources []spec.Resource
 		roster    spec.Roster
+		chain     string
 	}{
-		{"nothing", nil, spec.Roster{}},
-		{"no resources", []spec.Resource{}, roster},
-		{"resources", []spec.Resource{resource("/srv/a"), ctr, spec.NodeNetwork("alpha"), resource("/srv/<b>")}, roster},
+		{"nothing", nil, spec.Roster{}, ""},
+		{"no resources", []spec.Resource{}, roster, ""},
+		{"resources", []spec.Resource{resource("/srv/a"), ctr, spec.NodeNetwork("alpha"), resource("/srv/<b>")}, roster, ""},
+		{"a chain", []spec.Resource{resource("/srv/a")}, roster, "-----BEGIN CERTIFICATE-----\nMIIB<&>\u2028\n-----END CERTIFICATE-----\n"},
 	} {
 		h := sha256.New()
 		if err := json.NewEncoder(h).Encode(struct {
 			R []spec.Resource
 			N spec.Roster
-		}{tc.resources, tc.roster}); err != nil {
+			C string `json:",omitempty"`
+		}{tc.resources, tc.roster, tc.chain}); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := contentDigest(tc.resources, tc.roster), "sha256:"+hex.EncodeToString(h.Sum(nil)); got != want {
+		if got, want := contentDigest(tc.resources, tc.roster, tc.chain), "sha256:"+hex.EncodeToString(h.Sum(nil)); got != want {
 			t.Errorf("%s: digest %s, want %s", tc.name, got, want)
+		}
+		// Without a chain: the bytes digests were recorded with before
+		// declarations carried one.
+		old := sha256.New()
+		json.NewEncoder(old).Encode(struct {
+			R []spec.Resource
+			N spec.Roster
+		}{tc.resources, tc.roster})
+		if was := "sha256:" + hex.EncodeToString(old.Sum(nil)); contentDigest(tc.resources, tc.roster, "") != was {
+			t.Errorf("%s: the digest without a chain is not the one recorded before chains", tc.name)
+		}
+		if tc.chain != "" && contentDigest(tc.resources, tc.roster, tc.chain) == contentDigest(tc.resources, tc.roster, "") {
+			t.Errorf("%s: the chain does not change the digest", tc.name)
 		}
 	}
 }

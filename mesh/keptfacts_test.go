@@ -51,3 +51,16 @@ func TestKeptFactsBoundTrustInstalled(t *testing.T) {
 		t.Errorf("trust_installed kept as %q, want %q", got, short)
 	}
 }
+
+// TestKeptFactsBoundIntermediate: the intermediate's serial a host says it
+// holds is kept within spec.MaxFactText, and a serial as it came.
+func TestKeptFactsBoundIntermediate(t *testing.T) {
+	t.Parallel()
+	if got := keptFacts(spec.Facts{Intermediate: strings.Repeat("f", 4096)}).Intermediate; spec.EncodedLen(got) > spec.MaxFactText {
+		t.Errorf("intermediate kept at %d bytes, want at most %d", spec.EncodedLen(got), spec.MaxFactText)
+	}
+	const serial = "7d0804e7bdd7c66fe60e43e654cb364f"
+	if got := keptFacts(spec.Facts{Intermediate: serial}).Intermediate; got != serial {
+		t.Errorf("intermediate kept as %q, want %q", got, serial)
+	}
+}

@@ -31,11 +31,13 @@ func (c *Controller) nodeLock(node string) *sync.Mutex {
 }
 
 // gathered is every node composed: the plans of those that compose, the
-// node-own failures of those that do not, and the mesh's roster.
+// node-own failures of those that do not, the mesh's roster and its CA
+// chain (ComposeChain).
 type gathered struct {
 	plans  map[string]Plan
 	own    map[string]error
 	roster spec.Roster
+	chain  string
 }
 
 // gather composes every node of the mesh and gathers the roster. A node
@@ -52,7 +54,8 @@ func (c *Controller) gather(ctx context.Context) (gathered, error) {
 	if err != nil {
 		return gathered{}, err
 	}
-	g := gathered{plans: map[string]Plan{}, own: map[string]error{}, roster: spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}}}
+	g := gathered{plans: map[string]Plan{}, own: map[string]error{}, roster: spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}},
+		chain: ComposeChain(c.deps.CA.Intermediate())}
 	for _, n := range nodes {
 		if !n.Removing.IsZero() {
 			continue // leaving the mesh: in nobody's roster, sent nothing
@@ -164,18 +167,19 @@ func (c *Controller) next(ctx context.Context, node string, ttl time.Duration) (
 		Issued: now, Expires: now.Add(ttl), Protocol: spec.Protocol}, nil
 }
 
-// send numbers, signs, records and publishes a declaration of resources to
-// node, under the node's lock. Unless force, a node whose last declaration
-// holds the same content (the digest status compares for "pending") is
-// sent nothing, and the sequence returned is that declaration's, with
-// unchanged set: it holds it already, or will, since it is in the stream
-// unexpired. One it has not applied and that has expired is sent again.
-func (c *Controller) send(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster, force bool) (seq uint64, unchanged bool, err error) {
+// send numbers, signs, records and publishes a declaration of resources,
+// roster and CA chain to node, under the node's lock. Unless force, a node
+// whose last declaration holds the same content (the digest status
+// compares for "pending": the chain included) is sent nothing, and the
+// sequence returned is that declaration's, with unchanged set: it holds it
+// already, or will, since it is in the stream unexpired. One it has not
+// applied and that has expired is sent again.
+func (c *Controller) send(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster, chain string, force bool) (seq uint64, unchanged bool, err error) {
 	lock := c.nodeLock(node)
 	lock.Lock()
 	defer lock.Unlock()
 	if !force {
-		if seq, ok, err := c.holds(ctx, node, resources, roster); err != nil || ok {
+		if seq, ok, err := c.holds(ctx, node, resources, roster, chain); err != nil || ok {
 			return seq, ok, err
 		}
 	}
@@ -183,7 +187,7 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 	if err != nil {
 		return 0, false, err
 	}
-	decl.Resources, decl.Roster = resources, roster
+	decl.Resources, decl.Roster, decl.CAChain = resources, roster, chain
 	body, err := json.Marshal(decl)
 	if err != nil {
 		return 0, false, fmt.Errorf("encode declaration of node %q: %w", node, err)
@@ -193,7 +197,7 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 	}
 	sig := ed25519.Sign(c.cfg.SignKey, body)
 	if err := c.deps.DB.RecordDeclaration(ctx, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: sig,
-		Content: contentDigest(resources, roster), Sent: decl.Issued, Expires: decl.Expires}); err != nil {
+		Content: contentDigest(resources, roster, chain), Sent: decl.Issued, Expires: decl.Expires}); err != nil {
 		return 0, false, err
 	}
 	msg := signedMsg(spec.DeclarationSubject(node), body, sig)
@@ -207,11 +211,11 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 	return decl.Seq, false, nil
 }
 
-// holds says whether node's last declaration holds resources and roster
-// and the node has it or will (it applied it, or it is in the stream
+// holds says whether node's last declaration holds resources, roster and
+// chain and the node has it or will (it applied it, or it is in the stream
 // unexpired), with that declaration's sequence. A read that failed is an
 // error: a push never takes it for "nothing was sent before".
-func (c *Controller) holds(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster) (uint64, bool, error) {
+func (c *Controller) holds(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster, chain string) (uint64, bool, error) {
 	last, err := c.deps.DB.LastDeclaration(ctx, node)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, false, nil
@@ -219,7 +223,7 @@ func (c *Controller) holds(ctx context.Context, node string, resources []spec.Re
 	if err != nil {
 		return 0, false, fmt.Errorf("read the last declaration of node %q: %w", node, err)
 	}
-	if differs(resources, roster, last) {
+	if differs(resources, roster, chain, last) {
 		return 0, false, nil
 	}
 	n, err := c.deps.DB.Node(ctx, node)
@@ -327,9 +331,9 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 			var unchanged bool
 			var err error
 			if req.DryRun {
-				seq, err = c.preview(sendCtx, node, resources, g.roster)
+				seq, err = c.preview(sendCtx, node, resources, g.roster, g.chain)
 			} else {
-				seq, unchanged, err = c.send(sendCtx, node, resources, g.roster, req.Force)
+				seq, unchanged, err = c.send(sendCtx, node, resources, g.roster, g.chain, req.Force)
 			}
 			if err == nil && unchanged {
 				c.unwatch(node, w)
@@ -382,12 +386,12 @@ func reasonSuffix(reason string) string {
 // preview signs a dry-run declaration for node and sends it to the node's
 // preview subject. It is numbered as the next send would be, but nothing of
 // it is stored: the host answers with what it would change.
-func (c *Controller) preview(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster) (uint64, error) {
+func (c *Controller) preview(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster, chain string) (uint64, error) {
 	decl, err := c.next(ctx, node, 10*time.Minute)
 	if err != nil {
 		return 0, err
 	}
-	decl.Mode, decl.Resources, decl.Roster = spec.ModePreview, resources, roster
+	decl.Mode, decl.Resources, decl.Roster, decl.CAChain = spec.ModePreview, resources, roster, chain
 	body, err := json.Marshal(decl)
 	if err != nil {
 		return 0, fmt.Errorf("encode preview of node %q: %w", node, err)
@@ -601,7 +605,7 @@ func (c *Controller) resendIfExpired(ctx context.Context, hb spec.Heartbeat) err
 	if err := spec.Decode(d.Body, &decl); err != nil {
 		return fmt.Errorf("read last declaration of node %q: %w", hb.Node, err)
 	}
-	seq, _, err := c.send(ctx, hb.Node, decl.Resources, decl.Roster, true)
+	seq, _, err := c.send(ctx, hb.Node, decl.Resources, decl.Roster, decl.CAChain, true)
 	if err != nil {
 		return err
 	}

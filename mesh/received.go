@@ -66,7 +66,7 @@ func keptReport(r spec.Report) spec.Report {
 // spec.MaxFactText, each list within spec.MaxFactList.
 func keptFacts(f spec.Facts) spec.Facts {
 	clip := func(s string) string { return spec.Clip(s, spec.MaxFactText) }
-	for _, s := range []*string{&f.Arch, &f.OS, &f.Kernel, &f.Distro, &f.DistroVer, &f.CPUModel, &f.Virtual, &f.Hostname, &f.Engine, &f.Subnet, &f.TrustInstalled} {
+	for _, s := range []*string{&f.Arch, &f.OS, &f.Kernel, &f.Distro, &f.DistroVer, &f.CPUModel, &f.Virtual, &f.Hostname, &f.Engine, &f.Subnet, &f.TrustInstalled, &f.Intermediate} {
 		*s = clip(*s)
 	}
 	clipList := func(l []string, marker bool) []string {

@@ -131,7 +131,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 		if err := g.own[n.Name]; err != nil {
 			st.Pending, st.PendingWhy = true, err.Error()
 			problem("%s", err.Error())
-		} else if differs(g.plans[n.Name].Resources, g.roster, last) {
+		} else if differs(g.plans[n.Name].Resources, g.roster, g.chain, last) {
 			st.Pending = true
 			if err := c.wouldNotFit(meshName, n.Name, last.Seq+1, g.plans[n.Name].Resources, g.roster); err != nil {
 				st.PendingWhy = err.Error()
@@ -231,13 +231,17 @@ func beatsSuffix(interval time.Duration) string {
 }
 
 // contentDigest is the digest of what a declaration holds, without its
-// sequence and times: its resources and roster. It is recorded with each
-// declaration sent, and status compares it with that of what would be sent
-// now; "" if they do not encode. They are encoded into the hash, not into
-// a buffer: a send pays for the digest without copying the declaration. The
-// bytes hashed are json.NewEncoder(h).Encode(struct{R []spec.Resource; N
-// spec.Roster}{resources, roster})'s, the resources streamed one by one.
-func contentDigest(resources []spec.Resource, roster spec.Roster) string {
+// sequence and times: its resources, roster and CA chain. It is recorded
+// with each declaration sent, and status compares it with that of what
+// would be sent now (so does a push, to send nothing that is held); "" if
+// they do not encode. They are encoded into the hash, not into a buffer: a
+// send pays for the digest without copying the declaration. The bytes
+// hashed are json.NewEncoder(h).Encode(struct{R []spec.Resource; N
+// spec.Roster; C string `json:",omitempty"`}{resources, roster, chain})'s,
+// the resources streamed one by one: without a chain, the bytes digests
+// were recorded with before declarations carried one, so those keep
+// matching what carries none.
+func contentDigest(resources []spec.Resource, roster spec.Roster, chain string) string {
 	h := &lessNewline{Hash: sha256.New()}
 	h.Write(digestR)
 	if err := spec.WriteResources(h.Hash, resources); err != nil {
@@ -247,12 +251,19 @@ func contentDigest(resources []spec.Resource, roster spec.Roster) string {
 	if err := json.NewEncoder(h).Encode(roster); err != nil { // its newline left out
 		return ""
 	}
+	if chain != "" {
+		h.Write(digestC)
+		if err := json.NewEncoder(h).Encode(chain); err != nil {
+			return ""
+		}
+	}
 	h.Hash.Write(digestEnd)
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
-// The parts of contentDigest's encoding around the resources and roster.
-var digestR, digestN, digestEnd = []byte(`{"R":`), []byte(`,"N":`), []byte("}\n")
+// The parts of contentDigest's encoding around the resources, roster and
+// chain.
+var digestR, digestN, digestC, digestEnd = []byte(`{"R":`), []byte(`,"N":`), []byte(`,"C":`), []byte("}\n")
 
 // lessNewline hashes what an Encoder writes (one Write a value), less the
 // newline it ends with.
@@ -263,11 +274,11 @@ func (h *lessNewline) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// differs reports whether resources and roster differ from what last, the
-// declaration last sent, holds (none sent: differs if there is anything to
-// send), by the digest recorded with it; one recorded before the store
-// kept digests is decoded.
-func differs(resources []spec.Resource, roster spec.Roster, last store.Declaration) bool {
+// differs reports whether resources, roster and chain differ from what
+// last, the declaration last sent, holds (none sent: differs if there is
+// any resource to send), by the digest recorded with it; one recorded
+// before the store kept digests is decoded.
+func differs(resources []spec.Resource, roster spec.Roster, chain string, last store.Declaration) bool {
 	if len(last.Body) == 0 {
 		return len(resources) > 0
 	}
@@ -277,9 +288,9 @@ func differs(resources []spec.Resource, roster spec.Roster, last store.Declarati
 		if err := spec.Decode(last.Body, &d); err != nil {
 			return true
 		}
-		sent = contentDigest(d.Resources, d.Roster)
+		sent = contentDigest(d.Resources, d.Roster, d.CAChain)
 	}
-	now := contentDigest(resources, roster)
+	now := contentDigest(resources, roster, chain)
 	return now == "" || now != sent
 }
 

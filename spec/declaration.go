@@ -47,6 +47,13 @@ type Declaration struct {
 	Resources Resources `json:"resources"`
 	// Roster is every name of the mesh, the same in every node's declaration.
 	Roster Roster `json:"roster"`
+	// CAChain is the mesh's intermediate that signs now, PEM, first; any
+	// other intermediate the host should hold follows it. The same in
+	// every node's declaration. The host refuses a declaration whose chain
+	// does not verify against the root it pinned, and keeps the last chain
+	// given beside that root. Empty: a controller older than the chain;
+	// the host keeps what it holds.
+	CAChain string `json:"ca_chain,omitempty"`
 }
 
 // Mode is a Unix permission mode (07777 at most), written in JSON as an

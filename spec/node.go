@@ -52,7 +52,11 @@ type Facts struct {
 	// Certificates are the certificates the node's certificate resources
 	// serve in their directories now (what ..data names), by path.
 	Certificates []HeldCert `json:"certificates,omitempty"`
-	Errors       []string   `json:"errors,omitempty"`
+	// Intermediate is the serial (lower-case hex) of the mesh's
+	// intermediate the host holds: the first of the chain its last
+	// declaration carried; empty when it holds none yet.
+	Intermediate string   `json:"intermediate,omitempty"`
+	Errors       []string `json:"errors,omitempty"`
 }
 
 // Node is a node as the operator API shows it.
