@@ -135,6 +135,11 @@ func printNode(w io.Writer, n spec.Node) error {
 			trust = "the mesh root is installed: " + f.TrustInstalled
 		}
 		row("trust store", trust)
+		chain := "no CA chain received yet"
+		if f.Intermediate != "" {
+			chain = "holds intermediate " + f.Intermediate
+		}
+		row("ca chain", chain)
 		for _, c := range f.Certificates {
 			row("certificate", fmt.Sprintf("%s in %s: serial %s, valid until %s", c.Name, c.Path, c.Serial, c.NotAfter.UTC().Format(time.RFC3339)))
 		}
@@ -229,6 +234,9 @@ func printStatus(w io.Writer, res spec.StatusResult) error {
 		}
 		for _, note := range n.Notes {
 			fmt.Fprintf(w, "  ~ %s %s\n", n.Node, note)
+		}
+		if n.Intermediate != "" && n.Intermediate != res.Intermediate {
+			fmt.Fprintf(w, "  ~ %s holds intermediate %s, the mesh signs with %s: pending until pushed\n", n.Node, n.Intermediate, res.Intermediate)
 		}
 	}
 	if len(res.Versions) > 1 {

@@ -24,8 +24,8 @@ func TestOutputGolden(t *testing.T) {
 	facts := &spec.Facts{Node: "alpha", Time: at, Arch: "amd64", OS: "linux", Kernel: "6.1.0", Distro: "Debian GNU/Linux", DistroVer: "12",
 		CPUModel: "AMD EPYC", Cores: 2, MemoryBytes: 24 << 30, DiskBytes: 250 << 30, DiskFree: 80 << 30, Virtual: "virtual (KVM)", UptimeSecond: 3600, Hostname: "vm",
 		Capabilities: []string{spec.CapContainers}, Engine: "20.10.24+dfsg1, API 1.41", Subnet: "10.213.0.0/24",
-		TrustInstalled: "/usr/local/share/ca-certificates/mesh-mesh.crt",
-		Certificates:   []spec.HeldCert{{Name: "web.alpha.internal", Path: "/srv/web/tls", Serial: "2db53405aabe5ec6", NotAfter: at.Add(30 * 24 * time.Hour)}}}
+		TrustInstalled: "/usr/local/share/ca-certificates/mesh-mesh.crt", Intermediate: "7d0804e7bdd7c66fe60e43e654cb364f",
+		Certificates: []spec.HeldCert{{Name: "web.alpha.internal", Path: "/srv/web/tls", Serial: "2db53405aabe5ec6", NotAfter: at.Add(30 * 24 * time.Hour)}}}
 	alpha := spec.Node{Name: "alpha", Address: "10.0.0.1", Joined: at.Add(-time.Hour), LastHeard: &heard, HeardAgo: "3s", HeartbeatMS: 1000, SilentAfterMS: 3000,
 		HostVersion: "1a2b3c4d5e6f7a8b9c0d", Protocol: 1, ProtocolKnown: true, AppliedSeq: 4, SentSeq: 4, Facts: facts,
 		LastReport: &spec.Report{Node: "alpha", Time: at, Seq: 4, Writes: 0, Results: []spec.ResourceResult{
@@ -35,17 +35,20 @@ func TestOutputGolden(t *testing.T) {
 	foreign := spec.Node{Name: "gamma", Address: "10.0.0.3", Joined: at, LastHeard: &heard, HeardAgo: "3s", SilentAfterMS: 30000, HostVersion: "ffff", Protocol: 7}
 	st := func(clear bool) spec.StatusResult {
 		r := spec.StatusResult{Time: at, Versions: map[string][]string{"1a2b3c4d5e6f": {"alpha"}}, AllClear: clear, Problems: []string{},
+			Intermediate: "7d0804e7bdd7c66fe60e43e654cb364f",
 			Nodes: []spec.NodeStatus{{Node: "alpha", LastHeard: &heard, Heard: "3s ago", HeartbeatMS: 10000, SentSeq: 4, AppliedSeq: 4, State: "current",
-				Failures: []string{}, HostVersion: "1a2b3c4d5e6f", Protocol: 1, ProtocolKnown: true,
+				Failures: []string{}, HostVersion: "1a2b3c4d5e6f", Protocol: 1, ProtocolKnown: true, Intermediate: "7d0804e7bdd7c66fe60e43e654cb364f",
 				Notes: []string{"web:container:web: started again: it had exited with code 137 at 2026-11-30T11:59:00Z"}}}}
 		if !clear {
 			r.Versions["0f0f0f0f0f0f"] = []string{"beta"}
 			r.Nodes = append(r.Nodes, spec.NodeStatus{Node: "beta", LastHeard: &heard, Heard: "45s ago", Silent: true, HeartbeatMS: 1000, SentSeq: 5, AppliedSeq: 3,
 				State: "applying", Pending: true, Failures: []string{"web:directory:/srv: mkdir /srv: read-only file system",
 					"certificate 0a for www.example.org expires in 71h0m0s and was not renewed"},
-				Held: true, HeldReason: "disk swap", HostVersion: "0f0f0f0f0f0f", Protocol: 1, ProtocolKnown: true})
+				Held: true, HeldReason: "disk swap", HostVersion: "0f0f0f0f0f0f", Protocol: 1, ProtocolKnown: true, Intermediate: "1f"})
 			r.Problems = []string{"beta has not been heard for 45s (it sends a heartbeat every 1s)", "beta has not reported applying declaration 5 (it applied 3)",
-				"beta has changes pending: mesh push beta", "beta failed 1 resource(s)",
+				"beta has changes pending: mesh push beta",
+				"beta holds intermediate 1f, the mesh signs with 7d0804e7bdd7c66fe60e43e654cb364f now: mesh push beta hands it the new chain",
+				"beta failed 1 resource(s)",
 				"beta has 1 certificate(s) expiring within a week or expired, not renewed", "beta is held (disk swap)"}
 		}
 		return r

@@ -10,7 +10,9 @@ func statusCommand() *cli.Command {
 		Name:  "status",
 		Usage: "the whole mesh at a glance, saying no more than is known",
 		Description: `Per node: when it was last heard, the declaration sent and the one applied,
-whether the mesh has changes it has not pushed, the resources that failed and
+whether the mesh has changes it has not pushed (a node that holds an older
+intermediate than the one that signs now is pending until a push hands it the
+new chain: told, not a failure), the resources that failed and
 why, holds, the host version and protocol. Host versions are grouped by
 equality: no version is called older or newer. A node that reports applying
 a declaration above the last sent to it is named (far above, its state is

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 )
@@ -66,7 +67,8 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	for _, nc := range latest {
 		certs[nc.Cert.Node] = append(certs[nc.Cert.Node], nc)
 	}
-	res := spec.StatusResult{Time: now.UTC(), Nodes: []spec.NodeStatus{}, Versions: map[string][]string{}, Problems: []string{}}
+	res := spec.StatusResult{Time: now.UTC(), Nodes: []spec.NodeStatus{}, Versions: map[string][]string{}, Problems: []string{},
+		Intermediate: ca.SerialOf(c.deps.CA.Intermediate())}
 	problem := func(format string, args ...any) { res.Problems = append(res.Problems, fmt.Sprintf(format, args...)) }
 	for _, n := range nodes {
 		n.HostVersion = spec.Clip(n.HostVersion, spec.MaxFactText) // as on receipt, whatever the store holds
@@ -139,6 +141,16 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 			} else {
 				problem("%s has changes pending: mesh push %s", n.Name, n.Name)
 			}
+		}
+		// The chain it holds, as its facts say: an older intermediate is
+		// pending until a push hands it the new one. Not said is not
+		// behind (invariant 7).
+		if n.Facts != nil {
+			st.Intermediate = spec.Clip(n.Facts.Intermediate, spec.MaxFactText)
+		}
+		if st.Intermediate != "" && st.Intermediate != res.Intermediate {
+			st.Pending = true
+			problem("%s holds intermediate %s, the mesh signs with %s now: mesh push %s hands it the new chain", n.Name, st.Intermediate, res.Intermediate, n.Name)
 		}
 		var failures []string
 		if r, err := c.deps.DB.LastReport(ctx, n.Name); err == nil {

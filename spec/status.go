@@ -23,6 +23,9 @@ type (
 		Versions map[string][]string `json:"versions"` // host version -> nodes; no order is claimed between versions
 		AllClear bool                `json:"all_clear"`
 		Problems []string            `json:"problems"`
+		// Intermediate is the serial of the mesh's intermediate that
+		// signs now, which every declaration carries.
+		Intermediate string `json:"intermediate"`
 	}
 
 	// NodeStatus is one node as status shows it.
@@ -48,6 +51,11 @@ type (
 		// a node-own composition failure instead.
 		Pending    bool   `json:"pending"`
 		PendingWhy string `json:"pending_why,omitempty"`
+		// Intermediate is the serial of the mesh's intermediate the node
+		// said (in its facts) it holds; empty if it has not said. One
+		// other than StatusResult.Intermediate is pending until a push
+		// hands the node the new chain: a problem, not a failure.
+		Intermediate string `json:"intermediate,omitempty"`
 		// Failures are "resource: cause" from the last report, then the
 		// certificates the node holds a name for that expire within a week
 		// (or expired) and were not renewed.
