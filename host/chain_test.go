@@ -1,7 +1,9 @@
 package host_test
 
 import (
+	"crypto/ed25519"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -152,6 +154,20 @@ func TestHostTakesTheChain(t *testing.T) {
 		if !sameSerials(agent.Intermediates(), second, first) {
 			t.Fatal("a refused declaration changed the chain held")
 		}
+	}
+
+	// A dry run with a bad chain says so, as the real one would be.
+	d = b.declaration(9, fileResource("/x", "x"))
+	d.Mode, d.CAChain = spec.ModePreview, chainPEM(other.Intermediate())
+	raw := encode(t, d)
+	pm := nats.NewMsg(spec.PreviewSubject("alpha"))
+	pm.Data = raw
+	pm.Header.Set(spec.SigHeader, base64.StdEncoding.EncodeToString(ed25519.Sign(b.key, raw)))
+	if err := b.nc.PublishMsg(pm); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.report(); !r.Preview || !strings.Contains(r.Refused, "does not verify against the pinned root") {
+		t.Fatalf("a dry run with another authority's chain: %+v", r)
 	}
 
 	// Started again, the host holds the kept chain and says so.
