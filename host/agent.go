@@ -234,7 +234,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// by the controller over the node's subject; its renewal checks stop
 	// before the bus connection closes.
 	certs := newCerts(certsConfig{dir: filepath.Join(a.cfg.Dir, CertmagicDir), mesh: a.state.Mesh, root: root, rootPEM: a.state.CARoot,
-		renewCheck: a.cfg.CertRenewCheck, sign: busSigner(nc, a.state.Node)}, a.log)
+		renewCheck: a.cfg.CertRenewCheck, sign: busSigner(nc, a.state.Node), held: a.Intermediates}, a.log)
 	defer certs.stop()
 	a.engine.certificates(certs)
 

@@ -61,12 +61,15 @@ type certsConfig struct {
 	rootPEM    string
 	renewCheck time.Duration // how often certmagic looks for what to renew; zero: its default
 	sign       func(ctx context.Context, csrDER []byte) ([]byte, error)
+	// held is the CA chain the host holds, checked beside the root and
+	// the answer's own intermediates (ca.Issuer.Held).
+	held func() []*x509.Certificate
 }
 
 // newCerts makes the manager and starts certmagic's maintenance (its
 // renewal checks), which stop runs down.
 func newCerts(cfg certsConfig, log *slog.Logger) *certs {
-	c := &certs{issuer: &ca.Issuer{Mesh: cfg.mesh, Root: cfg.root, Sign: cfg.sign}, rootPM: cfg.rootPEM,
+	c := &certs{issuer: &ca.Issuer{Mesh: cfg.mesh, Root: cfg.root, Sign: cfg.sign, Held: cfg.held}, rootPM: cfg.rootPEM,
 		renewed: make(chan struct{}, 1), log: log}
 	c.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return c.magic, nil },
