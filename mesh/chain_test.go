@@ -103,3 +103,33 @@ func TestDeclarationCarriesTheChain(t *testing.T) {
 		t.Fatalf("a push with nothing new: %+v, %v; want alpha unchanged", res, err)
 	}
 }
+
+// TestWouldNotFitCountsTheChain: status sizes the declaration a push would
+// send as send encodes it, its CA chain included: one that fits only
+// without the chain is said not to fit.
+func TestWouldNotFitCountsTheChain(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	c, _ := newController(t, clk)
+	chain := ComposeChain(c.deps.CA.Intermediate())
+	file := func(n int) []spec.Resource {
+		content := []byte(strings.Repeat("a", n))
+		return []spec.Resource{{Name: spec.ResourceName("m", spec.KindFile, "/f"), Kind: spec.KindFile, Module: "m",
+			Spec: &spec.FileSpec{Path: "/f", Mode: 0o644, Content: content, Size: int64(n), Digest: spec.ContentDigest(content)}}}
+	}
+	roster := spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}}
+	fits := func(n int, chain string) bool { return c.wouldNotFit("m", "alpha", 1, file(n), roster, chain) == nil }
+	// The largest content that fits without the chain.
+	lo, hi := 0, spec.MaxDeclaration
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if fits(mid, "") {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	if !fits(lo, "") || fits(lo, chain) {
+		t.Fatalf("a declaration that fits only without its chain (content %d bytes): fits without %v, with %v; want true, false", lo, fits(lo, ""), fits(lo, chain))
+	}
+}

@@ -135,7 +135,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 			problem("%s", err.Error())
 		} else if differs(g.plans[n.Name].Resources, g.roster, g.chain, last) {
 			st.Pending = true
-			if err := c.wouldNotFit(meshName, n.Name, last.Seq+1, g.plans[n.Name].Resources, g.roster); err != nil {
+			if err := c.wouldNotFit(meshName, n.Name, last.Seq+1, g.plans[n.Name].Resources, g.roster, g.chain); err != nil {
 				st.PendingWhy = err.Error()
 				problem("%s", err.Error())
 			} else {
@@ -308,10 +308,10 @@ func differs(resources []spec.Resource, roster spec.Roster, chain string, last s
 
 // wouldNotFit says why the declaration a push would send node (numbered
 // seq) does not fit under the cap, or nil: encoded as send encodes it.
-func (c *Controller) wouldNotFit(mesh, node string, seq uint64, resources []spec.Resource, roster spec.Roster) error {
+func (c *Controller) wouldNotFit(mesh, node string, seq uint64, resources []spec.Resource, roster spec.Roster, chain string) error {
 	now := c.cfg.Now().UTC()
 	body, err := json.Marshal(spec.Declaration{Mesh: mesh, Node: node, Seq: seq, Issued: now,
-		Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol, Resources: resources, Roster: roster})
+		Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol, Resources: resources, Roster: roster, CAChain: chain})
 	if err != nil {
 		return fmt.Errorf("encode the declaration of node %q: %w", node, err)
 	}
