@@ -164,7 +164,25 @@ func (c *Controller) next(ctx context.Context, node string, ttl time.Duration) (
 	}
 	now := c.cfg.Now().UTC()
 	return spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, believedApplied(n.AppliedSeq, last)) + 1,
-		Issued: now, Expires: now.Add(ttl), Protocol: spec.Protocol}, nil
+		Issued: now, Expires: now.Add(ttl), Protocol: protocolFor(n)}, nil
+}
+
+// protocolFor is the protocol a declaration to n speaks: this controller's,
+// or the older one n reports speaking (never one it has not).
+func protocolFor(n store.Node) int {
+	if n.Protocol > 0 && n.Protocol < spec.Protocol {
+		return n.Protocol
+	}
+	return spec.Protocol
+}
+
+// chainFor is the CA chain a declaration to n carries: none for a host whose
+// protocol predates it (it would refuse the whole declaration for the field).
+func chainFor(n store.Node, chain string) string {
+	if protocolFor(n) < spec.ProtocolCAChain {
+		return ""
+	}
+	return chain
 }
 
 // send numbers, signs, records and publishes a declaration of resources,
@@ -331,9 +349,9 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 			var unchanged bool
 			var err error
 			if req.DryRun {
-				seq, err = c.preview(sendCtx, node, resources, g.roster, g.chain)
+				seq, err = c.preview(sendCtx, node, resources, g.roster, chainFor(byName[node], g.chain))
 			} else {
-				seq, unchanged, err = c.send(sendCtx, node, resources, g.roster, g.chain, req.Force)
+				seq, unchanged, err = c.send(sendCtx, node, resources, g.roster, chainFor(byName[node], g.chain), req.Force)
 			}
 			if err == nil && unchanged {
 				c.unwatch(node, w)

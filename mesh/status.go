@@ -133,9 +133,9 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 		if err := g.own[n.Name]; err != nil {
 			st.Pending, st.PendingWhy = true, err.Error()
 			problem("%s", err.Error())
-		} else if differs(g.plans[n.Name].Resources, g.roster, g.chain, last) {
+		} else if chain := chainFor(n, g.chain); differs(g.plans[n.Name].Resources, g.roster, chain, last) {
 			st.Pending = true
-			if err := c.wouldNotFit(meshName, n.Name, last.Seq+1, g.plans[n.Name].Resources, g.roster, g.chain); err != nil {
+			if err := c.wouldNotFit(meshName, n.Name, last.Seq+1, g.plans[n.Name].Resources, g.roster, chain); err != nil {
 				st.PendingWhy = err.Error()
 				problem("%s", err.Error())
 			} else {

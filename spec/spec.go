@@ -13,8 +13,15 @@ import (
 
 // Protocol is the version of the messages in this package. A host sends it in
 // every heartbeat; a controller shows a host whose protocol it does not speak
-// as such rather than as broken.
-const Protocol = 1
+// as such rather than as broken, and sends it only what it reads.
+//
+//	1  the first
+//	2  a declaration carries ca_chain (a host of protocol 1 would refuse
+//	   every declaration for that unknown field: it is sent none)
+const Protocol = 2
+
+// ProtocolCAChain is the first protocol whose declarations carry ca_chain.
+const ProtocolCAChain = 2
 
 // Decode reads exactly one JSON value into v and refuses unknown fields and
 // trailing data: a field one side sends and the other ignores is how the seeds
