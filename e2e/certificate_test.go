@@ -107,7 +107,15 @@ func checkCertDir(t *testing.T, dir, name string) installed {
 	if fi, err := os.Stat(filepath.Join(dir, spec.CertKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("key.pem: %v %v, want mode 0600", fi.Mode(), err)
 	}
-	chain, _ := os.ReadFile(filepath.Join(dir, spec.CertFile))
+	// The pair is read from the version ..data names, resolved once, as a
+	// reader that wants a pair must: a renewal may swap ..data between two
+	// reads through the links (a new version every ~40 s here).
+	data, err := os.Readlink(filepath.Join(dir, spec.CertDataLink))
+	if err != nil {
+		t.Fatalf("%s: %v", spec.CertDataLink, err)
+	}
+	version := filepath.Join(dir, data)
+	chain, _ := os.ReadFile(filepath.Join(version, spec.CertFile))
 	var blocks []*pem.Block
 	for rest := chain; ; {
 		var b *pem.Block
@@ -122,7 +130,7 @@ func checkCertDir(t *testing.T, dir, name string) installed {
 	work := t.TempDir()
 	os.WriteFile(filepath.Join(work, "leaf.pem"), pem.EncodeToMemory(blocks[0]), 0o644)
 	os.WriteFile(filepath.Join(work, "intermediate.pem"), pem.EncodeToMemory(blocks[1]), 0o644)
-	out, err := exec.Command("openssl", "verify", "-CAfile", filepath.Join(dir, spec.CertCAFile), "-untrusted", filepath.Join(work, "intermediate.pem"),
+	out, err := exec.Command("openssl", "verify", "-CAfile", filepath.Join(version, spec.CertCAFile), "-untrusted", filepath.Join(work, "intermediate.pem"),
 		"-verify_hostname", name, filepath.Join(work, "leaf.pem")).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), ": OK") {
 		t.Errorf("openssl verify of cert.pem against ca.pem for %s: %v\n%s", name, err, out)
@@ -135,7 +143,7 @@ func checkCertDir(t *testing.T, dir, name string) installed {
 		}
 		return string(b)
 	}
-	if a, b := pub("x509", "-in", filepath.Join(work, "leaf.pem"), "-noout", "-pubkey"), pub("pkey", "-in", filepath.Join(dir, spec.CertKeyFile), "-pubout"); a != b {
+	if a, b := pub("x509", "-in", filepath.Join(work, "leaf.pem"), "-noout", "-pubkey"), pub("pkey", "-in", filepath.Join(version, spec.CertKeyFile), "-pubout"); a != b {
 		t.Errorf("key.pem's public key is not cert.pem's:\n%s\n%s", a, b)
 	}
 	return in

@@ -559,7 +559,9 @@ func statusJSON(t testing.TB, dir string) (spec.StatusResult, int) {
 // pushJSON runs mesh push --json and decodes what it printed.
 func pushJSON(t testing.TB, dir string, args ...string) (cli.PushOutcome, int) {
 	t.Helper()
-	out, errOut, code := runMesh(t, append([]string{"push", "--dir", dir, "--json", "--wait", "60s"}, args...)...)
+	// The wait is generous: a test never times a push, and a loaded engine
+	// (many meshes making networks at once) can take a minute to answer.
+	out, errOut, code := runMesh(t, append([]string{"push", "--dir", dir, "--json", "--wait", "3m"}, args...)...)
 	var o cli.PushOutcome
 	if err := json.Unmarshal([]byte(out), &o); err != nil {
 		t.Fatalf("mesh push --json: %v\nstdout %s\nstderr %s", err, out, errOut)

@@ -83,12 +83,14 @@ func TestTLSRouteByName(t *testing.T) {
 		return err == nil && string(b) == page, fmt.Sprintf("%q %v", b, err)
 	})
 	// alpha.internal is alpha's address too, but web's certificate does not
-	// name it: the client refuses the server and writes nothing.
-	if err := os.Remove(filepath.Join(m.rootB, "srv/client/page")); err != nil {
-		t.Fatal(err)
-	}
+	// name it: the client refuses the server and writes nothing. The page
+	// is removed once the push replaced the client (the one it replaced
+	// fetched every 2 s until then).
 	mustRun(t, "assign", "--dir", m.dir, "--set", "target="+m.a+".internal:"+webPort, "client", m.b)
 	push(t, m.dir)
+	if err := os.Remove(filepath.Join(m.rootB, "srv/client/page")); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
 	want := "x509: certificate is valid for " + web + ", not " + m.a + ".internal"
 	poll.Until(t, 30*time.Second, "beta's client refused a name the certificate does not carry", func() (bool, string) {
 		logs := containerLogs(t, m.cli, m.id(t, m.b, "client"))
