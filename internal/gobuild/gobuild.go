@@ -5,11 +5,15 @@
 package gobuild
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -23,11 +27,15 @@ type Build struct {
 	LDFlags string
 }
 
-// Builder builds programs into a directory of its own, each distinct
-// Build once. New makes one; Close removes what it built.
+// Builder builds programs, each distinct Build once per run. The binaries
+// are kept between runs, under the temporary directory, one directory per
+// Build: go build leaves an output that is up to date as it is, so a run
+// whose sources did not change links nothing. New makes one; Close removes
+// what is the run's own (the programs Program wrote).
 type Builder struct {
 	mu   sync.Mutex
-	dir  string
+	dir  string // the run's own: Program's sources
+	kept string // the binaries, kept between runs
 	bins map[Build]*result
 }
 
@@ -37,34 +45,67 @@ type result struct {
 	err  error
 }
 
-// New is a Builder writing under a new temporary directory.
+// New is a Builder with a new temporary directory of its own.
 func New() (*Builder, error) {
 	dir, err := os.MkdirTemp("", "gobuild-")
 	if err != nil {
 		return nil, err
 	}
-	return &Builder{dir: dir, bins: map[Build]*result{}}, nil
+	kept := filepath.Join(os.TempDir(), fmt.Sprintf("mesh-gobuild-%d", os.Getuid()))
+	if err := os.MkdirAll(kept, 0o700); err != nil {
+		return nil, err
+	}
+	return &Builder{dir: dir, kept: kept, bins: map[Build]*result{}}, nil
 }
 
-// Close removes everything b built.
+// Close removes what b wrote for this run alone.
 func (b *Builder) Close() error { return os.RemoveAll(b.dir) }
 
-// Binary is the path of bd's binary, built the first time it is asked
-// for; a build that fails fails t (and every later ask for it).
+// Binary is the path of bd's binary, built (or found up to date) the first
+// time it is asked for; a build that fails fails t (and every later ask
+// for it).
 func (b *Builder) Binary(t testing.TB, bd Build) string {
 	t.Helper()
 	b.mu.Lock()
 	r, ok := b.bins[bd]
 	if !ok {
-		r = &result{path: filepath.Join(b.dir, fmt.Sprintf("bin%d", len(b.bins)), "mesh")}
+		dir, err := filepath.Abs(bd.Dir)
+		if err != nil {
+			dir = bd.Dir
+		}
+		key := sha256.Sum256([]byte(strings.Join([]string{dir, bd.GOOS, bd.GOARCH, bd.LDFlags}, "\x00")))
+		// A program of this run's own (Program) is built with it and goes
+		// with it; only a build of a lasting directory is kept.
+		where := b.kept
+		if strings.HasPrefix(dir, b.dir+string(filepath.Separator)) {
+			where = b.dir
+		}
+		r = &result{path: filepath.Join(where, hex.EncodeToString(key[:8]), "mesh")}
 		b.bins[bd] = r
 	}
 	b.mu.Unlock()
-	r.once.Do(func() { r.err = build(bd, r.path) })
+	r.once.Do(func() { r.err = buildLocked(bd, r.path) })
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	return r.path
+}
+
+// buildLocked builds bd to out holding out's directory's lock, so two test
+// processes never write one binary at once.
+func buildLocked(bd Build, out string) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
+		return err
+	}
+	lock, err := os.OpenFile(filepath.Join(filepath.Dir(out), "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	return build(bd, out)
 }
 
 func build(bd Build, out string) error {
