@@ -87,7 +87,7 @@ func TestClaimSubnetPassesOverNetworks(t *testing.T) {
 func TestClaimSubnetAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("flock"); err != nil {
-		t.Skip("flock(1) is missing (util-linux)")
+		t.Fatal("flock(1) is missing: install util-linux (.ci/run does)")
 	}
 	dir := t.TempDir()
 	other := exec.Command("flock", "-o", filepath.Join(dir, "mesh-test-subnet-10.217.1.0_24.lock"), "sh", "-c", "echo held; exec sleep 60")
