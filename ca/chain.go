@@ -32,31 +32,9 @@ func ParseChain(chainPEM []byte, root *x509.Certificate, now time.Time) ([]*x509
 	if root == nil {
 		return nil, errors.New("no root to check the chain against")
 	}
-	var certs []*x509.Certificate
-	rest := chainPEM
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("the chain holds a %q PEM block, not a certificate", block.Type)
-		}
-		if len(certs) == MaxChain {
-			return nil, fmt.Errorf("the chain holds more than %d certificates", MaxChain)
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("certificate %d of the chain does not parse: %w", len(certs)+1, err)
-		}
-		certs = append(certs, c)
-	}
-	if len(bytes.TrimSpace(rest)) > 0 {
-		return nil, errors.New("the chain has data after its last certificate, or is not PEM")
-	}
-	if len(certs) == 0 {
-		return nil, errors.New("the chain holds no certificate")
+	certs, err := readPEMChain(chainPEM, MaxChain)
+	if err != nil {
+		return nil, err
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(root)
@@ -70,6 +48,42 @@ func ParseChain(chainPEM []byte, root *x509.Certificate, now time.Time) ([]*x509
 		if _, err := c.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 			return nil, fmt.Errorf("intermediate %s does not verify against the pinned root: %w", SerialOf(c), err)
 		}
+	}
+	return certs, nil
+}
+
+// readPEMChain reads the certificates of chainPEM, at most max of them (0:
+// any number). Anything but CERTIFICATE blocks, data after the last one, a
+// certificate that does not parse, or none at all is refused, saying what
+// was wrong.
+func readPEMChain(chainPEM []byte, max int) ([]*x509.Certificate, error) {
+	var certs []*x509.Certificate
+	rest := chainPEM
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("the chain holds a %q PEM block, not a certificate", block.Type)
+		}
+		if max > 0 && len(certs) == max {
+			return nil, fmt.Errorf("the chain holds more than %d certificates", max)
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("certificate %d of the chain does not parse: %w", len(certs)+1, err)
+		}
+		certs = append(certs, c)
+	}
+	switch {
+	case len(bytes.TrimSpace(rest)) > 0 && len(certs) == 0:
+		return nil, errors.New("the chain has data after its last certificate, or is not PEM: it holds no certificate")
+	case len(bytes.TrimSpace(rest)) > 0:
+		return nil, errors.New("the chain has data after its last certificate, or is not PEM")
+	case len(certs) == 0:
+		return nil, errors.New("the chain holds no certificate")
 	}
 	return certs, nil
 }

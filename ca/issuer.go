@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"slices"
@@ -64,28 +63,9 @@ func (i *Issuer) Issue(ctx context.Context, csr *x509.CertificateRequest) (*cert
 // intermediates or those held, that the leaf holds csr's public key, and
 // that it names exactly csr's DNS names.
 func CheckChain(chainPEM []byte, root *x509.Certificate, csr *x509.CertificateRequest, held ...*x509.Certificate) error {
-	var certs []*x509.Certificate
-	rest := chainPEM
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			return fmt.Errorf("the chain holds a %q PEM block, not a certificate", block.Type)
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return fmt.Errorf("a certificate of the chain does not parse: %w", err)
-		}
-		certs = append(certs, c)
-	}
-	if len(certs) == 0 {
-		return errors.New("the chain holds no certificate")
-	}
-	if len(bytes.TrimSpace(rest)) > 0 {
-		return errors.New("the chain has data after its last certificate")
+	certs, err := readPEMChain(chainPEM, 0)
+	if err != nil {
+		return err
 	}
 	leaf := certs[0]
 	roots := x509.NewCertPool()

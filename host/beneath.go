@@ -444,6 +444,27 @@ func dupRetry(fd int) (int, error) {
 	}
 }
 
+// inspect locates p beneath root and reads what is there, a link not
+// followed: its spot (open on success: the caller closes it), its stat, and
+// whether anything is there at all.
+func inspect(root, p string) (*spot, unix.Stat_t, bool, error) {
+	t, err := openTree(root)
+	if err != nil {
+		return nil, unix.Stat_t{}, false, err
+	}
+	defer t.close()
+	s, err := t.locate(p)
+	if err != nil {
+		return nil, unix.Stat_t{}, false, err
+	}
+	st, ok, err := s.lstat()
+	if err != nil {
+		s.close()
+		return nil, unix.Stat_t{}, false, err
+	}
+	return s, st, ok, nil
+}
+
 // checkMountSource refuses a container mount source under root that lies
 // through a link leading out of the root, or is a link itself: the engine
 // follows links when it binds a source, so a container could otherwise be

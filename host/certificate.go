@@ -107,22 +107,15 @@ func (d certDecision) outcome() string {
 // decision holds the directory's spot open: the caller closes it.
 func planCertificate(root, dir string, want map[string][]byte) (certDecision, error) {
 	var d certDecision
-	t, err := openTree(root)
+	at, st, ok, err := inspect(root, dir)
 	if err != nil {
 		return d, err
 	}
-	defer t.close()
-	if d.at, err = t.locate(dir); err != nil {
-		return d, err
-	}
+	d.at = at
 	fail := func(err error) (certDecision, error) {
 		d.at.close()
 		d.at = nil
 		return d, err
-	}
-	st, ok, err := d.at.lstat()
-	if err != nil {
-		return fail(err)
 	}
 	if !ok {
 		for _, f := range certFiles {

@@ -67,19 +67,11 @@ func planDirectory(root string, ds *spec.DirectorySpec) (dirDecision, error) {
 	if d.uid, d.gid, err = ownerIDs(ds.Owner, ds.Group); err != nil {
 		return d, err
 	}
-	t, err := openTree(root)
+	at, st, ok, err := inspect(root, ds.Path)
 	if err != nil {
 		return d, err
 	}
-	defer t.close()
-	if d.at, err = t.locate(ds.Path); err != nil {
-		return d, err
-	}
-	st, ok, err := d.at.lstat()
-	if err != nil {
-		d.at.close()
-		return d, err
-	}
+	d.at = at
 	if !ok {
 		return d, nil
 	}

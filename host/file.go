@@ -69,22 +69,15 @@ func planFile(root string, f *spec.FileSpec) (fileDecision, error) {
 	if d.uid, d.gid, err = ownerIDs(f.Owner, f.Group); err != nil {
 		return d, err
 	}
-	t, err := openTree(root)
+	at, st, ok, err := inspect(root, f.Path)
 	if err != nil {
 		return d, err
 	}
-	defer t.close()
-	if d.at, err = t.locate(f.Path); err != nil {
-		return d, err
-	}
+	d.at = at
 	fail := func(err error) (fileDecision, error) {
 		d.at.close()
 		d.at = nil
 		return d, err
-	}
-	st, ok, err := d.at.lstat()
-	if err != nil {
-		return fail(err)
 	}
 	if !ok {
 		d.write = true

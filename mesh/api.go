@@ -189,6 +189,40 @@ func (c *Controller) listNodes(ctx context.Context, req spec.NodeListRequest) (s
 // replyOverhead is room for a reply's envelope and a page's fields.
 const replyOverhead = 4 << 10
 
+// storePage is how many rows a paged list reads from the store at a time.
+const storePage = 500
+
+// fillPage is one reply's page of a list the store keeps in id order:
+// it reads rows after the cursor after, storePage at a time, turns each
+// into its wire form, and stops before the page would pass spec.MaxReply,
+// returning in next the cursor to ask again from (0 when the list ended).
+// A page holds at least one row.
+func fillPage[R, V any](after int64, read func(after int64, n int) ([]R, error), id func(R) int64, wire func(R) V) (page []V, next int64, err error) {
+	page = []V{}
+	size := replyOverhead
+	for {
+		rows, err := read(after, storePage)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, r := range rows {
+			v := wire(r)
+			b, err := json.Marshal(v)
+			if err != nil {
+				return nil, 0, fmt.Errorf("encode row %d: %w", id(r), err)
+			}
+			if size += len(b) + 1; size > spec.MaxReply && len(page) > 0 {
+				return page, after, nil
+			}
+			page = append(page, v)
+			after = id(r)
+		}
+		if len(rows) < storePage {
+			return page, 0, nil
+		}
+	}
+}
+
 // bounded is a reply's body if it fits spec.MaxReply, and otherwise an
 // error that says so: a reply past the bus's max_payload would not be
 // sent at all, and its caller would wait out its timeout for nothing.

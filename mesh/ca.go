@@ -2,7 +2,6 @@ package mesh
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -114,37 +113,19 @@ func (c *Controller) listCADomains(ctx context.Context, _ spec.CADomainListReque
 	return res, nil
 }
 
-// certsPage is how many leaves are read from the store at a time.
-const certsPage = 500
-
 // listCerts lists the leaves issued, in the order they were, as many as
 // fit one reply.
 func (c *Controller) listCerts(ctx context.Context, req spec.CACertsRequest) (spec.CACertsResult, error) {
-	res := spec.CACertsResult{Certs: []spec.IssuedCert{}}
-	size := replyOverhead
-	after := req.After
-	for {
-		cs, err := c.deps.DB.Certs(ctx, after, certsPage)
-		if err != nil {
-			return spec.CACertsResult{}, err
-		}
-		for _, cert := range cs {
-			v := spec.IssuedCert{Serial: cert.Serial, Node: cert.Node, Names: cert.Names, NotAfter: cert.NotAfter.UTC(), Issued: cert.Issued.UTC()}
-			b, err := json.Marshal(v)
-			if err != nil {
-				return spec.CACertsResult{}, fmt.Errorf("encode certificate %s: %w", cert.Serial, err)
-			}
-			if size += len(b) + 1; size > spec.MaxReply && len(res.Certs) > 0 {
-				res.Next = after
-				return res, nil
-			}
-			res.Certs = append(res.Certs, v)
-			after = cert.ID
-		}
-		if len(cs) < certsPage {
-			return res, nil
-		}
+	certs, next, err := fillPage(req.After,
+		func(after int64, n int) ([]store.Cert, error) { return c.deps.DB.Certs(ctx, after, n) },
+		func(cert store.Cert) int64 { return cert.ID },
+		func(cert store.Cert) spec.IssuedCert {
+			return spec.IssuedCert{Serial: cert.Serial, Node: cert.Node, Names: cert.Names, NotAfter: cert.NotAfter.UTC(), Issued: cert.Issued.UTC()}
+		})
+	if err != nil {
+		return spec.CACertsResult{}, err
 	}
+	return spec.CACertsResult{Certs: certs, Next: next}, nil
 }
 
 // expiringCerts are the lines status shows for node's leaves that were not

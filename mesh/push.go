@@ -137,33 +137,48 @@ func (c *Controller) servedRoutes(ctx context.Context, node string) ([]spec.Rost
 	return d.Roster.RoutesOf(node), nil
 }
 
-// next is node's next declaration, without its content: numbered
-// max(last sent, last applied) + 1, so a restored store never wedges a host
-// (an applied sequence far above the last sent is not believed: see
-// believe), issued now and expiring after ttl.
+// next is node's next declaration, without its content (see numbered).
 func (c *Controller) next(ctx context.Context, node string, ttl time.Duration) (spec.Declaration, error) {
-	var last uint64
-	if d, err := c.deps.DB.LastDeclaration(ctx, node); err == nil {
-		last = d.Seq
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return spec.Declaration{}, err
-	}
-	n, err := c.deps.DB.Node(ctx, node)
-	if errors.Is(err, store.ErrNotFound) {
-		return spec.Declaration{}, callerError(fmt.Sprintf("node %q was removed: nothing was sent to it", node))
-	}
+	last, n, err := c.sendState(ctx, node)
 	if err != nil {
 		return spec.Declaration{}, err
 	}
-	if !n.Removing.IsZero() {
-		return spec.Declaration{}, callerError(removingError(node))
+	return c.numbered(ctx, n, last.Seq, ttl)
+}
+
+// sendState is what sending node a declaration reads: its last declaration
+// (the zero one when none was sent) and its row. A node removed, or being
+// removed, is refused as the caller's mistake; a read that failed is an
+// error, never "nothing was sent before".
+func (c *Controller) sendState(ctx context.Context, node string) (store.Declaration, store.Node, error) {
+	last, err := c.deps.DB.LastDeclaration(ctx, node)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return store.Declaration{}, store.Node{}, fmt.Errorf("read the last declaration of node %q: %w", node, err)
 	}
+	n, err := c.deps.DB.Node(ctx, node)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Declaration{}, store.Node{}, callerError(fmt.Sprintf("node %q was removed: nothing was sent to it", node))
+	}
+	if err != nil {
+		return store.Declaration{}, store.Node{}, err
+	}
+	if !n.Removing.IsZero() {
+		return store.Declaration{}, store.Node{}, callerError(removingError(node))
+	}
+	return last, n, nil
+}
+
+// numbered is the next declaration to n, without its content: numbered
+// max(last sent, last applied) + 1, so a restored store never wedges a host
+// (an applied sequence far above the last sent is not believed: see
+// believe), issued now and expiring after ttl.
+func (c *Controller) numbered(ctx context.Context, n store.Node, last uint64, ttl time.Duration) (spec.Declaration, error) {
 	m, err := c.deps.DB.Mesh(ctx)
 	if err != nil {
 		return spec.Declaration{}, err
 	}
 	now := c.cfg.Now().UTC()
-	return spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, believedApplied(n.AppliedSeq, last)) + 1,
+	return spec.Declaration{Mesh: m.Name, Node: n.Name, Seq: max(last, believedApplied(n.AppliedSeq, last)) + 1,
 		Issued: now, Expires: now.Add(ttl), Protocol: protocolFor(n)}, nil
 }
 
@@ -196,12 +211,14 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 	lock := c.nodeLock(node)
 	lock.Lock()
 	defer lock.Unlock()
-	if !force {
-		if seq, ok, err := c.holds(ctx, node, resources, roster, chain); err != nil || ok {
-			return seq, ok, err
-		}
+	last, n, err := c.sendState(ctx, node)
+	if err != nil {
+		return 0, false, err
 	}
-	decl, err := c.next(ctx, node, spec.DefaultExpiry)
+	if !force && c.holds(last, n, resources, roster, chain) {
+		return last.Seq, true, nil
+	}
+	decl, err := c.numbered(ctx, n, last.Seq, spec.DefaultExpiry)
 	if err != nil {
 		return 0, false, err
 	}
@@ -229,29 +246,15 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 	return decl.Seq, false, nil
 }
 
-// holds says whether node's last declaration holds resources, roster and
-// chain and the node has it or will (it applied it, or it is in the stream
-// unexpired), with that declaration's sequence. A read that failed is an
-// error: a push never takes it for "nothing was sent before".
-func (c *Controller) holds(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster, chain string) (uint64, bool, error) {
-	last, err := c.deps.DB.LastDeclaration(ctx, node)
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, false, nil
+// holds says whether last, node n's last declaration (the zero one when
+// none was sent), holds resources, roster and chain and n has it or will
+// (it applied it, or it is in the stream unexpired).
+func (c *Controller) holds(last store.Declaration, n store.Node, resources []spec.Resource, roster spec.Roster, chain string) bool {
+	if last.Seq == 0 || differs(resources, roster, chain, last) {
+		return false
 	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read the last declaration of node %q: %w", node, err)
-	}
-	if differs(resources, roster, chain, last) {
-		return 0, false, nil
-	}
-	n, err := c.deps.DB.Node(ctx, node)
-	if err != nil {
-		return 0, false, fmt.Errorf("read node %q: %w", node, err)
-	}
-	if n.AppliedSeq < last.Seq && !c.cfg.Now().Before(last.Expires) {
-		return 0, false, nil // never applied, and expired: it would be refused
-	}
-	return last.Seq, true, nil
+	// Never applied, and expired: it would be refused.
+	return n.AppliedSeq >= last.Seq || c.cfg.Now().Before(last.Expires)
 }
 
 // pushParallel is how many nodes a push sends to at once.

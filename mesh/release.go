@@ -3,7 +3,6 @@ package mesh
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -60,35 +59,14 @@ func releaseOf(r store.Release) spec.Release {
 	return spec.Release{Digest: r.Digest, GOOS: r.GOOS, GOARCH: r.GOARCH, Go: r.Go, Size: r.Size, Published: r.Published.UTC()}
 }
 
-// releasesPage is how many releases are read from the store at a time.
-const releasesPage = 500
-
 // listReleases lists the releases in the order they were published, as
 // many as fit one reply.
 func (c *Controller) listReleases(ctx context.Context, req spec.ReleaseListRequest) (spec.ReleaseListResult, error) {
-	res := spec.ReleaseListResult{Releases: []spec.Release{}}
-	size := replyOverhead
-	after := req.After
-	for {
-		rs, err := c.deps.DB.Releases(ctx, after, releasesPage)
-		if err != nil {
-			return spec.ReleaseListResult{}, err
-		}
-		for _, r := range rs {
-			v := releaseOf(r)
-			b, err := json.Marshal(v)
-			if err != nil {
-				return spec.ReleaseListResult{}, fmt.Errorf("encode release %s: %w", r.Digest, err)
-			}
-			if size += len(b) + 1; size > spec.MaxReply && len(res.Releases) > 0 {
-				res.Next = after
-				return res, nil
-			}
-			res.Releases = append(res.Releases, v)
-			after = r.ID
-		}
-		if len(rs) < releasesPage {
-			return res, nil
-		}
+	releases, next, err := fillPage(req.After,
+		func(after int64, n int) ([]store.Release, error) { return c.deps.DB.Releases(ctx, after, n) },
+		func(r store.Release) int64 { return r.ID }, releaseOf)
+	if err != nil {
+		return spec.ReleaseListResult{}, err
 	}
+	return spec.ReleaseListResult{Releases: releases, Next: next}, nil
 }
