@@ -17,6 +17,10 @@ type Heartbeat struct {
 	// than this field sends none (zero), and the controller falls back to a
 	// fixed window for it.
 	IntervalMS int64 `json:"interval_ms,omitempty"`
+	// Fallbacks are the versions this machine's launcher gave up on (at
+	// most MaxFallbacks, newest first): a roll halts on the node that
+	// reports the digest it rolls.
+	Fallbacks []Fallback `json:"fallbacks,omitempty"`
 }
 
 // Facts is what a host reports about its machine, at start and daily, on
