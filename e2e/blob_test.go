@@ -17,20 +17,20 @@ import (
 // pushes, and maxBlobRSS how far above its idle peak the controller's
 // process may go while it takes and serves it.
 const (
-	bigBlob    = 100 << 20
-	maxBlobRSS = 100 << 20
+	bigBlob    = 64 << 20
+	maxBlobRSS = 64 << 20
 )
 
-// TestBigBlobMemoryIsBoundedByTheChunk registers a module with a 100 MiB
+// TestBigBlobMemoryIsBoundedByTheChunk registers a module with a 64 MiB
 // file and pushes it to the controller's own node (one process: the
 // controller takes the upload and serves the chunks, its host fetches and
-// writes them). The CLI that registers it stays under 100 MiB, and the
-// controller process's peak RSS (VmHWM) may rise less than 100 MiB
+// writes them). The CLI that registers it stays under 64 MiB, and the
+// controller process's peak RSS (VmHWM) may rise less than 64 MiB
 // above its peak before the register, and the file on the node has the
 // declared digest.
 func TestBigBlobMemoryIsBoundedByTheChunk(t *testing.T) {
 	if testing.Short() {
-		t.Skip("pushes 100 MiB; run without -short")
+		t.Skip("pushes 64 MiB; run without -short")
 	}
 	t.Parallel()
 	root := t.TempDir()
@@ -61,7 +61,7 @@ func TestBigBlobMemoryIsBoundedByTheChunk(t *testing.T) {
 	}
 	mustRun(t, "assign", "--dir", m.dir, "big", m.node)
 	push(t, m.dir)
-	t.Logf("100 MiB blob: register %v, register+assign+push %v", registered.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+	t.Logf("%d MiB blob: register %v, register+assign+push %v", bigBlob>>20, registered.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 
 	if got := sha256File(t, filepath.Join(root, "opt/big.bin")); got != want {
 		t.Fatalf("the node's /opt/big.bin has digest %s, want %s", got, want)

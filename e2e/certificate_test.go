@@ -359,8 +359,9 @@ func waitCertReport(t *testing.T, dir string, since time.Time, want string) spec
 	return got
 }
 
-// reader reads dir as a server would, in a loop, until stopped: each read
-// resolves ..data once and parses the pair it names. It counts the reads,
+// reader reads dir as a server would, in a tight loop from a given moment
+// until stopped: each read resolves ..data once and parses the pair it
+// names. It counts the reads,
 // the serials seen and any read that found a pair that is not one.
 type reader struct {
 	stop   chan struct{}
@@ -373,10 +374,18 @@ type reader struct {
 	serial map[string]bool
 }
 
-func startReader(dir string) *reader {
+// startReader starts a reader of dir at from: a loop that spins for the
+// whole first half of a leaf's life, when no renewal can come, would burn a
+// core of the test run for nothing.
+func startReader(dir string, from time.Time) *reader {
 	r := &reader{stop: make(chan struct{}), done: make(chan struct{}), serial: map[string]bool{}}
 	go func() {
 		defer close(r.done)
+		select {
+		case <-r.stop:
+			return
+		case <-time.After(time.Until(from)):
+		}
 		for {
 			select {
 			case <-r.stop:
@@ -411,8 +420,8 @@ func (r *reader) end() {
 // life and swaps it into the directory: a reader looping over the files
 // throughout never reads a pair that is not one. The renewal is reported,
 // writes only the certificate's directory, and renewals come once per
-// two thirds of the lifetime, not at every check. Unassigned, the
-// directory goes and renewals stop.
+// two thirds of the lifetime, not at every check.
+// TestCertificateUnassignedIsRenewedNoMore is the other half of its life.
 func TestCertificateRenewal(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -426,7 +435,10 @@ func TestCertificateRenewal(t *testing.T) {
 	mustRun(t, "assign", "--dir", m.dir, "tls", "alpha")
 	push(t, m.dir)
 	first := checkCertDir(t, dir, name)
-	r := startReader(dir)
+	// No renewal before half the leaf's life (renewedOnce fails one that
+	// comes sooner): the reader starts a little before then.
+	life := first.leaf.NotAfter.Sub(first.leaf.NotBefore)
+	r := startReader(dir, first.leaf.NotBefore.Add(life/2-5*time.Second))
 	defer r.end()
 	renewal := renewedOnce(t, m.dir, "alpha", dir, first)
 	t.Logf("renewal: %d writes, note %q", renewal.writes, renewal.result.Note)
@@ -449,6 +461,22 @@ func TestCertificateRenewal(t *testing.T) {
 		t.Errorf("the reader saw serials %v, want the first and its renewal", r.serial)
 	}
 	r.mu.Unlock()
+}
+
+// TestCertificateUnassignedIsRenewedNoMore: unassigned, the certificate's
+// directory goes (its parent stays), the facts name it no more, and
+// certmagic stops renewing it: nothing more is issued for its name past
+// when its leaf would have been renewed.
+func TestCertificateUnassignedIsRenewedNoMore(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	m := newMesh(t, "--root", root, "--cert-lifetime", "1m", "--cert-renew-check", "1s")
+	dir := filepath.Join(root, certPath)
+	name := "web.alpha.internal"
+	mustRun(t, "module", "register", "--dir", m.dir, certModule(t))
+	mustRun(t, "assign", "--dir", m.dir, "tls", "alpha")
+	push(t, m.dir)
+	first := checkCertDir(t, dir, name)
 
 	// Unassigned: the directory goes, and certmagic renews it no more.
 	mustRun(t, "unassign", "--dir", m.dir, "tls", "alpha")
@@ -467,7 +495,10 @@ func TestCertificateRenewal(t *testing.T) {
 		return n.Facts != nil && len(n.Facts.Certificates) == 0, fmt.Sprintf("%+v", n.Facts)
 	})
 	issued := len(issuedFor(t, m.dir, name))
-	time.Sleep(45 * time.Second) // past when the renewed one would be renewed again
+	// Past when the leaf would have been renewed (two thirds of its life
+	// from NotBefore), with a few checks' margin.
+	life := first.leaf.NotAfter.Sub(first.leaf.NotBefore)
+	time.Sleep(time.Until(first.leaf.NotBefore.Add(life*2/3 + 5*time.Second)))
 	if got := issuedFor(t, m.dir, name); len(got) != issued {
 		t.Errorf("after unassign the controller issued %d more certificates for %s", len(got)-issued, name)
 	}
