@@ -228,6 +228,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopWatching()
 	a.engine = NewEngine(a.cfg.Root, busBlobs{nc: nc, node: a.state.Node})
 	a.engine.Trust(a.state.CARoot)
+	a.engine.Versions(filepath.Join(a.cfg.Dir, spec.VersionsDir))
 	a.engine.Panicked = a.panicked
 	a.engine.Containers(a.cfg.Docker, a.state.Node, a.state.Address, a.cfg.Subnet, a.cfg.Names)
 	// Certificates: certmagic over the host's own storage, its CSRs signed

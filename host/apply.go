@@ -91,6 +91,14 @@ type setup struct {
 	// certs obtains and renews certificates; nil: certificate resources
 	// fail, saying the host has no certificate manager.
 	certs *certs
+	// versions is D/host/versions, where binaries are delivered; "":
+	// binary resources fail, saying the host keeps none.
+	versions string
+	// goos and goarch are the system this host runs (runtime's): a binary
+	// built for another fails.
+	goos, goarch string
+	// verified remembers the delivered binaries already hashed.
+	verified *verifiedBinaries
 }
 
 // hostKind is how the host holds one kind of resource, registered from init in
@@ -157,9 +165,17 @@ type Engine struct {
 // Containers names an engine, containers and the network fail saying the
 // host has none.
 func NewEngine(root string, blobs BlobFetcher) *Engine {
-	e := &Engine{setup: setup{root: root, blobs: blobs}}
+	goos, goarch := thisSystem()
+	e := &Engine{setup: setup{root: root, blobs: blobs, goos: goos, goarch: goarch, verified: &verifiedBinaries{}}}
 	e.makeAppliers()
 	return e
+}
+
+// Versions has the engine deliver binaries to dir (D/host/versions: see
+// spec/launch.go). Every applier is made anew.
+func (e *Engine) Versions(dir string) {
+	e.setup.versions = dir
+	e.makeAppliers()
 }
 
 // Containers has the engine hold containers and the node's network in the

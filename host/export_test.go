@@ -36,3 +36,9 @@ func CountDecodes(a *Agent) *atomic.Int64 {
 	}
 	return &n
 }
+
+// PretendSystem has e hold binaries as a host running goos/goarch would.
+func PretendSystem(e *Engine, goos, goarch string) {
+	e.setup.goos, e.setup.goarch = goos, goarch
+	e.makeAppliers()
+}

@@ -52,6 +52,12 @@ type NodeInput struct {
 	// (spec.CapContainers); nil when it has reported none.
 	Capabilities []string
 	Assigned     []Assigned
+	// Arch and OS are what the node's facts report of its machine ("" when
+	// it has reported none).
+	Arch, OS string
+	// Binary is the release a roll declares on the node, nil when none
+	// does. It is composed only where it fits the node's Arch and OS.
+	Binary *spec.Release
 }
 
 // Assigned is one module assigned to the node, with its settings.
@@ -141,6 +147,11 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 					Port: rt.Port, Module: m.Name, Public: i > 0})
 			}
 		}
+	}
+	// A roll declares the binary; one that does not fit the machine is
+	// never sent (the roll skips the node and says why).
+	if in.Binary != nil && spec.BinaryFits(*in.Binary, in.Arch, in.OS) == "" {
+		plan.Resources = append(plan.Resources, spec.NodeBinary(*in.Binary))
 	}
 	sort.Slice(plan.Resources, func(i, j int) bool { return plan.Resources[i].Name < plan.Resources[j].Name })
 	sort.Slice(plan.Routes, func(i, j int) bool { return plan.Routes[i].Name < plan.Routes[j].Name })

@@ -46,6 +46,9 @@ var pinned = []struct {
 		Mounts: []spec.MountSpec{{Source: "/srv/www", Target: "/www", ReadOnly: true}}, Restart: "always", Labels: map[string]string{"team": "web"}}},
 		`{"name":"m:container:web","kind":"container","module":"m","container":{"name":"web","image":"example/web:1","archive":{"size":1234,"digest":"sha256:0eb3e36bfb24dcd9bb1d1bece1531216b59539a8fde17ee80224af0653c92aa3"},"command":["/bin/httpd","-f"],"env":{"A":"\u003c1\u003e","B":"2"},"ports":[{"container":8080,"host":80},{"container":53,"host":53,"protocol":"udp"}],"mounts":[{"source":"/srv/www","target":"/www","read_only":true}],"restart":"always","labels":{"team":"web"}}}`,
 		"sha256:2b71cd5f961d49bd4b2d0fed7d51cf4aac5afdc41827bb64a4c2ff9c1f10e31b"},
+	{spec.NodeBinary(spec.Release{Digest: "0b1e8f3a0c9d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f", Size: 31457280, GOOS: "linux", GOARCH: "amd64"}),
+		`{"name":"mesh:binary:binary","kind":"binary","module":"mesh","binary":{"digest":"0b1e8f3a0c9d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f","size":31457280,"goos":"linux","goarch":"amd64"}}`,
+		"sha256:1811cd9abd5ad5d7965b4c25d6247b03fb7b3519496ce09413e604b457f7d430"},
 }
 
 // TestResourceBytesArePinned: a resource of each kind encodes to exactly the bytes
@@ -148,6 +151,8 @@ var resourceSeeds = []string{
 	`{"name":"web:certificate:/srv/web/tls","kind":"certificate","module":"web","certificate":{"name":"web.alpha.internal","path":"/srv/web/tls"}}`,
 	`{"name":"x","kind":"certificate","module":"m","certificate":{"name":"*.alpha.internal","path":"/srv/../tls"}}`,
 	`{"name":"m:container:web","kind":"container","module":"m","container":{"name":"web","image":"w:1","archive":{"size":3,"digest":"sha256:0eb3e36bfb24dcd9bb1d1bece1531216b59539a8fde17ee80224af0653c92aa3"},"command":["a"],"env":{"A":"1"},"ports":[{"container":80,"host":8080,"protocol":"udp"}],"mounts":[{"source":"/s","target":"/t","read_only":true}],"restart":"always","labels":{"k":"v"}}}`,
+	`{"name":"mesh:binary:binary","kind":"binary","module":"mesh","binary":{"digest":"0b1e8f3a0c9d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f","size":31457280,"goos":"linux","goarch":"amd64"}}`,
+	`{"name":"x","kind":"binary","module":"mesh","binary":{"digest":"0B1E","size":0,"goos":"Linux","goarch":"x86_64"}}`,
 	`{"name":"x","kind":"file","module":"m","directory":{"path":"/x","mode":"0755"}}`,
 	`{"name":"x","kind":"file","module":"m","file":null,"directory":null}`,
 	`{"NAME":"x","Kind":"directory","Module":"m","DIRECTORY":{"Path":"/x","Mode":"0755"}}`,
@@ -213,10 +218,71 @@ func TestRows(t *testing.T) {
 		"m:directory:/srv/www":    {"/srv/www", "2750", "4242:-", "on_remove delete: removed with its contents"},
 		"mesh:network:mesh-alpha": {"mesh-alpha", "-", "-", "-"},
 		"m:container:web":         {"web", "-", "-", "example/web:1 (archive 1234 bytes sha256:0eb3e36bfb24)"},
+		"mesh:binary:binary":      {"binary", "-", "-", "linux/amd64 31457280 bytes 0b1e8f3a0c9d"},
 	}
 	for _, p := range pinned {
 		if w, ok := want[p.r.Name]; ok && p.r.Spec.Row() != w {
 			t.Errorf("%s: row %+v, want %+v", p.r.Name, p.r.Spec.Row(), w)
+		}
+	}
+}
+
+// TestBinaryCheck: a binary's digest is 64 lower-case hex digits, its size
+// 1 to MaxRelease, its target Go's names; each refusal names the field.
+func TestBinaryCheck(t *testing.T) {
+	t.Parallel()
+	good := spec.BinarySpec{Digest: strings.Repeat("ab", 32), Size: 10, GOOS: "linux", GOARCH: "arm64"}
+	if err := good.Check(); err != nil {
+		t.Fatalf("a good binary: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*spec.BinarySpec)
+		want string
+	}{
+		{"upper-case digest", func(b *spec.BinarySpec) { b.Digest = strings.Repeat("AB", 32) }, "lower-case hex"},
+		{"prefixed digest", func(b *spec.BinarySpec) { b.Digest = "sha256:" + strings.Repeat("ab", 32) }, "64 hex digits"},
+		{"empty", func(b *spec.BinarySpec) { b.Size = 0 }, "size 0"},
+		{"over the cap", func(b *spec.BinarySpec) { b.Size = spec.MaxRelease + 1 }, "is not 1 to"},
+		{"uname machine", func(b *spec.BinarySpec) { b.GOARCH = "x86_64" }, `goarch "x86_64"`},
+		{"no goos", func(b *spec.BinarySpec) { b.GOOS = "" }, `goos ""`},
+	} {
+		b := good
+		tc.edit(&b)
+		if err := b.Check(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+	if got := good.Blobs(); len(got) != 1 || got[0].Digest != "sha256:"+good.Digest || got[0].Size != 10 {
+		t.Errorf("blobs %+v, want the release's blob", got)
+	}
+}
+
+// TestBinaryFits: a node's reported architecture is read as GOARCH (uname's
+// x86_64 and aarch64 too), and a release fits only its own.
+func TestBinaryFits(t *testing.T) {
+	t.Parallel()
+	amd := spec.Release{GOOS: "linux", GOARCH: "amd64"}
+	arm := spec.Release{GOOS: "linux", GOARCH: "arm64"}
+	for _, tc := range []struct {
+		r        spec.Release
+		arch, os string
+		want     string
+	}{
+		{amd, "amd64", "linux", ""},
+		{amd, "x86_64", "linux", ""},
+		{amd, "X86_64", "", ""},
+		{arm, "aarch64", "linux", ""},
+		{arm, "arm64", "linux", ""},
+		{arm, "amd64", "linux", "arch arm64 release, node is amd64"},
+		{arm, "x86_64", "linux", "arch arm64 release, node is amd64"},
+		{amd, "aarch64", "linux", "arch amd64 release, node is arm64"},
+		{amd, "i686", "linux", "arch amd64 release, node is 386"},
+		{amd, "amd64", "darwin", "os linux release, node is darwin"},
+		{amd, "", "linux", "the node has reported no architecture yet (its facts)"},
+	} {
+		if got := spec.BinaryFits(tc.r, tc.arch, tc.os); got != tc.want {
+			t.Errorf("%s release on %s/%s: %q, want %q", tc.r.GOARCH, tc.os, tc.arch, got, tc.want)
 		}
 	}
 }
