@@ -114,6 +114,8 @@ type Controller struct {
 	metrics metrics
 	// beats are the heartbeats not yet written, and each node's rate.
 	beats *beats
+	// roller is the roll loop's (roll.go).
+	roller *roller
 	// dropLog lets one line a requester through every 10 s for dropped
 	// requests; mesh_replies_refused_total counts them all.
 	dropLog logGate
@@ -148,7 +150,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if cfg.CertLifetime < MinCertLifetime {
 		return nil, fmt.Errorf("certificate lifetime %s is shorter than %s: a leaf must outlive the time it takes to renew it", cfg.CertLifetime, MinCertLifetime)
 	}
-	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(), watchers: map[string][]*watcher{},
+	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(), roller: newRoller(), watchers: map[string][]*watcher{},
 		auditKick: make(chan struct{}, 1)}
 	c.verbs = verbTable(c.verbRows())
 	return c, nil
@@ -233,6 +235,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	beatsDone := make(chan struct{})
 	go func() { defer close(beatsDone); c.writeBeats(ctx) }()
 	defer func() { <-beatsDone }()
+	rollDone := make(chan struct{})
+	go func() { defer close(rollDone); c.rollLoop(ctx) }()
+	defer func() { <-rollDone }()
 
 	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}
 	httpDone := make(chan error, 1)

@@ -93,16 +93,49 @@ func newControllerCfg(t testing.TB, clk *clock, wrap func(*store.DB) Store, tune
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); bus.Run(ctx) }()
-	go func() { defer wg.Done(); c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
+	runController(t, ctx, c)
+	return c, db
+}
+
+// controllerStops stop each controller a test runs (runController), by
+// the controller: restartController stops one and runs another in its place.
+var controllerStops sync.Map
+
+// runController runs c under ctx until the test ends or restartController
+// stops it, and waits until it is ready.
+func runController(t testing.TB, ctx context.Context, c *Controller) {
+	t.Helper()
+	cctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(cctx) }()
+	stopWait := func() { stop(); <-done }
+	controllerStops.Store(c, stopWait)
+	t.Cleanup(stopWait)
 	select {
 	case <-c.Ready():
 	case <-time.After(20 * time.Second):
 		t.Fatal("controller not ready")
 	}
-	return c, db
+}
+
+// restartController stops c, as a controller's process ends, and runs a
+// new controller of the same config on the same store, CA and bus.
+func restartController(t testing.TB, c *Controller) *Controller {
+	t.Helper()
+	stop, ok := controllerStops.Load(c)
+	if !ok {
+		t.Fatal("the controller was not run by runController")
+	}
+	stop.(func())()
+	again, err := New(c.cfg, c.log, c.deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runController(t, context.Background(), again)
+	return again
 }
 
 func seam(db *store.DB, wrap func(*store.DB) Store) Store {

@@ -3,12 +3,17 @@ package mesh
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
 )
 
 func (c *Controller) httpHandler() http.Handler {
@@ -73,6 +78,13 @@ func (c *Controller) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		}
 		gauge("mesh_nodes", "Nodes in the mesh.", float64(len(nodes)))
 		gauge("mesh_nodes_heard", "Nodes heard from in the last minute.", float64(heard))
+		running := runningDigests(nodes)
+		if len(running) > 0 {
+			fmt.Fprintf(&b, "# HELP mesh_nodes_running Nodes by the digest of the binary their last heartbeat said they run (\"other\": not a SHA-256); no order between digests.\n# TYPE mesh_nodes_running gauge\n")
+			for _, d := range slices.Sorted(maps.Keys(running)) {
+				fmt.Fprintf(&b, "mesh_nodes_running{sha256=%q} %d\n", d, running[d])
+			}
+		}
 		gauge("mesh_store_up", "1 when the store answered this scrape.", 1)
 	} else {
 		gauge("mesh_store_up", "1 when the store answered this scrape.", 0)
@@ -110,4 +122,21 @@ func residentBytes() (uint64, bool) {
 		return 0, false
 	}
 	return pages * uint64(os.Getpagesize()), true
+}
+
+// runningDigests counts the nodes heard from by the digest their last
+// heartbeat reported: a node reports what it likes, so a version that is
+// not a SHA-256 is counted as "other" rather than made a label.
+func runningDigests(nodes []store.Node) map[string]int {
+	out := map[string]int{}
+	for _, n := range nodes {
+		switch {
+		case n.LastHeard.IsZero() || n.HostVersion == "":
+		case spec.CheckReleaseDigest(n.HostVersion) == nil:
+			out[n.HostVersion]++
+		default:
+			out["other"]++
+		}
+	}
+	return out
 }

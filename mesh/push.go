@@ -100,7 +100,14 @@ func (c *Controller) composeOne(ctx context.Context, n store.Node, modules map[s
 	}
 	in := NodeInput{Node: n.Name, Address: n.Address}
 	if n.Facts != nil {
-		in.Capabilities = n.Facts.Capabilities
+		in.Capabilities, in.Arch, in.OS = n.Facts.Capabilities, n.Facts.Arch, n.Facts.OS
+	}
+	switch rel, err := c.deps.DB.NodeBinary(ctx, n.Name); {
+	case err == nil:
+		r := releaseOf(rel)
+		in.Binary = &r
+	case !errors.Is(err, store.ErrNotFound):
+		return Plan{}, nil, fmt.Errorf("compose node %q: %w", n.Name, err)
 	}
 	for _, a := range as {
 		in.Assigned = append(in.Assigned, Assigned{Module: a.Module, Settings: a.Settings})

@@ -100,8 +100,17 @@ func keptFacts(f spec.Facts) spec.Facts {
 	return f
 }
 
-// keptHeartbeat is hb with its host version within spec.MaxFactText.
+// keptHeartbeat is hb with its host version within spec.MaxFactText, and
+// at most spec.MaxFallbacks fallbacks (the first: newest first), each text
+// within spec.MaxFactText.
 func keptHeartbeat(hb spec.Heartbeat) spec.Heartbeat {
 	hb.HostVersion = spec.Clip(hb.HostVersion, spec.MaxFactText)
+	if len(hb.Fallbacks) > 0 {
+		fbs := make([]spec.Fallback, 0, min(len(hb.Fallbacks), spec.MaxFallbacks))
+		for _, f := range hb.Fallbacks[:min(len(hb.Fallbacks), spec.MaxFallbacks)] {
+			fbs = append(fbs, spec.Fallback{Digest: spec.Clip(f.Digest, spec.MaxFactText), Reason: spec.Clip(f.Reason, spec.MaxFactText), At: f.At})
+		}
+		hb.Fallbacks = fbs
+	}
 	return hb
 }

@@ -70,6 +70,21 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	res := spec.StatusResult{Time: now.UTC(), Nodes: []spec.NodeStatus{}, Versions: map[string][]string{}, Problems: []string{},
 		Intermediate: ca.SerialOf(c.deps.CA.Intermediate())}
 	problem := func(format string, args ...any) { res.Problems = append(res.Problems, fmt.Sprintf(format, args...)) }
+	binaries, err := c.deps.DB.NodeBinaries(ctx)
+	if err != nil {
+		return spec.StatusResult{}, err
+	}
+	switch r, err := c.deps.DB.RollByID(ctx, 0); {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return spec.StatusResult{}, err
+	default:
+		shown := rollOf(r)
+		res.Roll = &shown
+		if p := rollProblem(shown); p != "" {
+			problem("%s", p)
+		}
+	}
 	for _, n := range nodes {
 		n.HostVersion = spec.Clip(n.HostVersion, spec.MaxFactText) // as on receipt, whatever the store holds
 		st := spec.NodeStatus{Node: n.Name, AppliedSeq: n.AppliedSeq, HostVersion: n.HostVersion, Protocol: n.Protocol,
@@ -100,6 +115,13 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 				problem("%s speaks protocol %d, this controller %d", n.Name, n.Protocol, spec.Protocol)
 			}
 		}
+		if b, ok := binaries[n.Name]; ok {
+			st.Binary = b.Digest
+			if fb, ok := fellBack(n, b.Digest); ok {
+				problem("%s is declared release %s and its launcher gave up on it (%s): it runs %s", n.Name, short(b.Digest), clipStatus(fb.Reason), versionOr(n.HostVersion))
+			}
+		}
+		st.Fallbacks = n.Fallbacks
 		last, err := c.deps.DB.LastDeclaration(ctx, n.Name)
 		switch {
 		case errors.Is(err, store.ErrNotFound):

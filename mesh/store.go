@@ -64,6 +64,18 @@ type Store interface {
 
 	PublishRelease(ctx context.Context, r store.Release) (store.Release, error)
 	Releases(ctx context.Context, after int64, limit int) ([]store.Release, error)
+	Release(ctx context.Context, digest string) (store.Release, error)
+
+	StartRoll(ctx context.Context, r store.Roll) (store.Roll, error)
+	ActiveRoll(ctx context.Context) (store.Roll, error)
+	RollByID(ctx context.Context, id int64) (store.Roll, error)
+	BeginRollStep(ctx context.Context, roll int64, position int, at time.Time) error
+	EndRollStep(ctx context.Context, roll int64, position int, state, cause string, at time.Time) error
+	FinishRoll(ctx context.Context, roll int64, at time.Time) error
+	ResumeRoll(ctx context.Context) (store.Roll, error)
+	AbortRoll(ctx context.Context, at time.Time) (store.Roll, error)
+	NodeBinary(ctx context.Context, node string) (store.Release, error)
+	NodeBinaries(ctx context.Context) (map[string]store.Release, error)
 
 	Audit(ctx context.Context, e store.AuditEntry) error
 	AuditSince(ctx context.Context, since time.Time, limit int) ([]store.AuditEntry, error)

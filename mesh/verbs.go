@@ -40,6 +40,10 @@ func (c *Controller) verbRows() []row {
 		verb(spec.VerbCACerts, c.listCerts, redactNone),
 		verb(spec.VerbReleasePublish, c.publishRelease, redactNone),
 		verb(spec.VerbReleaseList, c.listReleases, redactNone),
+		verb(spec.VerbReleaseRoll, c.startRoll, redactNone),
+		verb(spec.VerbRollResume, c.resumeRoll, redactNone),
+		verb(spec.VerbRollAbort, c.abortRoll, redactNone),
+		verb(spec.VerbRollShow, c.showRoll, redactNone),
 	}
 }
 

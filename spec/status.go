@@ -26,6 +26,9 @@ type (
 		// Intermediate is the serial of the mesh's intermediate that
 		// signs now, which every declaration carries.
 		Intermediate string `json:"intermediate"`
+		// Roll is the roll running or halted, else the latest one; nil
+		// when no release was ever rolled.
+		Roll *Roll `json:"roll,omitempty"`
 	}
 
 	// NodeStatus is one node as status shows it.
@@ -70,9 +73,14 @@ type (
 		Held       bool   `json:"held"`
 		HeldReason string `json:"held_reason,omitempty"`
 		// HostVersion is compared for equality only.
-		HostVersion   string `json:"host_version"`
-		Protocol      int    `json:"protocol"`
-		ProtocolKnown bool   `json:"protocol_known"`
+		HostVersion string `json:"host_version"`
+		// Binary is the release its declarations carry (a roll declared
+		// it), empty when none; Fallbacks are the versions its launcher
+		// gave up on, as its heartbeats report them.
+		Binary        string     `json:"binary,omitempty"`
+		Fallbacks     []Fallback `json:"fallbacks,omitempty"`
+		Protocol      int        `json:"protocol"`
+		ProtocolKnown bool       `json:"protocol_known"`
 	}
 
 	CARootsRequest struct{}

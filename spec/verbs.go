@@ -32,6 +32,10 @@ const (
 
 	VerbReleasePublish = "release.publish"
 	VerbReleaseList    = "release.list"
+	VerbReleaseRoll    = "release.roll"
+	VerbRollResume     = "release.roll.resume"
+	VerbRollAbort      = "release.roll.abort"
+	VerbRollShow       = "release.roll.show"
 )
 
 // Verb describes one API verb as both sides know it.
@@ -72,6 +76,10 @@ var verbs = []Verb{
 	{VerbCACerts, DefaultVerbTimeout},
 	{VerbReleasePublish, DefaultVerbTimeout},
 	{VerbReleaseList, DefaultVerbTimeout},
+	{VerbReleaseRoll, DefaultVerbTimeout},
+	{VerbRollResume, DefaultVerbTimeout},
+	{VerbRollAbort, DefaultVerbTimeout},
+	{VerbRollShow, DefaultVerbTimeout},
 }
 
 // Verbs lists every API verb.

@@ -28,6 +28,9 @@ type Node struct {
 	// Heartbeat is how often the node said it sends a heartbeat; zero if
 	// its heartbeats do not say (a host older than the field).
 	Heartbeat time.Duration
+	// Fallbacks are the versions its launcher gave up on, as its last
+	// heartbeat reported them.
+	Fallbacks []spec.Fallback
 }
 
 // AddNode records a new node. A node of that name already present is refused.
@@ -51,8 +54,8 @@ func (db *DB) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Ti
 	}
 	interval := max(hb.IntervalMS, 0)
 	return db.updateNode(ctx, hb.Node, "record heartbeat of node %q: %w",
-		`UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ?, heartbeat_ms = ? WHERE name = ?`,
-		formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, interval, hb.Node)
+		`UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ?, heartbeat_ms = ?, fallbacks = ? WHERE name = ?`,
+		formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, interval, fallbacksColumn(hb.Fallbacks), hb.Node)
 }
 
 // RecordHeartbeats records a batch of heartbeats, one node's each, in one
@@ -61,7 +64,7 @@ func (db *DB) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Ti
 func (db *DB) RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at time.Time) (failed map[string]error, err error) {
 	err = db.tx(ctx, func(tx *sql.Tx) error {
 		failed = map[string]error{}
-		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ?, heartbeat_ms = ? WHERE name = ?`)
+		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ?, heartbeat_ms = ?, fallbacks = ? WHERE name = ?`)
 		if err != nil {
 			return err
 		}
@@ -71,7 +74,7 @@ func (db *DB) RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at tim
 				failed[hb.Node] = fmt.Errorf("record heartbeat of node %q: %w", hb.Node, err)
 				continue
 			}
-			res, err := stmt.ExecContext(ctx, formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, max(hb.IntervalMS, 0), hb.Node)
+			res, err := stmt.ExecContext(ctx, formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, max(hb.IntervalMS, 0), fallbacksColumn(hb.Fallbacks), hb.Node)
 			if err != nil {
 				return err
 			}
@@ -120,15 +123,31 @@ func (db *DB) updateNode(ctx context.Context, node, format, query string, args .
 	return nil
 }
 
-const nodeColumns = `name, address, nkey, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason, removing_at, heartbeat_ms`
+const nodeColumns = `name, address, nkey, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason, removing_at, heartbeat_ms, fallbacks`
+
+// fallbacksColumn is fallbacks as the nodes table keeps them: JSON, ""
+// for none.
+func fallbacksColumn(fallbacks []spec.Fallback) string {
+	if len(fallbacks) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(fallbacks)
+	return string(b)
+}
 
 func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 	var n Node
 	var joined string
 	var heard, facts, held, removing sql.NullString
 	var heartbeatMS int64
-	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason, &removing, &heartbeatMS); err != nil {
+	var fallbacks string
+	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason, &removing, &heartbeatMS, &fallbacks); err != nil {
 		return Node{}, err
+	}
+	if fallbacks != "" {
+		if err := json.Unmarshal([]byte(fallbacks), &n.Fallbacks); err != nil {
+			return Node{}, fmt.Errorf("fallbacks: %w", err)
+		}
 	}
 	n.Heartbeat = time.Duration(heartbeatMS) * time.Millisecond
 	if held.Valid {

@@ -1,0 +1,431 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// A roll (mesh release roll) is kept in the store and carried out by the
+// controller's roll loop, one node at a time: the CLI call only records
+// it. Each step is a store write, so a controller that restarts goes on
+// where it was, or stays halted.
+
+// rollTick is how often the roll loop looks at the running roll, besides
+// when a roll is started or resumed.
+const rollTick = 250 * time.Millisecond
+
+// roller is the roll loop's state that is not in the store.
+type roller struct {
+	kick chan struct{}
+	mu   sync.Mutex
+	// sent are the steps (roll, position) whose declaration this process
+	// sent: a step found sending after a restart is sent again (unchanged,
+	// and so nothing, if the send before the restart got through).
+	sent map[[2]int64]bool
+}
+
+func newRoller() *roller {
+	return &roller{kick: make(chan struct{}, 1), sent: map[[2]int64]bool{}}
+}
+
+// wake has the roll loop look now.
+func (r *roller) wake() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *roller) wasSent(roll int64, pos int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sent[[2]int64{roll, int64(pos)}]
+}
+
+func (r *roller) markSent(roll int64, pos int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent[[2]int64{roll, int64(pos)}] = true
+}
+
+// startRoll records a roll of the release req names over the nodes it
+// names (every node when none), the controller's own node last, and has
+// the roll loop start it. A digest not published, a node that is not in
+// the mesh, a deadline out of bounds or a roll running or halted already:
+// refused, nothing recorded.
+func (c *Controller) startRoll(ctx context.Context, req spec.ReleaseRollRequest) (spec.ReleaseRollResult, error) {
+	if err := spec.CheckReleaseDigest(req.Digest); err != nil {
+		return spec.ReleaseRollResult{}, callerError(err.Error() + "; nothing was rolled")
+	}
+	within := time.Duration(req.HealthyWithinMS) * time.Millisecond
+	if within == 0 {
+		within = spec.DefaultHealthyWithin
+	}
+	if within < time.Second || within > spec.MaxHealthyWithin {
+		return spec.ReleaseRollResult{}, callerError(fmt.Sprintf("--healthy-within %s is not between 1s and %s; nothing was rolled", within, spec.MaxHealthyWithin))
+	}
+	rel, err := c.deps.DB.Release(ctx, req.Digest)
+	if errors.Is(err, store.ErrNotFound) {
+		return spec.ReleaseRollResult{}, notFoundError(fmt.Sprintf("release %s is not published (mesh release list shows what is; mesh release publish FILE adds one); nothing was rolled", req.Digest))
+	}
+	if err != nil {
+		return spec.ReleaseRollResult{}, err
+	}
+	nodes, err := c.deps.DB.Nodes(ctx)
+	if err != nil {
+		return spec.ReleaseRollResult{}, err
+	}
+	order, err := rollOrder(nodes, req.Nodes, c.cfg.Node)
+	if err != nil {
+		return spec.ReleaseRollResult{}, err
+	}
+	roll := store.Roll{Digest: rel.Digest, HealthyWithin: within, Started: c.cfg.Now()}
+	for _, n := range order {
+		roll.Nodes = append(roll.Nodes, store.RollNode{Node: n})
+	}
+	r, err := c.deps.DB.StartRoll(ctx, roll)
+	if errors.Is(err, store.ErrRollActive) {
+		return spec.ReleaseRollResult{}, callerError(fmt.Sprintf("roll %d of %s is %s: mesh release roll --resume or --abort it first; nothing was rolled", r.ID, short(r.Digest), r.State))
+	}
+	if err != nil {
+		return spec.ReleaseRollResult{}, err
+	}
+	c.log.Info("roll started", "roll", r.ID, "digest", r.Digest, "nodes", len(r.Nodes), "healthy_within", within)
+	c.roller.wake()
+	return spec.ReleaseRollResult{Roll: rollOf(r)}, nil
+}
+
+// rollOrder is the order a roll sends nodes: those named, as named, or
+// every node in the mesh by name; the controller's own node (own) last.
+func rollOrder(nodes []store.Node, named []string, own string) ([]string, error) {
+	in := map[string]store.Node{}
+	for _, n := range nodes {
+		in[n.Name] = n
+	}
+	var order []string
+	if len(named) == 0 {
+		for _, n := range nodes {
+			if n.Removing.IsZero() {
+				order = append(order, n.Name)
+			}
+		}
+		sort.Strings(order)
+	}
+	for _, name := range named {
+		n, ok := in[name]
+		switch {
+		case !ok:
+			return nil, notFoundError(fmt.Sprintf("no node called %q: mesh node list shows the nodes; nothing was rolled", name))
+		case !n.Removing.IsZero():
+			return nil, callerError(removingError(name))
+		case slices.Contains(order, name):
+			return nil, callerError(fmt.Sprintf("node %q is named twice in --nodes; nothing was rolled", name))
+		}
+		order = append(order, name)
+	}
+	if len(order) == 0 {
+		return nil, callerError("the mesh has no node to roll to; nothing was rolled")
+	}
+	if i := slices.Index(order, own); i >= 0 && own != "" {
+		order = append(append(order[:i:i], order[i+1:]...), own)
+	}
+	return order, nil
+}
+
+// resumeRoll runs the halted roll again from its failed node.
+func (c *Controller) resumeRoll(ctx context.Context, _ spec.ReleaseRollResumeRequest) (spec.ReleaseRollResult, error) {
+	r, err := c.deps.DB.ResumeRoll(ctx)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRollActive) {
+		return spec.ReleaseRollResult{}, callerError(c.noRollTo(ctx, "resume"))
+	}
+	if err != nil {
+		return spec.ReleaseRollResult{}, err
+	}
+	c.log.Info("roll resumed", "roll", r.ID, "digest", r.Digest)
+	c.roller.wake()
+	return spec.ReleaseRollResult{Roll: rollOf(r)}, nil
+}
+
+// abortRoll ends the running or halted roll: the nodes not yet sent are
+// never sent. What the nodes sent already hold stays declared.
+func (c *Controller) abortRoll(ctx context.Context, _ spec.ReleaseRollAbortRequest) (spec.ReleaseRollResult, error) {
+	r, err := c.deps.DB.AbortRoll(ctx, c.cfg.Now())
+	if errors.Is(err, store.ErrNotFound) {
+		return spec.ReleaseRollResult{}, callerError(c.noRollTo(ctx, "abort"))
+	}
+	if err != nil {
+		return spec.ReleaseRollResult{}, err
+	}
+	c.log.Info("roll aborted", "roll", r.ID, "digest", r.Digest)
+	return spec.ReleaseRollResult{Roll: rollOf(r)}, nil
+}
+
+// noRollTo says there is no roll to resume (or abort), and what there is.
+func (c *Controller) noRollTo(ctx context.Context, what string) string {
+	r, err := c.deps.DB.ActiveRoll(ctx)
+	if err == nil {
+		return fmt.Sprintf("roll %d of %s is %s, not halted: nothing to %s; nothing changed", r.ID, short(r.Digest), r.State, what)
+	}
+	return fmt.Sprintf("no roll is halted or running: nothing to %s; nothing changed", what)
+}
+
+// showRoll is the roll numbered req.ID, the latest when 0.
+func (c *Controller) showRoll(ctx context.Context, req spec.ReleaseRollShowRequest) (spec.ReleaseRollResult, error) {
+	r, err := c.deps.DB.RollByID(ctx, req.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		if req.ID == 0 {
+			return spec.ReleaseRollResult{}, notFoundError("no release was ever rolled (mesh release roll DIGEST)")
+		}
+		return spec.ReleaseRollResult{}, notFoundError(fmt.Sprintf("no roll %d", req.ID))
+	}
+	if err != nil {
+		return spec.ReleaseRollResult{}, err
+	}
+	return spec.ReleaseRollResult{Roll: rollOf(r)}, nil
+}
+
+func rollOf(r store.Roll) spec.Roll {
+	out := spec.Roll{ID: r.ID, Digest: r.Digest, HealthyWithinMS: r.HealthyWithin.Milliseconds(), State: r.State, Cause: r.Cause,
+		Started: r.Started.UTC(), Ended: timePtr(r.Ended), Nodes: []spec.RollNode{}}
+	for _, n := range r.Nodes {
+		out.Nodes = append(out.Nodes, spec.RollNode{Node: n.Node, State: n.State, Cause: n.Cause, Started: timePtr(n.Started), Ended: timePtr(n.Ended)})
+	}
+	return out
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// short is a digest's first twelve digits, for messages.
+func short(digest string) string { return digest[:min(12, len(digest))] }
+
+// rollLoop carries out the running roll until ctx ends.
+func (c *Controller) rollLoop(ctx context.Context) {
+	tick := time.NewTicker(rollTick)
+	defer tick.Stop()
+	for {
+		c.rollStep(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-c.roller.kick:
+		}
+	}
+}
+
+// rollStep moves the running roll on by what the store says now: the
+// first node not done is sent its declaration, or checked for its
+// heartbeat's digest, its fallbacks and its deadline. A roll with no node
+// left is done.
+func (c *Controller) rollStep(ctx context.Context) {
+	defer c.catch("roll", nil)
+	r, err := c.deps.DB.ActiveRoll(ctx)
+	if errors.Is(err, store.ErrNotFound) || err == nil && r.State != spec.RollRunning {
+		return
+	}
+	if err != nil {
+		c.log.Error("roll not carried on", "err", err)
+		return
+	}
+	for _, n := range r.Nodes {
+		var err error
+		switch n.State {
+		case spec.RollPending:
+			err = c.rollSend(ctx, r, n)
+		case spec.RollSending:
+			err = c.rollWatch(ctx, r, n)
+		default:
+			continue
+		}
+		if err != nil {
+			c.log.Error("roll not carried on", "roll", r.ID, "node", n.Node, "err", err)
+		}
+		return // one node at a time
+	}
+	if err := c.deps.DB.FinishRoll(ctx, r.ID, c.cfg.Now()); err != nil {
+		c.log.Error("roll not recorded done", "roll", r.ID, "err", err)
+		return
+	}
+	c.log.Info("roll done", "roll", r.ID, "digest", r.Digest, "nodes", len(r.Nodes))
+}
+
+// rollSend begins node n's step: a node gone or of another architecture
+// is skipped, saying why; one that cannot be sent fails the roll;
+// otherwise its declarations carry the release from now on, and it is
+// sent one.
+func (c *Controller) rollSend(ctx context.Context, r store.Roll, n store.RollNode) error {
+	now := c.cfg.Now()
+	skip := func(cause string) error {
+		c.log.Info("roll skipped a node", "roll", r.ID, "node", n.Node, "cause", cause)
+		return c.deps.DB.EndRollStep(ctx, r.ID, n.Position, spec.RollSkipped, cause, now)
+	}
+	node, err := c.deps.DB.Node(ctx, n.Node)
+	if errors.Is(err, store.ErrNotFound) {
+		return skip("the node was removed")
+	}
+	if err != nil {
+		return err
+	}
+	if !node.Removing.IsZero() {
+		return skip("the node is being removed")
+	}
+	rel, err := c.deps.DB.Release(ctx, r.Digest)
+	if err != nil {
+		return err
+	}
+	var arch, goos string
+	if node.Facts != nil {
+		arch, goos = node.Facts.Arch, node.Facts.OS
+	}
+	if why := spec.BinaryFits(releaseOf(rel), arch, goos); why != "" {
+		return skip(why)
+	}
+	if !node.Held.IsZero() {
+		return c.rollFail(ctx, r, n, fmt.Sprintf("%s is held%s: it was not sent the release (mesh node release %s, then mesh release roll --resume)",
+			n.Node, reasonSuffix(node.HeldReason), n.Node))
+	}
+	if fb, ok := fellBack(node, r.Digest); ok {
+		return c.rollFail(ctx, r, n, fmt.Sprintf("%s's launcher gave up on %s before (%s): it will not start it again", n.Node, short(r.Digest), fb.Reason))
+	}
+	if err := c.deps.DB.BeginRollStep(ctx, r.ID, n.Position, now); err != nil {
+		return err
+	}
+	c.log.Info("roll sends a node the release", "roll", r.ID, "node", n.Node, "digest", r.Digest)
+	return c.rollDeliver(ctx, r, n)
+}
+
+// rollDeliver sends node n its declaration, which carries the release now
+// (nothing when its last declaration holds it already), and then, if its
+// heartbeats report the digest, it is healthy at once.
+func (c *Controller) rollDeliver(ctx context.Context, r store.Roll, n store.RollNode) error {
+	g, err := c.gather(ctx)
+	if err != nil {
+		return fmt.Errorf("compose the mesh: %w", err)
+	}
+	if own := g.own[n.Node]; own != nil {
+		return c.rollFail(ctx, r, n, own.Error()+"; it was not sent the release")
+	}
+	node, err := c.deps.DB.Node(ctx, n.Node)
+	if err != nil {
+		return err
+	}
+	if _, _, err := c.send(ctx, n.Node, g.plans[n.Node].Resources, g.roster, chainFor(node, g.chain), false); err != nil {
+		var caller callerError
+		if errors.As(err, &caller) {
+			return c.rollFail(ctx, r, n, err.Error())
+		}
+		return err // the controller's: tried again next tick
+	}
+	c.roller.markSent(r.ID, n.Position)
+	return c.rollWatch(ctx, r, n)
+}
+
+// rollWatch checks node n, sent the release: healthy once its heartbeats
+// report the digest; failed, halting the roll, when they report a
+// fallback of it or the deadline passes first.
+func (c *Controller) rollWatch(ctx context.Context, r store.Roll, n store.RollNode) error {
+	if !c.roller.wasSent(r.ID, n.Position) {
+		// Sending when this process started: send again (nothing, if the
+		// send before the restart got through).
+		return c.rollDeliver(ctx, r, n)
+	}
+	now := c.cfg.Now()
+	node, err := c.deps.DB.Node(ctx, n.Node)
+	if errors.Is(err, store.ErrNotFound) {
+		return c.deps.DB.EndRollStep(ctx, r.ID, n.Position, spec.RollSkipped, "the node was removed", now)
+	}
+	if err != nil {
+		return err
+	}
+	// Counted with the heartbeats not yet written: the batch is at most a
+	// tenth of a second behind.
+	if fb, ok := fellBack(node, r.Digest); ok {
+		return c.rollFail(ctx, r, n, fmt.Sprintf("%s fell back from %s: %s", n.Node, short(r.Digest), fb.Reason))
+	}
+	if node.HostVersion == r.Digest {
+		c.log.Info("roll: node healthy on the release", "roll", r.ID, "node", n.Node, "digest", r.Digest)
+		if err := c.deps.DB.EndRollStep(ctx, r.ID, n.Position, spec.RollHealthy, "", now); err != nil {
+			return err
+		}
+		c.roller.wake()
+		return nil
+	}
+	started := n.Started
+	if started.IsZero() {
+		started = now
+	}
+	if now.Sub(started) > r.HealthyWithin {
+		runs := "it was never heard"
+		if !node.LastHeard.IsZero() {
+			runs = fmt.Sprintf("it reports %s, last heard %s ago", versionOr(node.HostVersion), now.Sub(node.LastHeard).Round(time.Second))
+		}
+		return c.rollFail(ctx, r, n, fmt.Sprintf("%s did not report %s within %s: %s", n.Node, short(r.Digest), r.HealthyWithin, runs))
+	}
+	return nil
+}
+
+// rollFail records node n failed with cause, halting the roll.
+func (c *Controller) rollFail(ctx context.Context, r store.Roll, n store.RollNode, cause string) error {
+	c.log.Warn("roll halted", "roll", r.ID, "node", n.Node, "cause", cause)
+	return c.deps.DB.EndRollStep(ctx, r.ID, n.Position, spec.RollFailed, cause, c.cfg.Now())
+}
+
+// fellBack is the fallback node's heartbeat reports of digest, if any.
+func fellBack(n store.Node, digest string) (spec.Fallback, bool) {
+	for _, f := range n.Fallbacks {
+		if f.Digest == digest {
+			return f, true
+		}
+	}
+	return spec.Fallback{}, false
+}
+
+// versionOr is a version as a roll's cause names it.
+func versionOr(v string) string {
+	if v == "" {
+		return "no version"
+	}
+	return short(v)
+}
+
+// rollProblem is what status says of roll r: running (which node), or
+// halted (where and why); "" once it is done or aborted.
+func rollProblem(r spec.Roll) string {
+	healthy := 0
+	for _, n := range r.Nodes {
+		if n.State == spec.RollHealthy {
+			healthy++
+		}
+	}
+	switch r.State {
+	case spec.RollRunning:
+		for _, n := range r.Nodes {
+			if n.State == spec.RollSending || n.State == spec.RollPending {
+				return fmt.Sprintf("roll %d of %s is running: %d of %d nodes healthy, %s next or being sent (mesh release roll --show)",
+					r.ID, short(r.Digest), healthy, len(r.Nodes), n.Node)
+			}
+		}
+	case spec.RollHalted:
+		for _, n := range r.Nodes {
+			if n.State == spec.RollFailed {
+				return fmt.Sprintf("roll %d of %s halted at %s: %s (mesh release roll --resume or --abort)", r.ID, short(r.Digest), n.Node, n.Cause)
+			}
+		}
+		return fmt.Sprintf("roll %d of %s halted: %s", r.ID, short(r.Digest), r.Cause)
+	}
+	return ""
+}

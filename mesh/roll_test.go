@@ -1,0 +1,533 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
+)
+
+// The simulated hosts of a roll answer a declaration that carries a
+// binary as a launcher would: by a heartbeat reporting its digest
+// (upgrade), by one reporting a fallback of it (fallBack), or not at all
+// (silent), on the real bus.
+const (
+	upgrade  = "upgrade"
+	fallBack = "fall back"
+	silent   = "silent"
+)
+
+// simHosts are the simulated hosts of a mesh, each with how it answers.
+type simHosts struct {
+	t   *testing.T
+	c   *Controller
+	db  *store.DB
+	clk *clock
+	old string // the digest every node runs before the roll
+
+	mu     sync.Mutex
+	behave map[string]string
+	got    map[string]string // the binary digest each node's last declaration carries
+}
+
+// newRollMesh is a controller whose own node is alpha, beside it beta and
+// gamma, each reporting this machine's architecture (gamma as uname
+// writes it), running old.
+func newRollMesh(t *testing.T, clk *clock) (*Controller, *store.DB) {
+	t.Helper()
+	c, db := newControllerCfg(t, clk, nil, func(cfg *Config) { cfg.Node = "alpha" })
+	joinNode(t, c, "beta")
+	joinNode(t, c, "gamma")
+	ctx := context.Background()
+	for node, arch := range map[string]string{"alpha": runtime.GOARCH, "beta": runtime.GOARCH, "gamma": unameOf(runtime.GOARCH)} {
+		if err := db.RecordFacts(ctx, spec.Facts{Node: node, Arch: arch, OS: runtime.GOOS}, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, db
+}
+
+// unameOf is goarch as uname -m writes it.
+func unameOf(goarch string) string {
+	switch goarch {
+	case "amd64":
+		return "x86_64"
+	case "arm64":
+		return "aarch64"
+	}
+	return goarch
+}
+
+// publishFake records a release of content for goarch, straight into the
+// store: what a roll reads of it is its record and its blob.
+func publishFake(t *testing.T, db *store.DB, clk *clock, content, goarch string) spec.Release {
+	t.Helper()
+	ctx := context.Background()
+	b := []byte(content)
+	if err := db.PutBlob(ctx, spec.ContentDigest(b), b); err != nil {
+		t.Fatal(err)
+	}
+	r, err := db.PublishRelease(ctx, store.Release{Digest: hexDigest(b), GOOS: "linux", GOARCH: goarch, Go: "go1.26.8", Size: int64(len(b)), Published: clk.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return releaseOf(r)
+}
+
+// simulate runs the hosts of c's nodes until the test ends: each heartbeat
+// reports old until the node's declaration carries a binary, and then as
+// behave says.
+func simulate(t *testing.T, c *Controller, db *store.DB, clk *clock, old string, behave map[string]string) *simHosts {
+	h := &simHosts{t: t, c: c, db: db, clk: clk, old: old, behave: behave, got: map[string]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			h.beat(ctx)
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	poll.Until(t, 10*time.Second, "every simulated host to be heard", func() (bool, string) {
+		for node := range behave {
+			if n, err := db.Node(context.Background(), node); err != nil || n.HostVersion != old {
+				return false, node
+			}
+		}
+		return true, ""
+	})
+	return h
+}
+
+// set changes how node answers from now on.
+func (h *simHosts) set(node, behave string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.behave[node] = behave
+}
+
+// carried is the binary digest node's last declaration carries ("" none).
+func (h *simHosts) carried(node string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.got[node]
+}
+
+// setController has the hosts talk to c (a controller restarted).
+func (h *simHosts) setController(c *Controller) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.c = c
+}
+
+func (h *simHosts) beat(ctx context.Context) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for node, behave := range h.behave {
+		digest := ""
+		d, err := h.db.LastDeclaration(ctx, node)
+		if err == nil {
+			var decl spec.Declaration
+			if err := spec.Decode(d.Body, &decl); err != nil {
+				h.t.Errorf("node %s: %v", node, err)
+				return
+			}
+			for _, r := range decl.Resources {
+				if b, ok := spec.As[*spec.BinarySpec](r); ok {
+					digest = b.Digest
+				}
+			}
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return // the store closing at the end
+		}
+		h.got[node] = digest
+		hb := spec.Heartbeat{Node: node, Time: h.clk.Now(), HostVersion: h.old, Protocol: spec.Protocol, IntervalMS: 1000}
+		switch {
+		case digest == "":
+		case behave == upgrade:
+			hb.HostVersion = digest
+		case behave == fallBack:
+			hb.Fallbacks = []spec.Fallback{{Digest: digest, Reason: "exited at start: exit status 2", At: h.clk.Now()}}
+		case behave == silent:
+			continue
+		}
+		if h.c.nc == nil || h.c.nc.IsClosed() {
+			return
+		}
+		h.c.nc.Publish(spec.NodeSubject(node, spec.KindHeartbeat), mustJSON(h.t, hb))
+	}
+}
+
+// roll calls verb with req as the operator does.
+func roll(t *testing.T, op *nats.Conn, verb string, req any) (spec.Roll, error) {
+	t.Helper()
+	var res spec.ReleaseRollResult
+	err := callAPI(t, op, verb, req, &res)
+	return res.Roll, err
+}
+
+// waitRoll waits until the latest roll is no longer running.
+func waitRoll(t *testing.T, op *nats.Conn) spec.Roll {
+	t.Helper()
+	var r spec.Roll
+	poll.Until(t, 20*time.Second, "the roll to finish or halt", func() (bool, string) {
+		var err error
+		r, err = roll(t, op, spec.VerbRollShow, spec.ReleaseRollShowRequest{})
+		return err == nil && r.Finished(), r.State
+	})
+	return r
+}
+
+// states is each node of r with its state, in roll order.
+func states(r spec.Roll) string {
+	var out []string
+	for _, n := range r.Nodes {
+		out = append(out, n.Node+"="+n.State)
+	}
+	return strings.Join(out, " ")
+}
+
+// TestRollInOrder: a roll over the three nodes sends one at a time, each
+// after the one before reported the digest, the controller's own node
+// (alpha) last; each node's declarations carry the binary. Rolling the
+// digest every node runs again: each is healthy at once and nothing is
+// sent.
+func TestRollInOrder(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	c, db := newRollMesh(t, clk)
+	op := operatorConn(t, c)
+	old := hexDigest([]byte("v1"))
+	rel := publishFake(t, db, clk, "mesh v2", runtime.GOARCH)
+	hosts := simulate(t, c, db, clk, old, map[string]string{"alpha": upgrade, "beta": upgrade, "gamma": upgrade})
+
+	started, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := states(started); got != "beta=pending gamma=pending alpha=pending" {
+		t.Fatalf("the roll as started: %s, want the controller's node last", got)
+	}
+	r := waitRoll(t, op)
+	if r.State != spec.RollDone || states(r) != "beta=healthy gamma=healthy alpha=healthy" {
+		t.Fatalf("roll %s (%s): %s", r.State, r.Cause, states(r))
+	}
+	for i := 1; i < len(r.Nodes); i++ {
+		if prev, n := r.Nodes[i-1], r.Nodes[i]; n.Started.Before(*prev.Ended) {
+			t.Errorf("%s was sent at %s, before %s was healthy at %s", n.Node, n.Started, prev.Node, prev.Ended)
+		}
+	}
+	seqs := map[string]uint64{}
+	for _, n := range []string{"alpha", "beta", "gamma"} {
+		if got := hosts.carried(n); got != rel.Digest {
+			t.Errorf("%s's declaration carries binary %q, want %s", n, got, rel.Digest)
+		}
+		d, err := db.LastDeclaration(context.Background(), n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs[n] = d.Seq
+	}
+
+	// A push keeps the binary declared.
+	var pushed spec.PushResult
+	if err := callAPI(t, op, spec.VerbPush, spec.PushRequest{}, &pushed); err != nil {
+		t.Fatal(err)
+	}
+	for _, pn := range pushed.Nodes {
+		if !pn.Unchanged {
+			t.Errorf("a push after the roll sent %s %+v, want nothing: its binary is still declared", pn.Node, pn)
+		}
+	}
+
+	again, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = waitRoll(t, op)
+	if r.ID != again.ID || r.State != spec.RollDone || states(r) != "beta=healthy gamma=healthy alpha=healthy" {
+		t.Fatalf("the second roll %s: %s", r.State, states(r))
+	}
+	for n, seq := range seqs {
+		if d, _ := db.LastDeclaration(context.Background(), n); d.Seq != seq {
+			t.Errorf("rolling what %s runs sent it declaration %d", n, d.Seq)
+		}
+	}
+
+	st := statusOf(t, c)
+	if vs := st.Versions[rel.Digest]; strings.Join(vs, ",") != "alpha,beta,gamma" || len(st.Versions) != 1 {
+		t.Errorf("status versions %v, want the three on %s", st.Versions, rel.Digest)
+	}
+	if st.Roll == nil || st.Roll.State != spec.RollDone || nodeStatus(st, "beta").Binary != rel.Digest {
+		t.Errorf("status roll %+v, beta's binary %q", st.Roll, nodeStatus(st, "beta").Binary)
+	}
+	if n := metric(t, c, regexp.QuoteMeta(`mesh_nodes_running{sha256="`+rel.Digest+`"}`)); n != 3 {
+		t.Errorf("mesh_nodes_running of %s: %d, want 3", rel.Digest, n)
+	}
+}
+
+// TestKeptFallbacks: a heartbeat's fallbacks are kept to spec.MaxFallbacks,
+// the newest (first), each text clipped.
+func TestKeptFallbacks(t *testing.T) {
+	t.Parallel()
+	var fbs []spec.Fallback
+	for i := range 10 {
+		fbs = append(fbs, spec.Fallback{Digest: strconv.Itoa(i) + strings.Repeat("d", 1000), Reason: strings.Repeat("r", 1000)})
+	}
+	kept := keptHeartbeat(spec.Heartbeat{Node: "a", Fallbacks: fbs})
+	if len(kept.Fallbacks) != spec.MaxFallbacks || kept.Fallbacks[0].Digest[0] != '0' {
+		t.Fatalf("kept %d fallbacks, the first %.3s", len(kept.Fallbacks), kept.Fallbacks[0].Digest)
+	}
+	for _, f := range kept.Fallbacks {
+		if len(f.Digest) > spec.MaxFactText+8 || len(f.Reason) > spec.MaxFactText+8 {
+			t.Errorf("a fallback kept at %d and %d bytes", len(f.Digest), len(f.Reason))
+		}
+	}
+}
+
+// TestRollHaltsAtFallback: the first node's launcher falls back from the
+// release: the roll halts at it, naming it and the reason, and the later
+// nodes are never sent the binary. Status says so. Resuming fails at once
+// (its launcher will not start that version again); a new roll while it
+// is halted is refused; abort ends it, after which resume and abort have
+// nothing to act on.
+func TestRollHaltsAtFallback(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	c, db := newRollMesh(t, clk)
+	op := operatorConn(t, c)
+	old := hexDigest([]byte("v1"))
+	rel := publishFake(t, db, clk, "mesh v3", runtime.GOARCH)
+	hosts := simulate(t, c, db, clk, old, map[string]string{"alpha": upgrade, "beta": fallBack, "gamma": upgrade})
+
+	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
+		t.Fatal(err)
+	}
+	r := waitRoll(t, op)
+	if r.State != spec.RollHalted || states(r) != "beta=failed gamma=pending alpha=pending" {
+		t.Fatalf("roll %s: %s", r.State, states(r))
+	}
+	want := "beta fell back from " + rel.Digest[:12] + ": exited at start: exit status 2"
+	if r.Cause != want || r.Nodes[0].Cause != want {
+		t.Errorf("cause %q (node %q), want %q", r.Cause, r.Nodes[0].Cause, want)
+	}
+	time.Sleep(3 * rollTick) // a halted roll sends nothing more
+	for _, n := range []string{"gamma", "alpha"} {
+		if got := hosts.carried(n); got != "" {
+			t.Errorf("%s was sent binary %s after the roll halted", n, got)
+		}
+	}
+
+	st := statusOf(t, c)
+	if st.Roll == nil || st.Roll.ID != r.ID || st.AllClear {
+		t.Errorf("status shows roll %+v, all clear %v", st.Roll, st.AllClear)
+	}
+	if p := strings.Join(st.Problems, "\n"); !strings.Contains(p, "roll "+strconv.FormatInt(r.ID, 10)+" of "+rel.Digest[:12]+" halted at beta: "+want) {
+		t.Errorf("problems do not name the halt:\n%s", p)
+	}
+	if fb := nodeStatus(st, "beta").Fallbacks; len(fb) != 1 || fb[0].Digest != rel.Digest {
+		t.Errorf("beta's fallbacks in status: %+v", fb)
+	}
+
+	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err == nil || !strings.Contains(err.Error(), "is halted: mesh release roll --resume or --abort it first") {
+		t.Errorf("a roll while one is halted: %v", err)
+	}
+	if _, err := roll(t, op, spec.VerbRollResume, spec.ReleaseRollResumeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	r = waitRoll(t, op)
+	if r.State != spec.RollHalted || !strings.Contains(r.Cause, "beta's launcher gave up on "+rel.Digest[:12]+" before (exited at start: exit status 2)") {
+		t.Errorf("resumed: %s %q", r.State, r.Cause)
+	}
+	if r, err := roll(t, op, spec.VerbRollAbort, spec.ReleaseRollAbortRequest{}); err != nil || r.State != spec.RollAborted || r.Ended == nil {
+		t.Fatalf("abort: %+v %v", r, err)
+	}
+	for _, verb := range []string{spec.VerbRollResume, spec.VerbRollAbort} {
+		if _, err := roll(t, op, verb, struct{}{}); err == nil || !strings.Contains(err.Error(), "no roll is halted or running") {
+			t.Errorf("%s with no roll: %v", verb, err)
+		}
+	}
+	if r := waitRoll(t, op); r.State != spec.RollAborted || states(r) != "beta=failed gamma=pending alpha=pending" {
+		t.Errorf("after abort: %s %s", r.State, states(r))
+	}
+}
+
+// TestRollDeadline: a node that does not report the digest within
+// --healthy-within halts the roll, naming what it reports; once it does,
+// resume goes on from it, sending it nothing new.
+func TestRollDeadline(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	c, db := newRollMesh(t, clk)
+	op := operatorConn(t, c)
+	old := hexDigest([]byte("v1"))
+	rel := publishFake(t, db, clk, "mesh v4", runtime.GOARCH)
+	hosts := simulate(t, c, db, clk, old, map[string]string{"alpha": upgrade, "beta": silent, "gamma": upgrade})
+
+	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"alpha", "beta"}, HealthyWithinMS: 5000}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
+		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
+	})
+	clk.Add(6 * time.Second)
+	r := waitRoll(t, op)
+	if r.State != spec.RollHalted || states(r) != "beta=failed alpha=pending" {
+		t.Fatalf("roll %s: %s", r.State, states(r))
+	}
+	if want := "beta did not report " + rel.Digest[:12] + " within 5s: it reports " + old[:12]; !strings.HasPrefix(r.Cause, want) {
+		t.Errorf("cause %q, want it to begin %q", r.Cause, want)
+	}
+	if hosts.carried("gamma") != "" {
+		t.Error("gamma, not named, was sent the binary")
+	}
+	sent, _ := db.LastDeclaration(context.Background(), "beta")
+
+	hosts.set("beta", upgrade)
+	if _, err := roll(t, op, spec.VerbRollResume, spec.ReleaseRollResumeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := waitRoll(t, op); r.State != spec.RollDone || states(r) != "beta=healthy alpha=healthy" {
+		t.Fatalf("resumed: %s %s (%s)", r.State, states(r), r.Cause)
+	}
+	if d, _ := db.LastDeclaration(context.Background(), "beta"); d.Seq != sent.Seq {
+		t.Errorf("resume sent beta declaration %d again, its %d carried the binary already", d.Seq, sent.Seq)
+	}
+}
+
+// TestRollSkipsAnotherArch: an arm64 release is never declared on amd64
+// nodes: each is skipped, saying why, and the roll is done; no declaration
+// carries it.
+func TestRollSkipsAnotherArch(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	c, db := newRollMesh(t, clk)
+	op := operatorConn(t, c)
+	other := "arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+	rel := publishFake(t, db, clk, "mesh v2 for "+other, other)
+	hosts := simulate(t, c, db, clk, hexDigest([]byte("v1")), map[string]string{"alpha": upgrade, "beta": upgrade, "gamma": upgrade})
+
+	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
+		t.Fatal(err)
+	}
+	r := waitRoll(t, op)
+	if r.State != spec.RollDone || states(r) != "beta=skipped gamma=skipped alpha=skipped" {
+		t.Fatalf("roll %s: %s", r.State, states(r))
+	}
+	for _, n := range r.Nodes {
+		if want := "arch " + other + " release, node is " + runtime.GOARCH; n.Cause != want {
+			t.Errorf("%s skipped: %q, want %q", n.Node, n.Cause, want)
+		}
+	}
+	time.Sleep(3 * rollTick)
+	for _, n := range []string{"alpha", "beta", "gamma"} {
+		if got := hosts.carried(n); got != "" {
+			t.Errorf("%s was declared the %s binary", n, other)
+		}
+	}
+}
+
+// TestRollRefusals: a digest not published, one that is not a digest, a
+// node not in the mesh, named twice, a deadline out of bounds, and resume
+// or abort with no roll: one clear error each, of the caller, and nothing
+// recorded.
+func TestRollRefusals(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	c, db := newRollMesh(t, clk)
+	op := operatorConn(t, c)
+	rel := publishFake(t, db, clk, "mesh v2", runtime.GOARCH)
+	for _, tc := range []struct {
+		verb string
+		req  any
+		want string
+	}{
+		{spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: hexDigest([]byte("never"))}, "is not published (mesh release list shows what is"},
+		{spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: "v2"}, `release digest "v2" is not a SHA-256`},
+		{spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"beta", "zeta"}}, `no node called "zeta"`},
+		{spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"beta", "beta"}}, `node "beta" is named twice`},
+		{spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest, HealthyWithinMS: 10}, "--healthy-within 10ms is not between 1s and 24h0m0s"},
+		{spec.VerbRollResume, spec.ReleaseRollResumeRequest{}, "no roll is halted or running: nothing to resume"},
+		{spec.VerbRollAbort, spec.ReleaseRollAbortRequest{}, "no roll is halted or running: nothing to abort"},
+		{spec.VerbRollShow, spec.ReleaseRollShowRequest{}, "no release was ever rolled"},
+	} {
+		_, err := roll(t, op, tc.verb, tc.req)
+		var re *spec.ReplyError
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &re) || !re.CalledWrongly() {
+			t.Errorf("%s %+v: %v, want the caller's error %q", tc.verb, tc.req, err, tc.want)
+		}
+	}
+	if _, err := db.RollByID(context.Background(), 0); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a roll was recorded: %v", err)
+	}
+}
+
+// TestRollGoesOnAfterRestart: the controller restarts while a node is
+// being rolled: the new one goes on from that node, sending it nothing
+// new, and finishes the roll. A halted roll stays halted across a restart.
+func TestRollGoesOnAfterRestart(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	c, db := newRollMesh(t, clk)
+	op := operatorConn(t, c)
+	old := hexDigest([]byte("v1"))
+	rel := publishFake(t, db, clk, "mesh v5", runtime.GOARCH)
+	hosts := simulate(t, c, db, clk, old, map[string]string{"alpha": upgrade, "beta": silent, "gamma": upgrade})
+
+	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
+		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
+	})
+	sent, _ := db.LastDeclaration(context.Background(), "beta")
+
+	c = restartController(t, c)
+	hosts.setController(c)
+	op = operatorConn(t, c)
+	if r, err := roll(t, op, spec.VerbRollShow, spec.ReleaseRollShowRequest{}); err != nil || states(r) != "beta=sending gamma=pending alpha=pending" {
+		t.Fatalf("after the restart: %s %v", states(r), err)
+	}
+	hosts.set("beta", upgrade)
+	r := waitRoll(t, op)
+	if r.State != spec.RollDone || states(r) != "beta=healthy gamma=healthy alpha=healthy" {
+		t.Fatalf("roll %s: %s (%s)", r.State, states(r), r.Cause)
+	}
+	if d, _ := db.LastDeclaration(context.Background(), "beta"); d.Seq != sent.Seq {
+		t.Errorf("the restarted controller sent beta declaration %d, its %d carried the binary already", d.Seq, sent.Seq)
+	}
+
+	// Halted, restarted: still halted, nothing sent.
+	v6 := publishFake(t, db, clk, "mesh v6", runtime.GOARCH)
+	hosts.set("beta", fallBack)
+	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: v6.Digest}); err != nil {
+		t.Fatal(err)
+	}
+	if r := waitRoll(t, op); r.State != spec.RollHalted {
+		t.Fatalf("v6 roll %s: %s", r.State, states(r))
+	}
+	c = restartController(t, c)
+	hosts.setController(c)
+	op = operatorConn(t, c)
+	time.Sleep(3 * rollTick)
+	if r := waitRoll(t, op); r.State != spec.RollHalted || states(r) != "beta=failed gamma=pending alpha=pending" || hosts.carried("gamma") != rel.Digest {
+		t.Errorf("a halted roll after a restart: %s %s; gamma carries %s", r.State, states(r), hosts.carried("gamma"))
+	}
+}
