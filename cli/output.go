@@ -238,6 +238,21 @@ func printStatus(w io.Writer, res spec.StatusResult) error {
 		if n.Intermediate != "" && n.Intermediate != res.Intermediate {
 			fmt.Fprintf(w, "  ~ %s holds intermediate %s, the mesh signs with %s: pending until pushed\n", n.Node, n.Intermediate, res.Intermediate)
 		}
+		if n.Binary != "" && n.Binary != n.HostVersion {
+			fmt.Fprintf(w, "  ~ %s is declared release %s and runs %s\n", n.Node, shortVersion(n.Binary), shortVersion(n.HostVersion))
+		}
+		for _, f := range n.Fallbacks {
+			fmt.Fprintf(w, "  ~ %s's launcher fell back from %s at %s: %s\n", n.Node, shortVersion(f.Digest), f.At.UTC().Format(time.RFC3339), f.Reason)
+		}
+	}
+	if r := res.Roll; r != nil {
+		healthy := 0
+		for _, n := range r.Nodes {
+			if n.State == spec.RollHealthy {
+				healthy++
+			}
+		}
+		fmt.Fprintf(w, "roll %d of %s: %s, %d of %d node(s) healthy (mesh release roll --show)\n", r.ID, shortVersion(r.Digest), r.State, healthy, len(r.Nodes))
 	}
 	if len(res.Versions) > 1 {
 		versions := make([]string, 0, len(res.Versions))

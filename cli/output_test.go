@@ -86,6 +86,55 @@ func TestOutputGolden(t *testing.T) {
 			}
 			return printReleases(b, []spec.Release{v1, v2})
 		},
+		"release-roll": func(b *bytes.Buffer) error {
+			v2 := "3f2a9c0d1e4b5a6978c0d1e2f3a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6"
+			t := func(d time.Duration) *time.Time { x := at.Add(d); return &x }
+			nodes := func(states ...spec.RollNode) spec.Roll {
+				return spec.Roll{ID: 3, Digest: v2, HealthyWithinMS: 60000, State: spec.RollRunning, Started: at, Nodes: states}
+			}
+			pending := func(n string) spec.RollNode { return spec.RollNode{Node: n, State: spec.RollPending} }
+			steps := []spec.Roll{
+				nodes(pending("beta"), pending("gamma"), pending("alpha")),
+				nodes(spec.RollNode{Node: "beta", State: spec.RollSending, Started: t(0)}, pending("gamma"), pending("alpha")),
+				nodes(spec.RollNode{Node: "beta", State: spec.RollHealthy, Started: t(0), Ended: t(3200 * time.Millisecond)},
+					spec.RollNode{Node: "gamma", State: spec.RollSkipped, Cause: "arch arm64 release, node is amd64", Ended: t(4 * time.Second)},
+					spec.RollNode{Node: "alpha", State: spec.RollSending, Started: t(4 * time.Second)}),
+				nodes(spec.RollNode{Node: "beta", State: spec.RollHealthy, Started: t(0), Ended: t(3200 * time.Millisecond)},
+					spec.RollNode{Node: "gamma", State: spec.RollSkipped, Cause: "arch arm64 release, node is amd64", Ended: t(4 * time.Second)},
+					spec.RollNode{Node: "alpha", State: spec.RollHealthy, Started: t(4 * time.Second), Ended: t(9 * time.Second)}),
+			}
+			steps[3].State, steps[3].Ended = spec.RollDone, t(9*time.Second)
+			printRollStart(b, steps[0], false)
+			for i := range steps {
+				prev := spec.Roll{}
+				if i > 0 {
+					prev = steps[i-1]
+				}
+				printRollChanges(b, prev, steps[i])
+			}
+			printRollEnd(b, steps[3])
+			halted := nodes(spec.RollNode{Node: "beta", State: spec.RollFailed, Started: t(0), Ended: t(2 * time.Second),
+				Cause: "beta fell back from 3f2a9c0d1e4b: exited at start: exit status 2"}, pending("gamma"), pending("alpha"))
+			halted.State, halted.Cause = spec.RollHalted, halted.Nodes[0].Cause
+			printRollChanges(b, steps[1], halted)
+			printRollEnd(b, halted)
+			if err := printRoll(b, halted); err != nil {
+				return err
+			}
+			halted.State = spec.RollAborted
+			printRollEnd(b, halted)
+			return nil
+		},
+		"status-rolling": func(b *bytes.Buffer) error {
+			r := st(true)
+			r.AllClear = false
+			r.Nodes[0].Binary = "3f2a9c0d1e4b5a6978c0d1e2f3a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6"
+			r.Nodes[0].Fallbacks = []spec.Fallback{{Digest: r.Nodes[0].Binary, Reason: "not ready within 1m0s", At: at.Add(-time.Minute)}}
+			r.Roll = &spec.Roll{ID: 3, Digest: r.Nodes[0].Binary, State: spec.RollHalted, Nodes: []spec.RollNode{{Node: "alpha", State: spec.RollFailed}}}
+			r.Problems = []string{"roll 3 of 3f2a9c0d1e4b halted at alpha: alpha fell back from 3f2a9c0d1e4b: not ready within 1m0s (mesh release roll --resume or --abort)",
+				"alpha is declared release 3f2a9c0d1e4b and its launcher gave up on it (not ready within 1m0s): it runs 1a2b3c4d5e6f"}
+			return printStatus(b, r)
+		},
 		"ca-domain-list": func(b *bytes.Buffer) error {
 			printDomainAdded(b, "example.org", spec.CADomainAddResult{Intermediate: "7d0804e7bdd7c66fe60e43e654cb364f"})
 			for _, res := range []spec.CADomainListResult{
@@ -136,7 +185,7 @@ func TestOutputGolden(t *testing.T) {
 		want[f.Name] = f.Data
 	}
 	var files []txtar.File
-	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "status-clear", "status-not-clear", "push-report", "push-dry-run", "push-refused", "assign", "ca-domain-list", "ca-certs", "release-list"}
+	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "status-clear", "status-not-clear", "status-rolling", "push-report", "push-dry-run", "push-refused", "assign", "ca-domain-list", "ca-certs", "release-list", "release-roll"}
 	if len(order) != len(cases) {
 		t.Fatalf("%d cases and %d names in their order: a case left out of the order is never checked", len(cases), len(order))
 	}

@@ -101,9 +101,250 @@ Example:
 				}
 				return printReleases(c.App.Writer, rs)
 			},
-		}},
+		}, rollCommand()},
 	}
 }
+
+func rollCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "roll",
+		Usage:     "roll a published release over the nodes, one at a time, the controller's own last",
+		ArgsUsage: "DIGEST",
+		Description: `Declares the release DIGEST (mesh release list) as the binary of each node
+named by --nodes (every node when none is), one node at a time: the node
+is sent its declaration, and the next only once the node's heartbeats
+report the digest, within --healthy-within. The controller's own node goes
+last. A node whose launcher falls back from the release, or that does not
+report it in time, halts the roll: its line names the node and the cause.
+A node whose machine is of another architecture than the release is
+skipped, saying why, and never sent it. A node that runs the digest
+already is healthy at once, and is sent nothing when it holds it.
+
+The roll runs in the controller: this command records it and follows it
+until it is done or halts (exit 0 done, 1 halted or aborted); --detach
+returns once it is recorded. A restarted controller goes on with it.
+
+   --resume   runs the halted roll again from the node it halted at
+   --abort    ends the running or halted roll: nodes not yet sent never are
+   --show     prints the latest roll
+
+Examples:
+   mesh release roll 3f2a9c0d1e4b5a6978c0d1e2f3a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6
+   mesh release roll --nodes beta,gamma --healthy-within 2m DIGEST
+   mesh release roll --resume
+   mesh release roll --show --json | jq '.nodes[] | select(.state == "failed")'`,
+		Flags: []cli.Flag{dirFlag(), jsonFlag(),
+			&cli.StringFlag{Name: "nodes", Usage: "the nodes to roll, comma-separated, in this order (the controller's own last whatever the order)"},
+			&cli.DurationFlag{Name: "healthy-within", Value: spec.DefaultHealthyWithin, Usage: "how long each node has to report the new digest"},
+			&cli.BoolFlag{Name: "resume", Usage: "resume the halted roll"},
+			&cli.BoolFlag{Name: "abort", Usage: "abort the running or halted roll"},
+			&cli.BoolFlag{Name: "show", Usage: "print the latest roll"},
+			&cli.BoolFlag{Name: "detach", Usage: "return once the roll is recorded, without following it"},
+		},
+		Action: rollAction,
+	}
+}
+
+// rollAction starts, resumes, aborts or shows a roll, and follows it.
+func rollAction(c *cli.Context) error {
+	var modes []string
+	for _, m := range []string{"resume", "abort", "show"} {
+		if c.Bool(m) {
+			modes = append(modes, "--"+m)
+		}
+	}
+	if len(modes) > 1 {
+		return usagef("%s: give one of them; nothing changed", strings.Join(modes, " and "))
+	}
+	var nodes []string
+	if s := c.String("nodes"); s != "" {
+		nodes = strings.Split(s, ",")
+		for _, n := range nodes {
+			if err := spec.CheckName("node", n); err != nil {
+				return usagef("--nodes: %v; nothing was rolled", err)
+			}
+		}
+	}
+	if len(modes) == 1 {
+		if err := wantArgs(c, 0, "no arguments with "+modes[0]); err != nil {
+			return err
+		}
+		if nodes != nil || c.IsSet("healthy-within") {
+			return usagef("%s takes neither --nodes nor --healthy-within: they are the roll's, given when it began; nothing changed", modes[0])
+		}
+	} else {
+		if err := wantArgs(c, 1, "one argument, the release's digest (mesh release list)"); err != nil {
+			return err
+		}
+		if err := spec.CheckReleaseDigest(c.Args().First()); err != nil {
+			return usagef("%v; nothing was rolled", err)
+		}
+		if w := c.Duration("healthy-within"); w < time.Second || w > spec.MaxHealthyWithin {
+			return usagef("--healthy-within %s is not between 1s and %s; nothing was rolled", w, spec.MaxHealthyWithin)
+		}
+	}
+	op, err := dialOperator(c)
+	if err != nil {
+		return err
+	}
+	defer op.Close()
+	var res spec.ReleaseRollResult
+	switch {
+	case c.Bool("show"):
+		err = op.call(spec.VerbRollShow, spec.ReleaseRollShowRequest{}, &res)
+	case c.Bool("abort"):
+		err = op.call(spec.VerbRollAbort, spec.ReleaseRollAbortRequest{}, &res)
+	case c.Bool("resume"):
+		err = op.call(spec.VerbRollResume, spec.ReleaseRollResumeRequest{}, &res)
+	default:
+		err = op.call(spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: c.Args().First(), Nodes: nodes,
+			HealthyWithinMS: c.Duration("healthy-within").Milliseconds()}, &res)
+	}
+	if err != nil {
+		return err
+	}
+	r := res.Roll
+	if c.Bool("show") || c.Bool("abort") || c.Bool("detach") {
+		if c.Bool("json") {
+			return printJSON(c.App.Writer, r)
+		}
+		if c.Bool("abort") {
+			printRollEnd(c.App.Writer, r)
+			return nil
+		}
+		return printRoll(c.App.Writer, r)
+	}
+	if !c.Bool("json") {
+		printRollStart(c.App.Writer, r, c.Bool("resume"))
+	}
+	prev := spec.Roll{}
+	if c.Bool("resume") {
+		prev = r // what was before is not news
+	}
+	for {
+		if !c.Bool("json") {
+			printRollChanges(c.App.Writer, prev, r)
+		}
+		if r.Finished() {
+			break
+		}
+		select {
+		case <-c.Context.Done():
+			return fmt.Errorf("stopped following roll %d, which goes on in the controller (mesh release roll --show): %w", r.ID, c.Context.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+		prev = r
+		var now spec.ReleaseRollResult // decoded afresh: prev keeps its nodes
+		if err := op.call(spec.VerbRollShow, spec.ReleaseRollShowRequest{ID: r.ID}, &now); err != nil {
+			return fmt.Errorf("follow roll %d (it goes on in the controller: mesh release roll --show): %w", r.ID, err)
+		}
+		r = now.Roll
+	}
+	if c.Bool("json") {
+		if err := printJSON(c.App.Writer, r); err != nil {
+			return err
+		}
+	} else {
+		printRollEnd(c.App.Writer, r)
+	}
+	if r.State != spec.RollDone {
+		return quietError{fmt.Sprintf("roll %d %s", r.ID, r.State)}
+	}
+	return nil
+}
+
+// printRollStart says what roll r will do.
+func printRollStart(w io.Writer, r spec.Roll, resumed bool) {
+	var names []string
+	for _, n := range r.Nodes {
+		names = append(names, n.Node)
+	}
+	verb := "rolling"
+	if resumed {
+		verb = "resumed rolling"
+	}
+	fmt.Fprintf(w, "roll %d: %s %s over %s, one at a time, each given %s to report it\n",
+		r.ID, verb, r.Digest, strings.Join(names, ", "), time.Duration(r.HealthyWithinMS)*time.Millisecond)
+}
+
+// printRollChanges prints each node whose state differs in r from prev,
+// in roll order: one line each, as the roll moves.
+func printRollChanges(w io.Writer, prev, r spec.Roll) {
+	was := map[string]string{}
+	for _, n := range prev.Nodes {
+		was[n.Node] = n.State
+	}
+	for _, n := range r.Nodes {
+		if was[n.Node] == n.State || n.State == spec.RollPending {
+			continue
+		}
+		fmt.Fprintf(w, "  %s\n", rollNodeLine(n))
+	}
+}
+
+// rollNodeLine is one node's line: its state, for how long, and why.
+func rollNodeLine(n spec.RollNode) string {
+	line := n.Node + ": " + n.State
+	switch n.State {
+	case spec.RollSending:
+		line += ": sent the release, waiting for its heartbeats to report it"
+	case spec.RollHealthy:
+		if n.Started != nil && n.Ended != nil {
+			line += fmt.Sprintf(": reports the release (%s after it was sent)", n.Ended.Sub(*n.Started).Round(100*time.Millisecond))
+		} else {
+			line += ": reports the release"
+		}
+	}
+	if n.Cause != "" {
+		line += ": " + n.Cause
+	}
+	return line
+}
+
+// printRollEnd says how roll r ended, or where it stands.
+func printRollEnd(w io.Writer, r spec.Roll) {
+	count := map[string]int{}
+	for _, n := range r.Nodes {
+		count[n.State]++
+	}
+	switch r.State {
+	case spec.RollDone:
+		fmt.Fprintf(w, "roll %d done: %d healthy on %s, %d skipped\n", r.ID, count[spec.RollHealthy], short(r.Digest), count[spec.RollSkipped])
+	case spec.RollHalted:
+		fmt.Fprintf(w, "roll %d halted: %s\n  %d healthy, %d not sent: mesh release roll --resume (once the cause is fixed), or --abort\n",
+			r.ID, r.Cause, count[spec.RollHealthy], count[spec.RollPending])
+	case spec.RollAborted:
+		fmt.Fprintf(w, "roll %d aborted: %d healthy, %d never sent; what was sent stays declared\n", r.ID, count[spec.RollHealthy], count[spec.RollPending])
+	default:
+		fmt.Fprintf(w, "roll %d %s\n", r.ID, r.State)
+	}
+}
+
+// printRoll prints roll r whole: what it rolls, and each node.
+func printRoll(w io.Writer, r spec.Roll) error {
+	fmt.Fprintf(w, "roll %d of %s: %s", r.ID, r.Digest, r.State)
+	if r.Cause != "" {
+		fmt.Fprintf(w, " (%s)", r.Cause)
+	}
+	fmt.Fprintf(w, "\nstarted %s, each node given %s\n", r.Started.UTC().Format(time.RFC3339), time.Duration(r.HealthyWithinMS)*time.Millisecond)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tSENT\tCAUSE")
+	for _, n := range r.Nodes {
+		sent := "-"
+		if n.Started != nil {
+			sent = n.Started.UTC().Format(time.RFC3339)
+		}
+		cause := n.Cause
+		if cause == "" {
+			cause = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.Node, n.State, sent, cause)
+	}
+	return tw.Flush()
+}
+
+// short is a digest's first twelve digits.
+func short(digest string) string { return digest[:min(12, len(digest))] }
 
 // openRelease opens the regular file at path, refusing (exit 2) one that
 // is not or is over spec.MaxRelease.

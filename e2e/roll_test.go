@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/internal/gobuild"
+	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/release"
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// TestReleaseRollDelivers: the binary the genesis node runs, published and
+// rolled, is healthy at once (the node reports its digest) and delivered
+// over the blob path to D/host/versions/<digest>/mesh, whole and 0755,
+// with want naming it; an arm64 build rolled to this amd64 node is skipped
+// saying why and never delivered. A digest not published and a resume
+// with nothing halted are one line each, exit 2. The launcher that runs
+// what want names is another part's: this needs none.
+func TestReleaseRollDelivers(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	digest := fileDigest(t, meshBin)
+	mustRun(t, "release", "publish", "--dir", m.dir, meshBin)
+
+	out := mustRun(t, "release", "roll", "--dir", m.dir, digest)
+	for _, want := range []string{"roll 1: rolling " + digest + " over alpha, one at a time, each given 1m0s to report it\n",
+		"  alpha: healthy: reports the release", "roll 1 done: 1 healthy on " + digest[:12] + ", 0 skipped\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("roll output does not say %q:\n%s", want, out)
+		}
+	}
+	versions := filepath.Join(m.dir, "host", spec.VersionsDir)
+	bin := filepath.Join(versions, digest, spec.VersionBinary)
+	poll.Until(t, 30*time.Second, "alpha to deliver its binary", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(versions, spec.WantFile))
+		return err == nil && string(b) == digest+"\n", string(b)
+	})
+	if fi, err := os.Stat(bin); err != nil || fi.Mode().Perm() != 0o755 || !bytes.Equal(readBytes(t, bin), readBytes(t, meshBin)) {
+		t.Errorf("%s: %v %v, want the running binary, 0755", bin, fi, err)
+	}
+	if status := mustRun(t, "status", "--dir", m.dir); !strings.Contains(status, "roll 1 of "+digest[:12]+": done, 1 of 1 node(s) healthy") {
+		t.Errorf("status does not show the roll:\n%s", status)
+	}
+
+	arm := builds.Binary(t, gobuild.Build{Dir: builds.Program(t, release.MainPath), GOOS: "linux", GOARCH: "arm64", LDFlags: "-s -w"})
+	armDigest := fileDigest(t, arm)
+	mustRun(t, "release", "publish", "--dir", m.dir, arm)
+	out = mustRun(t, "release", "roll", "--dir", m.dir, armDigest)
+	if !strings.Contains(out, "  alpha: skipped: arch arm64 release, node is amd64\n") || !strings.Contains(out, "roll 2 done: 0 healthy on "+armDigest[:12]+", 1 skipped") {
+		t.Errorf("arm64 roll:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(versions, armDigest)); !os.IsNotExist(err) {
+		t.Errorf("the arm64 build reached the amd64 node: %v", err)
+	}
+
+	never := strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"release", "roll", "--dir", m.dir, never}, "mesh: release " + never + " is not published (mesh release list shows what is; mesh release publish FILE adds one); nothing was rolled\n"},
+		{[]string{"release", "roll", "--dir", m.dir, "--resume"}, "mesh: no roll is halted or running: nothing to resume; nothing changed\n"},
+	} {
+		out, errOut, code := runMesh(t, tc.args...)
+		if code != 2 || out != "" || errOut != tc.says {
+			t.Errorf("mesh %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, out, errOut, tc.says)
+		}
+	}
+}
