@@ -356,7 +356,9 @@ func (c *Controller) rollWatch(ctx context.Context, r store.Roll, n store.RollNo
 	if fb, ok := fellBack(node, r.Digest); ok {
 		return c.rollFail(ctx, r, n, fmt.Sprintf("%s fell back from %s: %s", n.Node, short(r.Digest), fb.Reason))
 	}
-	if node.HostVersion == r.Digest {
+	// A version heard is one the node runs now: a silent node's last word
+	// is not.
+	if node.HostVersion == r.Digest && !Silent(node.LastHeard, now, node.Heartbeat) {
 		c.log.Info("roll: node healthy on the release", "roll", r.ID, "node", n.Node, "digest", r.Digest)
 		if err := c.deps.DB.EndRollStep(ctx, r.ID, n.Position, spec.RollHealthy, "", now); err != nil {
 			return err

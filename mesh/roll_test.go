@@ -531,3 +531,76 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 		t.Errorf("a halted roll after a restart: %s %s; gamma carries %s", r.State, states(r), hosts.carried("gamma"))
 	}
 }
+
+// sendFailing is the real store whose RecordDeclaration fails for one
+// node, the first fail times: a send the controller could not make, as if
+// it had stopped between recording the step and sending.
+type sendFailing struct {
+	*store.DB
+	node string
+	mu   sync.Mutex
+	fail int
+}
+
+func (s *sendFailing) RecordDeclaration(ctx context.Context, d store.Declaration) error {
+	s.mu.Lock()
+	failing := d.Node == s.node && s.fail > 0
+	if failing {
+		s.fail--
+	}
+	s.mu.Unlock()
+	if failing {
+		return errors.New("database is locked")
+	}
+	return s.DB.RecordDeclaration(ctx, d)
+}
+
+// TestRollSendFailureIsRetried: a node whose step was recorded but whose
+// declaration the controller failed to send is sent it again on the next
+// look, and the roll goes on; a silent node whose last heartbeat named the
+// digest is not healthy on it.
+func TestRollSendFailureIsRetried(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	failing := &sendFailing{node: "beta", fail: 2}
+	c, db := newControllerCfg(t, clk, func(db *store.DB) Store { failing.DB = db; return failing }, func(cfg *Config) { cfg.Node = "alpha" })
+	joinNode(t, c, "beta")
+	ctx := context.Background()
+	for _, n := range []string{"alpha", "beta"} {
+		if err := db.RecordFacts(ctx, spec.Facts{Node: n, Arch: runtime.GOARCH, OS: runtime.GOOS}, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	op := operatorConn(t, c)
+	rel := publishFake(t, db, clk, "mesh v7", runtime.GOARCH)
+	hosts := simulate(t, c, db, clk, hexDigest([]byte("v1")), map[string]string{"alpha": upgrade, "beta": upgrade})
+
+	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
+		t.Fatal(err)
+	}
+	if r := waitRoll(t, op); r.State != spec.RollDone || states(r) != "beta=healthy alpha=healthy" {
+		t.Fatalf("roll %s: %s (%s)", r.State, states(r), r.Cause)
+	}
+	failing.mu.Lock()
+	left := failing.fail
+	failing.mu.Unlock()
+	if left != 0 {
+		t.Errorf("the failing send was tried %d times, want 2 failures and then a send", 2-left)
+	}
+
+	hosts.set("alpha", silent)
+	time.Sleep(5 * beatBatchGap) // the heartbeats sent before are written at the clock as it is
+	clk.Add(10 * time.Second)
+	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"alpha"}, HealthyWithinMS: 5000}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * rollTick)
+	if r, _ := roll(t, op, spec.VerbRollShow, spec.ReleaseRollShowRequest{}); states(r) != "alpha=sending" {
+		t.Errorf("a silent node that last reported the digest: %s, want it waited for", states(r))
+	}
+	clk.Add(6 * time.Second)
+	r := waitRoll(t, op)
+	if want := "alpha did not report " + rel.Digest[:12] + " within 5s: it reports " + rel.Digest[:12] + ", last heard 16s ago"; r.State != spec.RollHalted || r.Cause != want {
+		t.Errorf("roll %s %q, want halted: %q", r.State, r.Cause, want)
+	}
+}
