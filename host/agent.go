@@ -340,10 +340,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// engineFacts adds the container engine to f: the containers capability
-// only while the engine answers.
+// engineFacts adds the host's capabilities to f: binaries always (it holds
+// the binary kind), containers only while the engine answers.
 func (a *Agent) engineFacts(ctx context.Context, f *spec.Facts) {
-	f.Capabilities = []string{}
+	f.Capabilities = []string{spec.CapBinaries}
 	if a.cfg.Docker == nil {
 		return
 	}

@@ -150,7 +150,7 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 	}
 	// A roll declares the binary; one that does not fit the machine is
 	// never sent (the roll skips the node and says why).
-	if in.Binary != nil && spec.BinaryFits(*in.Binary, in.Arch, in.OS) == "" {
+	if in.Binary != nil && spec.BinaryFits(*in.Binary, in.Arch, in.OS, in.Capabilities) == "" {
 		plan.Resources = append(plan.Resources, spec.NodeBinary(*in.Binary))
 	}
 	sort.Slice(plan.Resources, func(i, j int) bool { return plan.Resources[i].Name < plan.Resources[j].Name })

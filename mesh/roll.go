@@ -288,10 +288,11 @@ func (c *Controller) rollSend(ctx context.Context, r store.Roll, n store.RollNod
 		return err
 	}
 	var arch, goos string
+	var caps []string
 	if node.Facts != nil {
-		arch, goos = node.Facts.Arch, node.Facts.OS
+		arch, goos, caps = node.Facts.Arch, node.Facts.OS, node.Facts.Capabilities
 	}
-	if why := spec.BinaryFits(releaseOf(rel), arch, goos); why != "" {
+	if why := spec.BinaryFits(releaseOf(rel), arch, goos, caps); why != "" {
 		return skip(why)
 	}
 	if !node.Held.IsZero() {

@@ -50,7 +50,7 @@ func newRollMesh(t *testing.T, clk *clock) (*Controller, *store.DB) {
 	joinNode(t, c, "gamma")
 	ctx := context.Background()
 	for node, arch := range map[string]string{"alpha": runtime.GOARCH, "beta": runtime.GOARCH, "gamma": unameOf(runtime.GOARCH)} {
-		if err := db.RecordFacts(ctx, spec.Facts{Node: node, Arch: arch, OS: runtime.GOOS}, clk.Now()); err != nil {
+		if err := db.RecordFacts(ctx, spec.Facts{Node: node, Arch: arch, OS: runtime.GOOS, Capabilities: []string{spec.CapBinaries}}, clk.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -422,6 +422,10 @@ func TestRollSkipsAnotherArch(t *testing.T) {
 		other = "amd64"
 	}
 	rel := publishFake(t, db, clk, "mesh v2 for "+other, other)
+	// gamma's host predates the kind: it reports no binaries capability.
+	if err := db.RecordFacts(context.Background(), spec.Facts{Node: "gamma", Arch: other, OS: runtime.GOOS}, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
 	hosts := simulate(t, c, db, clk, hexDigest([]byte("v1")), map[string]string{"alpha": upgrade, "beta": upgrade, "gamma": upgrade})
 
 	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
@@ -432,7 +436,11 @@ func TestRollSkipsAnotherArch(t *testing.T) {
 		t.Fatalf("roll %s: %s", r.State, states(r))
 	}
 	for _, n := range r.Nodes {
-		if want := "arch " + other + " release, node is " + runtime.GOARCH; n.Cause != want {
+		want := "arch " + other + " release, node is " + runtime.GOARCH
+		if n.Node == "gamma" {
+			want = `its host does not report the "binaries" capability: its host predates the binary kind: run a newer mesh on it by hand once`
+		}
+		if n.Cause != want {
 			t.Errorf("%s skipped: %q, want %q", n.Node, n.Cause, want)
 		}
 	}
@@ -567,7 +575,7 @@ func TestRollSendFailureIsRetried(t *testing.T) {
 	joinNode(t, c, "beta")
 	ctx := context.Background()
 	for _, n := range []string{"alpha", "beta"} {
-		if err := db.RecordFacts(ctx, spec.Facts{Node: n, Arch: runtime.GOARCH, OS: runtime.GOOS}, clk.Now()); err != nil {
+		if err := db.RecordFacts(ctx, spec.Facts{Node: n, Arch: runtime.GOARCH, OS: runtime.GOOS, Capabilities: []string{spec.CapBinaries}}, clk.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -12,8 +13,17 @@ import (
 const KindBinary = "binary"
 
 func init() {
-	Register(Kind{Name: KindBinary, New: func() Spec { return &BinarySpec{} }})
+	Register(Kind{Name: KindBinary, Needs: &BinaryDelivery, New: func() Spec { return &BinarySpec{} }})
 }
+
+// CapBinaries is the capability a host reports when it holds binary
+// resources: a host older than the kind would refuse a whole declaration
+// that carries one, so it is never sent one.
+const CapBinaries = "binaries"
+
+// BinaryDelivery is what a node needs to be sent a binary.
+var BinaryDelivery = Capability{Name: CapBinaries, What: "binary delivery",
+	Hint: "its host predates the binary kind: run a newer mesh on it by hand once"}
 
 // BinaryModule is the module name a node's binary is declared under: it
 // belongs to the node (and the roll), not to any module.
@@ -97,11 +107,14 @@ func GoArch(arch string) string {
 	}
 }
 
-// BinaryFits says why release r cannot run on a machine whose facts
-// report arch and os (GoArch reads arch), or "" when it can: a machine
-// that has not reported its architecture is not known to fit.
-func BinaryFits(r Release, arch, os string) string {
+// BinaryFits says why release r cannot be delivered to a machine whose
+// facts report arch, os and capabilities (GoArch reads arch), or "" when
+// it can: a machine that has not reported its architecture is not known
+// to fit, and a host that does not report CapBinaries cannot hold it.
+func BinaryFits(r Release, arch, os string, capabilities []string) string {
 	switch a := GoArch(arch); {
+	case !slices.Contains(capabilities, CapBinaries):
+		return fmt.Sprintf("its host does not report the %q capability: %s", CapBinaries, BinaryDelivery.Hint)
 	case a == "":
 		return "the node has reported no architecture yet (its facts)"
 	case a != r.GOARCH:

@@ -281,8 +281,11 @@ func TestBinaryFits(t *testing.T) {
 		{amd, "amd64", "darwin", "os linux release, node is darwin"},
 		{amd, "", "linux", "the node has reported no architecture yet (its facts)"},
 	} {
-		if got := spec.BinaryFits(tc.r, tc.arch, tc.os); got != tc.want {
+		if got := spec.BinaryFits(tc.r, tc.arch, tc.os, []string{spec.CapBinaries}); got != tc.want {
 			t.Errorf("%s release on %s/%s: %q, want %q", tc.r.GOARCH, tc.os, tc.arch, got, tc.want)
 		}
+	}
+	if got := spec.BinaryFits(amd, "amd64", "linux", []string{spec.CapContainers}); !strings.Contains(got, `does not report the "binaries" capability`) {
+		t.Errorf("a host without the capability: %q", got)
 	}
 }
