@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -376,9 +377,37 @@ func (c *Controller) rollWatch(ctx context.Context, r store.Roll, n store.RollNo
 		if !node.LastHeard.IsZero() {
 			runs = fmt.Sprintf("it reports %s, last heard %s ago", versionOr(node.HostVersion), now.Sub(node.LastHeard).Round(time.Second))
 		}
+		why, err := c.binaryFailure(ctx, n.Node)
+		if err != nil {
+			return err
+		}
+		runs += why
 		return c.rollFail(ctx, r, n, fmt.Sprintf("%s did not report %s within %s: %s", n.Node, short(r.Digest), r.HealthyWithin, runs))
 	}
 	return nil
+}
+
+// binaryFailure is "; its host failed the binary: CAUSE" when node's last
+// report says its binary resource failed, else "".
+func (c *Controller) binaryFailure(ctx context.Context, node string) (string, error) {
+	rep, err := c.deps.DB.LastReport(ctx, node)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var r spec.Report
+	if err := json.Unmarshal(rep.Body, &r); err != nil {
+		return "", fmt.Errorf("read node %q's last report: %w", node, err)
+	}
+	name := spec.ResourceName(spec.BinaryModule, spec.KindBinary, spec.BinaryTarget)
+	for _, res := range r.Results {
+		if res.Name == name && res.Outcome == spec.Failed {
+			return "; its host failed the binary: " + clipStatus(res.Error), nil
+		}
+	}
+	return "", nil
 }
 
 // rollFail records node n failed with cause, halting the roll.

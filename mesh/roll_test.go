@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -384,6 +385,17 @@ func TestRollDeadline(t *testing.T) {
 	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
 		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
 	})
+	// beta's host reports that it could not take the binary.
+	sentTo, _ := db.LastDeclaration(context.Background(), "beta")
+	failed := spec.Report{Node: "beta", Time: clk.Now(), Seq: sentTo.Seq, Results: []spec.ResourceResult{{Name: "mesh:binary:binary", Kind: spec.KindBinary,
+		Outcome: spec.Failed, Error: "fetch blob sha256:" + rel.Digest + " for binary: no space left on device"}}}
+	if err := c.nc.Publish(spec.NodeSubject("beta", spec.KindReport), mustJSON(t, failed)); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "beta's report to be kept", func() (bool, string) {
+		r, err := db.LastReport(context.Background(), "beta")
+		return err == nil && r.Seq == sentTo.Seq, fmt.Sprint(err)
+	})
 	clk.Add(6 * time.Second)
 	r := waitRoll(t, op)
 	if r.State != spec.RollHalted || states(r) != "beta=failed alpha=pending" {
@@ -391,6 +403,9 @@ func TestRollDeadline(t *testing.T) {
 	}
 	if want := "beta did not report " + rel.Digest[:12] + " within 5s: it reports " + old[:12]; !strings.HasPrefix(r.Cause, want) {
 		t.Errorf("cause %q, want it to begin %q", r.Cause, want)
+	}
+	if want := "; its host failed the binary: fetch blob sha256:" + rel.Digest + " for binary: no space left on device"; !strings.HasSuffix(r.Cause, want) {
+		t.Errorf("cause %q, want it to end %q", r.Cause, want)
 	}
 	if hosts.carried("gamma") != "" {
 		t.Error("gamma, not named, was sent the binary")
