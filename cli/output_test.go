@@ -123,7 +123,7 @@ func TestOutputGolden(t *testing.T) {
 			}
 			halted.State = spec.RollAborted
 			printRollEnd(b, halted)
-			return nil
+			return printReverted(b, []spec.PushNode{{Node: "beta", Seq: 7, Resources: 3}, {Node: "delta", Seq: 2, Unchanged: true}})
 		},
 		"status-rolling": func(b *bytes.Buffer) error {
 			r := st(true)

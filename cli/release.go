@@ -125,7 +125,9 @@ until it is done or halts (exit 0 done, 1 halted or aborted); --detach
 returns once it is recorded. A restarted controller goes on with it.
 
    --resume   runs the halted roll again from the node it halted at
-   --abort    ends the running or halted roll: nodes not yet sent never are
+   --abort    ends the running or halted roll: nodes not yet sent never are;
+              a node sent it that did not report it healthy is declared
+              (and sent) the binary it had before the roll again
    --show     prints the latest roll
 
 Examples:
@@ -210,7 +212,7 @@ func rollAction(c *cli.Context) error {
 		}
 		if c.Bool("abort") {
 			printRollEnd(c.App.Writer, r)
-			return nil
+			return printReverted(c.App.Writer, res.Reverted)
 		}
 		return printRoll(c.App.Writer, r)
 	}
@@ -314,10 +316,31 @@ func printRollEnd(w io.Writer, r spec.Roll) {
 		fmt.Fprintf(w, "roll %d halted: %s\n  %d healthy, %d not sent: mesh release roll --resume (once the cause is fixed), or --abort\n",
 			r.ID, r.Cause, count[spec.RollHealthy], count[spec.RollPending])
 	case spec.RollAborted:
-		fmt.Fprintf(w, "roll %d aborted: %d healthy, %d never sent; what was sent stays declared\n", r.ID, count[spec.RollHealthy], count[spec.RollPending])
+		fmt.Fprintf(w, "roll %d aborted: %d healthy (they keep the release), %d never sent\n", r.ID, count[spec.RollHealthy], count[spec.RollPending])
 	default:
 		fmt.Fprintf(w, "roll %d %s\n", r.ID, r.State)
 	}
+}
+
+// printReverted says, per node an abort declared its former binary again,
+// what sending it came to; an error fails the command.
+func printReverted(w io.Writer, reverted []spec.PushNode) error {
+	failed := 0
+	for _, pn := range reverted {
+		switch {
+		case pn.Error != "":
+			failed++
+			fmt.Fprintf(w, "  %s: declared the binary it had before the roll, not sent: %s\n", pn.Node, pn.Error)
+		case pn.Unchanged:
+			fmt.Fprintf(w, "  %s: declared the binary it had before the roll: holds it already (declaration %d)\n", pn.Node, pn.Seq)
+		default:
+			fmt.Fprintf(w, "  %s: declared the binary it had before the roll: sent declaration %d\n", pn.Node, pn.Seq)
+		}
+	}
+	if failed > 0 {
+		return quietError{fmt.Sprintf("%d node(s) not sent", failed)}
+	}
+	return nil
 }
 
 // printRoll prints roll r whole: what it rolls, and each node.

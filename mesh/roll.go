@@ -158,15 +158,46 @@ func (c *Controller) resumeRoll(ctx context.Context, _ spec.ReleaseRollResumeReq
 // abortRoll ends the running or halted roll: the nodes not yet sent are
 // never sent. What the nodes sent already hold stays declared.
 func (c *Controller) abortRoll(ctx context.Context, _ spec.ReleaseRollAbortRequest) (spec.ReleaseRollResult, error) {
-	r, err := c.deps.DB.AbortRoll(ctx, c.cfg.Now())
+	r, reverted, err := c.deps.DB.AbortRoll(ctx, c.cfg.Now())
 	if errors.Is(err, store.ErrNotFound) {
 		return spec.ReleaseRollResult{}, callerError(c.noRollTo(ctx, "abort"))
 	}
 	if err != nil {
 		return spec.ReleaseRollResult{}, err
 	}
-	c.log.Info("roll aborted", "roll", r.ID, "digest", r.Digest)
-	return spec.ReleaseRollResult{Roll: rollOf(r)}, nil
+	c.log.Info("roll aborted", "roll", r.ID, "digest", r.Digest, "reverted", len(reverted))
+	return spec.ReleaseRollResult{Roll: rollOf(r), Reverted: c.sendEach(ctx, reverted)}, nil
+}
+
+// sendEach composes the mesh once and sends each of nodes its declaration
+// (nothing to one that holds it), saying per node what it came to: an
+// abort's nodes, whose binary is what it was before the roll.
+func (c *Controller) sendEach(ctx context.Context, nodes []string) []spec.PushNode {
+	if len(nodes) == 0 {
+		return nil
+	}
+	out := make([]spec.PushNode, len(nodes))
+	g, gerr := c.gather(ctx)
+	for i, node := range nodes {
+		pn := spec.PushNode{Node: node}
+		switch {
+		case gerr != nil:
+			pn.Error = fmt.Sprintf("compose the mesh: %v; nothing was sent (mesh push %s)", gerr, node)
+		case g.own[node] != nil:
+			pn.Error = g.own[node].Error() + "; nothing was sent to it"
+		default:
+			n, err := c.deps.DB.Node(ctx, node)
+			if err == nil {
+				pn.Resources = len(g.plans[node].Resources)
+				pn.Seq, pn.Unchanged, err = c.send(ctx, node, g.plans[node].Resources, g.roster, chainFor(n, g.chain), false)
+			}
+			if err != nil {
+				pn.Error = fmt.Sprintf("%v (mesh push %s sends it)", err, node)
+			}
+		}
+		out[i] = pn
+	}
+	return out
 }
 
 // noRollTo says there is no roll to resume (or abort), and what there is.

@@ -354,8 +354,19 @@ func TestRollHaltsAtFallback(t *testing.T) {
 	if r.State != spec.RollHalted || !strings.Contains(r.Cause, "beta's launcher gave up on "+rel.Digest[:12]+" before (exited at start: exit status 2)") {
 		t.Errorf("resumed: %s %q", r.State, r.Cause)
 	}
-	if r, err := roll(t, op, spec.VerbRollAbort, spec.ReleaseRollAbortRequest{}); err != nil || r.State != spec.RollAborted || r.Ended == nil {
-		t.Fatalf("abort: %+v %v", r, err)
+	var aborted spec.ReleaseRollResult
+	if err := callAPI(t, op, spec.VerbRollAbort, spec.ReleaseRollAbortRequest{}, &aborted); err != nil || aborted.Roll.State != spec.RollAborted || aborted.Roll.Ended == nil {
+		t.Fatalf("abort: %+v %v", aborted, err)
+	}
+	// beta carried no binary before the roll: it carries none again.
+	if rv := aborted.Reverted; len(rv) != 1 || rv[0].Node != "beta" || rv[0].Error != "" || rv[0].Seq == 0 || rv[0].Unchanged {
+		t.Errorf("reverted %+v, want beta sent a declaration", rv)
+	}
+	poll.Until(t, 10*time.Second, "beta's declaration to carry no binary", func() (bool, string) {
+		return hosts.carried("beta") == "", hosts.carried("beta")
+	})
+	if p := strings.Join(statusOf(t, c).Problems, "\n"); strings.Contains(p, "gave up on") || strings.Contains(p, "pending") {
+		t.Errorf("after the abort, status still says:\n%s", p)
 	}
 	for _, verb := range []string{spec.VerbRollResume, spec.VerbRollAbort} {
 		if _, err := roll(t, op, verb, struct{}{}); err == nil || !strings.Contains(err.Error(), "no roll is halted or running") {
@@ -553,6 +564,14 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 	if r := waitRoll(t, op); r.State != spec.RollHalted || states(r) != "beta=failed gamma=pending alpha=pending" || hosts.carried("gamma") != rel.Digest {
 		t.Errorf("a halted roll after a restart: %s %s; gamma carries %s", r.State, states(r), hosts.carried("gamma"))
 	}
+	// Aborted, beta carries v5 again, as before the v6 roll.
+	var aborted spec.ReleaseRollResult
+	if err := callAPI(t, op, spec.VerbRollAbort, spec.ReleaseRollAbortRequest{}, &aborted); err != nil || len(aborted.Reverted) != 1 {
+		t.Fatalf("abort: %+v %v", aborted, err)
+	}
+	poll.Until(t, 10*time.Second, "beta's declaration to carry v5 again", func() (bool, string) {
+		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
+	})
 }
 
 // sendFailing is the real store whose RecordDeclaration fails for one

@@ -71,9 +71,13 @@ type (
 	ReleaseRollShowRequest struct {
 		ID int64 `json:"id,omitempty"`
 	}
-	// ReleaseRollResult is the roll as it stands.
+	// ReleaseRollResult is the roll as it stands. Reverted, of an abort,
+	// are the nodes sent the release that did not report it healthy: each
+	// is declared again the binary it had before the roll (or none), and
+	// sent that.
 	ReleaseRollResult struct {
-		Roll Roll `json:"roll"`
+		Roll     Roll       `json:"roll"`
+		Reverted []PushNode `json:"reverted,omitempty"`
 	}
 )
 

@@ -126,8 +126,11 @@ func (db *DB) BeginRollStep(ctx context.Context, roll int64, position int, at ti
 		if state != spec.RollRunning {
 			return fmt.Errorf("the roll is %s: %w", state, ErrRollActive)
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE roll_nodes SET state = ?, cause = '', started_at = ?, ended_at = NULL WHERE roll = ? AND position = ?`,
-			spec.RollSending, formatTime(at), roll, position); err != nil {
+		// What it carried before, kept once: a step sent again (resumed)
+		// finds its own release there.
+		if _, err := tx.ExecContext(ctx, `UPDATE roll_nodes SET state = ?, cause = '', started_at = ?, ended_at = NULL,
+			previous = CASE WHEN kept = 1 THEN previous ELSE (SELECT digest FROM node_binaries WHERE node = ?) END, kept = 1
+			WHERE roll = ? AND position = ?`, spec.RollSending, formatTime(at), node, roll, position); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO node_binaries (node, digest) VALUES (?, ?) ON CONFLICT (node) DO UPDATE SET digest = excluded.digest`, node, digest)
@@ -193,12 +196,49 @@ func (db *DB) ResumeRoll(ctx context.Context) (Roll, error) {
 }
 
 // AbortRoll ends the running or halted roll at at: its nodes not yet sent
-// stay pending, and are never sent.
-func (db *DB) AbortRoll(ctx context.Context, at time.Time) (Roll, error) {
-	return db.changeActive(ctx, "abort", func(tx *sql.Tx, r Roll) error {
-		_, err := tx.ExecContext(ctx, `UPDATE rolls SET state = ?, ended_at = ? WHERE id = ?`, spec.RollAborted, formatTime(at), r.ID)
+// stay pending, and are never sent; a node sent the release that did not
+// report it healthy (failed, or sending) carries again what it carried
+// before the roll, in the same write. Reverted names those nodes.
+func (db *DB) AbortRoll(ctx context.Context, at time.Time) (r Roll, reverted []string, err error) {
+	r, err = db.changeActive(ctx, "abort", func(tx *sql.Tx, r Roll) error {
+		rows, err := tx.QueryContext(ctx, `SELECT node, previous FROM roll_nodes WHERE roll = ? AND kept = 1 AND state IN (?, ?) ORDER BY position`,
+			r.ID, spec.RollFailed, spec.RollSending)
+		if err != nil {
+			return err
+		}
+		type back struct {
+			node     string
+			previous sql.NullString
+		}
+		var backs []back
+		for rows.Next() {
+			var b back
+			if err := rows.Scan(&b.node, &b.previous); err != nil {
+				rows.Close()
+				return err
+			}
+			backs = append(backs, b)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, b := range backs {
+			if b.previous.Valid {
+				_, err = tx.ExecContext(ctx, `INSERT INTO node_binaries (node, digest) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM nodes WHERE name = ?)
+					ON CONFLICT (node) DO UPDATE SET digest = excluded.digest`, b.node, b.previous.String, b.node)
+			} else {
+				_, err = tx.ExecContext(ctx, `DELETE FROM node_binaries WHERE node = ?`, b.node)
+			}
+			if err != nil {
+				return err
+			}
+			reverted = append(reverted, b.node)
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE rolls SET state = ?, ended_at = ? WHERE id = ?`, spec.RollAborted, formatTime(at), r.ID)
 		return err
 	})
+	return r, reverted, err
 }
 
 // changeActive changes the active roll by change, and returns it as it is

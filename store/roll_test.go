@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,12 +74,20 @@ func TestRolls(t *testing.T) {
 	if _, err := db.ResumeRoll(ctx); !errors.Is(err, store.ErrRollActive) {
 		t.Errorf("resuming a running roll: %v", err)
 	}
-	got, err = db.AbortRoll(ctx, at.Add(time.Minute))
-	if err != nil || got.State != spec.RollAborted || !got.Ended.Equal(at.Add(time.Minute)) {
-		t.Fatalf("aborted: %+v %v", got, err)
+	// beta sent again, failed again: abort declares it what it carried
+	// before the roll (nothing), alpha never sent is untouched.
+	if err := db.BeginRollStep(ctx, r.ID, 0, at.Add(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got, reverted, err := db.AbortRoll(ctx, at.Add(time.Minute))
+	if err != nil || got.State != spec.RollAborted || !got.Ended.Equal(at.Add(time.Minute)) || strings.Join(reverted, ",") != "beta" {
+		t.Fatalf("aborted: %+v %v %v", got, reverted, err)
+	}
+	if _, err := db.NodeBinary(ctx, "beta"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("beta's binary after the abort: %v, want none, as before the roll", err)
 	}
 	for name, err := range map[string]error{"resume": func() error { _, err := db.ResumeRoll(ctx); return err }(),
-		"abort": func() error { _, err := db.AbortRoll(ctx, at); return err }()} {
+		"abort": func() error { _, _, err := db.AbortRoll(ctx, at); return err }()} {
 		if !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s with no active roll: %v", name, err)
 		}

@@ -20,6 +20,10 @@ CREATE TABLE roll_nodes (
 	cause      TEXT NOT NULL DEFAULT '',
 	started_at TEXT,
 	ended_at   TEXT,
+	-- The release the node's declarations carried before its first step
+	-- (NULL: none), once kept is 1: an abort declares it again.
+	previous   TEXT,
+	kept       INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (roll, position)
 );
 
