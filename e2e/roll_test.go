@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,43 +15,57 @@ import (
 	"github.com/mesh-fleet/mesh/spec"
 )
 
-// TestReleaseRollDelivers: the binary the genesis node runs, published and
-// rolled, is healthy at once (the node reports its digest) and delivered
-// over the blob path to D/host/versions/<digest>/mesh, whole and 0755,
-// with want naming it; an arm64 build rolled to this amd64 node is skipped
+// TestReleaseRollDelivers: the binary three hosts run (genesis's alpha,
+// beta and gamma joined), published and rolled, goes to beta, gamma and
+// then alpha, the controller's own, each healthy at once (it reports the
+// digest) and delivered over the blob path to D/host/versions/<digest>/mesh,
+// whole and 0755, with want naming it; an arm64 build rolled to this amd64 node is skipped
 // saying why and never delivered. A digest not published and a resume
 // with nothing halted are one line each, exit 2. The launcher that runs
 // what want names is another part's: this needs none.
 func TestReleaseRollDelivers(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
+	betaDir, _ := m.join(t, "beta")
+	gammaDir, _ := m.join(t, "gamma")
+	poll.Until(t, 30*time.Second, "every host to report the binaries capability", func() (bool, string) {
+		for _, n := range nodeList(t, m.dir) {
+			if n.Facts == nil || !slices.Contains(n.Facts.Capabilities, spec.CapBinaries) {
+				return false, n.Name
+			}
+		}
+		return true, ""
+	})
 	digest := fileDigest(t, meshBin)
 	mustRun(t, "release", "publish", "--dir", m.dir, meshBin)
 
 	out := mustRun(t, "release", "roll", "--dir", m.dir, digest)
-	for _, want := range []string{"roll 1: rolling " + digest + " over alpha, one at a time, each given 1m0s to report it\n",
-		"  alpha: healthy: reports the release", "roll 1 done: 1 healthy on " + digest[:12] + ", 0 skipped\n"} {
+	for _, want := range []string{"roll 1: rolling " + digest + " over beta, gamma, alpha, one at a time, each given 1m0s to report it\n",
+		"  alpha: healthy: reports the release", "roll 1 done: 3 healthy on " + digest[:12] + ", 0 skipped\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("roll output does not say %q:\n%s", want, out)
 		}
 	}
-	versions := filepath.Join(m.dir, "host", spec.VersionsDir)
-	bin := filepath.Join(versions, digest, spec.VersionBinary)
-	poll.Until(t, 30*time.Second, "alpha to deliver its binary", func() (bool, string) {
-		b, err := os.ReadFile(filepath.Join(versions, spec.WantFile))
-		return err == nil && string(b) == digest+"\n", string(b)
-	})
-	if fi, err := os.Stat(bin); err != nil || fi.Mode().Perm() != 0o755 || !bytes.Equal(readBytes(t, bin), readBytes(t, meshBin)) {
-		t.Errorf("%s: %v %v, want the running binary, 0755", bin, fi, err)
+	for node, dir := range map[string]string{"alpha": m.dir, "beta": betaDir, "gamma": gammaDir} {
+		versions := filepath.Join(dir, "host", spec.VersionsDir)
+		bin := filepath.Join(versions, digest, spec.VersionBinary)
+		poll.Until(t, 30*time.Second, node+" to deliver its binary", func() (bool, string) {
+			b, err := os.ReadFile(filepath.Join(versions, spec.WantFile))
+			return err == nil && string(b) == digest+"\n", string(b)
+		})
+		if fi, err := os.Stat(bin); err != nil || fi.Mode().Perm() != 0o755 || !bytes.Equal(readBytes(t, bin), readBytes(t, meshBin)) {
+			t.Errorf("%s: %v %v, want the running binary, 0755", bin, fi, err)
+		}
 	}
-	if status := mustRun(t, "status", "--dir", m.dir); !strings.Contains(status, "roll 1 of "+digest[:12]+": done, 1 of 1 node(s) healthy") {
+	if status := mustRun(t, "status", "--dir", m.dir); !strings.Contains(status, "roll 1 of "+digest[:12]+": done, 3 of 3 node(s) healthy") {
 		t.Errorf("status does not show the roll:\n%s", status)
 	}
+	versions := filepath.Join(m.dir, "host", spec.VersionsDir)
 
 	arm := builds.Binary(t, gobuild.Build{Dir: builds.Program(t, release.MainPath), GOOS: "linux", GOARCH: "arm64", LDFlags: "-s -w"})
 	armDigest := fileDigest(t, arm)
 	mustRun(t, "release", "publish", "--dir", m.dir, arm)
-	out = mustRun(t, "release", "roll", "--dir", m.dir, armDigest)
+	out = mustRun(t, "release", "roll", "--dir", m.dir, "--nodes", "alpha", armDigest)
 	if !strings.Contains(out, "  alpha: skipped: arch arm64 release, node is amd64\n") || !strings.Contains(out, "roll 2 done: 0 healthy on "+armDigest[:12]+", 1 skipped") {
 		t.Errorf("arm64 roll:\n%s", out)
 	}
