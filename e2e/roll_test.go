@@ -73,6 +73,33 @@ func TestReleaseRollDelivers(t *testing.T) {
 		t.Errorf("the arm64 build reached the amd64 node: %v", err)
 	}
 
+	// v2, which beta does not run: the roll halts at the deadline (exit 1,
+	// the cause named); beta holds v2 delivered all the same. Abort
+	// declares beta's v1 again: want names v1, and v2's binary stays.
+	v2 := meshRelease(t, "roll-v2")
+	d2 := fileDigest(t, v2)
+	mustRun(t, "release", "publish", "--dir", m.dir, v2)
+	out, errOut, code := runMesh(t, "release", "roll", "--dir", m.dir, "--nodes", "beta", "--healthy-within", "1s", d2)
+	if want := "roll 3 halted: beta did not report " + d2[:12] + " within 1s: it reports " + digest[:12]; code != 1 || !strings.Contains(out, want) || errOut != "" {
+		t.Errorf("a roll beta misses: exit %d, stdout %q, stderr %q; want exit 1 and %q", code, out, errOut, want)
+	}
+	betaVersions := filepath.Join(betaDir, "host", spec.VersionsDir)
+	poll.Until(t, 60*time.Second, "beta to hold v2", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(betaVersions, spec.WantFile))
+		return err == nil && string(b) == d2+"\n", string(b)
+	})
+	out = mustRun(t, "release", "roll", "--dir", m.dir, "--abort")
+	if !strings.Contains(out, "roll 3 aborted: 0 healthy (they keep the release), 0 never sent\n  beta: declared the binary it had before the roll: sent declaration") {
+		t.Errorf("abort:\n%s", out)
+	}
+	poll.Until(t, 30*time.Second, "beta to want v1 again", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(betaVersions, spec.WantFile))
+		return err == nil && string(b) == digest+"\n", string(b)
+	})
+	if !bytes.Equal(readBytes(t, filepath.Join(betaVersions, d2, spec.VersionBinary)), readBytes(t, v2)) {
+		t.Error("v2's binary on beta is not whole after the abort")
+	}
+
 	never := strings.Repeat("ab", 32)
 	for _, tc := range []struct {
 		args []string
