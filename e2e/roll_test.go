@@ -19,9 +19,12 @@ import (
 // beta and gamma joined), published and rolled, goes to beta, gamma and
 // then alpha, the controller's own, each healthy at once (it reports the
 // digest) and delivered over the blob path to D/host/versions/<digest>/mesh,
-// whole and 0755, with want naming it; an arm64 build rolled to this amd64 node is skipped
-// saying why and never delivered. A digest not published and a resume
-// with nothing halted are one line each, exit 2. The launcher that runs
+// whole and 0755, with want naming it. An arm64 build rolled to this amd64
+// node is skipped saying why and never delivered. A build beta does not
+// come to run halts the roll at the deadline (exit 1, the cause named),
+// and an abort has beta want its former version again, keeping the new
+// binary. A digest not published and a resume with nothing halted are one
+// line each, exit 2. The launcher that runs
 // what want names is another part's: this needs none.
 func TestReleaseRollDelivers(t *testing.T) {
 	t.Parallel()
