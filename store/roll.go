@@ -81,12 +81,9 @@ func (db *DB) StartRoll(ctx context.Context, r Roll) (Roll, error) {
 // ActiveRoll is the roll running or halted, or an error wrapping
 // ErrNotFound.
 func (db *DB) ActiveRoll(ctx context.Context) (Roll, error) {
-	var r Roll
-	err := db.tx(ctx, func(tx *sql.Tx) error {
-		var err error
-		r, err = activeRoll(ctx, tx)
-		return err
-	})
+	// Read outside a transaction: the roll loop reads it four times a
+	// second, and a transaction here takes the store's write lock.
+	r, err := activeRoll(ctx, db.sql)
 	if err != nil {
 		return Roll{}, fmt.Errorf("read the active roll: %w", err)
 	}
@@ -96,17 +93,12 @@ func (db *DB) ActiveRoll(ctx context.Context) (Roll, error) {
 // RollByID is the roll numbered id (0: the latest), or an error wrapping
 // ErrNotFound.
 func (db *DB) RollByID(ctx context.Context, id int64) (Roll, error) {
-	var r Roll
-	err := db.tx(ctx, func(tx *sql.Tx) error {
-		q := `SELECT ` + rollColumns + ` FROM rolls WHERE id = ?`
-		args := []any{id}
-		if id == 0 {
-			q, args = `SELECT `+rollColumns+` FROM rolls ORDER BY id DESC LIMIT 1`, nil
-		}
-		var err error
-		r, err = readRoll(ctx, tx, tx.QueryRowContext(ctx, q, args...))
-		return err
-	})
+	q := `SELECT ` + rollColumns + ` FROM rolls WHERE id = ?`
+	args := []any{id}
+	if id == 0 {
+		q, args = `SELECT `+rollColumns+` FROM rolls ORDER BY id DESC LIMIT 1`, nil
+	}
+	r, err := readRoll(ctx, db.sql, db.sql.QueryRowContext(ctx, q, args...))
 	if err != nil {
 		return Roll{}, fmt.Errorf("read roll %d: %w", id, err)
 	}
@@ -303,14 +295,22 @@ func prefixed(p, columns string) string {
 
 const rollColumns = `id, digest, healthy_within_ms, state, cause, started_at, ended_at`
 
+// querier is what reads: the store, or a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 // activeRoll is the roll running or halted, or ErrNotFound.
-func activeRoll(ctx context.Context, tx *sql.Tx) (Roll, error) {
+func activeRoll(ctx context.Context, tx querier) (Roll, error) {
 	return readRoll(ctx, tx, tx.QueryRowContext(ctx, `SELECT `+rollColumns+` FROM rolls WHERE state IN (?, ?) ORDER BY id DESC LIMIT 1`,
 		spec.RollRunning, spec.RollHalted))
 }
 
-// readRoll scans a roll from row and reads its nodes.
-func readRoll(ctx context.Context, tx *sql.Tx, row *sql.Row) (Roll, error) {
+// readRoll scans a roll from row and reads its nodes (a read outside a
+// transaction may find a node's step a moment newer than the roll's row:
+// the next read sees both).
+func readRoll(ctx context.Context, tx querier, row *sql.Row) (Roll, error) {
 	var r Roll
 	var ms int64
 	var started string
