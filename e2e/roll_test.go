@@ -49,10 +49,12 @@ func TestReleaseRollDelivers(t *testing.T) {
 			t.Errorf("roll output does not say %q:\n%s", want, out)
 		}
 	}
+	// Three hosts fetch some 45 MiB each at once over one loopback bus: on
+	// a loaded machine that takes tens of seconds.
 	for node, dir := range map[string]string{"alpha": m.dir, "beta": betaDir, "gamma": gammaDir} {
 		versions := filepath.Join(dir, "host", spec.VersionsDir)
 		bin := filepath.Join(versions, digest, spec.VersionBinary)
-		poll.Until(t, 30*time.Second, node+" to deliver its binary", func() (bool, string) {
+		poll.Until(t, 2*time.Minute, node+" to deliver its binary", func() (bool, string) {
 			b, err := os.ReadFile(filepath.Join(versions, spec.WantFile))
 			return err == nil && string(b) == digest+"\n", string(b)
 		})
@@ -87,7 +89,7 @@ func TestReleaseRollDelivers(t *testing.T) {
 		t.Errorf("a roll beta misses: exit %d, stdout %q, stderr %q; want exit 1 and %q", code, out, errOut, want)
 	}
 	betaVersions := filepath.Join(betaDir, "host", spec.VersionsDir)
-	poll.Until(t, 60*time.Second, "beta to hold v2", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "beta to hold v2", func() (bool, string) {
 		b, err := os.ReadFile(filepath.Join(betaVersions, spec.WantFile))
 		return err == nil && string(b) == d2+"\n", string(b)
 	})
