@@ -3,6 +3,7 @@ package cli
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -189,7 +190,6 @@ func rollAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	defer op.Close()
 	var res spec.ReleaseRollResult
 	switch {
 	case c.Bool("show"):
@@ -203,10 +203,15 @@ func rollAction(c *cli.Context) error {
 			HealthyWithinMS: c.Duration("healthy-within").Milliseconds()}, &res)
 	}
 	if err != nil {
+		op.Close()
 		return err
 	}
 	r := res.Roll
 	if c.Bool("show") || c.Bool("abort") || c.Bool("detach") {
+		defer op.Close()
+		if c.Bool("json") && c.Bool("abort") {
+			return printJSON(c.App.Writer, res)
+		}
 		if c.Bool("json") {
 			return printJSON(c.App.Writer, r)
 		}
@@ -223,6 +228,8 @@ func rollAction(c *cli.Context) error {
 	if c.Bool("resume") {
 		prev = r // what was before is not news
 	}
+	f := &follower{c: c, op: op, grace: followGrace(r)}
+	defer func() { f.op.Close() }()
 	for {
 		if !c.Bool("json") {
 			printRollChanges(c.App.Writer, prev, r)
@@ -235,12 +242,11 @@ func rollAction(c *cli.Context) error {
 			return fmt.Errorf("stopped following roll %d, which goes on in the controller (mesh release roll --show): %w", r.ID, c.Context.Err())
 		case <-time.After(250 * time.Millisecond):
 		}
-		prev = r
-		var now spec.ReleaseRollResult // decoded afresh: prev keeps its nodes
-		if err := op.call(spec.VerbRollShow, spec.ReleaseRollShowRequest{ID: r.ID}, &now); err != nil {
+		now, err := f.show(r.ID)
+		if err != nil {
 			return fmt.Errorf("follow roll %d (it goes on in the controller: mesh release roll --show): %w", r.ID, err)
 		}
-		r = now.Roll
+		prev, r = r, now
 	}
 	if c.Bool("json") {
 		if err := printJSON(c.App.Writer, r); err != nil {
@@ -253,6 +259,55 @@ func rollAction(c *cli.Context) error {
 		return quietError{fmt.Sprintf("roll %d %s", r.ID, r.State)}
 	}
 	return nil
+}
+
+// follower asks for a roll as it moves. A controller that stops answering
+// (its own node is rolled last, and its process restarts on the release)
+// is dialled again until it answers, for up to grace.
+type follower struct {
+	c      *cli.Context
+	op     *Operator
+	grace  time.Duration
+	since  time.Time // when the controller stopped answering; zero while it answers
+	waited bool      // said so once
+}
+
+// followGrace is how long a follower waits for a controller that does not
+// answer: the roll's deadline for one node, and a minute for the start.
+func followGrace(r spec.Roll) time.Duration {
+	return time.Duration(r.HealthyWithinMS)*time.Millisecond + time.Minute
+}
+
+// show is roll id as the controller has it now.
+func (f *follower) show(id int64) (spec.Roll, error) {
+	for {
+		var res spec.ReleaseRollResult // decoded afresh: the caller keeps the last
+		err := f.op.call(spec.VerbRollShow, spec.ReleaseRollShowRequest{ID: id}, &res)
+		var re *spec.ReplyError
+		if err == nil || errors.As(err, &re) {
+			f.since = time.Time{}
+			return res.Roll, err
+		}
+		if f.since.IsZero() {
+			f.since = time.Now()
+		}
+		if time.Since(f.since) > f.grace {
+			return spec.Roll{}, fmt.Errorf("the controller has not answered for %s: %w", f.grace, err)
+		}
+		if !f.waited {
+			f.waited = true
+			fmt.Fprintf(f.c.App.ErrWriter, "mesh: the controller does not answer (%v): it may be starting the release; still following\n", err)
+		}
+		select {
+		case <-f.c.Context.Done():
+			return spec.Roll{}, f.c.Context.Err()
+		case <-time.After(time.Second):
+		}
+		if op, err := dialOperator(f.c); err == nil {
+			f.op.Close()
+			f.op = op
+		}
+	}
 }
 
 // printRollStart says what roll r will do.

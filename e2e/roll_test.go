@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"bytes"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -117,5 +119,60 @@ func TestReleaseRollDelivers(t *testing.T) {
 		if code != 2 || out != "" || errOut != tc.says {
 			t.Errorf("mesh %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, out, errOut, tc.says)
 		}
+	}
+}
+
+// TestReleaseRollFollowsThroughARestart: mesh release roll follows its roll
+// through a controller that stops and starts again meanwhile (as it does
+// when its own node is rolled): it says once that the controller does not
+// answer, dials it again, and reports the roll's end; the restarted
+// controller carried the roll on (here to its deadline: beta is down).
+func TestReleaseRollFollowsThroughARestart(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	_, beta := m.join(t, "beta")
+	poll.Until(t, 30*time.Second, "beta to report the binaries capability", func() (bool, string) {
+		for _, n := range nodeList(t, m.dir) {
+			if n.Name == "beta" && n.Facts != nil && slices.Contains(n.Facts.Capabilities, spec.CapBinaries) {
+				return true, ""
+			}
+		}
+		return false, "not yet"
+	})
+	beta.stop(t)
+	v2 := meshRelease(t, "roll-v2")
+	d2 := fileDigest(t, v2)
+	mustRun(t, "release", "publish", "--dir", m.dir, v2)
+
+	cmd := exec.Command(meshBin, "release", "roll", "--dir", m.dir, "--nodes", "beta", "--healthy-within", "15s", d2)
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	poll.Until(t, 20*time.Second, "the roll to send beta the release", func() (bool, string) {
+		return strings.Contains(stdout.String(), "beta: sending"), stdout.String()
+	})
+	m.d.stop(t)
+	d := start(t, "controller", "--dir", m.dir)
+	waitReady(t, d, m.dir)
+
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Errorf("mesh release roll: %v, want exit 1 (halted)", err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatalf("mesh release roll still follows after 90 s:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	if want := "roll 1 halted: beta did not report " + d2[:12] + " within 15s: it reports " + fileDigest(t, meshBin)[:12]; !strings.Contains(stdout.String(), want) {
+		t.Errorf("stdout does not say %q:\n%s", want, stdout.String())
+	}
+	if e := stderr.String(); strings.Count(e, "the controller does not answer") != 1 || strings.Count(e, "\n") != 1 {
+		t.Errorf("stderr %q, want one line saying the controller does not answer", e)
 	}
 }
