@@ -26,6 +26,9 @@ const rollTick = 250 * time.Millisecond
 // roller is the roll loop's state that is not in the store.
 type roller struct {
 	kick chan struct{}
+	// step is held by each step of the loop and by an abort or resume:
+	// an abort never lands between a step's record and its send.
+	step sync.Mutex
 	mu   sync.Mutex
 	// sent are the steps (roll, position) whose declaration this process
 	// sent: a step found sending after a restart is sent again (unchanged,
@@ -143,6 +146,8 @@ func rollOrder(nodes []store.Node, named []string, own string) ([]string, error)
 
 // resumeRoll runs the halted roll again from its failed node.
 func (c *Controller) resumeRoll(ctx context.Context, _ spec.ReleaseRollResumeRequest) (spec.ReleaseRollResult, error) {
+	c.roller.step.Lock()
+	defer c.roller.step.Unlock()
 	r, err := c.deps.DB.ResumeRoll(ctx)
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRollActive) {
 		return spec.ReleaseRollResult{}, callerError(c.noRollTo(ctx, "resume"))
@@ -158,6 +163,8 @@ func (c *Controller) resumeRoll(ctx context.Context, _ spec.ReleaseRollResumeReq
 // abortRoll ends the running or halted roll: the nodes not yet sent are
 // never sent. What the nodes sent already hold stays declared.
 func (c *Controller) abortRoll(ctx context.Context, _ spec.ReleaseRollAbortRequest) (spec.ReleaseRollResult, error) {
+	c.roller.step.Lock()
+	defer c.roller.step.Unlock()
 	r, reverted, err := c.deps.DB.AbortRoll(ctx, c.cfg.Now())
 	if errors.Is(err, store.ErrNotFound) {
 		return spec.ReleaseRollResult{}, callerError(c.noRollTo(ctx, "abort"))
@@ -265,6 +272,8 @@ func (c *Controller) rollLoop(ctx context.Context) {
 // left is done.
 func (c *Controller) rollStep(ctx context.Context) {
 	defer c.catch("roll", nil)
+	c.roller.step.Lock()
+	defer c.roller.step.Unlock()
 	r, err := c.deps.DB.ActiveRoll(ctx)
 	if errors.Is(err, store.ErrNotFound) || err == nil && r.State != spec.RollRunning {
 		return
