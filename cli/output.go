@@ -328,8 +328,13 @@ func printAssigned(w io.Writer, done string, res spec.AssignResult) {
 	switch {
 	case res.Unknown != "":
 		fmt.Fprintf(w, "%s; which nodes it changes is not known (%s): mesh push sends every node its declaration\n", done, res.Unknown)
+	case len(res.Changed) == 0 && res.Roster:
+		fmt.Fprintf(w, "%s; it changes the names every node serves: mesh push sends them to all %d nodes, in one roster message\n", done, res.Nodes)
 	case len(res.Changed) == 0:
 		fmt.Fprintf(w, "%s; it changes no node's declaration: there is nothing to push\n", done)
+	case res.Roster && len(res.Changed) < res.Nodes:
+		fmt.Fprintf(w, "%s; it changes the names every node serves and the declaration of %s: mesh push %s sends both (the names to all %d nodes, in one roster message)\n",
+			done, strings.Join(res.Changed, " "), strings.Join(res.Changed, " "), res.Nodes)
 	case len(res.Changed) == res.Nodes && res.Nodes > 1:
 		fmt.Fprintf(w, "%s; it changes the names every node serves: mesh push sends it to all %d nodes\n", done, res.Nodes)
 	default:

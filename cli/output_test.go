@@ -166,6 +166,9 @@ func TestOutputGolden(t *testing.T) {
 				{Changed: []string{"alpha"}, Nodes: 1},
 				{Changed: []string{}, Nodes: 3},
 				{Changed: []string{}, Unknown: `compose node "beta": database is locked`},
+				{Changed: []string{"alpha"}, Nodes: 3, Roster: true},
+				{Changed: []string{}, Nodes: 3, Roster: true},
+				{Changed: []string{"alpha", "beta", "gamma"}, Nodes: 3, Roster: true},
 			} {
 				printAssigned(b, "hello assigned to alpha", res)
 			}

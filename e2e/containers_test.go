@@ -13,6 +13,7 @@ import (
 	"github.com/mesh-fleet/mesh/internal/dockertest"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/miekg/dns"
 	"github.com/moby/moby/client"
 )
 
@@ -53,8 +54,10 @@ func TestContainersFindEachOtherByName(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(m.rootB, "srv/client/page"))
 		return err == nil && string(b) == "Hello from "+m.a+"\n", fmt.Sprintf("%q %v", b, err)
 	})
-	// A route added on beta changes every roster, alpha's too: no container
-	// is replaced, and the engine sees no lifecycle event.
+	// A route added on beta changes the roster every host holds, alpha's
+	// too, as one roster message: no declaration is sent (neither node's
+	// resources change), no container is replaced, no host writes a
+	// resource, and the engine sees no lifecycle event.
 	webID, clientID := m.id(t, m.a, "web"), m.id(t, m.b, "client")
 	routeOnly := filepath.Join(t.TempDir(), "extra")
 	os.MkdirAll(routeOnly, 0o755)
@@ -63,18 +66,19 @@ func TestContainersFindEachOtherByName(t *testing.T) {
 	mustRun(t, "assign", "--dir", m.dir, "extra", m.b)
 	since := time.Now()
 	o = push(t, m.dir)
-	if !strings.Contains(keptRoster(t, m.dir), "extra."+m.b+".internal") {
-		t.Fatalf("alpha's kept roster lacks the new route: %s", keptRoster(t, m.dir))
-	}
-	for _, node := range []string{m.a, m.b} {
-		rep := reportOf(t, o, node)
-		for _, res := range rep.Results {
-			if res.Outcome != spec.Unchanged {
-				t.Errorf("a roster change: %s's %s is %s", node, res.Name, res.Outcome)
+	for node, dir := range map[string]string{m.a: m.dir, m.b: m.betaDir} {
+		poll.Until(t, 10*time.Second, node+"'s resolver answers the new route", func() (bool, string) {
+			r, err := ask(t, dnsAddr(t, dir), "extra."+m.b+".internal", dns.TypeA)
+			if err != nil {
+				return false, err.Error()
 			}
+			return answers(r) == m.addrB, r.String()
+		})
+		if !strings.Contains(keptRoster(t, dir), "extra."+m.b+".internal") {
+			t.Errorf("%s's kept roster lacks the new route: %s", node, keptRoster(t, dir))
 		}
-		if rep.Writes != 0 {
-			t.Errorf("a roster change: %s counted %d writes, want none", node, rep.Writes)
+		if !unchangedNotSent(o, node) {
+			t.Errorf("a roster change: %s was sent a declaration: %+v", node, o.Nodes)
 		}
 	}
 	if m.id(t, m.a, "web") != webID || m.id(t, m.b, "client") != clientID {

@@ -51,8 +51,8 @@ func TestRouteAddedOnAResolvesOnB(t *testing.T) {
 		t.Fatalf("before the push: %v %v, want NXDOMAIN", r, err)
 	}
 	// hello serves routes: every node's resolver serves them, so the hint
-	// names every node, not alpha alone.
-	if out := mustRun(t, "assign", "--dir", m.dir, "--set", "token=t", "hello", "alpha"); out != "hello assigned to alpha; it changes the names every node serves: mesh push sends it to all 2 nodes\n" {
+	// says the names change for every node, and alpha's declaration.
+	if out := mustRun(t, "assign", "--dir", m.dir, "--set", "token=t", "hello", "alpha"); out != "hello assigned to alpha; it changes the names every node serves and the declaration of alpha: mesh push alpha sends both (the names to all 2 nodes, in one roster message)\n" {
 		t.Errorf("assign hello alpha said %q", out)
 	}
 	if o, code := pushJSON(t, m.dir); code != 0 {
@@ -82,7 +82,7 @@ func TestRouteAddedOnAResolvesOnB(t *testing.T) {
 	}
 
 	// A module without routes changes alpha's declaration alone; the same
-	// assignment again changes none; unassigning hello changes every one.
+	// assignment again changes none; unassigning hello changes the names every node serves, and alpha's declaration.
 	mustRun(t, "module", "register", "--dir", m.dir, example("motd"))
 	for _, tc := range []struct {
 		args []string
@@ -90,7 +90,7 @@ func TestRouteAddedOnAResolvesOnB(t *testing.T) {
 	}{
 		{[]string{"assign", "motd", "alpha"}, "motd assigned to alpha; mesh push alpha sends it\n"},
 		{[]string{"assign", "motd", "alpha"}, "motd assigned to alpha; it changes no node's declaration: there is nothing to push\n"},
-		{[]string{"unassign", "hello", "alpha"}, "hello unassigned from alpha; it changes the names every node serves: mesh push sends it to all 2 nodes\n"},
+		{[]string{"unassign", "hello", "alpha"}, "hello unassigned from alpha; it changes the names every node serves and the declaration of alpha: mesh push alpha sends both (the names to all 2 nodes, in one roster message)\n"},
 	} {
 		args := append([]string{tc.args[0], "--dir", m.dir}, tc.args[1:]...)
 		if out := mustRun(t, args...); out != tc.want {

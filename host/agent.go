@@ -65,6 +65,13 @@ type Agent struct {
 	// heldErr saying why, the kept bytes do not decode).
 	held    *held
 	heldErr error
+	// roster is the kept roster message, decoded once (nil: none kept,
+	// or, with rosterErr saying why, the kept bytes do not decode).
+	roster    *heldRoster
+	rosterErr error
+	// waiting is the last declaration that named a roster the host has
+	// not got: handled again as soon as a roster is taken.
+	waiting *nats.Msg
 	// savedAppliedSeq is the applied sequence state.json holds, and
 	// recordUnsaved says that the record of what was applied changed
 	// since state.json was last written (or a write of it failed).
@@ -148,6 +155,14 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			a.heldErr = fmt.Errorf("the kept declaration %d in %s does not decode: %w", st.Seq, cfg.Dir, err)
 		} else {
 			a.held = &held{decl: decl, raw: st.Declaration, digest: spec.ContentDigest(st.Declaration)}
+		}
+	}
+	if len(st.Roster) > 0 {
+		var doc spec.RosterDoc
+		if err := spec.Decode(st.Roster, &doc); err != nil {
+			a.rosterErr = fmt.Errorf("the kept roster in %s does not decode: %w", cfg.Dir, err)
+		} else {
+			a.roster = &heldRoster{doc: doc, raw: st.Roster, digest: spec.ContentDigest(st.Roster)}
 		}
 	}
 	return a, nil
@@ -301,6 +316,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.safely("heartbeats", func() { a.heartbeats(ctx, nc, version, a.beatNow) })
 	if a.heldErr != nil {
 		a.log.Error("nothing is applied or served from the kept declaration until another is received", "err", a.heldErr)
+	}
+	if a.rosterErr != nil {
+		a.log.Error("no names are served from the kept roster until another is received", "err", a.rosterErr)
 	}
 	a.safely("names", a.serveNames)
 	close(a.ready)

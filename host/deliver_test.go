@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,6 +49,28 @@ type bench struct {
 	prepare func(*host.Agent)
 	// auth is the mesh's authority: its root is the one the host pinned.
 	auth *ca.Authority
+	// names, when set before start, is the host's resolver.
+	names host.Names
+	// logs holds what the host logged, as text.
+	logs *syncBuffer
+}
+
+// syncBuffer is a buffer the host's logger writes to while a test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
 }
 
 func newBench(t testing.TB) *bench {
@@ -73,6 +97,8 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 	nodeSeed, _ := node.Seed()
 	p := spec.NodePermissions("alpha")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logs := &syncBuffer{}
+	hostLog := slog.New(slog.NewTextHandler(logs, nil))
 	bus, err := broker.New(broker.Config{Listen: "127.0.0.1:0", StoreDir: t.TempDir(),
 		TLS:   &tls.Config{Certificates: []tls.Certificate{cert}},
 		Users: []broker.User{{NKey: ctlPub, Full: true}, {NKey: nodePub, Publish: p.Publish, Subscribe: p.Subscribe}}}, log)
@@ -90,14 +116,14 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: spec.DeclarationStream, Subjects: []string{spec.DeclarationSubject("*")}, MaxMsgSize: 3 << 20}); err != nil {
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: spec.DeclarationStream, Subjects: []string{spec.DeclarationSubject("*"), spec.RosterSubject}, MaxMsgSize: 3 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := js.CreateOrUpdatePushConsumer(ctx, spec.DeclarationStream, jetstream.ConsumerConfig{Durable: "alpha",
-		DeliverSubject: spec.DeliverySubject("alpha"), FilterSubject: spec.DeclarationSubject("alpha"), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		DeliverSubject: spec.DeliverySubject("alpha"), FilterSubjects: []string{spec.DeclarationSubject("alpha"), spec.RosterSubject}, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
-	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64), heartbeat: time.Hour, reconcile: time.Hour, auth: auth}
+	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64), heartbeat: time.Hour, reconcile: time.Hour, auth: auth, logs: logs}
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	b.key = priv
 	if _, err := nc.Subscribe(spec.NodeSubject("alpha", spec.KindReport), func(m *nats.Msg) {
@@ -116,7 +142,7 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 	var agentDone chan struct{}
 	agentCancel := func() {}
 	b.start = func() {
-		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: b.heartbeat, ReconcileEvery: b.reconcile}, log)
+		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: b.heartbeat, ReconcileEvery: b.reconcile, Names: b.names}, hostLog)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -84,8 +84,25 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 		a.log.Error("declarations cannot be verified", "err", err)
 		return
 	}
-	ds := make([]delivery, len(msgs))
-	for i, m := range msgs {
+	// The roster messages first: a declaration of the same batch may name
+	// one of them.
+	var rosters, decls []*nats.Msg
+	for _, m := range msgs {
+		if m.Subject == spec.RosterSubject {
+			rosters = append(rosters, m)
+		} else {
+			decls = append(decls, m)
+		}
+	}
+	if len(rosters) > 0 {
+		a.takeRosters(nc, rosters, key)
+		if w := a.waiting; w != nil {
+			a.waiting = nil
+			decls = append(decls, w)
+		}
+	}
+	ds := make([]delivery, len(decls))
+	for i, m := range decls {
 		ds[i] = delivery{msg: m, raw: m.Data}
 		ds[i].decl, ds[i].reason = open(m.Data, m.Header.Get(spec.SigHeader), key, a.decode)
 		if ds[i].reason != "" {
@@ -103,6 +120,21 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 		if d.verdict == accept {
 			if d.chain, d.reason = chainOf(d.decl, a.root, time.Now()); d.reason != "" {
 				d.verdict = refuse
+			}
+		}
+		if d.verdict == accept && d.decl.RosterRef != nil {
+			var wait bool
+			if d.reason, wait = a.rosterFor(ctx, nc, *d.decl.RosterRef, key); d.reason != "" {
+				d.verdict = refuse
+			} else if wait {
+				// Never applied against older names: not kept, not acked;
+				// handled again when a roster is taken, or delivered again.
+				a.log.Warn("declaration waits for the roster it names", "seq", d.decl.Seq, "roster_seq", d.decl.RosterRef.Seq)
+				a.waiting = d.msg
+				a.respond(nc, d.msg, fmt.Sprintf(`-NAK {"delay": %d}`, rosterRetry.Nanoseconds()))
+				a.report(nc, spec.Report{Seq: d.decl.Seq, Digest: spec.ContentDigest(d.raw),
+					Waiting: fmt.Sprintf("it names roster %d, which this host has not got: it asked the controller for it and applies the declaration when it arrives", d.decl.RosterRef.Seq)})
+				continue
 			}
 		}
 		switch d.verdict {
@@ -273,12 +305,36 @@ func (a *Agent) handlePreview(ctx context.Context, nc *nats.Conn, m *nats.Msg) {
 	a.report(nc, r)
 }
 
-// serveNames hands the kept declaration's roster to the resolver, whole.
+// rosterRetry is how long a declaration that waits for its roster waits
+// before it is delivered again (it is handled at once when a roster
+// arrives before).
+const rosterRetry = 5 * time.Second
+
+// names is the roster the host serves: the one its kept declaration
+// carries when it carries one (a controller older than roster messages),
+// else the kept roster message; false when it holds neither.
+func (a *Agent) names() (spec.Roster, bool) {
+	switch {
+	case a.held != nil && a.held.decl.RosterRef == nil && (a.held.decl.Roster.Nodes != nil || a.held.decl.Roster.Routes != nil):
+		return a.held.decl.Roster, true
+	case a.roster != nil:
+		return a.roster.doc.Names, true
+	case a.held != nil:
+		return a.held.decl.Roster, true
+	}
+	return spec.Roster{}, false
+}
+
+// serveNames hands the roster held (names) to the resolver, whole.
 func (a *Agent) serveNames() {
-	if a.cfg.Names == nil || a.held == nil {
+	if a.cfg.Names == nil {
 		return
 	}
-	z := zoneOf(a.held.decl.Roster)
+	roster, ok := a.names()
+	if !ok {
+		return
+	}
+	z := zoneOf(roster)
 	if err := z.Validate(); err != nil {
 		a.log.Warn("the roster holds names the resolver cannot serve; it serves the rest", "err", err)
 	}

@@ -54,6 +54,11 @@ type State struct {
 	// declaration again whatever it says.
 	AppliedSeq uint64    `json:"applied_seq"`
 	Applied    []Applied `json:"applied"`
+	// Roster and RosterSig are the roster message the host holds (the
+	// highest accepted: its names are what the resolver serves), its
+	// exact signed bytes and signature, kept before the names are served.
+	Roster    []byte `json:"roster,omitempty"`
+	RosterSig []byte `json:"roster_sig,omitempty"`
 }
 
 // ReadState reads the host's state and seed from dir.

@@ -67,3 +67,43 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// FuzzVerifyRoster: whatever the bytes, verifyRoster never panics; what it
+// accepts is signed by the key, decodes strictly, is for this mesh, above
+// the kept roster sequence and unexpired.
+func FuzzVerifyRoster(f *testing.F) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	good, _ := json.Marshal(spec.RosterDoc{Mesh: "m", Seq: 4, Issued: now, Expires: now.Add(time.Hour), Protocol: spec.Protocol,
+		Names: spec.Roster{Nodes: []spec.RosterNode{{Name: "alpha", Address: "10.0.0.1"}},
+			Routes: []spec.RosterRoute{{Name: "web.alpha.internal", Node: "alpha", Address: "10.0.0.1", Port: 80, Module: "web"}}}})
+	f.Add(good, true)
+	f.Add([]byte(`{"mesh":"m","roster_seq":3}`), true)
+	f.Add([]byte(`{"mesh":"m","roster_seq":2,"expires":"2026-01-01T01:00:00Z"}`), true)
+	f.Add([]byte(`{"mesh":"m","node":"alpha","seq":3}`), true)
+	f.Add([]byte(`{}`), false)
+	k := keptRoster{mesh: "m", seq: 2}
+	f.Fuzz(func(t *testing.T, raw []byte, sign bool) {
+		sig := make([]byte, ed25519.SignatureSize)
+		if sign {
+			sig = ed25519.Sign(priv, raw)
+		}
+		doc, v, reason := verifyRoster(raw, sig, pub, k, now)
+		switch v {
+		case accept:
+			if !sign || doc.Mesh != "m" || doc.Seq <= 2 || reason != "" || now.After(doc.Expires.Add(spec.ClockSkew)) {
+				t.Fatalf("accepted %+v (signed %v)", doc, sign)
+			}
+			var again spec.RosterDoc
+			if err := spec.Decode(raw, &again); err != nil {
+				t.Fatalf("accepted bytes that do not decode strictly: %v", err)
+			}
+		case refuse:
+			if reason == "" {
+				t.Fatal("refused without a reason")
+			}
+		case duplicate:
+			t.Fatal("a duplicate of nothing kept")
+		}
+	})
+}

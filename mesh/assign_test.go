@@ -21,10 +21,13 @@ func dirModule(name, path string, routes ...spec.Route) spec.Module {
 
 // TestAssignSaysWhichNodesChange: an assignment or unassignment answers
 // with the nodes whose composed declaration it alters: the node alone for a
-// module without routes; every node that composes for one with routes (the
-// roster every node serves changes), but not a node that did not compose
-// before and does not now (nothing is sent to it either way); a node that
-// composes again; none for an assignment that changes nothing. When the
+// module without routes; for one with routes, the node and every node
+// that composes and takes the roster inside its declaration (alpha speaks
+// protocol 2: the roster every node serves changes), but not one that
+// takes roster messages (beta, gamma: the roster travels apart), nor a
+// node that did not compose before and does not now (nothing is sent to
+// it either way); a node that composes again; none for an assignment that
+// changes nothing. When the
 // mesh cannot be composed, the change is recorded and the answer says why
 // the nodes are not known.
 func TestAssignSaysWhichNodesChange(t *testing.T) {
@@ -40,6 +43,9 @@ func TestAssignSaysWhichNodesChange(t *testing.T) {
 	mods := []spec.Module{dirModule("plain", "/srv/plain"), dirModule("routed", "/srv/routed", spec.Route{Name: "web", Port: 80}),
 		dirModule("clash1", "/srv/clash"), dirModule("clash2", "/srv/clash")}
 	if _, err := db.RegisterModules(ctx, mods, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "alpha", Protocol: spec.ProtocolRosterRef - 1}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// gamma's own set does not compose.
@@ -59,7 +65,7 @@ func TestAssignSaysWhichNodesChange(t *testing.T) {
 		{false, "routed", "beta", []string{"alpha", "beta"}},
 		{true, "routed", "beta", []string{"alpha", "beta"}},
 		{true, "clash2", "gamma", []string{"gamma"}},
-		{false, "routed", "gamma", []string{"alpha", "beta", "gamma"}},
+		{false, "routed", "gamma", []string{"alpha", "gamma"}},
 	} {
 		req := spec.AssignRequest{Module: tc.module, Node: tc.node}
 		do, what := c.assign, "assign"
@@ -70,7 +76,7 @@ func TestAssignSaysWhichNodesChange(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s %s %s: %v", what, tc.module, tc.node, err)
 		}
-		if !slices.Equal(res.Changed, tc.want) || res.Nodes != 3 || res.Unknown != "" {
+		if !slices.Equal(res.Changed, tc.want) || res.Nodes != 3 || res.Unknown != "" || res.Roster != (tc.module == "routed") {
 			t.Errorf("%s %s %s: %+v, want changed %v of 3 nodes", what, tc.module, tc.node, res, tc.want)
 		}
 	}

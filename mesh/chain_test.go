@@ -79,7 +79,7 @@ func TestDeclarationCarriesTheChain(t *testing.T) {
 	// A declaration sent before the replacement and expired unapplied is
 	// re-sent as it was sent: with the old chain.
 	sent := lastOnStream(t, c, "alpha")
-	if _, _, err := c.send(ctx, "alpha", sent.Resources, sent.Roster, sent.CAChain, true); err != nil {
+	if _, _, err := c.send(ctx, "alpha", contentOf(sent), true); err != nil {
 		t.Fatal(err)
 	}
 	clk.Add(spec.DefaultExpiry + time.Minute)
@@ -119,7 +119,9 @@ func TestWouldNotFitCountsTheChain(t *testing.T) {
 			Spec: &spec.FileSpec{Path: "/f", Mode: 0o644, Content: content, Size: int64(n), Digest: spec.ContentDigest(content)}}}
 	}
 	roster := spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}}
-	fits := func(n int, chain string) bool { return c.wouldNotFit("m", "alpha", 1, file(n), roster, chain) == nil }
+	fits := func(n int, chain string) bool {
+		return c.wouldNotFit("m", "alpha", 1, content{resources: file(n), roster: roster, chain: chain}) == nil
+	}
 	// The largest content that fits without the chain.
 	lo, hi := 0, spec.MaxDeclaration
 	for lo < hi {

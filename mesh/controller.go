@@ -89,6 +89,8 @@ type Controller struct {
 
 	locksMu sync.Mutex
 	locks   map[string]*sync.Mutex // per node: sequences are taken under it
+	// rosterMu: the roster's sequence is taken under it.
+	rosterMu sync.Mutex
 
 	watchMu  sync.Mutex
 	watchers map[string][]*watcher // per node: pushes waiting for its report
@@ -217,6 +219,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		{spec.NodeSubject("*", spec.KindReport), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onReport(ctx, m) }},
 		{spec.NodeSubject("*", spec.KindBlob), "blob", byNodeSubject, func(m *nats.Msg, r requester) { c.onBlob(ctx, m, r) }},
 		{spec.NodeSubject("*", spec.KindCSR), "csr", byNodeSubject, func(m *nats.Msg, r requester) { c.onCSR(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindRoster), "roster", byNodeSubject, func(m *nats.Msg, r requester) { c.onRoster(ctx, m, r) }},
 	}
 	for _, s := range subs {
 		if _, err := serving.QueueSubscribe(s.subject, s.queue, c.guardMsg(s.subject, s.who, s.handle)); err != nil {
@@ -334,6 +337,10 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 // node but one being removed.
 func (c *Controller) ensureDelivery(ctx context.Context) error {
 	if err := ensureStream(ctx, c.js, c.maxNodes()); err != nil {
+		return err
+	}
+	// The roster before the declarations that may name it.
+	if err := c.publishRecordedRoster(ctx); err != nil {
 		return err
 	}
 	nodes, err := c.deps.DB.Nodes(ctx)

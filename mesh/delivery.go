@@ -22,11 +22,11 @@ import (
 func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes int) error {
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              spec.DeclarationStream,
-		Subjects:          []string{spec.DeclarationSubject("*")},
+		Subjects:          []string{spec.DeclarationSubject("*"), spec.RosterSubject},
 		Storage:           jetstream.FileStorage,
 		Retention:         jetstream.LimitsPolicy,
-		MaxMsgsPerSubject: 8,
-		MaxMsgSize:        spec.MaxDeclaration + 4096,
+		MaxMsgsPerSubject: 8, // per node, and 8 roster messages
+		MaxMsgSize:        max(spec.MaxDeclaration, spec.MaxRoster) + 4096,
 		Discard:           jetstream.DiscardOld,
 		MaxConsumers:      maxNodes,
 	})
@@ -36,14 +36,17 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes int) err
 	return nil
 }
 
-// ensureConsumer creates node's durable push consumer. Only the controller
-// creates consumers; its delivery subject carries the stream and the node
-// (invariant 8).
+// ensureConsumer creates node's durable push consumer, or updates one
+// made before roster messages (filtering the node's declarations alone) to
+// take them too. Only the controller creates consumers; its delivery
+// subject carries the stream and the node (invariant 8); it delivers the
+// node's own declarations and the mesh's roster messages, one consumer
+// for both.
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, node string) error {
 	_, err := js.CreateOrUpdatePushConsumer(ctx, spec.DeclarationStream, jetstream.ConsumerConfig{
 		Durable:        node,
 		DeliverSubject: spec.DeliverySubject(node),
-		FilterSubject:  spec.DeclarationSubject(node),
+		FilterSubjects: []string{spec.DeclarationSubject(node), spec.RosterSubject},
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        30 * time.Second,
 		MaxAckPending:  32,

@@ -98,11 +98,10 @@ func TestReadFailureIsRaisedNotAbsence(t *testing.T) {
 	before := map[string]store.Declaration{}
 	for _, n := range []string{"alpha", "beta", "gamma"} {
 		before[n], _ = db.LastDeclaration(ctx, n)
-		var d spec.Declaration
-		spec.Decode(before[n].Body, &d)
-		if got := routeNames(d.Roster); got != "web.alpha.internal,web.beta.internal" {
-			t.Fatalf("%s's roster before: %s", n, got)
-		}
+	}
+	rosterBefore, seqBefore := rosterOnStream(t, c)
+	if got := routeNames(rosterBefore); got != "web.alpha.internal,web.beta.internal" {
+		t.Fatalf("the roster before: %s", got)
 	}
 
 	fs.fail.Store(true)
@@ -124,6 +123,28 @@ func TestReadFailureIsRaisedNotAbsence(t *testing.T) {
 			t.Errorf("%s was sent declaration %d during a failed push", n, after.Seq)
 		}
 	}
+	if _, seq := rosterOnStream(t, c); seq != seqBefore {
+		t.Errorf("roster %d was sent during a failed push (%d before)", seq, seqBefore)
+	}
+}
+
+// rosterOnStream is the last roster message on the stream, and its
+// sequence.
+func rosterOnStream(t *testing.T, c *Controller) (spec.Roster, uint64) {
+	t.Helper()
+	s, err := c.js.Stream(context.Background(), spec.DeclarationStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := s.GetLastMsgForSubject(context.Background(), spec.RosterSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc spec.RosterDoc
+	if err := spec.Decode(raw.Data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Names, doc.Seq
 }
 
 // TestNodeOwnFailureKeepsWhatItServes: beta's own set stops composing. It is
@@ -167,8 +188,7 @@ func TestNodeOwnFailureKeepsWhatItServes(t *testing.T) {
 	if after, _ := db.LastDeclaration(ctx, "beta"); after.Seq != betaBefore.Seq {
 		t.Errorf("beta was sent %d", after.Seq)
 	}
-	d := lastOnStream(t, c, "alpha")
-	if got := routeNames(d.Roster); got != "web.alpha.internal,web.beta.internal" {
-		t.Errorf("alpha's roster %s: want beta's route kept from what it received", got)
+	if roster, _ := rosterOnStream(t, c); routeNames(roster) != "web.alpha.internal,web.beta.internal" {
+		t.Errorf("the roster %s: want beta's route kept from what it received", routeNames(roster))
 	}
 }

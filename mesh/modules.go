@@ -208,10 +208,11 @@ func (c *Controller) unassign(ctx context.Context, req spec.AssignRequest) (spec
 // nodes' declarations it alters. Only node's own resources and routes can
 // change: it is composed before and after from the modules assigned to it
 // (never the whole catalogue), and altered when its resources differ or it
-// composes on one side only; when its routes differ, every node is, since
-// each declaration carries the roster. When node cannot be composed, the
-// change is recorded all the same and the result says why the nodes are
-// not known.
+// composes on one side only; when its routes differ, the roster message
+// changes, and so does the declaration of every node whose protocol
+// predates roster messages (it carries the roster inline). When node
+// cannot be composed, the change is recorded all the same and the result
+// says why the nodes are not known.
 func (c *Controller) changedBy(ctx context.Context, node string, record func() error) (spec.AssignResult, error) {
 	before, ownBefore, errBefore := c.composeByName(ctx, node)
 	if err := record(); err != nil {
@@ -228,21 +229,34 @@ func (c *Controller) changedBy(ctx context.Context, node string, record func() e
 	}
 	routed := err == nil && !slices.Equal(routeKeys(before.Routes), routeKeys(after.Routes))
 	var g gathered
+	inline := map[string]bool{} // nodes sent the roster inside their declaration
 	if routed {
-		// The roster changes: every node that composes is altered (one that
-		// does not is sent nothing either way), node too unless it composes
-		// on neither side. Only here is the whole mesh composed.
+		// The roster changes: every node that composes and takes the
+		// roster inline is altered (one that does not compose is sent
+		// nothing either way), node too unless it composes on neither
+		// side. Only here is the whole mesh composed.
 		g, err = c.gather(ctx)
+		var nodes []store.Node
+		if err == nil {
+			nodes, err = c.deps.DB.Nodes(ctx)
+		}
+		for _, n := range nodes {
+			inline[n.Name] = protocolFor(n) < spec.ProtocolRosterRef
+		}
 	}
 	if err != nil {
 		res.Unknown = err.Error()
 		return res, nil
 	}
-	res.Nodes = len(all)
+	res.Nodes, res.Roster = len(all), routed
+	own := (ownBefore == nil) != (ownAfter == nil) || (ownAfter == nil && planKey(before) != planKey(after))
 	switch {
 	case routed:
 		for _, n := range all {
-			if g.own[n] == nil || (n == node && ownBefore == nil) {
+			switch {
+			case n == node && own:
+				res.Changed = append(res.Changed, n)
+			case inline[n] && (g.own[n] == nil || (n == node && ownBefore == nil)):
 				res.Changed = append(res.Changed, n)
 			}
 		}

@@ -56,7 +56,11 @@ func oversize(node string, size int, resources []spec.Resource, roster spec.Rost
 	for _, r := range heaviest(largest) {
 		rs = append(rs, fmt.Sprintf("%s %s", r.name, kib(r.bytes)))
 	}
-	rb, _ := json.Marshal(roster)
+	rosterSays := "the roster travels apart, in its own message"
+	if roster.Nodes != nil || roster.Routes != nil {
+		rb, _ := json.Marshal(roster)
+		rosterSays = "the roster takes " + kib(len(rb))
+	}
 	inline := 0 // file contents carried inside, as encoded (base64)
 	for _, r := range resources {
 		if f, ok := spec.As[*spec.FileSpec](r); ok && f != nil && !f.Blob {
@@ -68,8 +72,8 @@ func oversize(node string, size int, resources []spec.Resource, roster spec.Rost
 		advice = fmt.Sprintf("file contents up to %s travel inside the declaration (%s of it here) and a file over %s travels as a blob outside it: ship many small contents as one archive file over %s, or assign some of its modules to another node",
 			kib(spec.InlineMax), kib(inline), kib(spec.InlineMax), kib(spec.InlineMax))
 	}
-	return callerError(fmt.Sprintf("the declaration of node %q would be %s, over the %s cap, so nothing was sent to it: %s; the largest resources: %s; the roster takes %s. To make it fit, %s",
-		node, kib(size), kib(spec.MaxDeclaration), strings.Join(ms, ", "), strings.Join(rs, ", "), kib(len(rb)), advice))
+	return callerError(fmt.Sprintf("the declaration of node %q would be %s, over the %s cap, so nothing was sent to it: %s; the largest resources: %s; %s. To make it fit, %s",
+		node, kib(size), kib(spec.MaxDeclaration), strings.Join(ms, ", "), strings.Join(rs, ", "), rosterSays, advice))
 }
 
 // kib is n bytes in KiB, or in bytes under one.

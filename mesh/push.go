@@ -141,7 +141,24 @@ func (c *Controller) servedRoutes(ctx context.Context, node string) ([]spec.Rost
 	if err := spec.Decode(body, &d); err != nil {
 		return nil, fmt.Errorf("read the last declaration node %q received: %w", node, err)
 	}
-	return d.Roster.RoutesOf(node), nil
+	if d.RosterRef == nil {
+		return d.Roster.RoutesOf(node), nil
+	}
+	// It names a roster message: what the node serves is what the roster
+	// in force says it serves (the reference may be older: a roster
+	// change sends the node nothing when its resources are as they were).
+	r, err := c.deps.DB.LastRoster(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("read the roster node %q's last declaration names (%d): no roster is recorded", node, d.RosterRef.Seq)
+	}
+	if err != nil {
+		return nil, err
+	}
+	roster, err := rosterOf(r)
+	if err != nil {
+		return nil, err
+	}
+	return roster.RoutesOf(node), nil
 }
 
 // next is node's next declaration, without its content (see numbered).
@@ -207,6 +224,45 @@ func chainFor(n store.Node, chain string) string {
 	return chain
 }
 
+// content is what one node's declaration holds, without its sequence and
+// times: its resources, the mesh's names (the roster itself, to a host
+// whose protocol predates roster messages, or the reference to the roster
+// message it was composed with) and the CA chain.
+type content struct {
+	resources []spec.Resource
+	roster    spec.Roster     // inline; zero when ref is set
+	ref       *spec.RosterRef // nil: the roster travels inline
+	chain     string
+}
+
+// contentFor is what a declaration to n holds of resources and of the
+// mesh's roster and chain (ref is the roster message in force; nil when
+// none is sent, as for a preview): the roster inline and no chain for a
+// host whose protocol predates them.
+func contentFor(n store.Node, resources []spec.Resource, g gathered, ref *spec.RosterRef) content {
+	ct := content{resources: resources, chain: chainFor(n, g.chain)}
+	if protocolFor(n) < spec.ProtocolRosterRef {
+		ct.roster = g.roster
+	} else {
+		ct.ref = ref
+	}
+	return ct
+}
+
+// contentOf is what decl holds.
+func contentOf(decl spec.Declaration) content {
+	return content{resources: decl.Resources, roster: decl.Roster, ref: decl.RosterRef, chain: decl.CAChain}
+}
+
+// digest is contentDigest of ct. A reference to a roster message is left
+// out: the roster travels apart, so a roster change alone sends a node
+// nothing (its declaration would hold what it holds). Its zero roster
+// encodes as no composed one does (null lists), so a declaration that
+// names a roster message never matches one that carried the roster.
+func (ct content) digest() string {
+	return contentDigest(ct.resources, ct.roster, ct.chain)
+}
+
 // send numbers, signs, records and publishes a declaration of resources,
 // roster and CA chain to node, under the node's lock. Unless force, a node
 // whose last declaration holds the same content (the digest status
@@ -214,7 +270,7 @@ func chainFor(n store.Node, chain string) string {
 // sequence returned is that declaration's, with unchanged set: it holds it
 // already, or will, since it is in the stream unexpired. One it has not
 // applied and that has expired is sent again.
-func (c *Controller) send(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster, chain string, force bool) (seq uint64, unchanged bool, err error) {
+func (c *Controller) send(ctx context.Context, node string, ct content, force bool) (seq uint64, unchanged bool, err error) {
 	lock := c.nodeLock(node)
 	lock.Lock()
 	defer lock.Unlock()
@@ -222,24 +278,24 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 	if err != nil {
 		return 0, false, err
 	}
-	if !force && c.holds(last, n, resources, roster, chain) {
+	if !force && c.holds(last, n, ct) {
 		return last.Seq, true, nil
 	}
 	decl, err := c.numbered(ctx, n, last.Seq, spec.DefaultExpiry)
 	if err != nil {
 		return 0, false, err
 	}
-	decl.Resources, decl.Roster, decl.CAChain = resources, roster, chain
+	decl.Resources, decl.Roster, decl.RosterRef, decl.CAChain = ct.resources, ct.roster, ct.ref, ct.chain
 	body, err := json.Marshal(decl)
 	if err != nil {
 		return 0, false, fmt.Errorf("encode declaration of node %q: %w", node, err)
 	}
-	if err := oversize(node, len(body), resources, roster); err != nil {
+	if err := oversize(node, len(body), ct.resources, ct.roster); err != nil {
 		return 0, false, err
 	}
 	sig := ed25519.Sign(c.cfg.SignKey, body)
 	if err := c.deps.DB.RecordDeclaration(ctx, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: sig,
-		Content: contentDigest(resources, roster, chain), Sent: decl.Issued, Expires: decl.Expires}); err != nil {
+		Content: ct.digest(), Sent: decl.Issued, Expires: decl.Expires}); err != nil {
 		return 0, false, err
 	}
 	msg := signedMsg(spec.DeclarationSubject(node), body, sig)
@@ -249,15 +305,15 @@ func (c *Controller) send(ctx context.Context, node string, resources []spec.Res
 	if _, err := c.js.PublishMsg(context.WithoutCancel(ctx), msg); err != nil {
 		return 0, false, fmt.Errorf("publish declaration %d of node %q: %w", decl.Seq, node, err)
 	}
-	c.log.Info("declaration sent", "node", node, "seq", decl.Seq, "resources", len(resources))
+	c.log.Info("declaration sent", "node", node, "seq", decl.Seq, "resources", len(ct.resources))
 	return decl.Seq, false, nil
 }
 
 // holds says whether last, node n's last declaration (the zero one when
-// none was sent), holds resources, roster and chain and n has it or will
-// (it applied it, or it is in the stream unexpired).
-func (c *Controller) holds(last store.Declaration, n store.Node, resources []spec.Resource, roster spec.Roster, chain string) bool {
-	if last.Seq == 0 || differs(resources, roster, chain, last) {
+// none was sent), holds ct and n has it or will (it applied it, or it is
+// in the stream unexpired).
+func (c *Controller) holds(last store.Declaration, n store.Node, ct content) bool {
+	if last.Seq == 0 || differs(ct, last) {
 		return false
 	}
 	// Never applied, and expired: it would be refused.
@@ -296,6 +352,18 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 	g, err := c.gather(ctx)
 	if err != nil {
 		return spec.PushResult{}, fmt.Errorf("compose the mesh: %w; nothing was sent, every host keeps what it has", err)
+	}
+	// The roster first, once for the mesh: a declaration that names it
+	// follows it in every node's consumer. A dry run sends none. One that
+	// could not be sent leaves every host the names it has: a node that
+	// would name it is sent nothing, and one that takes the roster inline
+	// is sent its declaration all the same.
+	var ref *spec.RosterRef
+	var rosterErr error
+	if !req.DryRun {
+		if ref, rosterErr = c.sendRoster(ctx, g.roster); rosterErr != nil {
+			c.log.Error("roster not sent", "err", rosterErr)
+		}
 	}
 	res := spec.PushResult{ID: "p" + randomHex(5), Nodes: make([]spec.PushNode, len(targets))}
 	// A failure is one node's: the others are sent theirs. Only a store
@@ -353,15 +421,21 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 				res.Nodes[i] = pn
 				return
 			}
+			ct := contentFor(byName[node], resources, g, ref)
+			if rosterErr != nil && protocolFor(byName[node]) >= spec.ProtocolRosterRef {
+				pn.Error = fmt.Sprintf("the roster was not sent (%v): nothing was sent to this node, which keeps the names it has; run the push again", rosterErr)
+				res.Nodes[i] = pn
+				return
+			}
 			// Watch before sending: a fast host may answer before send returns.
 			w := c.watch(node, res.ID, req.Progress, req.DryRun)
 			var seq uint64
 			var unchanged bool
 			var err error
 			if req.DryRun {
-				seq, err = c.preview(sendCtx, node, resources, g.roster, chainFor(byName[node], g.chain))
+				seq, err = c.preview(sendCtx, node, ct)
 			} else {
-				seq, unchanged, err = c.send(sendCtx, node, resources, g.roster, chainFor(byName[node], g.chain), req.Force)
+				seq, unchanged, err = c.send(sendCtx, node, ct, req.Force)
 			}
 			if err == nil && unchanged {
 				c.unwatch(node, w)
@@ -414,12 +488,12 @@ func reasonSuffix(reason string) string {
 // preview signs a dry-run declaration for node and sends it to the node's
 // preview subject. It is numbered as the next send would be, but nothing of
 // it is stored: the host answers with what it would change.
-func (c *Controller) preview(ctx context.Context, node string, resources []spec.Resource, roster spec.Roster, chain string) (uint64, error) {
+func (c *Controller) preview(ctx context.Context, node string, ct content) (uint64, error) {
 	decl, err := c.next(ctx, node, 10*time.Minute)
 	if err != nil {
 		return 0, err
 	}
-	decl.Mode, decl.Resources, decl.Roster, decl.CAChain = spec.ModePreview, resources, roster, chain
+	decl.Mode, decl.Resources, decl.Roster, decl.RosterRef, decl.CAChain = spec.ModePreview, ct.resources, ct.roster, ct.ref, ct.chain
 	body, err := json.Marshal(decl)
 	if err != nil {
 		return 0, fmt.Errorf("encode preview of node %q: %w", node, err)
@@ -556,6 +630,12 @@ func (c *Controller) onReport(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	r = keptReport(r)
+	if r.Waiting != "" {
+		// Not applied, not refused: the host takes it when the roster it
+		// names arrives, and reports then.
+		c.log.Warn("declaration waits for its roster", "node", node, "seq", r.Seq, "waiting", spec.Clip(r.Waiting, spec.MaxStatusText))
+		return
+	}
 	if !r.Preview {
 		ok, err := c.weigh(ctx, node, r.Seq)
 		if err != nil {
@@ -633,7 +713,7 @@ func (c *Controller) resendIfExpired(ctx context.Context, hb spec.Heartbeat) err
 	if err := spec.Decode(d.Body, &decl); err != nil {
 		return fmt.Errorf("read last declaration of node %q: %w", hb.Node, err)
 	}
-	seq, _, err := c.send(ctx, hb.Node, decl.Resources, decl.Roster, decl.CAChain, true)
+	seq, _, err := c.send(ctx, hb.Node, contentOf(decl), true)
 	if err != nil {
 		return err
 	}

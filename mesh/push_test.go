@@ -43,7 +43,7 @@ func TestSequence(t *testing.T) {
 	c, db := newController(t, clk)
 	ctx := context.Background()
 	for want := uint64(1); want <= 3; want++ {
-		seq, _, err := c.send(ctx, "alpha", []spec.Resource{resource("/a")}, spec.Roster{}, "", true)
+		seq, _, err := c.send(ctx, "alpha", content{resources: []spec.Resource{resource("/a")}}, true)
 		if err != nil || seq != want {
 			t.Fatalf("send %d: seq %d, err %v", want, seq, err)
 		}
@@ -53,7 +53,7 @@ func TestSequence(t *testing.T) {
 	if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "alpha", AppliedSeq: 40, Protocol: spec.Protocol}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if seq, _, err := c.send(ctx, "alpha", nil, spec.Roster{}, "", true); err != nil || seq != 41 {
+	if seq, _, err := c.send(ctx, "alpha", content{resources: nil}, true); err != nil || seq != 41 {
 		t.Fatalf("after a report of 40: seq %d, err %v", seq, err)
 	}
 	if d := lastOnStream(t, c, "alpha"); d.Seq != 41 || d.Node != "alpha" {
@@ -69,7 +69,7 @@ func TestExpiredIsResentAsSent(t *testing.T) {
 	c, db := newController(t, clk)
 	ctx := context.Background()
 	sent := []spec.Resource{resource("/as-sent")}
-	seq, _, err := c.send(ctx, "alpha", sent, spec.Roster{}, "", true)
+	seq, _, err := c.send(ctx, "alpha", content{resources: sent}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

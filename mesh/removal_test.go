@@ -82,7 +82,7 @@ func TestRemovalFailedHalfWayIsFinishedByRunningItAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if _, _, err := c.send(ctx, "beta", mod.Resources, spec.Roster{}, "", true); err != nil {
+		if _, _, err := c.send(ctx, "beta", content{resources: mod.Resources}, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,7 +182,7 @@ func TestJoinedAgainStartsFromNothing(t *testing.T) {
 	if info, err := cons.Info(ctx); err != nil || info.NumPending != 0 {
 		t.Fatalf("the new gamma's consumer has %v pending (%v), want none", info.NumPending, err)
 	}
-	if seq, _, err := c.send(ctx, "gamma", nil, spec.Roster{}, "", true); err != nil || seq != 1 {
+	if seq, _, err := c.send(ctx, "gamma", content{resources: nil}, true); err != nil || seq != 1 {
 		t.Fatalf("first declaration of the new gamma: seq %d, err %v", seq, err)
 	}
 }

@@ -194,9 +194,13 @@ func (c *Controller) sendEach(ctx context.Context, nodes []string) []spec.PushNo
 			pn.Error = g.own[node].Error() + "; nothing was sent to it"
 		default:
 			n, err := c.deps.DB.Node(ctx, node)
+			var ct content
 			if err == nil {
-				pn.Resources = len(g.plans[node].Resources)
-				pn.Seq, pn.Unchanged, err = c.send(ctx, node, g.plans[node].Resources, g.roster, chainFor(n, g.chain), false)
+				ct, err = c.contentNow(ctx, n, g)
+			}
+			if err == nil {
+				pn.Resources = len(ct.resources)
+				pn.Seq, pn.Unchanged, err = c.send(ctx, node, ct, false)
 			}
 			if err != nil {
 				pn.Error = fmt.Sprintf("%v (mesh push %s sends it)", err, node)
@@ -365,7 +369,11 @@ func (c *Controller) rollDeliver(ctx context.Context, r store.Roll, n store.Roll
 	if err != nil {
 		return err
 	}
-	if _, _, err := c.send(ctx, n.Node, g.plans[n.Node].Resources, g.roster, chainFor(node, g.chain), false); err != nil {
+	ct, err := c.contentNow(ctx, node, g)
+	if err != nil {
+		return err // the controller's: tried again next tick
+	}
+	if _, _, err := c.send(ctx, n.Node, ct, false); err != nil {
 		var caller callerError
 		if errors.As(err, &caller) {
 			return c.rollFail(ctx, r, n, err.Error())

@@ -85,6 +85,11 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 			problem("%s", p)
 		}
 	}
+	if pending, err := c.rosterPending(ctx, g.roster); err != nil {
+		return spec.StatusResult{}, err
+	} else if pending {
+		problem("the names every node serves have changed: mesh push sends them (one roster message to every node)")
+	}
 	for _, n := range nodes {
 		n.HostVersion = spec.Clip(n.HostVersion, spec.MaxFactText) // as on receipt, whatever the store holds
 		st := spec.NodeStatus{Node: n.Name, AppliedSeq: n.AppliedSeq, HostVersion: n.HostVersion, Protocol: n.Protocol,
@@ -155,9 +160,9 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 		if err := g.own[n.Name]; err != nil {
 			st.Pending, st.PendingWhy = true, err.Error()
 			problem("%s", err.Error())
-		} else if chain := chainFor(n, g.chain); differs(g.plans[n.Name].Resources, g.roster, chain, last) {
+		} else if ct := contentFor(n, g.plans[n.Name].Resources, g, rosterPlaceholder); differs(ct, last) {
 			st.Pending = true
-			if err := c.wouldNotFit(meshName, n.Name, last.Seq+1, g.plans[n.Name].Resources, g.roster, chain); err != nil {
+			if err := c.wouldNotFit(meshName, n.Name, last.Seq+1, ct); err != nil {
 				st.PendingWhy = err.Error()
 				problem("%s", err.Error())
 			} else {
@@ -308,13 +313,13 @@ func (h *lessNewline) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// differs reports whether resources, roster and chain differ from what
-// last, the declaration last sent, holds (none sent: differs if there is
-// any resource to send), by the digest recorded with it; one recorded
-// before the store kept digests is decoded.
-func differs(resources []spec.Resource, roster spec.Roster, chain string, last store.Declaration) bool {
+// differs reports whether ct differs from what last, the declaration last
+// sent, holds (none sent: differs if there is any resource to send), by
+// the digest recorded with it; one recorded before the store kept digests
+// is decoded.
+func differs(ct content, last store.Declaration) bool {
 	if len(last.Body) == 0 {
-		return len(resources) > 0
+		return len(ct.resources) > 0
 	}
 	sent := last.Content
 	if sent == "" {
@@ -322,20 +327,25 @@ func differs(resources []spec.Resource, roster spec.Roster, chain string, last s
 		if err := spec.Decode(last.Body, &d); err != nil {
 			return true
 		}
-		sent = contentDigest(d.Resources, d.Roster, d.CAChain)
+		sent = contentOf(d).digest()
 	}
-	now := contentDigest(resources, roster, chain)
+	now := ct.digest()
 	return now == "" || now != sent
 }
 
+// rosterPlaceholder stands for the roster message in force where status
+// works out what a push would send: the digest leaves the reference out,
+// and its size is that of any reference.
+var rosterPlaceholder = &spec.RosterRef{Seq: 1 << 62, Digest: spec.ContentDigest(nil)}
+
 // wouldNotFit says why the declaration a push would send node (numbered
 // seq) does not fit under the cap, or nil: encoded as send encodes it.
-func (c *Controller) wouldNotFit(mesh, node string, seq uint64, resources []spec.Resource, roster spec.Roster, chain string) error {
+func (c *Controller) wouldNotFit(mesh, node string, seq uint64, ct content) error {
 	now := c.cfg.Now().UTC()
 	body, err := json.Marshal(spec.Declaration{Mesh: mesh, Node: node, Seq: seq, Issued: now,
-		Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol, Resources: resources, Roster: roster, CAChain: chain})
+		Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol, Resources: ct.resources, Roster: ct.roster, RosterRef: ct.ref, CAChain: ct.chain})
 	if err != nil {
 		return fmt.Errorf("encode the declaration of node %q: %w", node, err)
 	}
-	return oversize(node, len(body), resources, roster)
+	return oversize(node, len(body), ct.resources, ct.roster)
 }

@@ -53,6 +53,8 @@ type Store interface {
 	RecordDeclaration(ctx context.Context, d store.Declaration) error
 	LastDeclaration(ctx context.Context, node string) (store.Declaration, error)
 	LastReceived(ctx context.Context, node string) ([]byte, error)
+	RecordRoster(ctx context.Context, r store.Roster) error
+	LastRoster(ctx context.Context) (store.Roster, error)
 	RecordReport(ctx context.Context, r store.Report, applied bool) error
 	LastReport(ctx context.Context, node string) (store.Report, error)
 

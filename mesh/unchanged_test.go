@@ -7,29 +7,28 @@ import (
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A push sends nothing to a node whose last declaration holds what it
 // would send: no new sequence, nothing on the stream, the node's line says
 // unchanged with the sequence that holds it. --force sends anyway, a change
 // sends, and a declaration the node never applied and that expired is sent
-// again (the host would refuse the old one).
+// again (the host would refuse the old one). A roster change is one roster
+// message and no declaration to a host that takes roster messages; a host
+// of the protocol before them is sent its declaration with the roster
+// inside.
 func TestPushSendsOnlyWhatChanged(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	c, db := newController(t, clk)
 	ctx := context.Background()
-	onStream := func() uint64 {
-		t.Helper()
-		s, err := c.js.Stream(ctx, spec.DeclarationStream)
-		if err != nil {
-			t.Fatal(err)
+	beat := func(applied uint64, protocol int) func() {
+		return func() {
+			if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "alpha", AppliedSeq: applied, Protocol: protocol}, clk.Now()); err != nil {
+				t.Fatal(err)
+			}
 		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.Msgs
 	}
 	push := func(force bool) spec.PushNode {
 		t.Helper()
@@ -48,22 +47,28 @@ func TestPushSendsOnlyWhatChanged(t *testing.T) {
 		force     bool
 		seq       uint64
 		unchanged bool
-		msgs      uint64
+		decls     uint64 // alpha's declarations on the stream
+		rosters   uint64 // roster messages on the stream
+		inline    bool   // alpha's last declaration carries the roster
 	}{
-		{"first push sends", nil, false, 1, false, 1},
-		{"same content is not sent", nil, false, 1, true, 1},
-		{"force sends", nil, true, 2, false, 2},
-		{"applied and same: not sent", func() {
-			if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "alpha", AppliedSeq: 2, Protocol: spec.Protocol}, clk.Now()); err != nil {
-				t.Fatal(err)
-			}
-		}, false, 2, true, 2},
-		{"a roster change sends", func() {
+		{"first push sends", nil, false, 1, false, 1, 1, false},
+		{"same content is not sent", nil, false, 1, true, 1, 1, false},
+		{"force sends", nil, true, 2, false, 2, 1, false},
+		{"applied and same: not sent", beat(2, spec.Protocol), false, 2, true, 2, 1, false},
+		{"a roster change is a roster message alone", func() {
 			if err := db.AddNode(ctx, store.Node{Name: "beta", Address: "127.0.0.9", NKey: "Ubeta", Joined: clk.Now()}); err != nil {
 				t.Fatal(err)
 			}
-		}, false, 3, false, 3},
-		{"unapplied and expired: sent again", func() { clk.Add(spec.DefaultExpiry + time.Minute) }, false, 4, false, 4},
+		}, false, 2, true, 2, 2, false},
+		{"a host of the protocol before roster messages is sent the roster inline", beat(2, spec.ProtocolRosterRef-1), false, 3, false, 3, 2, true},
+		{"same again: not sent", nil, false, 3, true, 3, 2, true},
+		{"a roster change reaches it in its declaration", func() {
+			if err := db.AddNode(ctx, store.Node{Name: "gamma", Address: "127.0.0.10", NKey: "Ugamma", Joined: clk.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}, false, 4, false, 4, 3, true},
+		{"back to roster messages: sent once", beat(4, spec.Protocol), false, 5, false, 5, 3, false},
+		{"unapplied and expired: sent again, the roster signed again", func() { clk.Add(spec.DefaultExpiry + time.Minute) }, false, 6, false, 6, 4, false},
 	} {
 		if step.before != nil {
 			step.before()
@@ -72,8 +77,35 @@ func TestPushSendsOnlyWhatChanged(t *testing.T) {
 		if got.Seq != step.seq || got.Unchanged != step.unchanged {
 			t.Fatalf("%s: seq %d unchanged %v, want seq %d unchanged %v", step.name, got.Seq, got.Unchanged, step.seq, step.unchanged)
 		}
-		if n := onStream(); n != step.msgs {
-			t.Fatalf("%s: %d declarations on the stream, want %d", step.name, n, step.msgs)
+		if n := onSubject(t, c, spec.DeclarationSubject("alpha")); n != step.decls {
+			t.Fatalf("%s: %d declarations on the stream, want %d", step.name, n, step.decls)
+		}
+		if n := onSubject(t, c, spec.RosterSubject); n != step.rosters {
+			t.Fatalf("%s: %d roster messages on the stream, want %d", step.name, n, step.rosters)
+		}
+		d := lastOnStream(t, c, "alpha")
+		if inline := d.RosterRef == nil; inline != step.inline || (inline && len(d.Roster.Nodes) == 0) {
+			t.Fatalf("%s: declaration %d carries roster %+v, ref %+v; want inline %v", step.name, d.Seq, d.Roster, d.RosterRef, step.inline)
+		}
+		if !step.inline {
+			r, err := db.LastRoster(ctx)
+			if err != nil || d.RosterRef.Seq > r.Seq {
+				t.Fatalf("%s: declaration names roster %+v, the roster in force is %d (%v)", step.name, d.RosterRef, r.Seq, err)
+			}
 		}
 	}
+}
+
+// onSubject counts the messages the declaration stream holds on subject.
+func onSubject(t *testing.T, c *Controller, subject string) uint64 {
+	t.Helper()
+	s, err := c.js.Stream(context.Background(), spec.DeclarationStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[subject]
 }

@@ -45,8 +45,14 @@ type Declaration struct {
 	Protocol  int       `json:"protocol"`
 	Mode      string    `json:"mode,omitempty"`
 	Resources Resources `json:"resources"`
-	// Roster is every name of the mesh, the same in every node's declaration.
-	Roster Roster `json:"roster"`
+	// Roster is every name of the mesh, the same in every node's
+	// declaration, to a host of a protocol before ProtocolRosterRef; left
+	// out (zero) for a later one, which is sent RosterRef instead.
+	Roster Roster `json:"roster,omitzero"`
+	// RosterRef names the roster message this declaration was composed
+	// with (protocol ProtocolRosterRef and later): the host applies it only
+	// against that roster or a later one.
+	RosterRef *RosterRef `json:"roster_ref,omitempty"`
 	// CAChain is the mesh's intermediate that signs now, PEM, first; any
 	// other intermediate the host should hold follows it. The same in
 	// every node's declaration. The host refuses a declaration whose chain
@@ -147,6 +153,10 @@ type Report struct {
 	Digest string `json:"digest"`
 	// Refused, when set, says why nothing was applied.
 	Refused string `json:"refused,omitempty"`
+	// Waiting, when set, says that the declaration was not applied yet
+	// because the host has not got the roster it names (it asked for it,
+	// and takes the declaration when the roster arrives).
+	Waiting string `json:"waiting,omitempty"`
 	// Reconcile is set on a report of a periodic pass that corrected drift.
 	Reconcile bool `json:"reconcile,omitempty"`
 	Preview   bool `json:"preview,omitempty"`

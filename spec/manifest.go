@@ -323,6 +323,9 @@ type (
 	AssignResult struct {
 		Changed []string `json:"changed"`
 		Nodes   int      `json:"nodes"`
+		// Roster says that the change alters the names every node serves:
+		// the next push sends them to every node, in one roster message.
+		Roster bool `json:"roster,omitempty"`
 		// Unknown says why Changed could not be worked out (then any node
 		// may need the push); the change is recorded all the same.
 		Unknown string `json:"unknown,omitempty"`

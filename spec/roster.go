@@ -1,14 +1,19 @@
 package spec
 
-import "sort"
+import (
+	"fmt"
+	"sort"
+	"time"
+)
 
 // Domain is the mesh's own domain: NODE.internal, ROUTE.NODE.internal.
 const Domain = "internal"
 
 // Roster is every name of the mesh: each node, each route and each public
-// name served inside it. It travels in every declaration, outside the
-// resources, and the host's resolver answers from it; nothing copies it into
-// a container.
+// name served inside it. It travels on its own, as a RosterDoc, once per
+// change (protocol 3), or inside every declaration to a host of an older
+// protocol, outside the resources; the host's resolver answers from it;
+// nothing copies it into a container.
 type Roster struct {
 	Nodes  []RosterNode  `json:"nodes"`
 	Routes []RosterRoute `json:"routes"`
@@ -58,4 +63,56 @@ func (r Roster) RoutesOf(node string) []RosterRoute {
 		}
 	}
 	return out
+}
+
+// MaxRoster is the cap on a roster message's signed bytes: it travels
+// whole in one bus message, and in a roster request's reply (base64, under
+// spec.MaxPayload).
+const MaxRoster = 2 << 20
+
+// RosterDoc is the roster as its own message (protocol 3): signed with the
+// controller's key like a declaration (the ed25519 signature over its exact
+// bytes in the Mesh-Sig header), numbered on its own sequence, and
+// published once per change on RosterSubject, which every node's consumer
+// receives beside its own declarations. Its fields are named apart from a
+// declaration's (roster_seq, names) so that, decoded strictly, neither is
+// ever taken for the other.
+type RosterDoc struct {
+	Mesh     string    `json:"mesh"`
+	Seq      uint64    `json:"roster_seq"`
+	Issued   time.Time `json:"issued"`
+	Expires  time.Time `json:"expires"`
+	Protocol int       `json:"protocol"`
+	Names    Roster    `json:"names"`
+}
+
+// RosterRef names the roster message a declaration was composed with: a
+// host applies the declaration only once it holds that roster or a later
+// one.
+type RosterRef struct {
+	Seq uint64 `json:"seq"`
+	// Digest is ContentDigest of the roster message's signed bytes.
+	Digest string `json:"digest"`
+}
+
+// Check refuses a reference that names nothing.
+func (r RosterRef) Check() error {
+	if r.Seq == 0 || r.Digest == "" {
+		return fmt.Errorf("the roster reference names no roster (sequence %d, digest %q)", r.Seq, r.Digest)
+	}
+	return nil
+}
+
+// RosterRequest asks the controller for the mesh's current roster message,
+// on mesh.node.<node>.roster, answered under the node's own inbox: a host
+// holding a declaration that names roster Want, which it has not got.
+type RosterRequest struct {
+	Want uint64 `json:"want"`
+}
+
+// RosterReply is the current roster message: its exact signed bytes and
+// the signature, which the host checks as it checks one from the stream.
+type RosterReply struct {
+	Body []byte `json:"body"`
+	Sig  []byte `json:"sig"`
 }

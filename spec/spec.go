@@ -18,10 +18,17 @@ import (
 //	1  the first
 //	2  a declaration carries ca_chain (a host of protocol 1 would refuse
 //	   every declaration for that unknown field: it is sent none)
-const Protocol = 2
+//	3  the roster is its own signed, sequenced message (RosterDoc) on
+//	   RosterSubject; a declaration names it (roster_ref) instead of
+//	   carrying it (a host of protocol 2 is sent it inline, as before)
+const Protocol = 3
 
 // ProtocolCAChain is the first protocol whose declarations carry ca_chain.
 const ProtocolCAChain = 2
+
+// ProtocolRosterRef is the first protocol whose hosts take the roster as
+// its own message and whose declarations name it (roster_ref).
+const ProtocolRosterRef = 3
 
 // Decode reads exactly one JSON value into v and refuses unknown fields and
 // trailing data: a field one side sends and the other ignores is how the seeds

@@ -20,7 +20,8 @@ const (
 	KindFacts     = "facts"
 	KindReport    = "report" // also a preview's answer, with Preview set
 	KindBlob      = "blob"
-	KindCSR       = "csr" // a certificate signing request (cert.go)
+	KindCSR       = "csr"    // a certificate signing request (cert.go)
+	KindRoster    = "roster" // a request for the current roster message (roster.go)
 )
 
 // APISubject is the subject an operator calls for verb.
@@ -49,6 +50,11 @@ const DeclarationStream = "DECLARATIONS"
 // DeclarationSubject is the stream subject of node's declarations; only the
 // controller publishes there.
 func DeclarationSubject(node string) string { return "mesh.decl." + node }
+
+// RosterSubject is the stream subject of the mesh's roster messages
+// (RosterDoc); only the controller publishes there, and every node's
+// consumer filters it beside the node's own declarations.
+const RosterSubject = "mesh.roster"
 
 // AckSubjects are the JetStream acknowledgement subjects of node's own
 // consumer (named after the node) on the declaration stream.
@@ -102,6 +108,7 @@ func ControllerServePermissions() Permissions {
 		Publish: []string{"_INBOX.>", OperatorInbox + ".>"},
 		Subscribe: []string{APIPrefix + ">", EnrolSubject,
 			NodeSubject("*", KindHeartbeat), NodeSubject("*", KindFacts),
-			NodeSubject("*", KindReport), NodeSubject("*", KindBlob), NodeSubject("*", KindCSR)},
+			NodeSubject("*", KindReport), NodeSubject("*", KindBlob), NodeSubject("*", KindCSR),
+			NodeSubject("*", KindRoster)},
 	}
 }

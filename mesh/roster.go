@@ -1,0 +1,220 @@
+package mesh
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// rosterDigest is the digest of the names a roster holds, without sequence
+// and times: what a push compares with the roster in force.
+func rosterDigest(r spec.Roster) (string, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("encode the roster: %w", err)
+	}
+	return spec.ContentDigest(b), nil
+}
+
+// refOf is the reference a declaration gives to the roster message r.
+func refOf(r store.Roster) *spec.RosterRef {
+	return &spec.RosterRef{Seq: r.Seq, Digest: spec.ContentDigest(r.Body)}
+}
+
+// sendRoster makes roster the roster in force and returns the reference to
+// it: the roster message in force when it holds the same names and has not
+// expired (nothing is sent), or a new one, numbered after it, signed,
+// recorded and published on spec.RosterSubject, which every node's consumer
+// receives. One roster message per change, whatever the number of nodes.
+// A roster whose last message expired is signed again under a new sequence,
+// so a host that joins later can take it.
+func (c *Controller) sendRoster(ctx context.Context, roster spec.Roster) (*spec.RosterRef, error) {
+	c.rosterMu.Lock()
+	defer c.rosterMu.Unlock()
+	digest, err := rosterDigest(roster)
+	if err != nil {
+		return nil, err
+	}
+	last, err := c.deps.DB.LastRoster(ctx)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, err
+	case last.Content == digest && c.cfg.Now().Before(last.Expires):
+		return refOf(last), nil
+	}
+	r, err := c.signRoster(ctx, roster, digest, last.Seq+1)
+	if err != nil {
+		return nil, err
+	}
+	c.log.Info("roster sent", "seq", r.Seq, "nodes", len(roster.Nodes), "routes", len(roster.Routes), "bytes", len(r.Body))
+	return refOf(r), nil
+}
+
+// signRoster signs roster as message seq, records it as the roster in
+// force and publishes it. Recorded, it is published whatever happens to
+// the caller's context (as a declaration is). The caller holds rosterMu.
+func (c *Controller) signRoster(ctx context.Context, roster spec.Roster, digest string, seq uint64) (store.Roster, error) {
+	m, err := c.deps.DB.Mesh(ctx)
+	if err != nil {
+		return store.Roster{}, err
+	}
+	now := c.cfg.Now().UTC()
+	doc := spec.RosterDoc{Mesh: m.Name, Seq: seq, Issued: now, Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol, Names: roster}
+	body, err := json.Marshal(doc)
+	if err != nil {
+		return store.Roster{}, fmt.Errorf("encode roster %d: %w", seq, err)
+	}
+	if len(body) > spec.MaxRoster {
+		return store.Roster{}, fmt.Errorf("the roster would be %s, over the %s cap, so nothing was sent (%d nodes, %d routes): every host keeps the names it has",
+			kib(len(body)), kib(spec.MaxRoster), len(roster.Nodes), len(roster.Routes))
+	}
+	r := store.Roster{Seq: seq, Body: body, Sig: ed25519.Sign(c.cfg.SignKey, body), Content: digest, Sent: doc.Issued, Expires: doc.Expires}
+	if err := c.deps.DB.RecordRoster(ctx, r); err != nil {
+		return store.Roster{}, err
+	}
+	if _, err := c.js.PublishMsg(context.WithoutCancel(ctx), signedMsg(spec.RosterSubject, r.Body, r.Sig)); err != nil {
+		return store.Roster{}, fmt.Errorf("publish roster %d: %w", seq, err)
+	}
+	return r, nil
+}
+
+// currentRoster is the roster message in force, signed again under a new
+// sequence (same names) when it expired; ErrNotFound when none was sent.
+func (c *Controller) currentRoster(ctx context.Context) (store.Roster, error) {
+	c.rosterMu.Lock()
+	defer c.rosterMu.Unlock()
+	last, err := c.deps.DB.LastRoster(ctx)
+	if err != nil {
+		return store.Roster{}, err
+	}
+	if c.cfg.Now().Before(last.Expires) {
+		return last, nil
+	}
+	var doc spec.RosterDoc
+	if err := spec.Decode(last.Body, &doc); err != nil {
+		return store.Roster{}, fmt.Errorf("read roster %d: %w", last.Seq, err)
+	}
+	r, err := c.signRoster(ctx, doc.Names, last.Content, last.Seq+1)
+	if err != nil {
+		return store.Roster{}, err
+	}
+	c.log.Info("expired roster signed again", "was", last.Seq, "seq", r.Seq)
+	return r, nil
+}
+
+// onRoster answers a node's request for the roster in force, only under the
+// node's own inbox: a host holding a declaration that names a roster it
+// has not got asks for it rather than wait or apply against older names.
+func (c *Controller) onRoster(ctx context.Context, m *nats.Msg, who requester) {
+	if !c.allowReply(m, who) {
+		return
+	}
+	reply := func(v any, err error) { c.respond(m, who, spec.EncodeReply(v, err)) }
+	var req spec.RosterRequest
+	if err := spec.Decode(m.Data, &req); err != nil {
+		reply(nil, callerError(fmt.Sprintf("malformed roster request: %v", err)))
+		return
+	}
+	r, err := c.currentRoster(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		reply(nil, notFoundError("no roster was sent yet: the next mesh push sends one"))
+		return
+	}
+	if err != nil {
+		c.log.Error("roster request not answered", "node", who.name, "err", err)
+		reply(nil, err)
+		return
+	}
+	if r.Seq < req.Want {
+		c.log.Warn("a node asks for a roster above the one in force", "node", who.name, "want", req.Want, "seq", r.Seq)
+	}
+	reply(spec.RosterReply{Body: r.Body, Sig: r.Sig}, nil)
+}
+
+// publishRecordedRoster publishes the roster in force again when the
+// stream does not hold it: a controller stopped between recording it and
+// publishing it. The bytes are the ones recorded, so a host that has it
+// takes it as a duplicate.
+func (c *Controller) publishRecordedRoster(ctx context.Context) error {
+	r, err := c.deps.DB.LastRoster(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	stream, err := c.js.Stream(ctx, spec.DeclarationStream)
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", spec.DeclarationStream, err)
+	}
+	held, err := stream.GetLastMsgForSubject(ctx, spec.RosterSubject)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return fmt.Errorf("read the last roster in the stream: %w", err)
+	default:
+		var claim struct {
+			Seq uint64 `json:"roster_seq"`
+		}
+		if json.Unmarshal(held.Data, &claim) == nil && claim.Seq >= r.Seq {
+			return nil
+		}
+	}
+	if _, err := c.js.PublishMsg(ctx, signedMsg(spec.RosterSubject, r.Body, r.Sig)); err != nil {
+		return fmt.Errorf("publish the recorded roster %d: %w", r.Seq, err)
+	}
+	c.log.Info("roster recorded but not published before a stop: published now", "seq", r.Seq)
+	return nil
+}
+
+// contentNow is what node n is sent of g now: its resources, the CA chain,
+// and the roster inline or, for a host that takes roster messages, the
+// reference to the roster in force, sent first when it changed (see
+// sendRoster). A roster that cannot be sent is an error: nothing that
+// would name it is sent.
+func (c *Controller) contentNow(ctx context.Context, n store.Node, g gathered) (content, error) {
+	var ref *spec.RosterRef
+	if protocolFor(n) >= spec.ProtocolRosterRef {
+		var err error
+		if ref, err = c.sendRoster(ctx, g.roster); err != nil {
+			return content{}, fmt.Errorf("send the roster: %w", err)
+		}
+	}
+	return contentFor(n, g.plans[n.Name].Resources, g, ref), nil
+}
+
+// rosterOf is the roster recorded as r.
+func rosterOf(r store.Roster) (spec.Roster, error) {
+	var doc spec.RosterDoc
+	if err := spec.Decode(r.Body, &doc); err != nil {
+		return spec.Roster{}, fmt.Errorf("read roster %d: %w", r.Seq, err)
+	}
+	return doc.Names, nil
+}
+
+// rosterPending says whether roster differs from the roster in force (by
+// the digest of its names), so a push would send it; before any roster was
+// sent, whether it holds a route. A read that fails is an error, never
+// "nothing pending".
+func (c *Controller) rosterPending(ctx context.Context, roster spec.Roster) (bool, error) {
+	last, err := c.deps.DB.LastRoster(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return len(roster.Routes) > 0, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	digest, err := rosterDigest(roster)
+	if err != nil {
+		return false, err
+	}
+	return digest != last.Content, nil
+}

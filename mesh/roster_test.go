@@ -1,0 +1,225 @@
+package mesh
+
+import (
+	"context"
+	"crypto/ed25519"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestRouteIsOneRosterMessage: a push that adds one route and changes no
+// node's resources sends one roster message and no declaration: every
+// node's line says "unchanged, not sent", counted on the stream. The
+// roster message holds the new route and each node's last declaration
+// names a roster no later than it. Status shows the roster pending until
+// the push.
+func TestRouteIsOneRosterMessage(t *testing.T) {
+	t.Parallel()
+	c, db := newController(t, &clock{now: time.Now()})
+	meshOf(t, c, db)
+	ctx := context.Background()
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []string{"alpha", "beta", "gamma"}
+	before := map[string]uint64{}
+	for _, n := range nodes {
+		before[n] = onSubject(t, c, spec.DeclarationSubject(n))
+	}
+	rostersBefore := onSubject(t, c, spec.RosterSubject)
+	if rostersBefore != 1 {
+		t.Fatalf("the first push sent %d roster messages, want 1", rostersBefore)
+	}
+
+	// web, again, with a second route: the same resources on alpha and beta.
+	web := spec.Module{Name: "web", Version: "2", Routes: []spec.Route{{Name: "web", Port: 80}, {Name: "admin", Port: 81}},
+		Resources: []spec.Resource{resource("/srv/web")}}
+	web.Resources[0].Module, web.Resources[0].Name = "web", spec.ResourceName("web", spec.KindDirectory, "/srv/web")
+	if _, err := db.RegisterModules(ctx, []spec.Module{web}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	const pending = "the names every node serves have changed"
+	if st, err := c.status(ctx, spec.StatusRequest{}); err != nil || !slices.ContainsFunc(st.Problems, func(p string) bool { return strings.HasPrefix(p, pending) }) {
+		t.Fatalf("status before the push: %v %q, want the roster pending", err, st.Problems)
+	}
+	res, err := c.push(ctx, spec.PushRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.status(ctx, spec.StatusRequest{}); err != nil || slices.ContainsFunc(st.Problems, func(p string) bool { return strings.HasPrefix(p, pending) }) {
+		t.Fatalf("status after the push: %v %q, want no roster pending", err, st.Problems)
+	}
+	for _, pn := range res.Nodes {
+		if !pn.Unchanged || pn.Error != "" {
+			t.Errorf("%s: %+v, want unchanged, not sent", pn.Node, pn)
+		}
+	}
+	for _, n := range nodes {
+		if got := onSubject(t, c, spec.DeclarationSubject(n)); got != before[n] {
+			t.Errorf("%s: %d declarations on the stream, want %d: a route alone sends it nothing", n, got, before[n])
+		}
+	}
+	if got := onSubject(t, c, spec.RosterSubject); got != rostersBefore+1 {
+		t.Fatalf("%d roster messages on the stream, want %d: one for the new route", got, rostersBefore+1)
+	}
+	roster, seq := rosterOnStream(t, c)
+	if got := routeNames(roster); got != "admin.alpha.internal,admin.beta.internal,web.alpha.internal,web.beta.internal" {
+		t.Fatalf("roster %d holds routes %s", seq, got)
+	}
+	for _, n := range []string{"alpha", "beta"} {
+		if d := lastOnStream(t, c, n); d.RosterRef == nil || d.RosterRef.Seq >= seq || len(d.Roster.Routes) != 0 {
+			t.Errorf("%s's declaration names roster %+v and carries %d routes: want the reference to the one before %d and none", n, d.RosterRef, len(d.Roster.Routes), seq)
+		}
+	}
+	// Nothing changed: nothing sent, roster included.
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := onSubject(t, c, spec.RosterSubject); got != rostersBefore+1 {
+		t.Fatalf("a push that changes nothing sent a roster message (%d)", got)
+	}
+}
+
+// TestRosterRequestAnsweredOnlyUnderTheNodesInbox: a node asks for the
+// roster in force on its own subject; the answer (the signed bytes, as the
+// stream carries them) goes only under its own inbox; before any roster
+// was sent the answer says so; an expired roster is signed again under the
+// next sequence, with the same names, and published.
+func TestRosterRequestAnsweredOnlyUnderTheNodesInbox(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	key := joinWithKey(t, c, "beta")
+	nc, err := busConn(t, c, key, spec.NodeInbox("beta"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ask := func() (spec.RosterReply, error) {
+		t.Helper()
+		m, err := nc.Request(spec.NodeSubject("beta", spec.KindRoster), mustJSON(t, spec.RosterRequest{Want: 1}), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r spec.RosterReply
+		return r, spec.DecodeReply(m.Data, &r)
+	}
+	if _, err := ask(); err == nil || !strings.Contains(err.Error(), "no roster was sent yet") || spec.KindOf(err) != spec.ReplyNotFound {
+		t.Fatalf("before any push: %v, want not found, saying no roster was sent", err)
+	}
+
+	body := mustJSON(t, spec.RosterRequest{Want: 1})
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	tryReflect(t, c, db, nc, spec.NodeInbox("beta"), spec.NodeSubject("beta", spec.KindRoster), same(foreign(spec.NodeInbox("beta")), body), body, 0)
+	r, err := ask()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := c.cfg.SignKey.Public().(ed25519.PublicKey)
+	last, err := db.LastRoster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ed25519.Verify(pub, r.Body, r.Sig) || string(r.Body) != string(last.Body) {
+		t.Fatal("the answer is not the roster in force as signed")
+	}
+
+	clk.Add(spec.DefaultExpiry + time.Minute)
+	r, err = ask()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc, was spec.RosterDoc
+	if err := spec.Decode(r.Body, &doc); err != nil || !ed25519.Verify(pub, r.Body, r.Sig) {
+		t.Fatalf("the roster signed again: %v", err)
+	}
+	spec.Decode(last.Body, &was)
+	if doc.Seq != was.Seq+1 || !clk.Now().Before(doc.Expires) || routeNames(doc.Names) != routeNames(was.Names) || !slices.Equal(nodeNames(doc.Names), nodeNames(was.Names)) {
+		t.Fatalf("after expiry: roster %d expiring %s, want %d with the same names, unexpired", doc.Seq, doc.Expires, was.Seq+1)
+	}
+	if _, seq := rosterOnStream(t, c); seq != doc.Seq {
+		t.Fatalf("the roster signed again is not on the stream (last %d)", seq)
+	}
+}
+
+func nodeNames(r spec.Roster) []string {
+	var out []string
+	for _, n := range r.Nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// TestOldConsumerTakesRosters: a node's consumer made before roster
+// messages (filtering its own declarations alone) and a stream without the
+// roster subject are updated when the controller starts: the consumer then
+// delivers the roster messages too, on the node's own delivery subject. A
+// roster recorded and not published (the stream would not take it) is
+// published at the start, before the declarations.
+func TestOldConsumerTakesRosters(t *testing.T) {
+	t.Parallel()
+	c, db := newController(t, &clock{now: time.Now()})
+	ctx := context.Background()
+	if err := db.AddNode(ctx, store.Node{Name: "beta", Address: "127.0.0.9", NKey: "Ubeta", Joined: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	// The stream and beta's consumer as an older controller made them.
+	if _, err := c.js.UpdateStream(ctx, jetstream.StreamConfig{Name: spec.DeclarationStream, Subjects: []string{spec.DeclarationSubject("*")},
+		Storage: jetstream.FileStorage, MaxMsgsPerSubject: 8, MaxMsgSize: spec.MaxDeclaration + 4096, Discard: jetstream.DiscardOld, MaxConsumers: spec.MaxNodes}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.js.CreateOrUpdatePushConsumer(ctx, spec.DeclarationStream, jetstream.ConsumerConfig{Durable: "beta",
+		DeliverSubject: spec.DeliverySubject("beta"), FilterSubject: spec.DeclarationSubject("beta"),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 32}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.sendRoster(ctx, spec.Roster{}); err == nil {
+		t.Fatal("a roster was published on a stream without its subject")
+	}
+
+	if err := c.ensureDelivery(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := c.js.PushConsumer(ctx, spec.DeclarationStream, "beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.FilterSubject != "" || !slices.Equal(info.Config.FilterSubjects, []string{spec.DeclarationSubject("beta"), spec.RosterSubject}) {
+		t.Fatalf("beta's consumer filters %q and %q after the start", info.Config.FilterSubject, info.Config.FilterSubjects)
+	}
+	got := make(chan *nats.Msg, 4)
+	sub, err := c.nc.ChanSubscribe(spec.DeliverySubject("beta"), got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	// Roster 1, recorded when its publish failed, published at the start;
+	// then the push's, which names beta.
+	for want := uint64(1); want <= 2; want++ {
+		select {
+		case m := <-got:
+			var doc spec.RosterDoc
+			if m.Subject != spec.RosterSubject || spec.Decode(m.Data, &doc) != nil || doc.Seq != want || (want == 2 && !slices.Contains(nodeNames(doc.Names), "beta")) {
+				t.Fatalf("beta was delivered %s: %s, want roster %d", m.Subject, m.Data, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("beta's consumer made the old way delivered no roster message %d", want)
+		}
+	}
+}
