@@ -8,6 +8,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
 )
 
 // BenchmarkPushSend is the controller's side of a push to 50 nodes: compose,
@@ -53,4 +54,96 @@ func benchmarkPush(b *testing.B, force bool) {
 			b.Fatalf("push (force %v): %+v", force, res.Nodes[0])
 		}
 	}
+}
+
+// BenchmarkPushRosterChange is a push whose only change is one route (a
+// route-only module assigned to one node, and unassigned, in turns) to a
+// mesh of N nodes that each serve a route of their own: the bytes and the
+// messages the controller publishes for it. Hosts of protocol 2 are sent
+// the roster inside every declaration (what every push did before roster
+// messages: N declarations of an O(N) roster); hosts of protocol 3 are sent
+// one roster message and no declaration. No host answers.
+//
+//	go test -run '^$' -bench PushRosterChange -benchtime 3x ./mesh
+func BenchmarkPushRosterChange(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		for _, protocol := range []int{spec.ProtocolRosterRef - 1, spec.ProtocolRosterRef} {
+			b.Run(fmt.Sprintf("nodes=%d/protocol=%d", n, protocol), func(b *testing.B) { benchmarkRosterChange(b, n, protocol) })
+		}
+	}
+}
+
+func benchmarkRosterChange(b *testing.B, nodes, protocol int) {
+	clk := &clock{now: time.Now()}
+	c, db := newController(b, clk)
+	ctx := context.Background()
+	mod := spec.Module{Name: "m", Version: "1", Routes: []spec.Route{{Name: "web", Port: 80}}, Resources: []spec.Resource{resource("/srv")}}
+	mod.Resources[0].Module, mod.Resources[0].Name = "m", spec.ResourceName("m", spec.KindDirectory, "/srv")
+	extra := spec.Module{Name: "extra", Version: "1", Routes: []spec.Route{{Name: "extra", Port: 9}}}
+	if _, err := db.RegisterModules(ctx, []spec.Module{mod, extra}, clk.Now()); err != nil {
+		b.Fatal(err)
+	}
+	var beats []spec.Heartbeat
+	for i := range nodes {
+		name := fmt.Sprintf("n%04d", i)
+		if err := db.AddNode(ctx, store.Node{Name: name, Address: fmt.Sprintf("10.%d.%d.1", i/256, i%256), NKey: "U" + name, Joined: clk.Now()}); err != nil {
+			b.Fatal(err)
+		}
+		if err := ensureConsumer(ctx, c.js, name); err != nil {
+			b.Fatal(err)
+		}
+		if err := db.Assign(ctx, "m", name, nil, clk.Now()); err != nil {
+			b.Fatal(err)
+		}
+		beats = append(beats, spec.Heartbeat{Node: name, Protocol: protocol})
+	}
+	if _, err := db.RecordHeartbeats(ctx, beats, clk.Now()); err != nil {
+		b.Fatal(err)
+	}
+	published := make(chan *nats.Msg, 4*nodes+16)
+	for _, subject := range []string{spec.DeclarationSubject("*"), spec.RosterSubject} {
+		sub, err := c.nc.ChanSubscribe(subject, published)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		b.Fatal(err)
+	}
+	drain := func() (msgs, bytes int) {
+		for {
+			select {
+			case m := <-published:
+				msgs++
+				bytes += len(m.Subject) + len(m.Data) + len(m.Header.Get(spec.SigHeader))
+			default:
+				return msgs, bytes
+			}
+		}
+	}
+	drain()
+	assigned := false
+	var msgs, bytes int
+	for b.Loop() {
+		b.StopTimer()
+		var err error
+		if assigned {
+			err = db.Unassign(ctx, "extra", "n0000")
+		} else {
+			err = db.Assign(ctx, "extra", "n0000", nil, clk.Now())
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		assigned = !assigned
+		b.StartTimer()
+		if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+			b.Fatal(err)
+		}
+		m, n := drain()
+		msgs, bytes = msgs+m, bytes+n
+	}
+	b.ReportMetric(float64(bytes)/float64(b.N), "bytes/push")
+	b.ReportMetric(float64(msgs)/float64(b.N), "msgs/push")
 }
