@@ -340,3 +340,29 @@ func TestRosterBatchWritesOnce(t *testing.T) {
 		t.Fatalf("a roster of the batch was refused:\n%s", b.logs.String())
 	}
 }
+
+// TestInlineRosterIsServed: a declaration that carries the roster itself
+// (a controller of protocol 2) has its names served, as before roster
+// messages; one that names a roster message then has that one's.
+func TestInlineRosterIsServed(t *testing.T) {
+	b := newBench(t)
+	names := runResolver(t, resolver.Zone{})
+	b.names = names
+	b.start()
+	d := b.declaration(1, fileResource("/one", "1"))
+	d.Protocol, d.Roster = spec.ProtocolRosterRef-1, rosterDoc(1, "10.1.0.9").Names
+	b.publish(encode(t, d), nil)
+	if rep := b.report(); rep.Seq != 1 || rep.Refused != "" {
+		t.Fatalf("a declaration carrying its roster: %+v", rep)
+	}
+	servesWeb(t, names, "10.1.0.9")
+	r := encodeRoster(t, rosterDoc(1, "10.1.0.10"))
+	b.publishRoster(r, nil)
+	d2 := b.declaration(2, fileResource("/one", "1"))
+	d2.RosterRef = &spec.RosterRef{Seq: 1, Digest: spec.ContentDigest(r)}
+	b.publish(encode(t, d2), nil)
+	if rep := b.report(); rep.Seq != 2 || rep.Refused != "" {
+		t.Fatalf("a declaration naming a roster message: %+v", rep)
+	}
+	servesWeb(t, names, "10.1.0.10")
+}
