@@ -70,8 +70,10 @@ type Agent struct {
 	roster    *heldRoster
 	rosterErr error
 	// waiting is the last declaration that named a roster the host has
-	// not got: handled again as soon as a roster is taken.
-	waiting *nats.Msg
+	// not got: handled again as soon as a roster is taken. waitSaid is the
+	// sequence of the last one whose wait was logged and reported.
+	waiting  *nats.Msg
+	waitSaid uint64
 	// savedAppliedSeq is the applied sequence state.json holds, and
 	// recordUnsaved says that the record of what was applied changed
 	// since state.json was last written (or a write of it failed).

@@ -129,9 +129,16 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 			} else if wait {
 				// Never applied against older names: not kept, not acked;
 				// handled again when a roster is taken, or delivered again.
-				a.log.Warn("declaration waits for the roster it names", "seq", d.decl.Seq, "roster_seq", d.decl.RosterRef.Seq)
+				// Said once a declaration: its deliveries again say nothing
+				// new (invariant 14).
 				a.waiting = d.msg
 				a.respond(nc, d.msg, fmt.Sprintf(`-NAK {"delay": %d}`, rosterRetry.Nanoseconds()))
+				if a.waitSaid == d.decl.Seq {
+					a.log.Debug("declaration still waits for the roster it names", "seq", d.decl.Seq, "roster_seq", d.decl.RosterRef.Seq)
+					continue
+				}
+				a.waitSaid = d.decl.Seq
+				a.log.Warn("declaration waits for the roster it names", "seq", d.decl.Seq, "roster_seq", d.decl.RosterRef.Seq)
 				a.report(nc, spec.Report{Seq: d.decl.Seq, Digest: spec.ContentDigest(d.raw),
 					Waiting: fmt.Sprintf("it names roster %d, which this host has not got: it asked the controller for it and applies the declaration when it arrives", d.decl.RosterRef.Seq)})
 				continue

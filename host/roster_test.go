@@ -198,8 +198,9 @@ func encodeRoster(t testing.TB, d spec.RosterDoc) []byte {
 
 // TestDeclarationWaitsForItsRoster: a declaration naming a roster the host
 // has not got is not applied against the older names: the host asks the
-// controller for the roster, reports that it waits, and applies the
-// declaration as soon as the roster arrives on the stream. One naming a
+// controller for the roster, reports that it waits (once: delivered again,
+// it asks again and says nothing new), and applies the declaration as soon
+// as the roster arrives on the stream. One naming a
 // roster the controller answers with is applied at once. One naming the
 // held sequence with other bytes is refused.
 func TestDeclarationWaitsForItsRoster(t *testing.T) {
@@ -250,6 +251,24 @@ func TestDeclarationWaitsForItsRoster(t *testing.T) {
 	}
 	if st, _, _ := host.ReadState(b.hostDir); st.Seq != 0 {
 		t.Fatalf("a declaration waiting for its roster was kept: %d", st.Seq)
+	}
+	// Delivered again, it asks again and says nothing new: no second
+	// report, one line in the log.
+	select {
+	case req := <-asked:
+		if req.Want != 2 {
+			t.Fatalf("the host asked again for roster %d, want 2", req.Want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting declaration was not delivered again")
+	}
+	select {
+	case r := <-b.reports:
+		t.Fatalf("a declaration waiting again was reported again: %+v", r)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if n := strings.Count(b.logs.String(), "declaration waits for the roster it names"); n != 1 {
+		t.Fatalf("the wait was logged %d times, want once", n)
 	}
 	// Roster 2 arrives: the declaration is applied, the names are 2's.
 	b.publishRoster(r2, nil)
