@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -221,5 +222,53 @@ func TestOldConsumerTakesRosters(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("beta's consumer made the old way delivered no roster message %d", want)
 		}
+	}
+}
+
+// rosterFailing is the real store refusing to record a roster.
+type rosterFailing struct{ *store.DB }
+
+func (rosterFailing) RecordRoster(context.Context, store.Roster) error {
+	return errors.New("disk I/O error")
+}
+
+// TestRosterNotSentSendsNothingThatNamesIt holds invariant 1 for the
+// roster: one that cannot be recorded is not sent; no node that would name
+// it is sent anything (each says why, and keeps the names it has), while a
+// node of the protocol before roster messages is sent its declaration with
+// the roster inside, as before.
+func TestRosterNotSentSendsNothingThatNamesIt(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	c, db := newControllerWith(t, clk, func(db *store.DB) Store { return rosterFailing{db} })
+	meshOf(t, c, db)
+	ctx := context.Background()
+	if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "beta", Protocol: spec.ProtocolRosterRef - 1}, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.push(ctx, spec.PushRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pn := range res.Nodes {
+		switch pn.Node {
+		case "beta":
+			if pn.Error != "" || pn.Seq == 0 {
+				t.Errorf("beta (protocol 2): %+v, want sent", pn)
+			}
+		default:
+			if pn.Seq != 0 || !strings.Contains(pn.Error, "the roster was not sent (disk I/O error)") {
+				t.Errorf("%s: %+v, want not sent, naming the roster's failure", pn.Node, pn)
+			}
+			if n := onSubject(t, c, spec.DeclarationSubject(pn.Node)); n != 0 {
+				t.Errorf("%s was sent %d declarations", pn.Node, n)
+			}
+		}
+	}
+	if n := onSubject(t, c, spec.RosterSubject); n != 0 {
+		t.Errorf("%d roster messages on the stream", n)
+	}
+	if d := lastOnStream(t, c, "beta"); d.RosterRef != nil || routeNames(d.Roster) != "web.alpha.internal,web.beta.internal" {
+		t.Errorf("beta's declaration: ref %+v, roster %s; want the roster inside", d.RosterRef, routeNames(d.Roster))
 	}
 }
