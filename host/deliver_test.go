@@ -116,7 +116,7 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: spec.DeclarationStream, Subjects: []string{spec.DeclarationSubject("*"), spec.RosterSubject}, MaxMsgSize: 3 << 20}); err != nil {
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: spec.DeclarationStream, Subjects: []string{spec.DeclarationSubject("*"), spec.RosterSubject}, MaxMsgSize: 4 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := js.CreateOrUpdatePushConsumer(ctx, spec.DeclarationStream, jetstream.ConsumerConfig{Durable: "alpha",

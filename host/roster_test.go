@@ -125,7 +125,7 @@ func TestEachRosterRefusal(t *testing.T) {
 	unknown := strings.Replace(string(encodeRoster(t, rosterDoc(9, "10.9.9.9"))), `"mesh":"m"`, `"mesh":"m","colour":"blue"`, 1)
 	unsigned := encodeRoster(t, rosterDoc(11, "10.9.9.9"))
 	big := rosterDoc(12, "10.9.9.9")
-	for i := range 20000 {
+	for i := range 30000 {
 		big.Names.Nodes = append(big.Names.Nodes, spec.RosterNode{Name: strings.Repeat("n", 80) + string(rune('a'+i%26)), Address: "10.9.9.9"})
 	}
 	// A declaration's bytes, signed with the mesh's key, are no roster.
@@ -145,7 +145,7 @@ func TestEachRosterRefusal(t *testing.T) {
 		{"an unknown field", []byte(unknown), nil, `unknown field "colour"`},
 		{"signed by another key", unsigned, ed25519.Sign(otherKey, unsigned), "signature does not verify"},
 		{"unsigned", unsigned, []byte{}, "the roster is unsigned"},
-		{"over the cap", encodeRoster(t, big), nil, "over the 2097152-byte cap"},
+		{"over the cap", encodeRoster(t, big), nil, "over the 3145728-byte cap"},
 		{"a declaration", decl, nil, `unknown field "node"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

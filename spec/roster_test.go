@@ -1,9 +1,13 @@
 package spec_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
 )
@@ -52,4 +56,37 @@ func FuzzDecodeRosterDoc(f *testing.F) {
 			t.Fatalf("decoded %q to %+v; re-encoded %s decodes to %+v", data, doc, again, doc2)
 		}
 	})
+}
+
+// TestRosterReplyKeepsTheSignedBytes: a roster at the cap, answered in a
+// reply, fits a bus message and reaches the host byte for byte as signed
+// (names that encoding/json escapes included).
+func TestRosterReplyKeepsTheSignedBytes(t *testing.T) {
+	doc := spec.RosterDoc{Mesh: "m", Seq: 1, Issued: time.Now(), Expires: time.Now().Add(time.Hour), Protocol: spec.Protocol}
+	doc.Names.Routes = []spec.RosterRoute{{Name: "<a&b>\u2028é.example", Node: "alpha", Address: "10.0.0.1", Port: 80, Module: "m"}}
+	// Nodes of the same encoded size, as many as fit under the cap.
+	node := func(i int) spec.RosterNode {
+		return spec.RosterNode{Name: fmt.Sprintf("node%06d-%s", i, strings.Repeat("x", 40)), Address: "10.0.0.1"}
+	}
+	empty, _ := json.Marshal(doc)
+	one, _ := json.Marshal(node(0))
+	for i := range (spec.MaxRoster - len(empty) - 200) / (len(one) + 1) {
+		doc.Names.Nodes = append(doc.Names.Nodes, node(i))
+	}
+	body, _ := json.Marshal(doc)
+	if len(body) > spec.MaxRoster || len(body) < spec.MaxRoster-4096 {
+		t.Fatalf("the roster is %d bytes, want just under %d", len(body), spec.MaxRoster)
+	}
+	sig := make([]byte, 64)
+	wire := spec.EncodeReply(spec.RosterReply{Body: body, Sig: sig}, nil)
+	if len(wire) > spec.MaxPayload-4096 {
+		t.Fatalf("a reply carrying a roster of %d bytes is %d bytes, over the bus's %d", len(body), len(wire), spec.MaxPayload)
+	}
+	var got spec.RosterReply
+	if err := spec.DecodeReply(wire, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Body, body) {
+		t.Fatal("the roster's bytes changed on the way")
+	}
 }
