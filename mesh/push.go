@@ -632,9 +632,10 @@ func (c *Controller) onReport(ctx context.Context, m *nats.Msg) {
 	r = keptReport(r)
 	if r.Waiting != "" {
 		// Not applied, not refused: the host takes it when the roster it
-		// names arrives, and reports then.
+		// names arrives, and reports then. Kept as the node's last report
+		// (status says why it has not applied), not forwarded to a push
+		// that waits for the apply.
 		c.log.Warn("declaration waits for its roster", "node", node, "seq", r.Seq, "waiting", spec.Clip(r.Waiting, spec.MaxStatusText))
-		return
 	}
 	if !r.Preview {
 		ok, err := c.weigh(ctx, node, r.Seq)
@@ -646,11 +647,14 @@ func (c *Controller) onReport(ctx context.Context, m *nats.Msg) {
 			c.log.Warn("report refused: it names a declaration far above the last sent to the node", "node", node, "seq", r.Seq)
 			return
 		}
-		applied := r.Refused == ""
+		applied := r.Refused == "" && r.Waiting == ""
 		body, _ := json.Marshal(r)
 		if err := c.deps.DB.RecordReport(ctx, store.Report{Node: node, Seq: r.Seq, Body: body, Received: c.cfg.Now()}, applied); err != nil {
 			c.log.Error("report not recorded", "node", node, "err", err)
 		}
+	}
+	if r.Waiting != "" {
+		return
 	}
 	failed := 0
 	for _, res := range r.Results {

@@ -272,3 +272,36 @@ func TestRosterNotSentSendsNothingThatNamesIt(t *testing.T) {
 		t.Errorf("beta's declaration: ref %+v, roster %s; want the roster inside", d.RosterRef, routeNames(d.Roster))
 	}
 }
+
+// TestWaitingForTheRosterIsShown: a host's report that its declaration
+// waits for the roster it names is kept, not taken for an apply, and
+// status says why the node has not applied it; the apply's report clears
+// it.
+func TestWaitingForTheRosterIsShown(t *testing.T) {
+	t.Parallel()
+	c, db := newController(t, &clock{now: time.Now()})
+	ctx := context.Background()
+	if _, _, err := c.send(ctx, "alpha", content{resources: []spec.Resource{resource("/a")}}, true); err != nil {
+		t.Fatal(err)
+	}
+	report := func(r spec.Report) {
+		t.Helper()
+		r.Node, r.Time = "alpha", time.Now()
+		c.onReport(ctx, &nats.Msg{Subject: spec.NodeSubject("alpha", spec.KindReport), Data: mustJSON(t, r)})
+	}
+	const says = "alpha has not applied declaration 1 yet: it names roster 7"
+	has := func(st spec.StatusResult) bool {
+		return slices.ContainsFunc(st.Problems, func(p string) bool { return strings.HasPrefix(p, says) })
+	}
+	report(spec.Report{Seq: 1, Waiting: "it names roster 7, which this host has not got"})
+	if n, err := db.Node(ctx, "alpha"); err != nil || n.AppliedSeq != 0 {
+		t.Fatalf("a waiting report was taken for an apply: applied %d, %v", n.AppliedSeq, err)
+	}
+	if st, err := c.status(ctx, spec.StatusRequest{}); err != nil || !has(st) {
+		t.Fatalf("status: %v %q, want %q", err, st.Problems, says)
+	}
+	report(spec.Report{Seq: 1, Results: []spec.ResourceResult{}})
+	if st, err := c.status(ctx, spec.StatusRequest{}); err != nil || has(st) {
+		t.Fatalf("status after the apply: %v %q", err, st.Problems)
+	}
+}

@@ -189,6 +189,9 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 			if rep.Refused != "" {
 				problem("%s refused declaration %d: %s", n.Name, rep.Seq, st.Refused)
 			}
+			if rep.Waiting != "" && n.AppliedSeq < rep.Seq {
+				problem("%s has not applied declaration %d yet: %s", n.Name, rep.Seq, clipStatus(rep.Waiting))
+			}
 			failures = failureLines(rep)
 			statusNotes(&st, n.Name, rep)
 			if len(failures) > 0 {
