@@ -160,6 +160,9 @@ func reportSummary(r spec.Report) string {
 	if r.Refused != "" {
 		return fmt.Sprintf("refused declaration %d at %s: %s", r.Seq, when, r.Refused)
 	}
+	if r.Waiting != "" {
+		return fmt.Sprintf("declaration %d not applied yet at %s: %s", r.Seq, when, r.Waiting)
+	}
 	counts := map[string]int{}
 	for _, res := range r.Results {
 		counts[res.Outcome]++

@@ -62,10 +62,16 @@ func TestOutputGolden(t *testing.T) {
 	preview.Preview, preview.Writes = true, 0
 
 	cases := map[string]func(*bytes.Buffer) error{
-		"node-list":        func(b *bytes.Buffer) error { return printNodeList(b, []spec.Node{alpha, never, foreign}) },
-		"node-show":        func(b *bytes.Buffer) error { return printNode(b, alpha) },
-		"node-show-never":  func(b *bytes.Buffer) error { return printNode(b, never) },
-		"node-show-older":  func(b *bytes.Buffer) error { return printNode(b, foreign) },
+		"node-list":       func(b *bytes.Buffer) error { return printNodeList(b, []spec.Node{alpha, never, foreign}) },
+		"node-show":       func(b *bytes.Buffer) error { return printNode(b, alpha) },
+		"node-show-never": func(b *bytes.Buffer) error { return printNode(b, never) },
+		"node-show-older": func(b *bytes.Buffer) error { return printNode(b, foreign) },
+		"node-show-waiting": func(b *bytes.Buffer) error {
+			n := alpha
+			n.SentSeq, n.LastReport = 5, &spec.Report{Node: "alpha", Time: at, Seq: 5, Results: []spec.ResourceResult{},
+				Waiting: "it names roster 7, which this host has not got: it asked the controller for it and applies the declaration when it arrives"}
+			return printNode(b, n)
+		},
 		"status-clear":     func(b *bytes.Buffer) error { return printStatus(b, st(true)) },
 		"status-not-clear": func(b *bytes.Buffer) error { return printStatus(b, st(false)) },
 		"push-report":      func(b *bytes.Buffer) error { printReport(b, report, false); return nil },
@@ -188,7 +194,7 @@ func TestOutputGolden(t *testing.T) {
 		want[f.Name] = f.Data
 	}
 	var files []txtar.File
-	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "status-clear", "status-not-clear", "status-rolling", "push-report", "push-dry-run", "push-refused", "assign", "ca-domain-list", "ca-certs", "release-list", "release-roll"}
+	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "node-show-waiting", "status-clear", "status-not-clear", "status-rolling", "push-report", "push-dry-run", "push-refused", "assign", "ca-domain-list", "ca-certs", "release-list", "release-roll"}
 	if len(order) != len(cases) {
 		t.Fatalf("%d cases and %d names in their order: a case left out of the order is never checked", len(cases), len(order))
 	}
