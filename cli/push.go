@@ -43,9 +43,12 @@ every node that did not answer is named.
 Exit status: 0 when every node applied everything; 1 when a node was not
 sent, refused, failed a resource or did not answer in time.
 
-A node whose last declaration already holds what would be sent (the same
-resources and roster) is sent nothing: its line says "unchanged, not sent".
---force sends it a new declaration anyway (a host whose state was lost).
+The mesh's names (the roster: every node and route) go first, to every
+node whether named or not, as one signed message, and only when they
+changed; a declaration names the roster it was composed with. A node whose
+last declaration already holds what would be sent (the same resources) is
+sent nothing: its line says "unchanged, not sent". --force sends it a new
+declaration anyway (a host whose state was lost; it asks for the roster).
 
 With --dry-run each node works out what it would change and answers, and
 nothing anywhere changes: lines read + created, ~ changed, - removed.
