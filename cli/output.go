@@ -98,6 +98,9 @@ func printNode(w io.Writer, n spec.Node) error {
 	row("protocol", protocol(n))
 	row("sent sequence", strconv.FormatUint(n.SentSeq, 10))
 	row("applied sequence", strconv.FormatUint(n.AppliedSeq, 10))
+	if n.RosterSeq > 0 {
+		row("roster held", strconv.FormatUint(n.RosterSeq, 10))
+	}
 	if r := n.LastReport; r == nil {
 		row("last report", "none")
 	} else {

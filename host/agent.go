@@ -74,6 +74,8 @@ type Agent struct {
 	// sequence of the last one whose wait was logged and reported.
 	waiting  *nats.Msg
 	waitSaid uint64
+	// rosterSeq is the kept roster's sequence, for the heartbeats.
+	rosterSeq atomic.Uint64
 	// savedAppliedSeq is the applied sequence state.json holds, and
 	// recordUnsaved says that the record of what was applied changed
 	// since state.json was last written (or a write of it failed).
@@ -165,6 +167,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			a.rosterErr = fmt.Errorf("the kept roster in %s does not decode: %w", cfg.Dir, err)
 		} else {
 			a.roster = &heldRoster{doc: doc, raw: st.Roster, digest: spec.ContentDigest(st.Roster)}
+			a.rosterSeq.Store(doc.Seq)
 		}
 	}
 	return a, nil

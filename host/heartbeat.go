@@ -16,6 +16,7 @@ func (a *Agent) sendHeartbeat(nc *nats.Conn, version string) error {
 	return publish(nc, spec.NodeSubject(a.state.Node, spec.KindHeartbeat), spec.Heartbeat{
 		Node: a.state.Node, Time: time.Now().UTC(), AppliedSeq: a.appliedSeq.Load(),
 		HostVersion: version, Protocol: spec.Protocol, IntervalMS: max(a.cfg.HeartbeatEvery.Milliseconds(), 1),
+		RosterSeq: a.rosterSeq.Load(),
 	})
 }
 

@@ -159,6 +159,8 @@ func (a *Agent) keepRoster(doc spec.RosterDoc, raw, sig []byte) error {
 	}
 	a.state.Roster, a.state.RosterSig = raw, sig
 	a.roster, a.rosterErr = &heldRoster{doc: doc, raw: raw, digest: spec.ContentDigest(raw)}, nil
+	a.rosterSeq.Store(doc.Seq)
+	a.nudgeHeartbeat()
 	a.log.Info("roster held", "roster_seq", doc.Seq, "nodes", len(doc.Names.Nodes), "routes", len(doc.Names.Routes))
 	a.serveNames()
 	return nil

@@ -311,7 +311,7 @@ func TestDeclarationWaitsForItsRoster(t *testing.T) {
 
 // TestRosterKeptAcrossRestart: the roster held is in state.json; a host
 // started again serves its names at once, before any message arrives,
-// into a resolver that knows nothing.
+// into a resolver that knows nothing, and its heartbeats name it.
 func TestRosterKeptAcrossRestart(t *testing.T) {
 	b := newBench(t)
 	names := runResolver(t, resolver.Zone{})
@@ -326,10 +326,27 @@ func TestRosterKeptAcrossRestart(t *testing.T) {
 	if got := webAnswers(t, fresh); len(got) != 0 {
 		t.Fatalf("a fresh resolver answers %v", got)
 	}
+	beats := make(chan *nats.Msg, 16)
+	sub, err := b.nc.ChanSubscribe(spec.NodeSubject("alpha", spec.KindHeartbeat), beats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	b.nc.Flush()
 	b.start()
 	servesWeb(t, fresh, "10.1.0.7")
 	if seq := keptRosterSeq(t, b); seq != 7 {
 		t.Fatalf("kept roster %d after a restart, want 7", seq)
+	}
+	// Its heartbeats say which roster it holds.
+	select {
+	case m := <-beats:
+		var hb spec.Heartbeat
+		if err := spec.Decode(m.Data, &hb); err != nil || hb.RosterSeq != 7 {
+			t.Fatalf("heartbeat %s (%v), want roster_seq 7", m.Data, err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no heartbeat from the host")
 	}
 }
 

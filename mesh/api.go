@@ -138,6 +138,7 @@ func nodeView(n store.Node, now time.Time) spec.Node {
 		Protocol:      n.Protocol,
 		ProtocolKnown: n.Protocol == spec.Protocol,
 		AppliedSeq:    n.AppliedSeq,
+		RosterSeq:     n.RosterSeq,
 		HeartbeatMS:   n.Heartbeat.Milliseconds(),
 		SilentAfterMS: SilentAfter(n.Heartbeat).Milliseconds(),
 	}

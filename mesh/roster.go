@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
@@ -200,21 +201,34 @@ func rosterOf(r store.Roster) (spec.Roster, error) {
 	return doc.Names, nil
 }
 
-// rosterPending says whether roster differs from the roster in force (by
-// the digest of its names), so a push would send it; before any roster was
-// sent, whether it holds a route. A read that fails is an error, never
-// "nothing pending".
-func (c *Controller) rosterPending(ctx context.Context, roster spec.Roster) (bool, error) {
+// rosterPending is the roster in force (the zero one when none was sent),
+// and whether roster differs from it (by the digest of its names), so a
+// push would send it; before any roster was sent, whether it holds a
+// route. A read that fails is an error, never "nothing pending".
+func (c *Controller) rosterPending(ctx context.Context, roster spec.Roster) (store.Roster, bool, error) {
 	last, err := c.deps.DB.LastRoster(ctx)
 	if errors.Is(err, store.ErrNotFound) {
-		return len(roster.Routes) > 0, nil
+		return store.Roster{}, len(roster.Routes) > 0, nil
 	}
 	if err != nil {
-		return false, err
+		return store.Roster{}, false, err
 	}
 	digest, err := rosterDigest(roster)
 	if err != nil {
-		return false, err
+		return store.Roster{}, false, err
 	}
-	return digest != last.Content, nil
+	return last, digest != last.Content, nil
+}
+
+// rosterGrace is how long after a roster is sent a host's heartbeat may
+// still name the one before: it takes the roster and says so in a
+// heartbeat at once, and one sent meanwhile is on its way.
+const rosterGrace = 10 * time.Second
+
+// rosterBehind says whether n's host, heard well after the roster in force
+// was sent, said it holds an older one; a host that has not said (older
+// than roster messages, or not heard since) is not behind.
+func rosterBehind(n store.Node, inForce store.Roster) bool {
+	return n.Protocol >= spec.ProtocolRosterRef && n.RosterSeq > 0 && n.RosterSeq < inForce.Seq &&
+		n.LastHeard.After(inForce.Sent.Add(rosterGrace))
 }

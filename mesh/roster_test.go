@@ -305,3 +305,52 @@ func TestWaitingForTheRosterIsShown(t *testing.T) {
 		t.Fatalf("status after the apply: %v %q", err, st.Problems)
 	}
 }
+
+// TestStatusSaysAHostBehindOnTheRoster: a host whose heartbeat, heard well
+// after the roster in force was sent, names an older roster is a problem;
+// one heard within the grace (its heartbeat may have crossed the roster),
+// one that names the roster in force, and one that names none are not.
+func TestStatusSaysAHostBehindOnTheRoster(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	c, db := newController(t, clk)
+	ctx := context.Background()
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Minute)
+	if err := db.AddNode(ctx, store.Node{Name: "beta", Address: "127.0.0.9", NKey: "Ubeta", Joined: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	const says = "alpha serves the names of roster 1, the mesh's are roster 2"
+	for _, tc := range []struct {
+		name   string
+		after  time.Duration
+		roster uint64
+		behind bool
+	}{
+		{"within the grace", 5 * time.Second, 1, false},
+		{"after the grace", rosterGrace + time.Second, 1, true},
+		{"the roster in force", time.Second, 2, false},
+		{"none said", time.Second, 0, false},
+	} {
+		clk.Add(tc.after)
+		// As the controller writes them: in a batch.
+		if failed, err := db.RecordHeartbeats(ctx, []spec.Heartbeat{{Node: "alpha", Protocol: spec.Protocol, RosterSeq: tc.roster}}, clk.Now()); err != nil || len(failed) != 0 {
+			t.Fatal(err, failed)
+		}
+		st, err := c.status(ctx, spec.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.ContainsFunc(st.Problems, func(p string) bool { return strings.HasPrefix(p, says) }); got != tc.behind {
+			t.Errorf("%s: problems %q, want behind %v", tc.name, st.Problems, tc.behind)
+		}
+	}
+	if n, err := db.Node(ctx, "alpha"); err != nil || n.RosterSeq != 0 {
+		t.Fatalf("alpha's roster as kept: %d, %v", n.RosterSeq, err)
+	}
+}

@@ -85,9 +85,11 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 			problem("%s", p)
 		}
 	}
-	if pending, err := c.rosterPending(ctx, g.roster); err != nil {
+	inForce, pending, err := c.rosterPending(ctx, g.roster)
+	if err != nil {
 		return spec.StatusResult{}, err
-	} else if pending {
+	}
+	if pending {
 		problem("the names every node serves have changed: mesh push sends them (one roster message to every node)")
 	}
 	for _, n := range nodes {
@@ -115,6 +117,11 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 			}
 			if n.HostVersion != "" {
 				res.Versions[n.HostVersion] = append(res.Versions[n.HostVersion], n.Name)
+			}
+			// The roster it said it holds: behind the one in force, it
+			// serves older names (a host that has not said is not behind).
+			if rosterBehind(n, inForce) {
+				problem("%s serves the names of roster %d, the mesh's are roster %d: it has not taken them", n.Name, n.RosterSeq, inForce.Seq)
 			}
 			if !st.ProtocolKnown {
 				problem("%s speaks protocol %d, this controller %d", n.Name, n.Protocol, spec.Protocol)

@@ -17,6 +17,10 @@ type Heartbeat struct {
 	// than this field sends none (zero), and the controller falls back to a
 	// fixed window for it.
 	IntervalMS int64 `json:"interval_ms,omitempty"`
+	// RosterSeq is the roster message the host holds (protocol 3; 0: none
+	// yet), so status can tell a host that has not taken the roster in
+	// force.
+	RosterSeq uint64 `json:"roster_seq,omitempty"`
 	// Fallbacks are the versions this machine's launcher gave up on (at
 	// most MaxFallbacks, newest first): a roll halts on the node that
 	// reports the digest it rolls.
@@ -83,6 +87,9 @@ type Node struct {
 	// does not: shown as such, not as broken.
 	ProtocolKnown bool   `json:"protocol_known"`
 	AppliedSeq    uint64 `json:"applied_seq"`
+	// RosterSeq is the roster message the host said it holds; zero until
+	// it says (a host older than roster messages never does).
+	RosterSeq uint64 `json:"roster_seq,omitempty"`
 	// SentSeq is the sequence of the last declaration sent to the node.
 	SentSeq uint64 `json:"sent_seq"`
 	Facts   *Facts `json:"facts"`

@@ -31,6 +31,9 @@ type Node struct {
 	// Fallbacks are the versions its launcher gave up on, as its last
 	// heartbeat reported them.
 	Fallbacks []spec.Fallback
+	// RosterSeq is the roster message its heartbeats said it holds; zero
+	// until one says.
+	RosterSeq uint64
 }
 
 // AddNode records a new node. A node of that name already present is refused.
@@ -49,13 +52,13 @@ func (db *DB) AddNode(ctx context.Context, n Node) error {
 // RecordHeartbeat records that node was heard at, with what its heartbeat
 // says, its interval included (a heartbeat that does not say records zero).
 func (db *DB) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error {
-	if err := checkSeq(hb.AppliedSeq); err != nil {
+	if err := checkSeq(max(hb.AppliedSeq, hb.RosterSeq)); err != nil {
 		return fmt.Errorf("record heartbeat of node %q: %w", hb.Node, err)
 	}
 	interval := max(hb.IntervalMS, 0)
 	return db.updateNode(ctx, hb.Node, "record heartbeat of node %q: %w",
-		`UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ?, heartbeat_ms = ?, fallbacks = ? WHERE name = ?`,
-		formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, interval, fallbacksColumn(hb.Fallbacks), hb.Node)
+		`UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ?, heartbeat_ms = ?, fallbacks = ?, roster_seq = ? WHERE name = ?`,
+		formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, interval, fallbacksColumn(hb.Fallbacks), hb.RosterSeq, hb.Node)
 }
 
 // RecordHeartbeats records a batch of heartbeats, one node's each, in one
@@ -64,17 +67,17 @@ func (db *DB) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Ti
 func (db *DB) RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at time.Time) (failed map[string]error, err error) {
 	err = db.tx(ctx, func(tx *sql.Tx) error {
 		failed = map[string]error{}
-		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ?, heartbeat_ms = ?, fallbacks = ? WHERE name = ?`)
+		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ?, heartbeat_ms = ?, fallbacks = ?, roster_seq = ? WHERE name = ?`)
 		if err != nil {
 			return err
 		}
 		defer stmt.Close()
 		for _, hb := range hbs {
-			if err := checkSeq(hb.AppliedSeq); err != nil {
+			if err := checkSeq(max(hb.AppliedSeq, hb.RosterSeq)); err != nil {
 				failed[hb.Node] = fmt.Errorf("record heartbeat of node %q: %w", hb.Node, err)
 				continue
 			}
-			res, err := stmt.ExecContext(ctx, formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, max(hb.IntervalMS, 0), fallbacksColumn(hb.Fallbacks), hb.Node)
+			res, err := stmt.ExecContext(ctx, formatTime(at), hb.HostVersion, hb.Protocol, hb.AppliedSeq, max(hb.IntervalMS, 0), fallbacksColumn(hb.Fallbacks), hb.RosterSeq, hb.Node)
 			if err != nil {
 				return err
 			}
@@ -123,7 +126,7 @@ func (db *DB) updateNode(ctx context.Context, node, format, query string, args .
 	return nil
 }
 
-const nodeColumns = `name, address, nkey, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason, removing_at, heartbeat_ms, fallbacks`
+const nodeColumns = `name, address, nkey, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason, removing_at, heartbeat_ms, fallbacks, roster_seq`
 
 // fallbacksColumn is fallbacks as the nodes table keeps them: JSON, ""
 // for none.
@@ -141,7 +144,7 @@ func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 	var heard, facts, held, removing sql.NullString
 	var heartbeatMS int64
 	var fallbacks string
-	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason, &removing, &heartbeatMS, &fallbacks); err != nil {
+	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason, &removing, &heartbeatMS, &fallbacks, &n.RosterSeq); err != nil {
 		return Node{}, err
 	}
 	if fallbacks != "" {
