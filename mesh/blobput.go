@@ -34,7 +34,9 @@ func (c *Controller) putBlob(ctx context.Context, req spec.BlobPutRequest) (spec
 	if !isContentDigest(req.Digest) {
 		return spec.BlobPutResult{}, callerError(fmt.Sprintf("blob %q: a digest is sha256: and 64 lowercase hex digits", req.Digest))
 	}
-	if has, err := c.deps.DB.HasBlob(ctx, req.Digest); err != nil {
+	// A blob stored already is touched: the collector of unused blobs
+	// leaves it while the register or publish that names it follows.
+	if has, err := c.deps.DB.TouchBlob(ctx, req.Digest, c.cfg.Now()); err != nil {
 		return spec.BlobPutResult{}, err
 	} else if has {
 		return spec.BlobPutResult{Complete: true}, nil

@@ -28,7 +28,7 @@ func TestBlobRightIsTheDeclarationsBlobs(t *testing.T) {
 	big := bytes.Repeat([]byte("a blob's content\n"), 5000)
 	archive := []byte("an image archive")
 	for _, b := range [][]byte{small, big, archive} {
-		if err := db.PutBlob(ctx, spec.ContentDigest(b), b); err != nil {
+		if err := db.PutBlob(ctx, spec.ContentDigest(b), b, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}

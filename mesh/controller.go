@@ -107,6 +107,8 @@ type Controller struct {
 	uploadsMu sync.Mutex
 	// blobRights are the blobs each node may fetch.
 	blobRights blobRights
+	// collectKick asks collectLoop for a collection of unused blobs.
+	collectKick chan struct{}
 
 	// caMu makes one change of the CA's domains at a time.
 	caMu sync.Mutex
@@ -153,7 +155,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 		return nil, fmt.Errorf("certificate lifetime %s is shorter than %s: a leaf must outlive the time it takes to renew it", cfg.CertLifetime, MinCertLifetime)
 	}
 	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(), roller: newRoller(), watchers: map[string][]*watcher{},
-		auditKick: make(chan struct{}, 1)}
+		auditKick: make(chan struct{}, 1), collectKick: make(chan struct{}, 1)}
 	c.verbs = verbTable(c.verbRows())
 	return c, nil
 }
@@ -241,6 +243,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	rollDone := make(chan struct{})
 	go func() { defer close(rollDone); c.rollLoop(ctx) }()
 	defer func() { <-rollDone }()
+	collectDone := make(chan struct{})
+	go func() { defer close(collectDone); c.collectLoop(ctx) }()
+	defer func() { <-collectDone }()
 
 	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}
 	httpDone := make(chan error, 1)
@@ -377,6 +382,10 @@ type metrics struct {
 	// certsIssued and csrRefused count nodes' CSRs signed and refused.
 	certsIssued atomic.Uint64
 	csrRefused  atomic.Uint64
+	// blobsCollected and blobBytesCollected count the unused blobs
+	// deleted, and their bytes.
+	blobsCollected     atomic.Uint64
+	blobBytesCollected atomic.Uint64
 }
 
 // maxNodes is how many nodes the mesh admits.

@@ -98,6 +98,8 @@ func (c *Controller) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	counter("mesh_replies_refused_total", "Requests dropped unanswered and not acted on because their reply subject was not under the requester's own inbox.", c.metrics.repliesRefused.Load())
 	counter("mesh_certs_issued_total", "Leaves signed for nodes' CSRs.", c.metrics.certsIssued.Load())
 	counter("mesh_csr_refused_total", "Nodes' CSRs refused: a name the node may not hold, a weak key, a CSR that does not parse or verify, an oversized request.", c.metrics.csrRefused.Load())
+	counter("mesh_blobs_collected_total", "Blobs deleted because no module, node's last declaration or release named them.", c.metrics.blobsCollected.Load())
+	counter("mesh_blob_bytes_collected_total", "Bytes of the blobs collected.", c.metrics.blobBytesCollected.Load())
 	gauge("mesh_audit_queued", "Operator API calls audited in memory only: the store did not take them yet.", float64(c.auditQueued()))
 	counter("mesh_panics_total", "Panics recovered in a handler or loop of this process; each is logged with its stack.", c.cfg.Panics.Load())
 	gauge("go_goroutines", "Goroutines in the process.", float64(runtime.NumGoroutine()))

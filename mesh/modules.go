@@ -40,6 +40,10 @@ func (c *Controller) registerModules(ctx context.Context, req spec.ModuleRegiste
 		res.Modules = append(res.Modules, info)
 		c.log.Info("module registered", "module", m.Name, "version", m.Version, "previous", previous[m.Name])
 	}
+	if len(previous) > 0 {
+		// A version replaced may have left blobs nothing else names.
+		c.nudgeCollect()
+	}
 	return res, nil
 }
 
@@ -119,6 +123,7 @@ func (c *Controller) removeModule(ctx context.Context, req spec.ModuleRemoveRequ
 		return spec.ModuleRemoveResult{}, err
 	}
 	c.log.Info("module removed", "module", m.Module.Name, "version", m.Module.Version)
+	c.nudgeCollect()
 	return spec.ModuleRemoveResult{Name: m.Module.Name, Version: m.Module.Version}, nil
 }
 

@@ -75,7 +75,7 @@ func publishFake(t *testing.T, db *store.DB, clk *clock, content, goarch string)
 	t.Helper()
 	ctx := context.Background()
 	b := []byte(content)
-	if err := db.PutBlob(ctx, spec.ContentDigest(b), b); err != nil {
+	if err := db.PutBlob(ctx, spec.ContentDigest(b), b, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	r, err := db.PublishRelease(ctx, store.Release{Digest: hexDigest(b), GOOS: "linux", GOARCH: goarch, Go: "go1.26.8", Size: int64(len(b)), Published: clk.Now()})

@@ -39,7 +39,9 @@ type Store interface {
 	Assignments(ctx context.Context) ([]store.Assignment, error)
 	AssignmentsOf(ctx context.Context, node string) ([]store.Assignment, error)
 
-	PutBlob(ctx context.Context, digest string, data []byte) error
+	PutBlob(ctx context.Context, digest string, data []byte, at time.Time) error
+	TouchBlob(ctx context.Context, digest string, at time.Time) (bool, error)
+	CollectBlobs(ctx context.Context, before, at time.Time) ([]store.CollectedBlob, error)
 	BeginUpload(ctx context.Context, digest string, size int64, at time.Time) (bool, error)
 	UploadOf(ctx context.Context, digest string) (store.Upload, error)
 	PutUploadChunk(ctx context.Context, digest string, offset int64, data, hash []byte, whole bool, at time.Time) error

@@ -31,7 +31,7 @@ type Upload struct {
 
 // BeginUpload starts the upload of blob digest of size bytes, dropping any
 // earlier upload of it (its chunks too). It returns false, and starts
-// nothing, when the blob is whole already.
+// nothing, when the blob is whole already: then it only touches it.
 func (db *DB) BeginUpload(ctx context.Context, digest string, size int64, at time.Time) (bool, error) {
 	began := false
 	err := db.tx(ctx, func(tx *sql.Tx) error {
@@ -40,7 +40,9 @@ func (db *DB) BeginUpload(ctx context.Context, digest string, size int64, at tim
 			return err
 		}
 		if n > 0 {
-			return nil
+			// Offered again: the collector leaves it for a while.
+			_, err := tx.ExecContext(ctx, `UPDATE blobs SET touched_at = ? WHERE digest = ?`, auditTime(at), digest)
+			return err
 		}
 		if err := dropUpload(ctx, tx, digest); err != nil {
 			return err
@@ -108,7 +110,7 @@ func (db *DB) PutUploadChunk(ctx context.Context, digest string, offset int64, d
 			if _, err := tx.ExecContext(ctx, `DELETE FROM blob_uploads WHERE digest = ?`, digest); err != nil {
 				return err
 			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO blobs (digest, size) VALUES (?, ?)`, digest, size)
+			_, err := tx.ExecContext(ctx, `INSERT INTO blobs (digest, size, touched_at) VALUES (?, ?, ?)`, digest, size, auditTime(at))
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE blob_uploads SET received = ?, hash = ?, updated_at = ? WHERE digest = ?`,
@@ -191,16 +193,17 @@ func dropUpload(ctx context.Context, tx *sql.Tx, digest string) error {
 }
 
 // PutBlob stores a blob whose digest the caller verified, whole, in chunks
-// of spec.BlobChunk, in one transaction. One stored already is left as it
-// is.
-func (db *DB) PutBlob(ctx context.Context, digest string, data []byte) error {
+// of spec.BlobChunk, in one transaction, touched at. One stored already is
+// only touched.
+func (db *DB) PutBlob(ctx context.Context, digest string, data []byte, at time.Time) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM blobs WHERE digest = ?`, digest).Scan(&n); err != nil {
 			return err
 		}
 		if n > 0 {
-			return nil
+			_, err := tx.ExecContext(ctx, `UPDATE blobs SET touched_at = ? WHERE digest = ?`, auditTime(at), digest)
+			return err
 		}
 		if err := dropUpload(ctx, tx, digest); err != nil {
 			return err
@@ -211,7 +214,7 @@ func (db *DB) PutBlob(ctx context.Context, digest string, data []byte) error {
 				return err
 			}
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO blobs (digest, size) VALUES (?, ?)`, digest, len(data))
+		_, err := tx.ExecContext(ctx, `INSERT INTO blobs (digest, size, touched_at) VALUES (?, ?, ?)`, digest, len(data), auditTime(at))
 		return err
 	})
 	if err != nil {

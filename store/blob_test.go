@@ -61,7 +61,7 @@ func TestBlobChunksServeAnyRange(t *testing.T) {
 	uneven := upload(t, db, data, 1000, spec.BlobChunk, 77, spec.BlobChunk)
 	whole := data[:2*spec.BlobChunk+5]
 	put := spec.ContentDigest(whole)
-	if err := db.PutBlob(ctx, put, whole); err != nil {
+	if err := db.PutBlob(ctx, put, whole, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

@@ -161,7 +161,9 @@ func (e *AssignedError) Error() string {
 // RemoveModule removes module name from the catalogue and returns it as it
 // was. One that does not exist wraps ErrNotFound; one still assigned is an
 // *AssignedError naming the nodes, and nothing is removed. The blobs its
-// resources named stay: another module may name the same content.
+// resources named stay until CollectBlobs finds nothing names them:
+// another module may name the same content, a node's last declaration
+// may still carry it.
 func (db *DB) RemoveModule(ctx context.Context, name string) (Module, error) {
 	var m Module
 	err := db.tx(ctx, func(tx *sql.Tx) error {

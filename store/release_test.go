@@ -24,10 +24,10 @@ func TestReleases(t *testing.T) {
 	if _, err := db.PublishRelease(ctx, v1); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a release whose blob is not stored: %v, want ErrNotFound", err)
 	}
-	if err := db.PutBlob(ctx, v1.Blob(), []byte("abc")); err != nil {
+	if err := db.PutBlob(ctx, v1.Blob(), []byte("abc"), time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.PutBlob(ctx, v2.Blob(), []byte("abc")); err != nil {
+	if err := db.PutBlob(ctx, v2.Blob(), []byte("abc"), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.PublishRelease(ctx, v2); !errors.Is(err, store.ErrNotFound) {
@@ -86,7 +86,7 @@ func TestBlobWholeAndSize(t *testing.T) {
 	t.Parallel()
 	db, _ := openTemp(t)
 	ctx := context.Background()
-	if err := db.PutBlob(ctx, "sha256:aa", []byte("abcd")); err != nil {
+	if err := db.PutBlob(ctx, "sha256:aa", []byte("abcd"), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := db.BlobSize(ctx, "sha256:aa"); err != nil || n != 4 {

@@ -22,7 +22,7 @@ func TestRolls(t *testing.T) {
 	ctx := context.Background()
 	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	rel := store.Release{Digest: "cc33", GOOS: "linux", GOARCH: "amd64", Go: "go1.26.8", Size: 3, Published: at}
-	if err := db.PutBlob(ctx, rel.Blob(), []byte("abc")); err != nil {
+	if err := db.PutBlob(ctx, rel.Blob(), []byte("abc"), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.PublishRelease(ctx, rel); err != nil {

@@ -1,0 +1,6 @@
+-- When each blob was last made whole or offered again (an upload of a blob
+-- already whole), fixed-width so times compare as text: the collector of
+-- unused blobs leaves a blob alone for a while after it, so that a blob is
+-- never collected between its upload and the register or publish that
+-- names it. '': stored before this was kept (collectable, once unused).
+ALTER TABLE blobs ADD COLUMN touched_at TEXT NOT NULL DEFAULT '';
