@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Figures for the closing note of issues 2 and 3, measured on this machine:
 # the binary's size, genesis to /healthz ready, the controller's idle RSS
-# (with its own host), a joined host's idle RSS, and join to heard.
+# (with its own host), a joined host's idle RSS, and join to heard; then
+# (issue 17) pushes to fleets of simulated hosts, BenchmarkFleetPush at the
+# sizes FLEET lists (default 50,1000; FLEET= skips it), each figure with its
+# ratio to the first size's.
 # Usage: bench/figures.sh [runs]   (needs bin/mesh: make build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,3 +52,26 @@ stats "genesis -> /healthz ready" ms "${ready_ms[@]}"
 stats "mesh host --join -> node heard" ms "${join_ms[@]}"
 stats "controller idle RSS (with its host)" KiB "${ctl_rss[@]}"
 stats "joined host idle RSS" KiB "${host_rss[@]}"
+
+fleet=${FLEET-50,1000}
+[ -n "$fleet" ] || exit 0
+echo
+echo "fleet: BenchmarkFleetPush at $fleet simulated hosts (real agents in the benchmark's process, each with its own credential and consumer; their state on tmpfs), ${FLEET_OPS:-5} ops each"
+MESH_BENCH_FLEET=$fleet go test -count=1 -run '^$' -bench FleetPush -benchtime "${FLEET_OPS:-5}x" -timeout 120m ./e2e >"$work/fleet.txt" 2>&1 ||
+	{ tail -n 40 "$work/fleet.txt" >&2; exit 1; }
+grep -q 'state on tmpfs: true' "$work/fleet.txt" || echo "(the hosts' state was NOT on tmpfs: no /dev/shm)"
+# A result line: name, ops, ns/op, "ns/op", then value-unit pairs.
+awk '/^BenchmarkFleetPush\// {
+	split($1, a, "[/-]"); n = a[2]; sizes[++ns] = n
+	for (i = 5; i < NF; i += 2) { v[n, $(i+1)] = $i; if (!(($(i+1)) in seen)) { seen[$(i+1)] = 1; units[++nu] = $(i+1) } }
+}
+END {
+	if (ns == 0) { print "no BenchmarkFleetPush result"; exit 1 }
+	printf "%-22s", "figure"; for (s = 1; s <= ns; s++) printf " %14s", sizes[s] " hosts"
+	for (s = 2; s <= ns; s++) printf " %10s", "x" sizes[s] "/" sizes[1]; print ""
+	for (u = 1; u <= nu; u++) {
+		printf "%-22s", units[u]; for (s = 1; s <= ns; s++) printf " %14s", v[sizes[s], units[u]]
+		for (s = 2; s <= ns; s++) { b = v[sizes[1], units[u]]; printf " %10s", (b > 0 ? sprintf("%.1f", v[sizes[s], units[u]] / b) : "-") }
+		print ""
+	}
+}' "$work/fleet.txt"

@@ -1,11 +1,7 @@
 package e2e
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,116 +10,117 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mesh-fleet/mesh/cli"
-	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/spec"
-	"github.com/nats-io/nats.go"
 )
 
-// BenchmarkFleetPush pushes to 50 and to 500 simulated nodes: the
-// controller is the real binary in its own process; the hosts are
-// goroutines in this one, each joined with its own token, credential and
-// consumer. Each op is one push, timed from the request to the last node's
-// report. It reports the median and p99 of those times and the controller's
-// peak RSS.
+// BenchmarkFleetPush pushes to fleets of simulated hosts (newFleet: the
+// controller is the real binary in its own process, the hosts are real
+// agents in this one, each with its own token, credential and consumer,
+// their state on tmpfs), 50 and 1,000 unless MESH_BENCH_FLEET lists other
+// sizes ("50,1000"). Each op is three pushes, each timed from the request:
 //
-//	go test -run '^$' -bench FleetPush -benchtime 20x ./e2e
+//   - change: a new version of module motd, assigned to every node: to the
+//     last node's report (change-p50-ms, change-p99-ms) and the bytes of
+//     the declarations it published (change-bytes/push);
+//   - roster: a route assigned to or taken from one node, so only the
+//     mesh's names change: to the last report (roster-p50-ms,
+//     roster-bytes/push);
+//   - same: a push that changes nothing: to its reply, every node
+//     "unchanged, not sent" (same-p50-ms, same-p99-ms).
+//
+// It reports besides how long the fleet took to join (join-s) and be
+// assigned motd (assign-s), and the controller's peak RSS
+// (controller-peak-MiB). bench/figures.sh prints them with their ratios
+// to the smallest fleet.
+//
+//	go test -run '^$' -bench FleetPush -benchtime 5x -timeout 60m ./e2e
 func BenchmarkFleetPush(b *testing.B) {
-	for _, n := range []int{50, 500} {
+	sizes := []int{50, 1000}
+	if env := os.Getenv("MESH_BENCH_FLEET"); env != "" {
+		sizes = nil
+		for _, s := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 || n >= spec.MaxNodes {
+				b.Fatalf("MESH_BENCH_FLEET=%q: want fleet sizes from 1 to %d, comma-separated", env, spec.MaxNodes-1)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, n := range sizes {
 		b.Run(strconv.Itoa(n), func(b *testing.B) { benchFleet(b, n) })
 	}
 }
 
 func benchFleet(b *testing.B, nodes int) {
-	dir := filepath.Join(b.TempDir(), "ctl")
-	ctl := start(b, "genesis", "--dir", dir, "--mesh", "bench", "--node", "ctl", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0",
-		"--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1", "--root", b.TempDir(), "--log-level", "warn")
-	waitReady(b, ctl, dir)
-	op, err := cli.DialOperator(context.Background(), dir)
-	if err != nil {
+	f := newFleet(b, nodes)
+	web := b.TempDir()
+	if err := os.WriteFile(filepath.Join(web, spec.ManifestFile), []byte(`{"name":"web","version":"1","routes":[{"name":"web","port":80}],"resources":[]}`), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	defer op.Close()
-	call := func(verb string, req, res any) {
-		b.Helper()
-		if err := op.Call(verb, req, res); err != nil {
-			b.Fatalf("%s: %v", verb, err)
-		}
-	}
-	modDir := b.TempDir()
-	os.WriteFile(filepath.Join(modDir, spec.ManifestFile), []byte(`{"name":"motd","version":"1","resources":[{"file":{"path":"/etc/motd","content":"${node}\n"}}]}`), 0o644)
-	if _, errOut, code := runMesh(b, "module", "register", "--dir", dir, modDir); code != 0 {
+	if _, errOut, code := runMesh(b, "module", "register", "--dir", f.dir, web); code != 0 {
 		b.Fatalf("mesh module register: exit %d: %s", code, errOut)
 	}
+	f.push(b, false)
+	sentBytes := func() int { return f.metric(b, "mesh_declaration_bytes_total") }
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	done := make(chan struct{}, nodes)
-	for i := range nodes {
-		name := fmt.Sprintf("n%03d", i)
-		var tok spec.TokenCreateResult
-		call(spec.VerbTokenCreate, spec.TokenCreateRequest{Node: name}, &tok)
-		parsed, _ := spec.ParseToken(tok.Token)
-		hostDir := filepath.Join(b.TempDir(), "host")
-		if err := host.Join(ctx, host.JoinConfig{Dir: hostDir, Token: parsed, Address: "127.0.0.1", Now: time.Now()}); err != nil {
-			b.Fatal(err)
+	var change, roster, same []time.Duration
+	var changeBytes, rosterBytes int
+	// b.Loop runs this function once, not again with a larger b.N: one
+	// fleet joins per size.
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		f.registerMotd(b, strconv.Itoa(i+2))
+		before := sentBytes()
+		b.StartTimer()
+		p := f.push(b, false)
+		b.StopTimer()
+		if p.sent != nodes {
+			b.Fatalf("a change to motd sent to %d nodes, want %d", p.sent, nodes)
 		}
-		agent, err := host.New(host.Config{Dir: hostDir, Root: b.TempDir(), HeartbeatEvery: 10 * time.Second}, quiet)
-		if err != nil {
-			b.Fatal(err)
-		}
-		go func() { agent.Run(ctx); done <- struct{}{} }()
-		<-agent.Ready()
-		call(spec.VerbAssign, spec.AssignRequest{Module: "motd", Node: name}, &spec.AssignResult{})
-	}
+		change = append(change, p.last)
+		changeBytes += sentBytes() - before
 
-	progress := spec.OperatorInbox + ".bench." + strconv.Itoa(nodes)
-	events := make(chan *nats.Msg, 4*nodes)
-	sub, err := op.Conn().ChanSubscribe(progress, events)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	var times, sends []time.Duration
-	b.ResetTimer()
-	for range b.N {
-		start := time.Now()
-		var res spec.PushResult
-		call(spec.VerbPush, spec.PushRequest{Progress: progress}, &res)
-		sends = append(sends, time.Since(start))
-		want := map[string]bool{}
-		for _, n := range res.Nodes {
-			if n.Error != "" {
-				b.Fatalf("push to %s: %s", n.Node, n.Error)
-			}
-			want[n.Node] = true
+		verb := spec.VerbAssign
+		if i%2 == 1 {
+			verb = spec.VerbUnassign
 		}
-		timeout := time.After(2 * time.Minute)
-		for len(want) > 0 {
-			select {
-			case m := <-events:
-				var ev spec.PushEvent
-				if json.Unmarshal(m.Data, &ev) == nil && ev.PushID == res.ID {
-					delete(want, ev.Report.Node)
-				}
-			case <-timeout:
-				b.Fatalf("%d nodes did not report within 2m", len(want))
-			}
+		f.call(b, verb, spec.AssignRequest{Module: "web", Node: f.nodes[0]}, &spec.AssignResult{})
+		before = sentBytes()
+		b.StartTimer()
+		p = f.push(b, false)
+		b.StopTimer()
+		if p.sent != nodes+1 { // the controller's own host too
+			b.Fatalf("a roster change sent to %d nodes, want %d", p.sent, nodes+1)
 		}
-		times = append(times, time.Since(start))
+		roster = append(roster, p.last)
+		rosterBytes += sentBytes() - before
+
+		b.StartTimer()
+		p = f.push(b, false)
+		if p.sent != 0 {
+			b.Fatalf("a push that changed nothing sent to %d nodes", p.sent)
+		}
+		same = append(same, p.replied)
 	}
-	b.StopTimer()
-	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
-	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "median-ms")
-	sort.Slice(sends, func(i, j int) bool { return sends[i] < sends[j] })
-	b.ReportMetric(float64(sends[len(sends)/2].Microseconds())/1000, "sent-median-ms")
-	b.ReportMetric(float64(times[(len(times)*99)/100].Microseconds())/1000, "p99-ms")
-	b.ReportMetric(float64(procKiB(b, ctl.cmd.Process.Pid, "VmHWM"))/1024, "controller-peak-MiB")
-	cancel()
-	for range nodes {
-		<-done
-	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(quantile(change, 50)), "change-p50-ms")
+	b.ReportMetric(ms(quantile(change, 99)), "change-p99-ms")
+	b.ReportMetric(float64(changeBytes)/float64(len(change)), "change-bytes/push")
+	b.ReportMetric(ms(quantile(roster, 50)), "roster-p50-ms")
+	b.ReportMetric(float64(rosterBytes)/float64(len(roster)), "roster-bytes/push")
+	b.ReportMetric(ms(quantile(same, 50)), "same-p50-ms")
+	b.ReportMetric(ms(quantile(same, 99)), "same-p99-ms")
+	b.ReportMetric(f.joined.Seconds(), "join-s")
+	b.ReportMetric(f.assigned.Seconds(), "assign-s")
+	b.ReportMetric(float64(procKiB(b, f.ctl.cmd.Process.Pid, "VmHWM"))/1024, "controller-peak-MiB")
+	b.Logf("%d simulated hosts, their state on tmpfs: %v", nodes, f.shm)
+}
+
+// quantile is the q-th percentile of ds (nearest rank).
+func quantile(ds []time.Duration, q int) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, (len(s)*q)/100)]
 }
 
 // procKiB reads a field of /proc/PID/status, in KiB.

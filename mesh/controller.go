@@ -386,6 +386,16 @@ type metrics struct {
 	// deleted, and their bytes.
 	blobsCollected     atomic.Uint64
 	blobBytesCollected atomic.Uint64
+	// declarationsSent and declarationBytes count the declarations
+	// published, and their bytes (a preview is not one).
+	declarationsSent atomic.Uint64
+	declarationBytes atomic.Uint64
+}
+
+// countSent counts a declaration of size bytes published.
+func (m *metrics) countSent(size int) {
+	m.declarationsSent.Add(1)
+	m.declarationBytes.Add(uint64(size))
 }
 
 // maxNodes is how many nodes the mesh admits.

@@ -118,6 +118,7 @@ func (c *Controller) publishRecorded(ctx context.Context, n store.Node) error {
 	if _, err := c.js.PublishMsg(ctx, signedMsg(spec.DeclarationSubject(n.Name), d.Body, d.Sig)); err != nil {
 		return fmt.Errorf("publish the recorded declaration %d of node %q: %w", d.Seq, n.Name, err)
 	}
+	c.metrics.countSent(len(d.Body))
 	c.log.Info("declaration recorded but not published before a stop: published now", "node", n.Name, "seq", d.Seq)
 	return nil
 }

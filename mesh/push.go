@@ -305,6 +305,7 @@ func (c *Controller) send(ctx context.Context, node string, ct content, force bo
 	if _, err := c.js.PublishMsg(context.WithoutCancel(ctx), msg); err != nil {
 		return 0, false, fmt.Errorf("publish declaration %d of node %q: %w", decl.Seq, node, err)
 	}
+	c.metrics.countSent(len(body))
 	c.log.Info("declaration sent", "node", node, "seq", decl.Seq, "resources", len(ct.resources))
 	return decl.Seq, false, nil
 }

@@ -1,0 +1,270 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/cli"
+	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
+)
+
+// A fleet is a controller, the real binary in its own process, and
+// simulated hosts: real agents (host.Agent) run as goroutines of the test's
+// process, each joined with its own token, credential and consumer, their
+// state on tmpfs (/dev/shm when there is one) so that a figure measures
+// the mesh and not this machine's disk.
+type fleet struct {
+	dir    string // the controller's state directory
+	ctl    *daemon
+	addrs  spec.Addrs
+	op     *cli.Operator
+	nodes  []string
+	hosts  string // the hosts' state directories, one per node
+	shm    bool   // the hosts' state is on tmpfs
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// How long each step of making it took.
+	joined, assigned time.Duration
+}
+
+// fleetJoiners is how many hosts join at once: the controller takes
+// each enrolment in turn, and the hosts' TLS handshakes overlap with it.
+const fleetJoiners = 1
+
+// newFleet starts a controller, registers module motd (a file with the
+// node's name) and joins nodes simulated hosts, each assigned motd and
+// ready (connected, its consumer bound) when it returns. It is stopped
+// when tb ends.
+func newFleet(tb testing.TB, nodes int) *fleet {
+	tb.Helper()
+	f := &fleet{dir: filepath.Join(tb.TempDir(), "ctl"), done: make(chan struct{}, nodes)}
+	f.ctl = start(tb, "genesis", "--dir", f.dir, "--mesh", "fleet", "--node", "ctl", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0",
+		"--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1", "--root", tb.TempDir(),
+		"--docker", "none", "--log-level", "warn")
+	f.addrs = waitReady(tb, f.ctl, f.dir)
+	op, err := cli.DialOperator(context.Background(), f.dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f.op = op
+	tb.Cleanup(op.Close)
+	f.registerMotd(tb, "1")
+
+	hosts := tb.TempDir()
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if hosts, err = os.MkdirTemp("/dev/shm", "mesh-fleet-"); err != nil {
+			tb.Fatal(err)
+		}
+		f.shm = true
+		tb.Cleanup(func() { os.RemoveAll(hosts) })
+	}
+	// A simulated host reports the digest of this small file as its
+	// version, not of the test binary: hashing that once per host would
+	// be most of a join.
+	exe := filepath.Join(hosts, "host-version")
+	if err := os.WriteFile(exe, []byte("a simulated host\n"), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+
+	f.hosts = hosts
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	started := 0
+	tb.Cleanup(func() {
+		cancel()
+		for range started {
+			<-f.done
+		}
+	})
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f.nodes = make([]string, nodes)
+	for i := range nodes {
+		f.nodes[i] = fmt.Sprintf("n%05d", i)
+	}
+
+	begin := time.Now()
+	type joined struct {
+		agent *host.Agent
+		err   error
+	}
+	agents := make([]joined, nodes)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range fleetJoiners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				agents[i].agent, agents[i].err = f.joinOne(ctx, f.hostDir(f.nodes[i]), exe, f.nodes[i], quiet)
+				if i > 0 && i%200 == 0 {
+					tb.Logf("%d hosts joined in %s", i, time.Since(begin))
+				}
+			}
+		}()
+	}
+	for i := range nodes {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	for i, a := range agents {
+		if a.err != nil {
+			tb.Fatalf("join %s: %v", f.nodes[i], a.err)
+		}
+	}
+	for _, a := range agents {
+		started++
+		go func() { a.agent.Run(ctx); f.done <- struct{}{} }()
+	}
+	for _, a := range agents {
+		select {
+		case <-a.agent.Ready():
+		case <-time.After(2 * time.Minute):
+			tb.Fatal("a simulated host was not ready within 2m")
+		}
+	}
+	f.joined = time.Since(begin)
+
+	begin = time.Now()
+	for _, n := range f.nodes {
+		f.call(tb, spec.VerbAssign, spec.AssignRequest{Module: "motd", Node: n}, &spec.AssignResult{})
+	}
+	f.assigned = time.Since(begin)
+	return f
+}
+
+// metric reads one counter from the controller's /metrics.
+func (f *fleet) metric(tb testing.TB, name string) int {
+	tb.Helper()
+	return (&testMesh{addrs: f.addrs}).metric(tb, name)
+}
+
+// hostDir is node's state directory; its root is the directory root in it.
+func (f *fleet) hostDir(node string) string { return filepath.Join(f.hosts, node) }
+
+// joinOne creates node's token and joins it in dir.
+func (f *fleet) joinOne(ctx context.Context, dir, exe, node string, log *slog.Logger) (*host.Agent, error) {
+	var tok spec.TokenCreateResult
+	if err := f.op.Call(spec.VerbTokenCreate, spec.TokenCreateRequest{Node: node}, &tok); err != nil {
+		return nil, fmt.Errorf("token create: %w", err)
+	}
+	parsed, err := spec.ParseToken(tok.Token)
+	if err != nil {
+		return nil, err
+	}
+	if err := host.Join(ctx, host.JoinConfig{Dir: dir, Token: parsed, Address: "127.0.0.1", Now: time.Now()}); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(filepath.Join(dir, "root"), 0o755); err != nil {
+		return nil, err
+	}
+	return host.New(host.Config{Dir: dir, Root: filepath.Join(dir, "root"), Executable: exe, HeartbeatEvery: 10 * time.Second}, log)
+}
+
+func (f *fleet) call(tb testing.TB, verb string, req, res any) {
+	tb.Helper()
+	if err := f.op.Call(verb, req, res); err != nil {
+		tb.Fatalf("%s: %v", verb, err)
+	}
+}
+
+// registerMotd registers module motd at version, its file's content
+// naming the version, so that each version is a change to every node.
+func (f *fleet) registerMotd(tb testing.TB, version string) {
+	tb.Helper()
+	dir := tb.TempDir()
+	manifest := fmt.Sprintf(`{"name":"motd","version":%q,"resources":[{"file":{"path":"/etc/motd","content":"${node} at %s\n"}}]}`, version, version)
+	if err := os.WriteFile(filepath.Join(dir, spec.ManifestFile), []byte(manifest), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	if _, errOut, code := runMesh(tb, "module", "register", "--dir", f.dir, dir); code != 0 {
+		tb.Fatalf("mesh module register: exit %d: %s", code, errOut)
+	}
+}
+
+// pushed is one push, as the operator saw it.
+type pushed struct {
+	res     spec.PushResult
+	replied time.Duration // from the request to the push's reply
+	last    time.Duration // from the request to the last report of a node it sent to
+	sent    int           // nodes sent a declaration
+	// reports are the reports of the nodes sent a declaration, by node.
+	reports map[string]spec.Report
+}
+
+// failed names the reports that refused the declaration or failed a
+// resource, with why.
+func (p pushed) failed() []string {
+	var bad []string
+	for node, r := range p.reports {
+		if r.Refused != "" {
+			bad = append(bad, node+": refused: "+r.Refused)
+		}
+		for _, res := range r.Results {
+			if res.Error != "" {
+				bad = append(bad, node+": "+res.Name+": "+res.Error)
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+// push pushes to every node (forced when force) and waits until each node
+// sent a declaration has reported it. A node the push could not send to
+// fails tb.
+func (f *fleet) push(tb testing.TB, force bool) pushed {
+	tb.Helper()
+	progress := spec.OperatorInbox + ".fleet." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	events := make(chan *nats.Msg, 2*len(f.nodes)+16)
+	sub, err := f.op.Conn().ChanSubscribe(progress, events)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	p := pushed{reports: map[string]spec.Report{}}
+	start := time.Now()
+	f.call(tb, spec.VerbPush, spec.PushRequest{Progress: progress, Force: force}, &p.res)
+	p.replied = time.Since(start)
+	want := map[string]uint64{}
+	for _, n := range p.res.Nodes {
+		if n.Error != "" {
+			tb.Fatalf("push to %s: %s", n.Node, n.Error)
+		}
+		if !n.Unchanged {
+			want[n.Node] = n.Seq
+		}
+	}
+	p.sent = len(want)
+	timeout := time.After(3 * time.Minute)
+	for len(want) > 0 {
+		select {
+		case m := <-events:
+			var ev spec.PushEvent
+			if json.Unmarshal(m.Data, &ev) != nil || ev.PushID != p.res.ID {
+				continue
+			}
+			if seq, ok := want[ev.Report.Node]; ok && ev.Report.Seq == seq {
+				delete(want, ev.Report.Node)
+				p.reports[ev.Report.Node] = ev.Report
+			}
+		case <-timeout:
+			tb.Fatalf("%d of %d nodes did not report within 3m", len(want), p.sent)
+		}
+	}
+	p.last = time.Since(start)
+	return p
+}
