@@ -6,7 +6,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +141,63 @@ func rawCount(t *testing.T, path, query string) int {
 		t.Fatalf("%s: %v", query, err)
 	}
 	return n
+}
+
+// TestBlobStoredBeforeTouchedKeepsItsGrace: a blob stored before the store
+// kept when blobs were touched counts as touched when the store is opened
+// after the upgrade: an upload the controller took before it keeps its
+// grace, and is collected after it when nothing names it.
+func TestBlobStoredBeforeTouchedKeepsItsGrace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "mesh.db")
+	raw, err := sql.Open("sqlite", store.DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := filepath.Glob("migrations/*.sql")
+	sort.Strings(names)
+	for i, name := range names {
+		if strings.HasSuffix(name, "_blob_touched.sql") {
+			names = names[:i]
+			break
+		}
+	}
+	for i, name := range names {
+		body, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := raw.Exec(string(body)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, err := raw.Exec(`INSERT INTO schema_migrations VALUES (?, ?, '')`, i+1, filepath.Base(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := []byte("uploaded before the upgrade, its register to come")
+	digest := spec.ContentDigest(data)
+	if _, err := raw.Exec(`INSERT INTO blobs (digest, size) VALUES (?, ?)`, digest, len(data)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`INSERT INTO blob_chunks (digest, start, data) VALUES (?, 0, ?)`, digest, data); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+
+	db, err := store.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Now()
+	if gone, err := db.CollectBlobs(ctx, now.Add(-time.Minute), now); err != nil || len(gone) != 0 {
+		t.Fatalf("a collection right after the upgrade: %v, %v; want the blob kept", gone, err)
+	}
+	if gone, err := db.CollectBlobs(ctx, now.Add(time.Hour), now.Add(time.Hour)); err != nil || len(gone) != 1 || gone[0].Digest != digest {
+		t.Fatalf("a collection past its grace: %v, %v; want the blob collected", gone, err)
+	}
 }
