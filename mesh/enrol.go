@@ -214,10 +214,10 @@ func (c *Controller) removeNode(ctx context.Context, req spec.NodeRemoveRequest)
 	if err := c.syncUsers(ctx); err != nil {
 		return spec.Empty{}, unfinished(fmt.Errorf("its credential is still on the bus: %w", err))
 	}
-	if err := purgeDeclarations(ctx, c.js, req.Name); err != nil {
+	if err := jsCall(ctx, func(ctx context.Context) error { return purgeDeclarations(ctx, c.js, req.Name) }); err != nil {
 		return spec.Empty{}, unfinished(err)
 	}
-	if err := deleteConsumer(ctx, c.js, req.Name); err != nil {
+	if err := jsCall(ctx, func(ctx context.Context) error { return deleteConsumer(ctx, c.js, req.Name) }); err != nil {
 		return spec.Empty{}, unfinished(err)
 	}
 	if err := c.deps.DB.RemoveNode(ctx, req.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -340,7 +340,7 @@ func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.T
 	if err := c.nameTaken(ctx, req.Node); err != nil {
 		return spec.EnrolResult{}, err
 	}
-	if err := purgeDeclarations(ctx, c.js, req.Node); err != nil {
+	if err := jsCall(ctx, func(ctx context.Context) error { return purgeDeclarations(ctx, c.js, req.Node) }); err != nil {
 		return spec.EnrolResult{}, err
 	}
 	// The token's user stays on the bus until the host heard its answer,
@@ -358,7 +358,7 @@ func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.T
 	if err := c.deps.DB.RecordFacts(ctx, facts, now); err != nil {
 		c.log.Warn("facts sent at enrolment not recorded", "node", req.Node, "err", err)
 	}
-	if err := ensureConsumer(ctx, c.js, req.Node); err != nil {
+	if err := jsCall(ctx, func(ctx context.Context) error { return ensureConsumer(ctx, c.js, req.Node) }); err != nil {
 		return spec.EnrolResult{}, err
 	}
 	// The node's credential is in force before the host hears it joined.
