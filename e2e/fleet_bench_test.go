@@ -61,7 +61,9 @@ func benchFleet(b *testing.B, nodes int) {
 		b.Fatalf("mesh module register: exit %d: %s", code, errOut)
 	}
 	f.push(b, false)
-	sentBytes := func() int { return f.metric(b, "mesh_declaration_bytes_total") }
+	sentBytes := func() int {
+		return f.metric(b, "mesh_declaration_bytes_total") + f.metric(b, "mesh_roster_bytes_total")
+	}
 
 	var change, roster, same []time.Duration
 	var changeBytes, rosterBytes int

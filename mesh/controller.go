@@ -390,12 +390,22 @@ type metrics struct {
 	// published, and their bytes (a preview is not one).
 	declarationsSent atomic.Uint64
 	declarationBytes atomic.Uint64
+	// rostersSent and rosterBytes count the roster messages published,
+	// and their bytes.
+	rostersSent atomic.Uint64
+	rosterBytes atomic.Uint64
 }
 
 // countSent counts a declaration of size bytes published.
 func (m *metrics) countSent(size int) {
 	m.declarationsSent.Add(1)
 	m.declarationBytes.Add(uint64(size))
+}
+
+// countRoster counts a roster message of size bytes published.
+func (m *metrics) countRoster(size int) {
+	m.rostersSent.Add(1)
+	m.rosterBytes.Add(uint64(size))
 }
 
 // maxNodes is how many nodes the mesh admits.

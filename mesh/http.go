@@ -100,6 +100,8 @@ func (c *Controller) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	counter("mesh_csr_refused_total", "Nodes' CSRs refused: a name the node may not hold, a weak key, a CSR that does not parse or verify, an oversized request.", c.metrics.csrRefused.Load())
 	counter("mesh_declarations_sent_total", "Declarations published to nodes (previews are not counted).", c.metrics.declarationsSent.Load())
 	counter("mesh_declaration_bytes_total", "Bytes of the declarations published: their signed bodies.", c.metrics.declarationBytes.Load())
+	counter("mesh_rosters_sent_total", "Roster messages published (once per roster change, to every node).", c.metrics.rostersSent.Load())
+	counter("mesh_roster_bytes_total", "Bytes of the roster messages published: their signed bodies.", c.metrics.rosterBytes.Load())
 	counter("mesh_blobs_collected_total", "Blobs deleted because no module, node's last declaration or release named them.", c.metrics.blobsCollected.Load())
 	counter("mesh_blob_bytes_collected_total", "Bytes of the blobs collected.", c.metrics.blobBytesCollected.Load())
 	gauge("mesh_audit_queued", "Operator API calls audited in memory only: the store did not take them yet.", float64(c.auditQueued()))

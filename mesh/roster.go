@@ -84,6 +84,7 @@ func (c *Controller) signRoster(ctx context.Context, roster spec.Roster, digest 
 	if _, err := c.js.PublishMsg(context.WithoutCancel(ctx), signedMsg(spec.RosterSubject, r.Body, r.Sig)); err != nil {
 		return store.Roster{}, fmt.Errorf("publish roster %d: %w", seq, err)
 	}
+	c.metrics.countRoster(len(r.Body))
 	return r, nil
 }
 
@@ -172,6 +173,7 @@ func (c *Controller) publishRecordedRoster(ctx context.Context) error {
 	if _, err := c.js.PublishMsg(ctx, signedMsg(spec.RosterSubject, r.Body, r.Sig)); err != nil {
 		return fmt.Errorf("publish the recorded roster %d: %w", r.Seq, err)
 	}
+	c.metrics.countRoster(len(r.Body))
 	c.log.Info("roster recorded but not published before a stop: published now", "seq", r.Seq)
 	return nil
 }

@@ -40,3 +40,28 @@ func TestDeclarationsSentAreCounted(t *testing.T) {
 		}
 	}
 }
+
+// TestRostersSentAreCounted: a roster message published counts once in
+// mesh_rosters_sent_total and its signed body's bytes in
+// mesh_roster_bytes_total; a push that changes no name publishes none.
+func TestRostersSentAreCounted(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	ctx := context.Background()
+	for range 2 {
+		if _, err := c.push(ctx, spec.PushRequest{Nodes: []string{"alpha"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := db.LastRoster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := metric(t, c, "mesh_rosters_sent_total"); got != 1 {
+		t.Errorf("after two pushes of one roster: mesh_rosters_sent_total = %d, want 1", got)
+	}
+	if got := metric(t, c, "mesh_roster_bytes_total"); got != len(r.Body) {
+		t.Errorf("mesh_roster_bytes_total = %d, want the roster's %d bytes", got, len(r.Body))
+	}
+}
