@@ -28,10 +28,13 @@ func TestImportDirections(t *testing.T) {
 		// The state directory's own files: addrs.json, operator.creds,
 		// config.yaml, .lock.
 		"statedir": {"spec", "internal/safefile"},
+		// The launcher: the wanted version of mesh run as a child, with a
+		// fallback to the last good one.
+		"launch": {"spec", "store", "statedir", "release", "internal/safefile"},
 		// A machine's parts, started in order and stopped in reverse.
 		"daemon": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "statedir", "release", "internal/safefile", "internal/retry"},
 		// The commands: flags, the operator's client, output.
-		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "release", "internal/safefile", "internal/retry"},
+		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "release", "launch", "internal/safefile", "internal/retry"},
 		// The end-to-end tests: test files only, which run the built binary.
 		"e2e": {},
 		// The resolver alone, served for bench/dns.sh.

@@ -1,6 +1,9 @@
 package spec
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // The contract between a machine's launcher (mesh host, mesh controller)
 // and the child it runs (mesh serve), kept in files under D/host/versions.
@@ -52,4 +55,26 @@ type Fallback struct {
 	Digest string    `json:"digest"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
+}
+
+// Fallbacks are l's bad versions as a heartbeat carries them: newest
+// first, at most MaxFallbacks.
+func (l Launch) Fallbacks() []Fallback {
+	var fs []Fallback
+	for d, f := range l.Bad {
+		if f.Digest == "" {
+			f.Digest = d
+		}
+		fs = append(fs, f)
+	}
+	sort.Slice(fs, func(i, j int) bool {
+		if !fs[i].At.Equal(fs[j].At) {
+			return fs[i].At.After(fs[j].At)
+		}
+		return fs[i].Digest < fs[j].Digest
+	})
+	if len(fs) > MaxFallbacks {
+		fs = fs[:MaxFallbacks]
+	}
+	return fs
 }

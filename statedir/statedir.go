@@ -16,12 +16,13 @@ import (
 
 // The state directory's layout.
 const (
-	AddrsFile     = "addrs.json"     // the addresses actually bound
-	OperatorCreds = "operator.creds" // the operator's credential, 0600
-	ConfigFile    = "config.yaml"    // the flags this machine runs with
-	LockFile      = ".lock"          // held by the process running on D
-	ControllerDir = "controller"     // mesh.db, js/, sign.key, ca/
-	HostDir       = "host"           // state.json, node.creds
+	AddrsFile      = "addrs.json"     // the addresses actually bound
+	OperatorCreds  = "operator.creds" // the operator's credential, 0600
+	ConfigFile     = "config.yaml"    // the flags this machine runs with
+	LockFile       = ".lock"          // held by the process running on D
+	LaunchLockFile = ".launch.lock"   // held by the launcher running on D
+	ControllerDir  = "controller"     // mesh.db, js/, sign.key, ca/
+	HostDir        = "host"           // state.json, node.creds
 )
 
 // Controller is the controller's directory under dir.

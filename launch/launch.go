@@ -1,0 +1,214 @@
+// Package launch is a machine's launcher (docs/design.md, "The launcher"):
+// mesh host and mesh controller run the version of mesh the node wants as
+// a child process (mesh serve), fall back to the last good one when it
+// does not come up, start the wanted one when the child stands aside for
+// it, and keep their record in D/host/versions/launch.json.
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/mesh-fleet/mesh/release"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/statedir"
+)
+
+// The modes a child serves.
+const (
+	Host       = "host"
+	Controller = "controller"
+)
+
+// DefaultHealthyWithin is how long a version has to report ready before
+// the launcher gives up on it, unless Config says otherwise.
+const DefaultHealthyWithin = 60 * time.Second
+
+// Config is a launcher.
+type Config struct {
+	// Dir is the state directory D.
+	Dir string
+	// Mode is what the child serves: Host or Controller.
+	Mode string
+	// Args are the flags the launcher was given, passed to each child
+	// until one is ready; by then D/config.yaml keeps them, and a later
+	// child is given --dir alone (a --join is not made twice, a port 0 not
+	// rebound elsewhere).
+	Args []string
+	// HealthyWithin is how long a child has to report ready; zero means
+	// DefaultHealthyWithin.
+	HealthyWithin time.Duration
+	// Self is the launcher's own executable, the version of last resort;
+	// empty means os.Executable.
+	Self string
+	// Stdout and Stderr are the children's (nil: the launcher's own).
+	Stdout, Stderr io.Writer
+	// StopGrace is how long a child not ready in time is given to stop
+	// after SIGTERM before it is killed; zero means 10 s.
+	StopGrace time.Duration
+}
+
+// Launcher runs a machine's mesh as a child process.
+type Launcher struct {
+	cfg        Config
+	log        *slog.Logger
+	selfDigest string
+	versions   string // D/host/versions
+	launch     spec.Launch
+	// given says that cfg.Args still go to the next child: none has been
+	// ready yet in this launcher's life.
+	given bool
+}
+
+// ExitError is a child that ended the launcher: a ready child that exited
+// for another reason than standing aside, or the version of last resort
+// that exited before it was ready. The launcher exits with its status.
+type ExitError struct {
+	Digest string
+	Code   int
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("mesh %s exited with status %d", short(e.Digest), e.Code)
+}
+
+// New checks cfg and reads the launcher's own executable; it starts
+// nothing.
+func New(cfg Config, log *slog.Logger) (*Launcher, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("a launcher needs its state directory")
+	}
+	if cfg.Mode != Host && cfg.Mode != Controller {
+		return nil, fmt.Errorf("a launcher runs a host or a controller, not %q", cfg.Mode)
+	}
+	if cfg.HealthyWithin <= 0 {
+		cfg.HealthyWithin = DefaultHealthyWithin
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 10 * time.Second
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.Self == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find the launcher's own executable: %w", err)
+		}
+		cfg.Self = self
+	}
+	digest, err := release.Digest(cfg.Self)
+	if err != nil {
+		return nil, err
+	}
+	return &Launcher{cfg: cfg, log: log, selfDigest: digest, given: true,
+		versions: filepath.Join(statedir.Host(cfg.Dir), spec.VersionsDir)}, nil
+}
+
+// Run runs children until ctx ends (SIGTERM reaches the child, and Run
+// waits for it) or a child ends the launcher (an *ExitError).
+func (l *Launcher) Run(ctx context.Context) error {
+	// A directory a join or genesis has not made yet has no launcher to
+	// keep out; the child makes it.
+	if _, err := os.Stat(l.cfg.Dir); err == nil {
+		release, err := statedir.LockLaunch(l.cfg.Dir)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	var err error
+	if l.launch, err = readLaunch(l.versions); err != nil {
+		return err
+	}
+	if err := l.finishRestore(); err != nil {
+		return err
+	}
+	for {
+		p, err := l.choose()
+		if err != nil {
+			return err
+		}
+		if err := l.beforeTrial(ctx, p); err != nil {
+			return err
+		}
+		if l.launch.Running != p.digest {
+			l.launch.Running = p.digest
+			if err := l.save(); err != nil {
+				return err
+			}
+		}
+		l.log.Info("starting", "version", short(p.digest), "from", p.path, "why", p.why)
+		out, err := l.runChild(ctx, p)
+		if err != nil {
+			return err
+		}
+		switch {
+		case out.code == spec.ExitStandAside && ctx.Err() == nil:
+			l.log.Info("the child stood aside for the version its node wants", "version", short(p.digest))
+			continue
+		case ctx.Err() != nil:
+			if out.code != 0 {
+				return &ExitError{Digest: p.digest, Code: out.code}
+			}
+			return nil
+		case out.ready:
+			if out.code == 0 {
+				return nil
+			}
+			return &ExitError{Digest: p.digest, Code: out.code}
+		case p.digest == p.fallback:
+			// Nothing older to fall back to: the launcher stops, and what
+			// runs it (systemd) decides.
+			return &ExitError{Digest: p.digest, Code: out.code}
+		}
+		if err := l.giveUp(p, out.why); err != nil {
+			return err
+		}
+	}
+}
+
+// giveUp marks p bad with why and, for a controller, puts back the store
+// as it was before p ran.
+func (l *Launcher) giveUp(p pick, why string) error {
+	l.log.Error("falling back: the version did not come up", "version", short(p.digest), "reason", why, "to", short(p.fallback))
+	if l.launch.Bad == nil {
+		l.launch.Bad = map[string]spec.Fallback{}
+	}
+	l.launch.Bad[p.digest] = spec.Fallback{Digest: p.digest, Reason: why, At: time.Now().UTC()}
+	if err := l.save(); err != nil {
+		return err
+	}
+	return l.finishRestore()
+}
+
+// ready records that p reported ready: it is the version to fall back to
+// from now on, and no longer bad.
+func (l *Launcher) ready(p pick) error {
+	l.given = false
+	l.launch.Good = p.digest
+	delete(l.launch.Bad, p.digest)
+	if err := l.save(); err != nil {
+		return err
+	}
+	l.log.Info("ready", "version", short(p.digest))
+	return l.dropSnapshot(p.digest)
+}
+
+func (l *Launcher) save() error { return writeLaunch(l.versions, l.launch) }
+
+func short(digest string) string {
+	if len(digest) > 12 {
+		return digest[:12]
+	}
+	return digest
+}

@@ -1,0 +1,33 @@
+package spec_test
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// A heartbeat carries the newest fallbacks first, at most MaxFallbacks of
+// them, each naming its digest.
+func TestLaunchFallbacks(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	l := spec.Launch{Bad: map[string]spec.Fallback{}}
+	for i := range spec.MaxFallbacks + 2 {
+		d := fmt.Sprintf("d%d", i)
+		l.Bad[d] = spec.Fallback{Digest: d, Reason: "exited", At: t0.Add(time.Duration(i) * time.Minute)}
+	}
+	got := l.Fallbacks()
+	var digests []string
+	for _, f := range got {
+		digests = append(digests, f.Digest)
+	}
+	if want := []string{"d5", "d4", "d3", "d2"}; !reflect.DeepEqual(digests, want) {
+		t.Errorf("fallbacks %v, want %v", digests, want)
+	}
+	if got := (spec.Launch{}).Fallbacks(); got != nil {
+		t.Errorf("no bad versions: %v, want none", got)
+	}
+}
