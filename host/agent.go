@@ -47,6 +47,11 @@ type Config struct {
 	// CertRenewCheck is how often certmagic looks for certificates to
 	// renew; zero means its default, every 10 minutes.
 	CertRenewCheck time.Duration
+	// Launched says that a launcher runs this process (mesh serve, handed
+	// spec.ReadyFDEnv): after an apply, when the version the node wants is
+	// delivered and is not the one running, Run returns ErrStandAside.
+	// Without one, the host says that the version waits, and runs on.
+	Launched bool
 	// Panics counts the panics recovered in the agent; main shares it with
 	// the controller's /metrics on a controller's machine. Nil: its own.
 	Panics *atomic.Uint64
@@ -114,6 +119,10 @@ type Agent struct {
 	// read apart from the loop, by the bus's TLS at each handshake.
 	root  *x509.Certificate
 	chain atomic.Pointer[[]*x509.Certificate]
+	// launchErr is the last failure to read the launcher's record, said
+	// once; versionWaits is the wanted version said to wait (no launcher).
+	launchErr    atomic.Pointer[string]
+	versionWaits string
 }
 
 // New reads the host's state and credential and starts nothing.
@@ -333,6 +342,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	eventPasses := a.followContainers(ctx)
 	// What was kept is held again at start: an apply cut short converges.
 	a.safely("reconcile", func() { a.reconcile(ctx, nc) })
+	if err := a.standAside(nc, version); err != nil {
+		return err
+	}
 
 	for {
 		select {
@@ -356,9 +368,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
 		case m := <-previews:
 			a.safely("preview", func() { a.handlePreview(ctx, nc, m) })
+			continue // a preview applies nothing
 		case m := <-deliveries:
 			a.safely("delivery", func() { a.handleBatch(ctx, nc, drain(m, deliveries)) })
 			a.nudgeHeartbeat()
+		}
+		// After an apply, its report sent: a new version may be delivered.
+		if err := a.standAside(nc, version); err != nil {
+			return err
 		}
 	}
 }

@@ -53,6 +53,10 @@ type bench struct {
 	names host.Names
 	// logs holds what the host logged, as text.
 	logs *syncBuffer
+	// launched is the host's Config.Launched, and ended what each Run
+	// returned.
+	launched bool
+	ended    chan error
 }
 
 // syncBuffer is a buffer the host's logger writes to while a test reads it.
@@ -123,7 +127,7 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 		DeliverSubject: spec.DeliverySubject("alpha"), FilterSubjects: []string{spec.DeclarationSubject("alpha"), spec.RosterSubject}, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
-	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64), heartbeat: time.Hour, reconcile: time.Hour, auth: auth, logs: logs}
+	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64), heartbeat: time.Hour, reconcile: time.Hour, auth: auth, ended: make(chan error, 8), logs: logs}
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	b.key = priv
 	if _, err := nc.Subscribe(spec.NodeSubject("alpha", spec.KindReport), func(m *nats.Msg) {
@@ -142,7 +146,7 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 	var agentDone chan struct{}
 	agentCancel := func() {}
 	b.start = func() {
-		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: b.heartbeat, ReconcileEvery: b.reconcile, Names: b.names}, hostLog)
+		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: b.heartbeat, ReconcileEvery: b.reconcile, Names: b.names, Launched: b.launched}, hostLog)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +155,14 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 		}
 		actx, acancel := context.WithCancel(ctx)
 		agentDone, agentCancel = make(chan struct{}), acancel
-		go func() { agent.Run(actx); close(agentDone) }()
+		go func() {
+			err := agent.Run(actx)
+			select {
+			case b.ended <- err:
+			default:
+			}
+			close(agentDone)
+		}()
 		select {
 		case <-agent.Ready():
 		case <-time.After(30 * time.Second):

@@ -10,13 +10,15 @@ import (
 )
 
 // sendHeartbeat publishes one heartbeat: the sequence applied, the host's
-// version and protocol, and how often heartbeats come, from which the
+// version and protocol, the versions its launcher gave up on (read from
+// launch.json at each heartbeat), and how often heartbeats come, from which the
 // controller tells when this node is silent (two missed).
 func (a *Agent) sendHeartbeat(nc *nats.Conn, version string) error {
 	return publish(nc, spec.NodeSubject(a.state.Node, spec.KindHeartbeat), spec.Heartbeat{
 		Node: a.state.Node, Time: time.Now().UTC(), AppliedSeq: a.appliedSeq.Load(),
 		HostVersion: version, Protocol: spec.Protocol, IntervalMS: max(a.cfg.HeartbeatEvery.Milliseconds(), 1),
 		RosterSeq: a.rosterSeq.Load(),
+		Fallbacks: a.fallbacks(),
 	})
 }
 

@@ -1,0 +1,137 @@
+package host_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
+)
+
+// deliverVersion puts a binary named digest in the host's versions and,
+// with want, names it the version the node wants, as the binary resource
+// does.
+func deliverVersion(t *testing.T, hostDir, digest string, want bool) {
+	t.Helper()
+	versions := filepath.Join(hostDir, spec.VersionsDir)
+	if err := os.MkdirAll(filepath.Join(versions, digest), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(versions, digest, spec.VersionBinary), []byte("a version"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if want {
+		if err := os.WriteFile(filepath.Join(versions, spec.WantFile), []byte(digest+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func writeLaunch(t *testing.T, hostDir string, l spec.Launch) {
+	t.Helper()
+	body, _ := json.Marshal(l)
+	if err := os.MkdirAll(filepath.Join(hostDir, spec.VersionsDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(hostDir, spec.VersionsDir, spec.LaunchFile), body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// After an apply, a host a launcher runs stands aside (Run returns
+// ErrStandAside) once its report is sent, when the version its node wants
+// is delivered and is not bad; a bad one, one not delivered, or a host no
+// launcher runs, runs on.
+func TestStandAsideAfterTheReport(t *testing.T) {
+	t.Parallel()
+	other := strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		name      string
+		launched  bool
+		delivered bool
+		bad       bool
+		aside     bool
+	}{
+		{"launched", true, true, false, true},
+		{"no launcher", false, true, false, false},
+		{"bad", true, true, true, false},
+		{"not delivered", true, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t)
+			b.launched = tc.launched
+			b.start()
+			if tc.delivered {
+				deliverVersion(t, b.hostDir, other, true)
+			} else if err := os.MkdirAll(filepath.Join(b.hostDir, spec.VersionsDir), 0o700); err == nil {
+				os.WriteFile(filepath.Join(b.hostDir, spec.VersionsDir, spec.WantFile), []byte(other), 0o644)
+			}
+			if tc.bad {
+				writeLaunch(t, b.hostDir, spec.Launch{Bad: map[string]spec.Fallback{other: {Digest: other, Reason: "exited", At: time.Now()}}})
+			}
+			b.publish(encode(t, b.declaration(1, fileResource("/a", "a"))), nil)
+			if r := b.report(); len(r.Results) != 1 || r.Results[0].Outcome != spec.Created {
+				t.Fatalf("report %+v", r)
+			}
+			select {
+			case err := <-b.ended:
+				if !tc.aside || !errors.Is(err, host.ErrStandAside) || !strings.Contains(err.Error(), other) {
+					t.Fatalf("Run ended: %v; want it to stand aside for %s: %v", err, other, tc.aside)
+				}
+			case <-time.After(3 * time.Second):
+				if tc.aside {
+					t.Fatal("the host did not stand aside after its report")
+				}
+			}
+		})
+	}
+}
+
+// A heartbeat carries the versions the launcher gave up on, newest first,
+// at most spec.MaxFallbacks, read from launch.json as it is then.
+func TestHeartbeatCarriesFallbacks(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.heartbeat = 50 * time.Millisecond
+	beats := make(chan spec.Heartbeat, 256)
+	if _, err := b.nc.Subscribe(spec.NodeSubject("alpha", spec.KindHeartbeat), func(m *nats.Msg) {
+		var hb spec.Heartbeat
+		if err := spec.Decode(m.Data, &hb); err == nil {
+			beats <- hb
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.nc.Flush()
+	b.start()
+	l := spec.Launch{Bad: map[string]spec.Fallback{}}
+	t0 := time.Now().UTC()
+	for i := range spec.MaxFallbacks + 1 {
+		d := fmt.Sprintf("%064x", i)
+		l.Bad[d] = spec.Fallback{Digest: d, Reason: fmt.Sprintf("reason %d", i), At: t0.Add(time.Duration(i) * time.Second)}
+	}
+	writeLaunch(t, b.hostDir, l)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case hb := <-beats:
+			if len(hb.Fallbacks) == 0 {
+				continue
+			}
+			if len(hb.Fallbacks) != spec.MaxFallbacks || hb.Fallbacks[0].Reason != fmt.Sprintf("reason %d", spec.MaxFallbacks) || hb.Fallbacks[spec.MaxFallbacks-1].Reason != "reason 1" {
+				t.Fatalf("fallbacks %+v", hb.Fallbacks)
+			}
+			return
+		case <-deadline:
+			t.Fatal("no heartbeat carried the fallbacks within 10s")
+		}
+	}
+}
