@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/urfave/cli/v2"
 )
@@ -46,6 +47,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	// A launcher's child said why it stopped, on the same stderr: the
+	// launcher exits with its status and adds nothing.
+	var child *launch.ExitError
+	if errors.As(err, &child) {
+		return child.Code
+	}
 	if strings.HasPrefix(err.Error(), "No help topic for ") {
 		err = unknownCommand(app, args)
 	}
@@ -65,6 +72,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, host.ErrRemoved) {
 		return exitRemoved
+	}
+	if errors.Is(err, host.ErrStandAside) {
+		return spec.ExitStandAside
 	}
 	return exitFail
 }
@@ -146,6 +156,7 @@ Flags go before arguments: mesh node show --json web1.`,
 			auditCommand(),
 			caCommand(),
 			releaseCommand(),
+			serveCommand(),
 			installCommand(),
 			uninstallCommand(),
 			versionCommand(),

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/mesh-fleet/mesh/daemon"
+	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/mesh"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
@@ -16,7 +17,25 @@ func controllerCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "controller",
 		Usage: "run an existing mesh again: its controller and its host",
-		Description: `Runs the mesh kept in --dir on the addresses it bound before (from
+		Description: controllerDescription + `
+
+mesh controller is a launcher: it runs the controller as a child process, the
+version of mesh the node wants when it is delivered whole, and falls back to
+the last version that was ready when that one exits or is not ready within
+--healthy-within, the store put back as it was before that version ran
+(D/host/versions/launch.json says which). SIGINT and SIGTERM reach the
+child; mesh controller exits when it does, with its status.`,
+		Flags: append(controllerCommandFlags(), healthyWithinFlag(false)),
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 0, "no arguments"); err != nil {
+				return err
+			}
+			return launchCommand(c, launch.Controller)
+		},
+	}
+}
+
+const controllerDescription = `Runs the mesh kept in --dir on the addresses it bound before (from
 D/addrs.json), so hosts find the bus again with no action, and with the
 host flags it was started with (from D/config.yaml). A flag given here
 overrides the file and is kept from then on; --bus and --http rebind and
@@ -24,16 +43,28 @@ are kept in D/addrs.json.
 
 Example:
    mesh controller --dir /var/lib/mesh
-   mesh controller --dir /var/lib/mesh --bus 0.0.0.0:4222 --advertise 192.0.2.10`,
-		Flags: append([]cli.Flag{
-			dirFlag(),
-			&cli.StringFlag{Name: "bus", Usage: "rebind the bus, host:port (default: where it bound before)"},
-			&cli.StringFlag{Name: "http", Usage: "rebind /healthz, /metrics and /roots.pem, host:port (default: where it bound before)"},
-			advertiseFlag(),
-			logFlag(),
-			storeBusyFlag(),
-			certLifetimeFlag(),
-		}, hostFlags()...),
+   mesh controller --dir /var/lib/mesh --bus 0.0.0.0:4222 --advertise 192.0.2.10`
+
+func controllerCommandFlags() []cli.Flag {
+	return append([]cli.Flag{
+		dirFlag(),
+		&cli.StringFlag{Name: "bus", Usage: "rebind the bus, host:port (default: where it bound before)"},
+		&cli.StringFlag{Name: "http", Usage: "rebind /healthz, /metrics and /roots.pem, host:port (default: where it bound before)"},
+		advertiseFlag(),
+		logFlag(),
+		storeBusyFlag(),
+		certLifetimeFlag(),
+	}, hostFlags()...)
+}
+
+// serveControllerCommand is mesh serve controller: the controller's
+// machine itself, what mesh controller and mesh genesis run as their child.
+func serveControllerCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "controller",
+		Usage:       "not for operators: the controller mesh controller runs",
+		Description: controllerDescription,
+		Flags:       append(controllerCommandFlags(), healthyWithinFlag(true)),
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
@@ -89,6 +120,11 @@ Example:
 			if err != nil {
 				return fromFileHint(err, fromFile, dir)
 			}
+			pipe, err := readyPipe()
+			if err != nil {
+				return err
+			}
+			hostCfg.Launched = pipe != nil
 			advertise, err := busURLs(addrs.Bus, c.StringSlice("advertise"))
 			if err != nil {
 				return fromFileHint(err, fromFile, dir)
@@ -116,6 +152,7 @@ Example:
 				return err
 			}
 			logChanges(log, dir, changes)
+			sayReady(c.Context, pipe, m.Ready())
 			return m.Run(c.Context)
 		},
 	}

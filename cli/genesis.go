@@ -1,7 +1,11 @@
 package cli
 
 import (
+	"io"
+	"time"
+
 	"github.com/mesh-fleet/mesh/daemon"
+	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/urfave/cli/v2"
@@ -14,7 +18,8 @@ func genesisCommand() *cli.Command {
 		Description: `Creates the state directory (0700): the store, the signing key, the CA, the
 operator's credential, and this machine's host as the mesh's first node.
 Then runs the controller and the host in the foreground until SIGINT or
-SIGTERM. Run it again later with mesh controller --dir D.
+SIGTERM, as mesh controller does (a launcher, its child the controller).
+Run it again later with mesh controller --dir D.
 
 Example:
    mesh genesis --dir /var/lib/mesh --mesh home --node alpha`,
@@ -29,13 +34,13 @@ Example:
 			logFlag(),
 			storeBusyFlag(),
 			certLifetimeFlag(),
+			healthyWithinFlag(false),
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
 			}
-			log, err := newLogger(c)
-			if err != nil {
+			if _, err := newLogger(c); err != nil {
 				return err
 			}
 			dir := c.String("dir")
@@ -74,49 +79,68 @@ Example:
 			}
 			// Held until the part that binds each starts, so that no other
 			// process takes a port meanwhile.
-			held := daemon.Held{Bus: busHeld, HTTP: httpHeld, DNS: dnsHeld}
+			held := heldPorts{busHeld, httpHeld, dnsHeld}
+			defer held.Close()
 			if err := absRoot(c); err != nil {
 				return err
 			}
-			dnsCfg, err := resolverConfig(c, dnsAddr)
-			if err != nil {
+			if _, err := resolverConfig(c, dnsAddr); err != nil {
 				return err
 			}
-			hostCfg, err := hostConfig(c)
-			if err != nil {
+			if _, err := hostConfig(c); err != nil {
 				return err
 			}
-			advertise, err := busURLs(busAddr, c.StringSlice("advertise"))
-			if err != nil {
+			if _, err := busURLs(busAddr, c.StringSlice("advertise")); err != nil {
 				return err
 			}
 			kc, _, _, err := mergeConfig(c, dir)
 			if err != nil {
 				return err
 			}
-			lifetime, err := certLifetime(c)
-			if err != nil {
+			if _, err := certLifetime(c); err != nil {
 				return err
 			}
-			m, err := daemon.NewMesh(daemon.MeshConfig{
-				Dir: dir, Addrs: spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}, Advertise: advertise,
-				Host: hostCfg, Resolver: dnsCfg, StoreBusyTimeout: c.Duration("store-busy-timeout"), CertLifetime: lifetime, Held: held,
-			}, log)
-			if err != nil {
-				return err
+			if c.Duration("healthy-within") < time.Second {
+				return usagef("--healthy-within %s is shorter than a second: give how long a version has to be ready (1m0s)", c.Duration("healthy-within"))
 			}
 			if err := daemon.Create(c.Context, daemon.Genesis{Dir: dir, Mesh: meshName, Node: node, Address: address, Bus: busAddr}); err != nil {
 				return err
 			}
-			release, err := statedir.Lock(dir)
-			if err != nil {
+			if err := keepGenesis(dir, kc, spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}); err != nil {
 				return err
 			}
-			defer release()
-			if err := statedir.WriteConfig(dir, kc); err != nil {
-				return err
-			}
-			return m.Run(c.Context)
+			// The controller is run as any later start runs it: by the
+			// launcher, its child binding the addresses just kept (held
+			// until now, so that no other process took one meanwhile).
+			held.Close()
+			held = nil
+			return launchCommand(c, launch.Controller, "mesh", "node", "address", "bus", "http", "dns")
 		},
 	}
+}
+
+// keepGenesis writes what a new mesh's later starts read: D/config.yaml
+// (the flags genesis was given) and D/addrs.json (where it binds), under
+// the state directory's lock.
+func keepGenesis(dir string, kc statedir.Config, addrs spec.Addrs) error {
+	release, err := statedir.Lock(dir)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := statedir.WriteConfig(dir, kc); err != nil {
+		return err
+	}
+	return statedir.WriteAddrs(dir, addrs)
+}
+
+// heldPorts are addresses bound to check them and keep them until the
+// process that serves them starts.
+type heldPorts []io.Closer
+
+func (h heldPorts) Close() error {
+	for _, c := range h {
+		c.Close()
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/daemon"
 	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/urfave/cli/v2"
@@ -17,7 +18,24 @@ func hostCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "host",
 		Usage: "join a mesh with a token, and run this machine's host",
-		Description: `With --join, enrols this machine with the mesh the token names: the bus's
+		Description: hostDescription + `
+
+mesh host is a launcher: it runs the host as a child process, the version of
+mesh the node wants when it is delivered whole, and falls back to the last
+version that was ready when that one exits or is not ready within
+--healthy-within (D/host/versions/launch.json says which). SIGINT and SIGTERM
+reach the child; mesh host exits when it does, with its status.`,
+		Flags: append(hostCommandFlags(), healthyWithinFlag(false)),
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 0, "no arguments"); err != nil {
+				return err
+			}
+			return launchCommand(c, launch.Host)
+		},
+	}
+}
+
+const hostDescription = `With --join, enrols this machine with the mesh the token names: the bus's
 certificate chain is checked against the token's CA pin before anything is
 sent, the node's key is made here and only its public half leaves the
 machine. The credential is kept in D/host/node.creds (0600) and the pin in
@@ -26,13 +44,25 @@ host until SIGINT or SIGTERM, reconnecting to the bus for ever.
 
 Examples:
    mesh host --dir /var/lib/mesh --join mesh1.eyJ... --address 10.0.0.7
-   mesh host --dir /var/lib/mesh`,
-		Flags: append([]cli.Flag{
-			dirFlag(),
-			&cli.StringFlag{Name: "join", Usage: "a token from mesh token create NODE"},
-			&cli.StringFlag{Name: "address", Usage: "where other nodes reach this one (default: the machine's primary address)"},
-			logFlag(),
-		}, hostFlags()...),
+   mesh host --dir /var/lib/mesh`
+
+func hostCommandFlags() []cli.Flag {
+	return append([]cli.Flag{
+		dirFlag(),
+		&cli.StringFlag{Name: "join", Usage: "a token from mesh token create NODE"},
+		&cli.StringFlag{Name: "address", Usage: "where other nodes reach this one (default: the machine's primary address)"},
+		logFlag(),
+	}, hostFlags()...)
+}
+
+// serveHostCommand is mesh serve host: the host itself, what mesh host
+// runs as its child.
+func serveHostCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "host",
+		Usage:       "not for operators: the host mesh host runs",
+		Description: hostDescription,
+		Flags:       append(hostCommandFlags(), healthyWithinFlag(true)),
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
@@ -83,6 +113,11 @@ Examples:
 			if err != nil {
 				return fromFileHint(err, fromFile, stateDir)
 			}
+			pipe, err := readyPipe()
+			if err != nil {
+				return err
+			}
+			cfg.Launched = pipe != nil
 			dnsAddr, dnsHeld, err := holdDNSFlag(c)
 			if err != nil {
 				return err
@@ -116,6 +151,7 @@ Examples:
 			if err != nil {
 				return err
 			}
+			sayReady(c.Context, pipe, node.Ready())
 			err = node.Run(c.Context)
 			if errors.Is(err, host.ErrRemoved) {
 				return removedError(node.Name(), stateDir)

@@ -46,6 +46,7 @@ func (l *Launcher) runChild(ctx context.Context, p pick) (outcome, error) {
 		args = append(args, l.cfg.Args...)
 	}
 	cmd := exec.Command(p.path, args...)
+	cmd.Args[0] = "mesh" // what ps shows, whichever file runs
 	cmd.Stdout, cmd.Stderr = l.cfg.Stdout, l.cfg.Stderr
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Env = append(withoutReadyFD(os.Environ()), spec.ReadyFDEnv+"="+strconv.Itoa(readyFD))
@@ -97,7 +98,7 @@ func (l *Launcher) runChild(ctx context.Context, p pick) (outcome, error) {
 			go l.stop(cmd, exited)
 		case <-done:
 			done, stopping = nil, true
-			l.log.Info("stopping the child", "version", short(p.digest))
+			l.log.Debug("stopping the child", "version", short(p.digest))
 			cmd.Process.Signal(syscall.SIGTERM)
 		case err := <-exited:
 			exited <- err // for a stop under way
@@ -145,7 +146,7 @@ func (l *Launcher) stop(cmd *exec.Cmd, exited chan error) {
 // waitForTheLastChild waits until no process holds D/.lock: a child of a
 // launcher that was killed dies with it, a moment later.
 func (l *Launcher) waitForTheLastChild(ctx context.Context) error {
-	if _, err := os.Stat(l.cfg.Dir); err != nil {
+	if !l.made() {
 		return nil
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/mesh-fleet/mesh/release"
@@ -117,9 +118,10 @@ func New(cfg Config, log *slog.Logger) (*Launcher, error) {
 // Run runs children until ctx ends (SIGTERM reaches the child, and Run
 // waits for it) or a child ends the launcher (an *ExitError).
 func (l *Launcher) Run(ctx context.Context) error {
-	// A directory a join or genesis has not made yet has no launcher to
-	// keep out; the child makes it.
-	if _, err := os.Stat(l.cfg.Dir); err == nil {
+	// A machine a join or genesis has not made yet has no launcher to keep
+	// out, and nothing is written there: the child makes it, or says why
+	// it cannot.
+	if l.made() {
 		release, err := statedir.LockLaunch(l.cfg.Dir)
 		if err != nil {
 			return err
@@ -147,7 +149,13 @@ func (l *Launcher) Run(ctx context.Context) error {
 				return err
 			}
 		}
-		l.log.Info("starting", "version", short(p.digest), "from", p.path, "why", p.why)
+		// A start of the version that ran before, or of the launcher's own
+		// with nothing else on offer, is routine; any other is news.
+		level := slog.LevelDebug
+		if p.digest != p.fallback || strings.Contains(p.why, ";") {
+			level = slog.LevelInfo
+		}
+		l.log.Log(ctx, level, "starting", "version", short(p.digest), "from", p.path, "why", p.why)
 		out, err := l.runChild(ctx, p)
 		if err != nil {
 			return err
@@ -195,16 +203,32 @@ func (l *Launcher) giveUp(p pick, why string) error {
 // from now on, and no longer bad.
 func (l *Launcher) ready(p pick) error {
 	l.given = false
+	was := l.launch.Good
 	l.launch.Good = p.digest
 	delete(l.launch.Bad, p.digest)
 	if err := l.save(); err != nil {
 		return err
 	}
-	l.log.Info("ready", "version", short(p.digest))
+	if was != "" && was != p.digest {
+		l.log.Info("a new version is ready, and good from now on", "version", short(p.digest), "was", short(was))
+	}
 	return l.dropSnapshot(p.digest)
 }
 
-func (l *Launcher) save() error { return writeLaunch(l.versions, l.launch) }
+// save writes launch.json, once the machine is made.
+func (l *Launcher) save() error {
+	if !l.made() {
+		return nil
+	}
+	return writeLaunch(l.versions, l.launch)
+}
+
+// made says whether D holds a machine: its host's directory (a
+// controller's machine has one too).
+func (l *Launcher) made() bool {
+	_, err := os.Stat(statedir.Host(l.cfg.Dir))
+	return err == nil
+}
 
 func short(digest string) string {
 	if len(digest) > 12 {

@@ -18,7 +18,7 @@ func Lock(dir string) (release func(), err error) {
 // controller) never run on one state directory; the child a launcher
 // runs takes D/.lock itself.
 func LockLaunch(dir string) (release func(), err error) {
-	return lock(dir, LaunchLockFile, "another mesh launcher runs on %s (it holds %s): stop it first, or give another --dir")
+	return lock(dir, LaunchLockFile, "another mesh process runs on %s (its launcher holds %s): stop it first, or give another --dir")
 }
 
 // Free says whether D/.lock is free now: no process runs on dir. It takes

@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/mesh-fleet/mesh/launch"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/statedir"
+	"github.com/urfave/cli/v2"
+)
+
+// mesh host, mesh controller and mesh genesis are launchers (package
+// launch): each runs this binary, or the version its node wants, as a
+// child, mesh serve host|controller, which is what they ran themselves
+// before. mesh serve is not for operators: it is hidden from --help.
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "serve",
+		Hidden: true,
+		Usage:  "not for operators: what mesh host and mesh controller run as their child",
+		Description: `mesh host and mesh controller run mesh serve host and mesh serve controller
+as a child, and start the version of mesh the node wants in its place when
+it stands aside. Run on its own, it serves without falling back, and a new
+version delivered waits until mesh host or mesh controller runs.`,
+		Subcommands: []*cli.Command{serveHostCommand(), serveControllerCommand()},
+	}
+}
+
+// healthyWithinFlag is how long a launcher gives a version to be ready:
+// the launcher's flag, kept in D/config.yaml by its child.
+func healthyWithinFlag(hidden bool) cli.Flag {
+	return &cli.DurationFlag{Name: "healthy-within", Value: launch.DefaultHealthyWithin, Hidden: hidden,
+		Usage: "how long a version of mesh has to be ready (its parts up, its first heartbeat sent) before the launcher falls back to the last good one"}
+}
+
+// readyPipe is the descriptor a launcher handed this process
+// (spec.ReadyFDEnv), or nil when no launcher runs it. It is not passed on
+// to the programs this process runs.
+func readyPipe() (*os.File, error) {
+	v := os.Getenv(spec.ReadyFDEnv)
+	if v == "" {
+		return nil, nil
+	}
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil, fmt.Errorf("%s=%q is not a descriptor a launcher hands its child", spec.ReadyFDEnv, v)
+	}
+	syscall.CloseOnExec(fd)
+	return os.NewFile(uintptr(fd), "ready"), nil
+}
+
+// sayReady writes "ready" on pipe once ready is closed, and closes it;
+// nothing without a pipe.
+func sayReady(ctx context.Context, pipe *os.File, ready <-chan struct{}) {
+	if pipe == nil {
+		return
+	}
+	go func() {
+		defer pipe.Close()
+		select {
+		case <-ready:
+			pipe.Write([]byte("ready\n"))
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// launchCommand runs the launcher for mode on c's --dir: the flags c was
+// given (those a child of mode takes) go to the children until one is
+// ready. --healthy-within and --log-level not given come from
+// D/config.yaml; a file that cannot be read is the child's to refuse.
+func launchCommand(c *cli.Context, mode string, skip ...string) error {
+	dir := c.String("dir")
+	kept, _ := statedir.ReadConfig(dir)
+	for _, name := range []string{"healthy-within", "log-level"} {
+		if v := kept[name]; !c.IsSet(name) && len(v) == 1 {
+			if err := c.Set(name, v[0]); err != nil {
+				return usagef("%s: %s %q: %v", dir, name, v[0], err)
+			}
+		}
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	if c.Duration("healthy-within") < time.Second {
+		return usagef("--healthy-within %s is shorter than a second: give how long a version has to be ready (1m0s)", c.Duration("healthy-within"))
+	}
+	l, err := launch.New(launch.Config{Dir: dir, Mode: mode, Args: givenFlags(c, append(skip, "dir")...),
+		HealthyWithin: c.Duration("healthy-within"), Stdout: c.App.Writer, Stderr: c.App.ErrWriter}, log.With("component", "launcher"))
+	if err != nil {
+		return err
+	}
+	return l.Run(c.Context)
+}
+
+// givenFlags are the flags c was given, as arguments, but those in skip.
+func givenFlags(c *cli.Context, skip ...string) []string {
+	var args []string
+	for _, f := range c.Command.Flags {
+		name := f.Names()[0]
+		if !c.IsSet(name) || slices.Contains(skip, name) {
+			continue
+		}
+		switch f.(type) {
+		case *cli.StringSliceFlag:
+			for _, v := range c.StringSlice(name) {
+				args = append(args, "--"+name+"="+v)
+			}
+		case *cli.DurationFlag:
+			args = append(args, "--"+name+"="+c.Duration(name).String())
+		case *cli.BoolFlag:
+			args = append(args, "--"+name+"="+strconv.FormatBool(c.Bool(name)))
+		default:
+			args = append(args, "--"+name+"="+c.String(name))
+		}
+	}
+	return args
+}

@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/internal/gobuild"
+	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/release"
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// deliverVersion puts bin where the binary resource puts a delivered
+// version, D/host/versions/<digest>/mesh, then names it in want, in that
+// order, and returns its digest.
+func deliverVersion(t *testing.T, dir, bin string) string {
+	t.Helper()
+	digest, err := release.Digest(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := filepath.Join(dir, "host", spec.VersionsDir)
+	body, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(versions, digest), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(versions, digest, spec.VersionBinary), body, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(versions, spec.WantFile), []byte(digest+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return digest
+}
+
+func launchRecord(t *testing.T, dir string) spec.Launch {
+	t.Helper()
+	var l spec.Launch
+	body, err := os.ReadFile(filepath.Join(dir, "host", spec.VersionsDir, spec.LaunchFile))
+	if err != nil {
+		return l
+	}
+	if err := json.Unmarshal(body, &l); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// serveChild is the process a launcher runs on dir (mesh serve MODE --dir
+// dir), and the file it runs from; pid 0 when there is none.
+func serveChild(t *testing.T, mode, dir string) (pid int, exe string) {
+	t.Helper()
+	want := []byte("serve\x00" + mode + "\x00--dir\x00" + dir + "\x00")
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(cmdline, want) {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
+			if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 0 && f[0] == "Z" {
+				continue // exited, not yet reaped
+			}
+		}
+		exe, _ := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		return p, exe
+	}
+	return 0, ""
+}
+
+// hangs is a program that never says it is ready: it waits for a signal.
+func hangs(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(binDir, "hangs")
+	os.MkdirAll(dir, 0o755)
+	for name, body := range map[string]string{
+		"go.mod":  "module example.com/hangs\n\ngo 1.26\n",
+		"main.go": "package main\n\nimport \"time\"\n\nfunc main() { time.Sleep(time.Hour) }\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return builds.Binary(t, gobuild.Build{Dir: dir, GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, LDFlags: "-s -w"})
+}
+
+// TestLauncherRunsTheWantedVersionAndFallsBack: mesh host is a launcher.
+// A version delivered and wanted has the running host stand aside after
+// its next pass, and the launcher run it from versions/<digest>/mesh: the
+// node reports that digest. A version that exits at start, and one never
+// ready, are marked bad with why, and the last good one runs again. kill -9
+// the launcher: its child goes with it, and the next start runs the same
+// version; SIGINT reaches the child and the launcher exits 0 after it.
+func TestLauncherRunsTheWantedVersionAndFallsBack(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	betaDir, beta := join(t, m.token(t, "beta"), "--reconcile", "1s", "--healthy-within", "5s")
+	own, err := release.Digest(meshBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 20*time.Second, "beta reports the launcher's own version", func() (bool, string) {
+		n := nodeShow(t, m.dir, "beta")
+		return n.HostVersion == own, n.HostVersion
+	})
+
+	v2 := deliverVersion(t, betaDir, meshRelease(t, "launcher-v2"))
+	poll.Until(t, 30*time.Second, "beta runs v2", func() (bool, string) {
+		n := nodeShow(t, m.dir, "beta")
+		l := launchRecord(t, betaDir)
+		return n.HostVersion == v2 && l.Good == v2 && l.Running == v2, fmt.Sprintf("reports %s, record %+v", n.HostVersion, l)
+	})
+	pid, exe := serveChild(t, "host", betaDir)
+	if want := filepath.Join(betaDir, "host", spec.VersionsDir, v2, spec.VersionBinary); pid == 0 || exe != want {
+		t.Fatalf("beta's child %d runs from %q, want %s", pid, exe, want)
+	}
+	if !strings.Contains(beta.out.String(), "standing aside") {
+		t.Errorf("the host did not say it stood aside:\n%s", beta.out.String())
+	}
+
+	for _, bad := range []struct {
+		name, bin, reason string
+	}{
+		{"exits at start", builds.Binary(t, gobuild.Build{Dir: builds.Program(t, "example.com/exits"), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, LDFlags: "-s -w"}),
+			"exited with status 0 before it was ready"},
+		{"never ready", hangs(t), "not ready within 5s"},
+	} {
+		d := deliverVersion(t, betaDir, bad.bin)
+		poll.Until(t, 40*time.Second, bad.name+": marked bad, v2 back", func() (bool, string) {
+			l := launchRecord(t, betaDir)
+			pid, exe := serveChild(t, "host", betaDir)
+			return l.Bad[d].Reason == bad.reason && l.Running == v2 && l.Good == v2 && pid != 0 && strings.Contains(exe, v2),
+				fmt.Sprintf("record %+v, child %d %s", l, pid, exe)
+		})
+		since := time.Now()
+		poll.Until(t, 20*time.Second, bad.name+": beta heard on v2", func() (bool, string) {
+			n := nodeShow(t, m.dir, "beta")
+			return n.LastHeard != nil && n.LastHeard.After(since) && n.HostVersion == v2, fmt.Sprintf("%v %s", n.LastHeard, n.HostVersion)
+		})
+	}
+
+	pid, _ = serveChild(t, "host", betaDir)
+	beta.kill9(t)
+	poll.Until(t, 10*time.Second, "the child gone with its launcher", func() (bool, string) {
+		p, _ := serveChild(t, "host", betaDir)
+		return p == 0, fmt.Sprintf("child %d (was %d) still runs", p, pid)
+	})
+	again := start(t, "host", "--dir", betaDir)
+	poll.Until(t, 30*time.Second, "the same version after kill -9", func() (bool, string) {
+		again.alive(t)
+		p, exe := serveChild(t, "host", betaDir)
+		return p != 0 && p != pid && strings.Contains(exe, v2), fmt.Sprintf("child %d from %s", p, exe)
+	})
+	since := time.Now()
+	poll.Until(t, 20*time.Second, "beta heard on v2 after kill -9", func() (bool, string) {
+		n := nodeShow(t, m.dir, "beta")
+		return n.LastHeard != nil && n.LastHeard.After(since) && n.HostVersion == v2, fmt.Sprintf("%v %s", n.LastHeard, n.HostVersion)
+	})
+
+	again.cmd.Process.Signal(syscall.SIGINT)
+	if code := again.exited(t, 30*time.Second); code != 0 {
+		t.Fatalf("the launcher exited %d after SIGINT:\n%s", code, again.out.String())
+	}
+	if p, _ := serveChild(t, "host", betaDir); p != 0 {
+		t.Fatalf("the child %d runs on after its launcher stopped", p)
+	}
+	if !strings.Contains(again.out.String(), "stopping") {
+		t.Errorf("the child was not stopped cleanly:\n%s", again.out.String())
+	}
+}
