@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
 )
 
 // deliverVersion puts bin where the binary resource puts a delivered
@@ -182,5 +184,74 @@ func TestLauncherRunsTheWantedVersionAndFallsBack(t *testing.T) {
 	}
 	if !strings.Contains(again.out.String(), "stopping") {
 		t.Errorf("the child was not stopped cleanly:\n%s", again.out.String())
+	}
+}
+
+// TestControllerFallbackRestoresTheStore: on a controller's machine, a
+// delivered version runs after the controller stands aside, its store
+// copied before it runs and the copy dropped once it is ready; a version
+// that migrates the store (a table of its own) and then exits is marked
+// bad, the store put back as it was, and the good version serves it: the
+// integrity check passes, the table is gone, the CLI reads the nodes.
+func TestControllerFallbackRestoresTheStore(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t, "--reconcile", "1s", "--healthy-within", "20s")
+	v2 := deliverVersion(t, m.dir, meshRelease(t, "launcher-ctl-v2"))
+	poll.Until(t, 40*time.Second, "the controller runs v2", func() (bool, string) {
+		l := launchRecord(t, m.dir)
+		if l.Good != v2 {
+			return false, fmt.Sprintf("record %+v", l)
+		}
+		if up, why := healthy(m.addrs.HTTP); !up {
+			return false, why
+		}
+		n := nodeShow(t, m.dir, "alpha")
+		return n.HostVersion == v2, n.HostVersion
+	})
+	db := filepath.Join(m.dir, "controller", "mesh.db")
+	if _, err := os.Stat(db + ".before-" + v2); !os.IsNotExist(err) {
+		t.Errorf("the store's copy is kept after v2 is ready: %v", err)
+	}
+	if addrs, _ := readAddrsFile(t, m.dir); addrs.Bus != m.addrs.Bus {
+		t.Errorf("the bus moved from %s to %s across the swap", m.addrs.Bus, addrs.Bus)
+	}
+
+	migrates := builds.Binary(t, gobuild.Build{Dir: "../launch/testdata/child", GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, LDFlags: "-s -w -X main.behaviour=migrate"})
+	v3 := deliverVersion(t, m.dir, migrates)
+	poll.Until(t, 40*time.Second, "v3 bad, v2 back", func() (bool, string) {
+		l := launchRecord(t, m.dir)
+		pid, exe := serveChild(t, "controller", m.dir)
+		return l.Bad[v3].Reason == "exited with status 1 before it was ready" && l.Running == v2 && pid != 0 && strings.Contains(exe, v2),
+			fmt.Sprintf("record %+v, child %d %s", l, pid, exe)
+	})
+	if log, _ := os.ReadFile(filepath.Join(m.dir, "children.log")); !strings.Contains(string(log), ": <nil>") {
+		t.Fatalf("v3 did not migrate the store:\n%s", log)
+	}
+	since := time.Now()
+	poll.Until(t, 30*time.Second, "alpha heard on v2 again", func() (bool, string) {
+		if up, why := healthy(m.addrs.HTTP); !up {
+			return false, why
+		}
+		n := nodeShow(t, m.dir, "alpha")
+		return n.LastHeard != nil && n.LastHeard.After(since) && n.HostVersion == v2, fmt.Sprintf("%v %s", n.LastHeard, n.HostVersion)
+	})
+	raw, err := sql.Open("sqlite", store.DSN(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var ok string
+	if err := raw.QueryRow(`PRAGMA integrity_check`).Scan(&ok); err != nil || ok != "ok" {
+		t.Errorf("integrity_check %q, %v", ok, err)
+	}
+	var n int
+	if err := raw.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'v2_things'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the failed version's table is in the store (%d, %v)", n, err)
+	}
+	if _, err := os.Stat(db + ".before-" + v3); !os.IsNotExist(err) {
+		t.Errorf("the store's copy is left after the restore: %v", err)
+	}
+	if names := m.nodeNames(t); !strings.Contains(names, "alpha") {
+		t.Errorf("the nodes after the restore: %s", names)
 	}
 }
