@@ -30,7 +30,7 @@ func TestImportDirections(t *testing.T) {
 		"statedir": {"spec", "internal/safefile"},
 		// The launcher: the wanted version of mesh run as a child, with a
 		// fallback to the last good one.
-		"launch": {"spec", "store", "statedir", "release", "internal/safefile"},
+		"launch": {"spec", "store", "statedir", "release", "resolver", "internal/safefile"},
 		// A machine's parts, started in order and stopped in reverse.
 		"daemon": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "statedir", "release", "internal/safefile", "internal/retry"},
 		// The commands: flags, the operator's client, output.

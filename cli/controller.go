@@ -8,6 +8,7 @@ import (
 	"github.com/mesh-fleet/mesh/daemon"
 	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/mesh"
+	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/urfave/cli/v2"
@@ -105,7 +106,8 @@ func serveControllerCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if addrs.DNS, held.DNS, err = holdDNSFlag(c); err != nil {
+			var handed []resolver.Held
+			if addrs.DNS, held.DNS, handed, err = claimDNS(c); err != nil {
 				return err
 			}
 			if err := absRoot(c); err != nil {
@@ -116,6 +118,7 @@ func serveControllerCommand() *cli.Command {
 			if err != nil {
 				return fromFileHint(err, fromFile, dir)
 			}
+			dnsCfg.Held = handed
 			hostCfg, err := hostConfig(c)
 			if err != nil {
 				return fromFileHint(err, fromFile, dir)

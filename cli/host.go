@@ -118,12 +118,13 @@ func serveHostCommand() *cli.Command {
 				return err
 			}
 			cfg.Launched = pipe != nil
-			dnsAddr, dnsHeld, err := holdDNSFlag(c)
+			dnsAddr, dnsHeld, handed, err := claimDNS(c)
 			if err != nil {
 				return err
 			}
 			kc["dns"], kc["root"] = []string{dnsAddr}, []string{c.String("root")}
 			dnsCfg, _ := resolverConfig(c, dnsAddr)
+			dnsCfg.Held = handed
 			if raw != "" {
 				address, err := addressOf(c)
 				if err != nil {

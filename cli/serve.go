@@ -3,13 +3,17 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/mesh-fleet/mesh/launch"
+	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/urfave/cli/v2"
@@ -72,6 +76,56 @@ func sayReady(ctx context.Context, pipe *os.File, ready <-chan struct{}) {
 	}()
 }
 
+// heldDNS are the resolver's sockets a launcher handed this process
+// (spec.HeldDNSEnv) when they are addr's; nil when none were handed, or
+// they are another address's (closed then: this process binds its own).
+func heldDNS(addr string) (*resolver.Held, error) {
+	v := os.Getenv(spec.HeldDNSEnv)
+	if v == "" {
+		return nil, nil
+	}
+	parts := strings.Split(v, ",")
+	var fds [2]int
+	for i := range fds {
+		fd, err := strconv.Atoi(parts[min(i+1, len(parts)-1)])
+		if len(parts) != 3 || err != nil || fd < 3 {
+			return nil, fmt.Errorf("%s=%q is not what a launcher hands its child (address,UDP descriptor,TCP descriptor)", spec.HeldDNSEnv, v)
+		}
+		syscall.CloseOnExec(fd)
+		fds[i] = fd
+	}
+	uf, tf := os.NewFile(uintptr(fds[0]), "dns-udp"), os.NewFile(uintptr(fds[1]), "dns-tcp")
+	defer uf.Close()
+	defer tf.Close()
+	if parts[0] != addr {
+		return nil, nil
+	}
+	pc, err := net.FilePacketConn(uf)
+	if err != nil {
+		return nil, fmt.Errorf("the resolver's UDP socket handed by the launcher: %w", err)
+	}
+	ln, err := net.FileListener(tf)
+	if err != nil {
+		pc.Close()
+		return nil, fmt.Errorf("the resolver's TCP socket handed by the launcher: %w", err)
+	}
+	return &resolver.Held{Addr: addr, UDP: pc, TCP: ln}, nil
+}
+
+// claimDNS is holdDNSFlag, unless the launcher handed this process --dns's
+// sockets: then those are served, and nothing is held apart.
+func claimDNS(c *cli.Context) (string, io.Closer, []resolver.Held, error) {
+	h, err := heldDNS(c.String("dns"))
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if h != nil {
+		return h.Addr, nil, []resolver.Held{*h}, nil
+	}
+	addr, held, err := holdDNSFlag(c)
+	return addr, held, nil, err
+}
+
 // launchCommand runs the launcher for mode on c's --dir: the flags c was
 // given (those a child of mode takes) go to the children until one is
 // ready. --healthy-within and --log-level not given come from
@@ -93,7 +147,14 @@ func launchCommand(c *cli.Context, mode string, skip ...string) error {
 	if c.Duration("healthy-within") < time.Second {
 		return usagef("--healthy-within %s is shorter than a second: give how long a version has to be ready (1m0s)", c.Duration("healthy-within"))
 	}
-	l, err := launch.New(launch.Config{Dir: dir, Mode: mode, Args: givenFlags(c, append(skip, "dir")...),
+	dns := c.String("dns")
+	if v := kept["dns"]; !c.IsSet("dns") {
+		dns = ""
+		if len(v) == 1 {
+			dns = v[0]
+		}
+	}
+	l, err := launch.New(launch.Config{Dir: dir, Mode: mode, Args: givenFlags(c, append(skip, "dir")...), DNS: dns,
 		HealthyWithin: c.Duration("healthy-within"), Stdout: c.App.Writer, Stderr: c.App.ErrWriter}, log.With("component", "launcher"))
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
+	"github.com/miekg/dns"
 )
 
 // deliverVersion puts bin where the binary resource puts a delivered
@@ -254,4 +255,78 @@ func TestControllerFallbackRestoresTheStore(t *testing.T) {
 	if names := m.nodeNames(t); !strings.Contains(names, "alpha") {
 		t.Errorf("the nodes after the restore: %s", names)
 	}
+}
+
+// TestResolverAnswersThroughASwap: the launcher holds the machine's
+// resolver address (from its second start on, when D/config.yaml names
+// its port) and hands its sockets to each child: while the host stands
+// aside for a delivered version and that version starts, every query to
+// the machine's resolver is answered, with the names the host keeps. The
+// longest a query waited is logged.
+func TestResolverAnswersThroughASwap(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t, "--root", t.TempDir())
+	betaDir, beta := join(t, m.token(t, "beta"), "--reconcile", "1s", "--root", t.TempDir())
+	mustRun(t, "module", "register", "--dir", m.dir, fileModule(t, "swapnames", "/etc/swapnames", "x"))
+	mustRun(t, "assign", "--dir", m.dir, "swapnames", "beta")
+	if o, code := pushJSON(t, m.dir); code != 0 || !o.OK {
+		t.Fatalf("push: exit %d %+v", code, o)
+	}
+	beta.stop(t)
+	beta = start(t, "host", "--dir", betaDir)
+	addr := dnsAddr(t, betaDir)
+	poll.Until(t, 20*time.Second, "beta's resolver back", func() (bool, string) {
+		beta.alive(t)
+		r, err := ask(t, addr, "beta.internal", dns.TypeA)
+		return err == nil && answers(r) == "127.0.0.2", fmt.Sprint(r, err)
+	})
+	since := time.Now()
+	poll.Until(t, 20*time.Second, "beta back", func() (bool, string) { return heardAfter(t, m.dir, "beta", since) })
+
+	type result struct {
+		took time.Duration
+		err  string
+	}
+	stop, results := make(chan struct{}), make(chan result, 100000)
+	go func() {
+		defer close(results)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			q := new(dns.Msg)
+			q.SetQuestion("beta.internal.", dns.TypeA)
+			c := &dns.Client{Net: "udp", Timeout: 10 * time.Second}
+			at := time.Now()
+			r, _, err := c.Exchange(q, addr)
+			res := result{took: time.Since(at)}
+			switch {
+			case err != nil:
+				res.err = err.Error()
+			case answers(r) != "127.0.0.2":
+				res.err = fmt.Sprintf("rcode %s, answers %q", dns.RcodeToString[r.Rcode], answers(r))
+			}
+			results <- res
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	v2 := deliverVersion(t, betaDir, meshRelease(t, "launcher-dns-v2"))
+	poll.Until(t, 30*time.Second, "beta runs v2", func() (bool, string) {
+		n := nodeShow(t, m.dir, "beta")
+		return n.HostVersion == v2, n.HostVersion
+	})
+	close(stop)
+	var longest time.Duration
+	asked, failed := 0, 0
+	for r := range results {
+		asked++
+		longest = max(longest, r.took)
+		if r.err != "" {
+			failed++
+			t.Errorf("a query during the swap: %s (after %s)", r.err, r.took)
+		}
+	}
+	t.Logf("%d queries during the swap, %d not answered; the longest waited %s", asked, failed, longest)
 }

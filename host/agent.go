@@ -179,6 +179,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			a.rosterSeq.Store(doc.Seq)
 		}
 	}
+	// The resolver serves the names kept from the first query it answers,
+	// before the bus is reached: one handed its sockets by a launcher
+	// answers the queries that waited while the last process stood aside,
+	// and must not answer them from an empty zone.
+	a.serveNames()
 	return a, nil
 }
 

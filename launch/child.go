@@ -33,9 +33,6 @@ type outcome struct {
 // is ready, and SIGTERM when ctx ends. An error is the launcher's own
 // failure; a version that cannot be started is an outcome like an exit.
 func (l *Launcher) runChild(ctx context.Context, p pick) (outcome, error) {
-	if err := l.waitForTheLastChild(ctx); err != nil {
-		return outcome{}, err
-	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return outcome{}, fmt.Errorf("make the ready pipe: %w", err)
@@ -48,8 +45,11 @@ func (l *Launcher) runChild(ctx context.Context, p pick) (outcome, error) {
 	cmd := exec.Command(p.path, args...)
 	cmd.Args[0] = "mesh" // what ps shows, whichever file runs
 	cmd.Stdout, cmd.Stderr = l.cfg.Stdout, l.cfg.Stderr
-	cmd.ExtraFiles = []*os.File{w}
-	cmd.Env = append(withoutReadyFD(os.Environ()), spec.ReadyFDEnv+"="+strconv.Itoa(readyFD))
+	cmd.ExtraFiles = append([]*os.File{w}, l.dns...)
+	cmd.Env = append(withoutOurs(os.Environ()), spec.ReadyFDEnv+"="+strconv.Itoa(readyFD))
+	if len(l.dns) == 2 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%s,%d,%d", spec.HeldDNSEnv, l.cfg.DNS, readyFD+1, readyFD+2))
+	}
 	// The child dies with the launcher, however the launcher ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started, exited := make(chan error, 1), make(chan error, 1)
@@ -177,10 +177,11 @@ func exitCode(cmd *exec.Cmd, err error) int {
 	return 0
 }
 
-func withoutReadyFD(env []string) []string {
+// withoutOurs is env without what a launcher hands its child.
+func withoutOurs(env []string) []string {
 	var out []string
 	for _, e := range env {
-		if !strings.HasPrefix(e, spec.ReadyFDEnv+"=") {
+		if !strings.HasPrefix(e, spec.ReadyFDEnv+"=") && !strings.HasPrefix(e, spec.HeldDNSEnv+"=") {
 			out = append(out, e)
 		}
 	}

@@ -11,12 +11,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/mesh-fleet/mesh/release"
+	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
 )
@@ -53,6 +55,12 @@ type Config struct {
 	// StopGrace is how long a child not ready in time is given to stop
 	// after SIGTERM before it is killed; zero means 10 s.
 	StopGrace time.Duration
+	// DNS is the machine's resolver address, host:port: the launcher binds
+	// it once and hands each child a copy of its sockets
+	// (spec.HeldDNSEnv), so that queries wait in them while one child
+	// stands aside for the next, and are answered. Empty, or port 0: each
+	// child binds its own.
+	DNS string
 }
 
 // Launcher runs a machine's mesh as a child process.
@@ -62,6 +70,9 @@ type Launcher struct {
 	selfDigest string
 	versions   string // D/host/versions
 	launch     spec.Launch
+	// dns are the resolver's sockets the launcher holds (nil: none), as
+	// files handed to each child.
+	dns []*os.File
 	// given says that cfg.Args still go to the next child: none has been
 	// ready yet in this launcher's life.
 	given bool
@@ -132,6 +143,15 @@ func (l *Launcher) Run(ctx context.Context) error {
 	if l.launch, err = readLaunch(l.versions); err != nil {
 		return err
 	}
+	if err := l.waitForTheLastChild(ctx); err != nil {
+		return err
+	}
+	l.holdDNS()
+	defer func() {
+		for _, f := range l.dns {
+			f.Close()
+		}
+	}()
 	if err := l.finishRestore(); err != nil {
 		return err
 	}
@@ -235,4 +255,35 @@ func short(digest string) string {
 		return digest[:12]
 	}
 	return digest
+}
+
+// holdDNS binds the resolver's address, to hand its sockets to each child.
+// An address that cannot be bound is the child's to refuse, by name: the
+// launcher holds nothing then.
+func (l *Launcher) holdDNS() {
+	if l.cfg.DNS == "" {
+		return
+	}
+	if _, port, err := net.SplitHostPort(l.cfg.DNS); err != nil || port == "0" {
+		return
+	}
+	pc, ln, err := resolver.Bind(l.cfg.DNS)
+	if err != nil {
+		l.log.Warn("the resolver's address is not held across a swap", "dns", l.cfg.DNS, "err", err)
+		return
+	}
+	defer pc.Close()
+	defer ln.Close()
+	uf, err := pc.(*net.UDPConn).File()
+	if err != nil {
+		l.log.Warn("the resolver's address is not held across a swap", "dns", l.cfg.DNS, "err", err)
+		return
+	}
+	tf, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		uf.Close()
+		l.log.Warn("the resolver's address is not held across a swap", "dns", l.cfg.DNS, "err", err)
+		return
+	}
+	l.dns = []*os.File{uf, tf}
 }

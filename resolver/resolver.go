@@ -108,6 +108,29 @@ type Config struct {
 	TTL uint32
 	// Timeout bounds one attempt at one upstream; default 2s.
 	Timeout time.Duration
+	// Held are sockets bound before (by Bind) for Listen addresses: each is
+	// served instead of its address being bound, and closed when Run ends.
+	// A launcher binds the machine's resolver address and hands each child
+	// copies, keeping its own: the address stays bound while one child
+	// stands aside for the next, and a query sent meanwhile waits in the
+	// socket for the next to answer.
+	Held []Held
+}
+
+// Held is a Listen address's sockets, bound by Bind.
+type Held struct {
+	Addr string // as in Listen
+	UDP  net.PacketConn
+	TCP  net.Listener
+}
+
+// Bind binds a as Run binds a Listen address: UDP, then TCP on the port UDP
+// got; an IPv4 address IPv4 only, an IPv6 one IPv6 only, a wildcard both.
+func Bind(a string) (net.PacketConn, net.Listener, error) {
+	if _, _, err := parseListen(a); err != nil {
+		return nil, nil, fmt.Errorf("resolver listen address %q: %w", a, err)
+	}
+	return bind(a)
 }
 
 // Zone is the mesh's names: a name (fully qualified or not, any case) to its
@@ -174,6 +197,14 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, fmt.Errorf("resolver listen address %q: %w", a, err)
 		}
 		listen = append(listen, ap)
+	}
+	for _, h := range cfg.Held {
+		if !slices.Contains(cfg.Listen, h.Addr) {
+			return nil, fmt.Errorf("resolver: sockets held for %s, which is no listen address", h.Addr)
+		}
+		if _, ok := h.UDP.(*net.UDPConn); !ok || h.TCP == nil {
+			return nil, fmt.Errorf("resolver: the sockets held for %s are not a UDP socket and a TCP listener", h.Addr)
+		}
 	}
 
 	ups := cfg.Upstreams
@@ -357,7 +388,7 @@ func (b boundAddr) serves(want netip.AddrPort, dual bool) bool {
 // makes the servers that will serve it: miekg/dns's for TCP and for UDP on
 // a wildcard address, serveUDP for UDP on an address with a host. A bind
 // failure is an error naming the address, and nothing stays bound.
-func bindListeners(addrs []string, h dns.Handler) (*listeners, error) {
+func bindListeners(addrs []string, held []Held, h dns.Handler) (*listeners, error) {
 	ls := &listeners{}
 	for _, a := range addrs {
 		want, dual, err := parseListen(a)
@@ -365,8 +396,11 @@ func bindListeners(addrs []string, h dns.Handler) (*listeners, error) {
 			ls.close()
 			return nil, fmt.Errorf("resolver listen address %q: %w", a, err)
 		}
-		pc, l, err := bind(a)
-		if err != nil {
+		var pc net.PacketConn
+		var l net.Listener
+		if i := slices.IndexFunc(held, func(h Held) bool { return h.Addr == a }); i >= 0 {
+			pc, l = held[i].UDP, held[i].TCP
+		} else if pc, l, err = bind(a); err != nil {
 			ls.close()
 			return nil, err
 		}
@@ -445,7 +479,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("resolver: already run")
 	}
-	ls, err := bindListeners(s.cfg.Listen, s)
+	ls, err := bindListeners(s.cfg.Listen, s.cfg.Held, s)
 	if err != nil {
 		s.end()
 		return err
@@ -564,7 +598,7 @@ func (s *Server) Attach(addr string, allow netip.Prefix) error {
 		return nil
 	}
 
-	ls, err := bindListeners([]string{addr}, s)
+	ls, err := bindListeners([]string{addr}, nil, s)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,14 @@ const (
 	// once it serves: its parts are up and its first heartbeat is sent.
 	ReadyFDEnv = "MESH_READY_FD"
 
+	// HeldDNSEnv names the environment variable by which a launcher hands
+	// its child the machine's resolver address, bound and held by the
+	// launcher so that it stays bound while one child stands aside for the
+	// next: "host:port,UDPFD,TCPFD", the descriptors of its UDP socket and
+	// its TCP listener. A child serves them when its resolver's address is
+	// that one, and closes them otherwise.
+	HeldDNSEnv = "MESH_DNS_HELD"
+
 	// MaxFallbacks bounds the fallbacks a heartbeat carries.
 	MaxFallbacks = 4
 )
