@@ -144,16 +144,26 @@ func (l *Launcher) stop(cmd *exec.Cmd, exited chan error) {
 }
 
 // waitForTheLastChild waits until no process holds D/.lock: a child of a
-// launcher that was killed dies with it, a moment later.
+// launcher that was killed dies with it, a moment later. One that holds it
+// for LockWait is another process running on D: an error.
 func (l *Launcher) waitForTheLastChild(ctx context.Context) error {
 	if !l.made() {
 		return nil
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(l.cfg.LockWait)
 	for {
 		free, err := statedir.Free(l.cfg.Dir)
-		if err != nil || free || time.Now().After(deadline) {
-			return err // after the deadline, the child says who holds it
+		if err != nil || free {
+			return err
+		}
+		if time.Now().After(deadline) {
+			// Not a child of this launcher's: say who, and start nothing
+			// (a version that failed for it would be called bad).
+			release, err := statedir.Lock(l.cfg.Dir)
+			if err == nil {
+				release() // let go just now
+			}
+			return err
 		}
 		select {
 		case <-ctx.Done():

@@ -55,6 +55,9 @@ type Config struct {
 	// StopGrace is how long a child not ready in time is given to stop
 	// after SIGTERM before it is killed; zero means 10 s.
 	StopGrace time.Duration
+	// LockWait is how long the launcher waits for D/.lock to be let go by
+	// the child of a launcher killed before it; zero means 10 s.
+	LockWait time.Duration
 	// DNS is the machine's resolver address, host:port: the launcher binds
 	// it once and hands each child a copy of its sockets
 	// (spec.HeldDNSEnv), so that queries wait in them while one child
@@ -104,6 +107,9 @@ func New(cfg Config, log *slog.Logger) (*Launcher, error) {
 	}
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 10 * time.Second
+	}
+	if cfg.LockWait <= 0 {
+		cfg.LockWait = 10 * time.Second
 	}
 	if cfg.Stdout == nil {
 		cfg.Stdout = os.Stdout

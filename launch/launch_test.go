@@ -23,6 +23,7 @@ import (
 	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/mesh-fleet/mesh/store"
 )
 
@@ -373,4 +374,31 @@ func zombie(pid int) bool {
 	}
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	return len(f) > 0 && f[0] == "Z"
+}
+
+// Another process on the state directory (it holds D/.lock beyond the
+// wait for a killed launcher's child): the launcher starts nothing, says
+// who holds it, and calls no version bad.
+func TestAnotherProcessOnTheDirectoryStartsNothing(t *testing.T) {
+	t.Parallel()
+	dir := newDir(t)
+	release, err := statedir.Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	self := child(t, "ready")
+	v2 := child(t, "ready2")
+	deliver(t, dir, v2, true)
+	r := start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path, LockWait: 200 * time.Millisecond})
+	err = r.ended(t, 20*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "another mesh process runs on "+dir) {
+		t.Fatalf("Run: %v, want the directory named as another process's", err)
+	}
+	if l := readLaunch(t, dir); len(l.Bad) != 0 || l.Good != "" {
+		t.Errorf("record %+v, want nothing called good or bad", l)
+	}
+	if log := children(dir); log != "" {
+		t.Errorf("children started:\n%s", log)
+	}
 }
