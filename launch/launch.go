@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,8 +62,9 @@ type Config struct {
 	// DNS is the machine's resolver address, host:port: the launcher binds
 	// it once and hands each child a copy of its sockets
 	// (spec.HeldDNSEnv), so that queries wait in them while one child
-	// stands aside for the next, and are answered. Empty, or port 0: each
-	// child binds its own.
+	// stands aside for the next, and are answered. A port 0 is the port
+	// the launcher gets, and an argument --dns=DNS in Args is rewritten to
+	// it. Empty: each child binds its own.
 	DNS string
 }
 
@@ -270,7 +272,8 @@ func (l *Launcher) holdDNS() {
 	if l.cfg.DNS == "" {
 		return
 	}
-	if _, port, err := net.SplitHostPort(l.cfg.DNS); err != nil || port == "0" {
+	host, port, err := net.SplitHostPort(l.cfg.DNS)
+	if err != nil {
 		return
 	}
 	pc, ln, err := resolver.Bind(l.cfg.DNS)
@@ -280,6 +283,17 @@ func (l *Launcher) holdDNS() {
 	}
 	defer pc.Close()
 	defer ln.Close()
+	if port == "0" {
+		// A port 0 is taken once, here: the children are told the port it
+		// got, which the first keeps in D/config.yaml.
+		bound := net.JoinHostPort(host, strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port))
+		for i, a := range l.cfg.Args {
+			if a == "--dns="+l.cfg.DNS {
+				l.cfg.Args[i] = "--dns=" + bound
+			}
+		}
+		l.cfg.DNS = bound
+	}
 	uf, err := pc.(*net.UDPConn).File()
 	if err != nil {
 		l.log.Warn("the resolver's address is not held across a swap", "dns", l.cfg.DNS, "err", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/release"
+	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/mesh-fleet/mesh/store"
@@ -400,5 +401,38 @@ func TestAnotherProcessOnTheDirectoryStartsNothing(t *testing.T) {
 	}
 	if log := children(dir); log != "" {
 		t.Errorf("children started:\n%s", log)
+	}
+}
+
+// The resolver's address is bound once by the launcher and its sockets
+// handed to each child (descriptors 4 and 5, named in MESH_DNS_HELD); a
+// port 0 is the port the launcher got, and the child is told it in place
+// of the --dns it was given.
+func TestResolverAddressHeldAndHanded(t *testing.T) {
+	t.Parallel()
+	dir := newDir(t)
+	self := child(t, "ready")
+	start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path, DNS: "127.0.0.1:0", Args: []string{"--dns=127.0.0.1:0", "--heartbeat=1s"}})
+	poll.Until(t, 20*time.Second, "ready", func() (bool, string) { return readLaunch(t, dir).Good != "", children(dir) })
+	var dns, held string
+	for _, line := range strings.Split(children(dir), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && f[0] == "start" {
+			for _, a := range f {
+				if v, ok := strings.CutPrefix(a, "--dns="); ok {
+					dns = v
+				}
+			}
+		}
+		if len(f) == 3 && f[0] == "held" {
+			held = f[2]
+		}
+	}
+	if dns == "" || strings.HasSuffix(dns, ":0") || held != dns+",4,5" {
+		t.Fatalf("the child was given --dns=%s and MESH_DNS_HELD=%s; want the port the launcher bound, and its sockets at 4 and 5:\n%s", dns, held, children(dir))
+	}
+	// The launcher holds it: nothing else can bind it.
+	if _, _, err := resolver.Bind(dns); err == nil {
+		t.Errorf("%s is free while the launcher runs", dns)
 	}
 }

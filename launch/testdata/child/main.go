@@ -39,6 +39,9 @@ func main() {
 		}
 	}
 	note(dir, fmt.Sprintf("start %s %d %s", behaviour, os.Getpid(), strings.Join(os.Args[1:], " ")))
+	if held := os.Getenv("MESH_DNS_HELD"); held != "" {
+		note(dir, fmt.Sprintf("held %d %s", os.Getpid(), held))
+	}
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	switch behaviour {
