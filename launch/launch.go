@@ -163,11 +163,26 @@ func (l *Launcher) Run(ctx context.Context) error {
 	if err := l.finishRestore(); err != nil {
 		return err
 	}
+	aside := "" // the version that last stood aside
 	for {
+		if ctx.Err() != nil {
+			return nil
+		}
 		p, err := l.choose()
 		if err != nil {
 			return err
 		}
+		if p.digest == aside {
+			// It stood aside for a version the launcher will not start: it
+			// runs again, but not in a tight loop if it does so again.
+			l.log.Warn("the version that stood aside runs again: the one it stood aside for cannot", "version", short(p.digest), "why", p.why)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+		aside = ""
 		if err := l.beforeTrial(ctx, p); err != nil {
 			return err
 		}
@@ -189,8 +204,9 @@ func (l *Launcher) Run(ctx context.Context) error {
 			return err
 		}
 		switch {
-		case out.code == spec.ExitStandAside && ctx.Err() == nil:
+		case out.ready && out.code == spec.ExitStandAside && ctx.Err() == nil:
 			l.log.Info("the child stood aside for the version its node wants", "version", short(p.digest))
+			aside = p.digest
 			continue
 		case ctx.Err() != nil:
 			if out.code != 0 {
