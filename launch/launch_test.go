@@ -142,6 +142,7 @@ func TestFallback(t *testing.T) {
 	}{
 		{"exit", "exited with status 1 before it was ready"},
 		{"never", "not ready within 1s"},
+		{"early", "exited with status 75 before it was ready"},
 	} {
 		t.Run(tc.behaviour, func(t *testing.T) {
 			t.Parallel()

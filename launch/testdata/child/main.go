@@ -6,6 +6,7 @@
 //	ready    says ready, stands aside when D/host/versions/want names
 //	         another version that is not bad, stops on SIGTERM
 //	exit     exits 1 at once
+//	early    exits 75 (stands aside) at once
 //	never    never says ready; stops on SIGTERM
 //	fail     says ready, then exits 9
 //	migrate  adds a table to D/controller/mesh.db, then exits 1
@@ -47,6 +48,9 @@ func main() {
 	switch behaviour {
 	case "exit":
 		os.Exit(1)
+	case "early":
+		os.Exit(75) // stands aside before it is ready
+
 	case "migrate":
 		db, err := sql.Open("sqlite", filepath.Join(dir, "controller", "mesh.db"))
 		if err == nil {
