@@ -3,12 +3,15 @@ package resolver
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/miekg/dns"
 )
 
@@ -132,4 +135,74 @@ func TestHeldForNoListenAddressIsRefused(t *testing.T) {
 	if _, err := New(Config{Listen: []string{"127.0.0.1:0"}, Upstreams: []string{"127.0.0.1:9"}, Held: []Held{{Addr: pc.LocalAddr().String(), UDP: pc, TCP: l}}}, nil); err == nil {
 		t.Fatal("sockets held for no listen address were taken")
 	}
+}
+
+// TestNoQueryLostAcrossSwaps: a client asks without pause while the held
+// sockets pass from one server to the next, ten times: every query is
+// answered (a server that stops answers what it read before its socket
+// closes, and leaves the rest in it for the next).
+func TestNoQueryLostAcrossSwaps(t *testing.T) {
+	t.Parallel()
+	pc, l, err := Bind("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	defer l.Close()
+	addr := pc.LocalAddr().String()
+	zone := Zone{Names: map[string][]netip.Addr{"a.internal": {netip.MustParseAddr("10.0.0.1")}}}
+	run := func() (stop func()) {
+		uf, _ := pc.(*net.UDPConn).File()
+		tf, _ := l.(*net.TCPListener).File()
+		upc, _ := net.FilePacketConn(uf)
+		tl, _ := net.FileListener(tf)
+		uf.Close()
+		tf.Close()
+		s, err := New(Config{Listen: []string{addr}, Upstreams: []string{"127.0.0.1:9"}, Held: []Held{{Addr: addr, UDP: upc, TCP: tl}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.SetZone(zone)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		<-s.Ready()
+		return func() { cancel(); <-done }
+	}
+	stop := run()
+	quit, lost, finished := make(chan struct{}), make(chan string, 100000), make(chan struct{})
+	var n atomic.Int64
+	go func() {
+		defer close(finished)
+		c := &dns.Client{Net: "udp", Timeout: 5 * time.Second}
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			m := new(dns.Msg)
+			m.SetQuestion("a.internal.", dns.TypeA)
+			r, _, err := c.Exchange(m, addr)
+			n.Add(1)
+			if err != nil || len(r.Answer) != 1 {
+				lost <- fmt.Sprint(r, err)
+			}
+		}
+	}()
+	for range 10 {
+		// Each server answers a few hundred before it stops.
+		at := n.Load()
+		poll.Until(t, 10*time.Second, "200 more answered", func() (bool, string) { return n.Load() >= at+200, fmt.Sprint(n.Load() - at) })
+		stop()
+		stop = run()
+	}
+	close(quit)
+	<-finished
+	stop()
+	close(lost)
+	for why := range lost {
+		t.Errorf("a query lost across a swap: %s", why)
+	}
+	t.Logf("%d queries across 10 swaps", n.Load())
 }

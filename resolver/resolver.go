@@ -355,6 +355,8 @@ type listeners struct {
 	own     []*net.UDPConn // UDP served by serveUDP
 	closers []func()
 	udp     sync.WaitGroup // serveUDP's goroutines
+	// stopping makes serveUDP's readers return at their read deadline.
+	stopping atomic.Bool
 }
 
 // boundAddr is an address bound: the port the kernel gave for port 0, and
@@ -423,7 +425,7 @@ func bindListeners(addrs []string, held []Held, h dns.Handler) (*listeners, erro
 // ends with to failed unless failed holds one already.
 func (s *Server) serve(ls *listeners, failed chan error) (started <-chan struct{}) {
 	for _, pc := range ls.own {
-		s.serveUDP(pc, &ls.udp)
+		s.serveUDP(pc, &ls.udp, &ls.stopping)
 	}
 	st := make(chan struct{}, len(ls.servers))
 	for _, srv := range ls.servers {
@@ -447,8 +449,8 @@ func (s *Server) serve(ls *listeners, failed chan error) (started <-chan struct{
 }
 
 // shutdown stops the servers of every ls (in-flight TCP queries get until
-// the upstream timeout, and 3s more), closes their sockets, and waits for
-// their UDP loops.
+// the upstream timeout, and 3s more), stops its UDP loops reading and
+// waits for them to answer what they read, then closes the sockets.
 func shutdown(timeout time.Duration, all ...*listeners) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+3*time.Second)
 	defer cancel()
@@ -457,11 +459,21 @@ func shutdown(timeout time.Duration, all ...*listeners) {
 			srv.ShutdownContext(ctx) // errors only when it never started
 		}
 	}
+	// UDP read by the resolver's own loops is answered before its socket
+	// closes: the readers stop at a deadline, what they read is answered,
+	// then the socket goes. A query not read stays in the socket, for the
+	// next process a launcher hands it to.
 	for _, ls := range all {
-		ls.close()
+		ls.stopping.Store(true)
+		for _, pc := range ls.own {
+			pc.SetReadDeadline(time.Now())
+		}
 	}
 	for _, ls := range all {
 		ls.udp.Wait()
+	}
+	for _, ls := range all {
+		ls.close()
 	}
 }
 

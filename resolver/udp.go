@@ -5,8 +5,10 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -20,8 +22,10 @@ import (
 // A wildcard listen address is left to miekg/dns's server, which answers
 // from the address the query was sent to.
 
-// serveUDP reads pc until it is closed. Several readers share one socket.
-func (s *Server) serveUDP(pc *net.UDPConn, wg *sync.WaitGroup) {
+// serveUDP reads pc until it is closed, or until stopping is set and a
+// read deadline passes (shutdown stops reading so, and answers what was
+// read before it closes the socket). Several readers share one socket.
+func (s *Server) serveUDP(pc *net.UDPConn, wg *sync.WaitGroup, stopping *atomic.Bool) {
 	for range max(1, runtime.GOMAXPROCS(0)) {
 		wg.Go(func() {
 			buf := make([]byte, dns.MaxMsgSize)
@@ -29,7 +33,7 @@ func (s *Server) serveUDP(pc *net.UDPConn, wg *sync.WaitGroup) {
 			for {
 				n, from, err := pc.ReadFromUDPAddrPort(buf)
 				if err != nil {
-					if errors.Is(err, net.ErrClosed) {
+					if errors.Is(err, net.ErrClosed) || stopping.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
 						return
 					}
 					continue
