@@ -59,7 +59,8 @@ func controllerCommandFlags() []cli.Flag {
 }
 
 // serveControllerCommand is mesh serve controller: the controller's
-// machine itself, what mesh controller and mesh genesis run as their child.
+// machine itself, what mesh controller runs as its child (and what mesh
+// genesis runs in its own process once it has made the mesh).
 func serveControllerCommand() *cli.Command {
 	return &cli.Command{
 		Name:        "controller",

@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"io"
 	"time"
 
 	"github.com/mesh-fleet/mesh/daemon"
-	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/urfave/cli/v2"
@@ -18,8 +16,10 @@ func genesisCommand() *cli.Command {
 		Description: `Creates the state directory (0700): the store, the signing key, the CA, the
 operator's credential, and this machine's host as the mesh's first node.
 Then runs the controller and the host in the foreground until SIGINT or
-SIGTERM, as mesh controller does (a launcher, its child the controller).
-Run it again later with mesh controller --dir D.
+SIGTERM, in this process, its addresses held from the moment they are
+checked until they are served. It is no launcher: a version of mesh
+delivered to it waits until mesh controller --dir D runs the mesh (mesh
+install's unit does), which launches the version the node wants.
 
 Example:
    mesh genesis --dir /var/lib/mesh --mesh home --node alpha`,
@@ -40,7 +40,8 @@ Example:
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
 			}
-			if _, err := newLogger(c); err != nil {
+			log, err := newLogger(c)
+			if err != nil {
 				return err
 			}
 			dir := c.String("dir")
@@ -79,68 +80,52 @@ Example:
 			}
 			// Held until the part that binds each starts, so that no other
 			// process takes a port meanwhile.
-			held := heldPorts{busHeld, httpHeld, dnsHeld}
-			defer held.Close()
+			held := daemon.Held{Bus: busHeld, HTTP: httpHeld, DNS: dnsHeld}
 			if err := absRoot(c); err != nil {
 				return err
 			}
-			if _, err := resolverConfig(c, dnsAddr); err != nil {
+			dnsCfg, err := resolverConfig(c, dnsAddr)
+			if err != nil {
 				return err
 			}
-			if _, err := hostConfig(c); err != nil {
+			hostCfg, err := hostConfig(c)
+			if err != nil {
 				return err
 			}
-			if _, err := busURLs(busAddr, c.StringSlice("advertise")); err != nil {
+			advertise, err := busURLs(busAddr, c.StringSlice("advertise"))
+			if err != nil {
 				return err
 			}
 			kc, _, _, err := mergeConfig(c, dir)
 			if err != nil {
 				return err
 			}
-			if _, err := certLifetime(c); err != nil {
+			lifetime, err := certLifetime(c)
+			if err != nil {
 				return err
 			}
 			if c.Duration("healthy-within") < time.Second {
 				return usagef("--healthy-within %s is shorter than a second: give how long a version has to be ready (1m0s)", c.Duration("healthy-within"))
 			}
+			m, err := daemon.NewMesh(daemon.MeshConfig{
+				Dir: dir, Addrs: spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}, Advertise: advertise,
+				Host: hostCfg, Resolver: dnsCfg, StoreBusyTimeout: c.Duration("store-busy-timeout"), CertLifetime: lifetime, Held: held,
+			}, log)
+			if err != nil {
+				return err
+			}
 			if err := daemon.Create(c.Context, daemon.Genesis{Dir: dir, Mesh: meshName, Node: node, Address: address, Bus: busAddr}); err != nil {
 				return err
 			}
-			if err := keepGenesis(dir, kc, spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}); err != nil {
+			release, err := statedir.Lock(dir)
+			if err != nil {
 				return err
 			}
-			// The controller is run as any later start runs it: by the
-			// launcher, its child binding the addresses just kept (held
-			// until now, so that no other process took one meanwhile).
-			held.Close()
-			held = nil
-			return launchCommand(c, launch.Controller, "mesh", "node", "address", "bus", "http", "dns")
+			defer release()
+			if err := statedir.WriteConfig(dir, kc); err != nil {
+				return err
+			}
+			return m.Run(c.Context)
 		},
 	}
-}
-
-// keepGenesis writes what a new mesh's later starts read: D/config.yaml
-// (the flags genesis was given) and D/addrs.json (where it binds), under
-// the state directory's lock.
-func keepGenesis(dir string, kc statedir.Config, addrs spec.Addrs) error {
-	release, err := statedir.Lock(dir)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if err := statedir.WriteConfig(dir, kc); err != nil {
-		return err
-	}
-	return statedir.WriteAddrs(dir, addrs)
-}
-
-// heldPorts are addresses bound to check them and keep them until the
-// process that serves them starts.
-type heldPorts []io.Closer
-
-func (h heldPorts) Close() error {
-	for _, c := range h {
-		c.Close()
-	}
-	return nil
 }

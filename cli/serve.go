@@ -19,10 +19,9 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// mesh host, mesh controller and mesh genesis are launchers (package
-// launch): each runs this binary, or the version its node wants, as a
-// child, mesh serve host|controller, which is what they ran themselves
-// before. mesh serve is not for operators: it is hidden from --help.
+// mesh host and mesh controller are launchers (package launch): each runs
+// this binary, or the version its node wants, as a child, mesh serve
+// host|controller, which is what they ran themselves before. mesh serve is not for operators: it is hidden from --help.
 
 func serveCommand() *cli.Command {
 	return &cli.Command{

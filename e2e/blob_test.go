@@ -45,7 +45,7 @@ func TestBigBlobMemoryIsBoundedByTheChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pid := m.d.servePid(t) // the controller, not its launcher
+	pid := m.d.cmd.Process.Pid
 	idle := procKiB(t, pid, "VmHWM")
 	began := time.Now()
 	register := exec.Command(meshBin, "module", "register", "--dir", m.dir, dir)

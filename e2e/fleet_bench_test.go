@@ -114,7 +114,7 @@ func benchFleet(b *testing.B, nodes int) {
 	b.ReportMetric(ms(quantile(same, 99)), "same-p99-ms")
 	b.ReportMetric(f.joined.Seconds(), "join-s")
 	b.ReportMetric(f.assigned.Seconds(), "assign-s")
-	b.ReportMetric(float64(procKiB(b, f.ctl.servePid(b), "VmHWM"))/1024, "controller-peak-MiB")
+	b.ReportMetric(float64(procKiB(b, f.ctl.cmd.Process.Pid, "VmHWM"))/1024, "controller-peak-MiB")
 	b.Logf("%d simulated hosts, their state on tmpfs: %v", nodes, f.shm)
 }
 

@@ -27,6 +27,7 @@ func TestRollRunsTheNewVersionAndHaltsAtAFallback(t *testing.T) {
 	m := newMesh(t, "--healthy-within", "20s")
 	betaDir, _ := m.join(t, "beta", "--healthy-within", "20s")
 	gammaDir, _ := m.join(t, "gamma", "--healthy-within", "20s")
+	m.launched(t)
 	dirs := map[string]string{"alpha": m.dir, "beta": betaDir, "gamma": gammaDir}
 	poll.Until(t, 30*time.Second, "every host to report the binaries capability", func() (bool, string) {
 		for _, n := range nodeList(t, m.dir) {

@@ -87,6 +87,15 @@ func serveChild(t *testing.T, mode, dir string) (pid int, exe string) {
 	return 0, ""
 }
 
+// launched has m's controller run by a launcher: genesis serves in its
+// own process, so it is stopped and mesh controller runs the mesh again.
+func (m *testMesh) launched(t *testing.T) {
+	t.Helper()
+	m.d.stop(t)
+	m.d = start(t, "controller", "--dir", m.dir)
+	waitReady(t, m.d, m.dir)
+}
+
 // hangs is a program that never says it is ready: it waits for a signal.
 func hangs(t *testing.T) string {
 	t.Helper()
@@ -197,6 +206,7 @@ func TestLauncherRunsTheWantedVersionAndFallsBack(t *testing.T) {
 func TestControllerFallbackRestoresTheStore(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t, "--reconcile", "1s", "--healthy-within", "20s")
+	m.launched(t)
 	v2 := deliverVersion(t, m.dir, meshRelease(t, "launcher-ctl-v2"))
 	poll.Until(t, 40*time.Second, "the controller runs v2", func() (bool, string) {
 		l := launchRecord(t, m.dir)

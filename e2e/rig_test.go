@@ -183,36 +183,6 @@ func startBin(t testing.TB, bin string, args ...string) *daemon {
 	return d
 }
 
-// servePid is the process that serves for d, a launcher (mesh genesis,
-// controller or host): its child, mesh serve. A test that reads what the
-// controller or the host does (its memory) reads that process, not the
-// launcher's.
-func (d *daemon) servePid(t testing.TB) int {
-	t.Helper()
-	launcher := d.cmd.Process.Pid
-	pid := 0
-	poll.Until(t, 30*time.Second, "the launcher's child", func() (bool, string) {
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			p, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-			if err != nil {
-				continue
-			}
-			f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-			if len(f) > 1 && f[1] == strconv.Itoa(launcher) && f[0] != "Z" {
-				pid = p
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("no child of %d", launcher)
-	})
-	return pid
-}
-
 // stop sends SIGTERM and waits for a clean exit.
 func (d *daemon) stop(t testing.TB) {
 	t.Helper()

@@ -137,7 +137,7 @@ func New(cfg Config, log *slog.Logger) (*Launcher, error) {
 // Run runs children until ctx ends (SIGTERM reaches the child, and Run
 // waits for it) or a child ends the launcher (an *ExitError).
 func (l *Launcher) Run(ctx context.Context) error {
-	// A machine a join or genesis has not made yet has no launcher to keep
+	// A machine a join has not made yet has no launcher to keep
 	// out, and nothing is written there: the child makes it, or says why
 	// it cannot.
 	if l.made() {
