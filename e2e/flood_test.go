@@ -56,7 +56,11 @@ func TestHeartbeatFloodDelaysNoOtherNode(t *testing.T) {
 			t.Errorf("status: %s flooding %q", n.Node, n.Flooding)
 		}
 	}
-	if excess := m.metric(t, "mesh_heartbeats_excess_total"); excess < flood-200 {
-		t.Errorf("mesh_heartbeats_excess_total is %d after %d heartbeats in seconds", excess, flood)
+	// The controller lets 100 heartbeats a node through in each 10 s window
+	// (mesh/heartbeats.go's floodBeats, floodWindow); every other is excess.
+	// A loaded machine spreads the flood over more windows.
+	windows := int(time.Since(began)/(10*time.Second)) + 2
+	if excess := m.metric(t, "mesh_heartbeats_excess_total"); excess < flood-100*windows {
+		t.Errorf("mesh_heartbeats_excess_total is %d after %d heartbeats over %d windows of 10 s", excess, flood, windows)
 	}
 }
