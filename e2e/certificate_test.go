@@ -533,8 +533,12 @@ func renewedOnce(t *testing.T, meshDir, node, dir string, first installed) renew
 		t.Errorf("renewed at %s, before half the validity (%s to %s)", renewedAt, first.leaf.NotBefore, first.leaf.NotAfter)
 	}
 	checkCertDir(t, dir, name)
-	if issued := issuedFor(t, meshDir, name); len(issued) != 2 {
-		t.Errorf("the controller issued %d certificates for %s by the first renewal, want 2 (no renewal at every check)", len(issued), name)
+	// One renewal per two thirds of a life: a slow engine can return the
+	// push late enough that a second one came before this looked, but a
+	// renewal at every check (each second) would have issued dozens.
+	most := 1 + int(time.Since(first.leaf.NotBefore)/(life/2))
+	if issued := issuedFor(t, meshDir, name); len(issued) < 2 || len(issued) > most {
+		t.Errorf("the controller issued %d certificates for %s by the first renewal, want 2 to %d (no renewal at every check)", len(issued), name, most)
 	}
 	poll.Until(t, 20*time.Second, "the renewal reported", func() (bool, string) {
 		r := nodeShow(t, meshDir, node).LastReport
