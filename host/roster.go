@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
@@ -69,18 +68,8 @@ func judgeRoster(doc spec.RosterDoc, raw []byte, k keptRoster, now time.Time) (v
 		return refuse, fmt.Sprintf("the roster is for mesh %q, not %q", doc.Mesh, k.mesh)
 	case doc.Seq == 0:
 		return refuse, "the roster has no sequence"
-	case doc.Seq < k.seq:
-		return refuse, fmt.Sprintf("roster sequence %d is lower than the kept %d", doc.Seq, k.seq)
-	case doc.Seq == k.seq && bytes.Equal(raw, k.raw):
-		return duplicate, ""
-	case doc.Seq == k.seq:
-		return refuse, fmt.Sprintf("roster sequence %d is the kept one, with different bytes", doc.Seq)
-	case now.After(doc.Expires.Add(spec.ClockSkew)):
-		return refuse, fmt.Sprintf("the roster expired at %s", doc.Expires.UTC().Format(time.RFC3339))
-	case doc.Issued.After(now.Add(spec.ClockSkew)):
-		return refuse, fmt.Sprintf("the roster was issued at %s, in the future of this machine's clock", doc.Issued.UTC().Format(time.RFC3339))
 	}
-	return accept, ""
+	return judgeSequence("roster", "roster sequence", sequenced{doc.Seq, raw, doc.Issued, doc.Expires}, k.seq, k.raw, now)
 }
 
 // verifyRoster checks one roster message: open, then judge.

@@ -128,16 +128,34 @@ func judge(decl spec.Declaration, raw []byte, k kept, now time.Time) (verdict, s
 		return refuse, fmt.Sprintf("the declaration is for mesh %q, not %q", decl.Mesh, k.mesh)
 	case decl.Mode != spec.ModeApply:
 		return refuse, fmt.Sprintf("a %q declaration never arrives on the delivery subject", decl.Mode)
-	case decl.Seq < k.seq:
-		return refuse, fmt.Sprintf("sequence %d is lower than the kept %d", decl.Seq, k.seq)
-	case decl.Seq == k.seq && bytes.Equal(raw, k.raw):
+	}
+	return judgeSequence("declaration", "sequence", sequenced{decl.Seq, raw, decl.Issued, decl.Expires}, k.seq, k.raw, now)
+}
+
+// sequenced is what the sequence rules read of a signed message.
+type sequenced struct {
+	seq             uint64
+	raw             []byte
+	issued, expires time.Time
+}
+
+// judgeSequence is the rules a declaration and a roster share once their
+// identity is checked: a sequence lower than the kept one is refused, the
+// kept sequence is a duplicate with the kept bytes and refused with other
+// bytes; then an expiry passed or an issue time in the future is refused.
+// noun and seqWord name the message in the reasons.
+func judgeSequence(noun, seqWord string, m sequenced, keptSeq uint64, keptRaw []byte, now time.Time) (verdict, string) {
+	switch {
+	case m.seq < keptSeq:
+		return refuse, fmt.Sprintf("%s %d is lower than the kept %d", seqWord, m.seq, keptSeq)
+	case m.seq == keptSeq && bytes.Equal(m.raw, keptRaw):
 		return duplicate, ""
-	case decl.Seq == k.seq:
-		return refuse, fmt.Sprintf("sequence %d is the kept one, with different bytes", decl.Seq)
-	case now.After(decl.Expires.Add(spec.ClockSkew)):
-		return refuse, fmt.Sprintf("the declaration expired at %s", decl.Expires.UTC().Format(time.RFC3339))
-	case decl.Issued.After(now.Add(spec.ClockSkew)):
-		return refuse, fmt.Sprintf("the declaration was issued at %s, in the future of this machine's clock", decl.Issued.UTC().Format(time.RFC3339))
+	case m.seq == keptSeq:
+		return refuse, fmt.Sprintf("%s %d is the kept one, with different bytes", seqWord, m.seq)
+	case now.After(m.expires.Add(spec.ClockSkew)):
+		return refuse, fmt.Sprintf("the %s expired at %s", noun, m.expires.UTC().Format(time.RFC3339))
+	case m.issued.After(now.Add(spec.ClockSkew)):
+		return refuse, fmt.Sprintf("the %s was issued at %s, in the future of this machine's clock", noun, m.issued.UTC().Format(time.RFC3339))
 	}
 	return accept, ""
 }
