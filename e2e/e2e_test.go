@@ -19,8 +19,10 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/cli"
+	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nkeys"
 )
 
 func TestGenesisThenController(t *testing.T) {
@@ -239,35 +241,42 @@ func TestGenesisOnAnAddressInUseChangesNothing(t *testing.T) {
 	}
 }
 
-// TestHealthzWaitsForEveryPart: while the host is not ready (its bus
-// address points nowhere), /healthz says not ready and names it.
+// TestHealthzNamesThePartNotReady: while the host is not ready (the bus
+// refuses its credential), /healthz says not ready and names it, and goes on
+// saying so once the host has given up.
 func TestHealthzNamesThePartNotReady(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "state")
 	d := genesis(t, dir)
-	waitReady(t, d, dir)
+	addrs := waitReady(t, d, dir)
 	d.stop(t)
 
-	// Point the host at a port nothing listens on.
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := l.Addr().String()
-	l.Close()
-	stateFile := filepath.Join(dir, "host", "state.json")
-	body, _ := os.ReadFile(stateFile)
-	var st map[string]any
-	json.Unmarshal(body, &st)
-	st["bus"] = []string{"nats://" + dead}
-	body, _ = json.Marshal(st)
-	os.WriteFile(stateFile, body, 0o600)
+	// The machine's own host is pointed at its own bus at every start, so
+	// the bus is made to refuse it instead: a credential it never enrolled.
+	other, _ := nkeys.CreateUser()
+	seed, _ := other.Seed()
+	if err := os.WriteFile(filepath.Join(dir, "host", host.CredsFile), seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	d2 := start(t, "controller", "--dir", dir)
-	addrs, _ := readAddrsFile(t, dir)
-	poll.Until(t, 30*time.Second, "/healthz answers", func() (bool, string) {
+	// Restarted on the addresses kept: the HTTP listener answers at the
+	// same place, and the host never becomes ready there.
+	poll.Until(t, 30*time.Second, "/healthz names the host", func() (bool, string) {
+		d2.alive(t)
 		ok, why := healthy(addrs.HTTP)
 		if ok {
-			t.Fatal("/healthz ready while the host cannot reach the bus")
+			t.Fatal("/healthz ready while the bus refuses the host")
 		}
 		return strings.Contains(why, "503") && strings.Contains(why, "host"), why
 	})
-	_ = d2
+	// Once the host has given up (the bus refused it for good), the
+	// controller serves on and still says so.
+	poll.Until(t, 30*time.Second, "the host given up", func() (bool, string) {
+		out := d2.out.String()
+		return strings.Contains(out, "serves on without a host"), out
+	})
+	if ok, why := healthy(addrs.HTTP); ok || !strings.Contains(why, "503") || !strings.Contains(why, "host") {
+		t.Errorf("/healthz after the host gave up: %s, want 503 naming the host", why)
+	}
 }
