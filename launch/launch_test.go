@@ -437,3 +437,91 @@ func TestResolverAddressHeldAndHanded(t *testing.T) {
 		t.Errorf("%s is free while the launcher runs", dns)
 	}
 }
+
+// kill -9 the launcher at every point of a swap, looped: the wanted
+// version changes, and the launcher is killed a little later each round,
+// from before its child has seen the change to after the new one is up.
+// Each next start runs a whole version (the one it ran or the one wanted,
+// never the launcher's own fallback nor a version marked bad for a crash
+// that was not the version's), its record still reads, and the swap
+// finishes.
+func TestKilledMidSwapComesBackWhole(t *testing.T) {
+	t.Parallel()
+	dir := newDir(t)
+	launcher := builds.Binary(t, gobuild.Build{Dir: "testdata/launcher", GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, LDFlags: "-s -w"})
+	self := child(t, "ready")
+	pair := [2]version{child(t, "ready2"), child(t, "ready3")}
+	names := map[string]string{pair[0].digest: "ready2", pair[1].digest: "ready3"}
+	deliver(t, dir, pair[1], false)
+	deliver(t, dir, pair[0], true)
+	const rounds = 12
+	for round := range rounds {
+		from, to := pair[round%2], pair[(round+1)%2]
+		before := len(children(dir))
+		cmd := exec.Command(launcher, dir, launch.Host, self.path)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Up in this round: started by this launcher, ready, and running.
+		poll.Until(t, 20*time.Second, "round "+strconv.Itoa(round)+": "+names[from.digest]+" running", func() (bool, string) {
+			l := readLaunch(t, dir)
+			pid := lastStart(children(dir)[before:], names[from.digest])
+			return l.Good == from.digest && l.Running == from.digest && pid > 0 && syscall.Kill(pid, 0) == nil && !zombie(pid),
+				fmt.Sprintf("%+v\n%s", l, children(dir))
+		})
+		want(t, dir, to.digest)
+		appendLog(dir, fmt.Sprintf("round %d want %s", round, names[to.digest]))
+		// The kill point moves through the swap (0 to 40 ms, twice): the
+		// child looks at want every 20 ms and stands aside, the launcher
+		// starts the next, which says ready.
+		time.Sleep(time.Duration(round%6) * 8 * time.Millisecond)
+		cmd.Process.Kill()
+		cmd.Wait()
+		appendLog(dir, "killed")
+		poll.Until(t, 10*time.Second, "the children gone with their launcher", func() (bool, string) {
+			for _, v := range pair {
+				if p := lastStart(children(dir), names[v.digest]); p > 0 && syscall.Kill(p, 0) == nil && !zombie(p) {
+					return false, fmt.Sprintf("%s (pid %d) still runs", names[v.digest], p)
+				}
+			}
+			return true, ""
+		})
+		if l := readLaunch(t, dir); len(l.Bad) != 0 {
+			t.Fatalf("round %d: a kill mid-swap marked a version bad: %+v", round, l.Bad)
+		}
+		// The next round's start finishes this swap: it waits for "to".
+	}
+	for _, line := range strings.Split(children(dir), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "start" && f[1] == "ready" {
+			t.Errorf("the launcher's own executable ran after a kill mid-swap:\n%s", children(dir))
+			break
+		}
+	}
+	for _, v := range pair {
+		if d, err := release.Digest(filepath.Join(dir, "host", spec.VersionsDir, v.digest, spec.VersionBinary)); err != nil || d != v.digest {
+			t.Errorf("version %s on disk hashes to %s (%v)", names[v.digest], d, err)
+		}
+	}
+}
+
+// want names digest the wanted version as the binary resource does: a
+// whole file renamed into place.
+func want(t *testing.T, dir, digest string) {
+	t.Helper()
+	versions := filepath.Join(dir, "host", spec.VersionsDir)
+	tmp := filepath.Join(versions, ".want.tmp")
+	if err := os.WriteFile(tmp, []byte(digest+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(versions, spec.WantFile)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// appendLog adds the test's own line to D/children.log, between the
+// children's.
+func appendLog(dir, line string) {
+	f, _ := os.OpenFile(filepath.Join(dir, "children.log"), os.O_APPEND|os.O_WRONLY, 0)
+	fmt.Fprintln(f, line)
+	f.Close()
+}
