@@ -1,9 +1,15 @@
 package cli
 
 import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/mesh-fleet/mesh/daemon"
+	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/urfave/cli/v2"
@@ -17,9 +23,12 @@ func genesisCommand() *cli.Command {
 operator's credential, and this machine's host as the mesh's first node.
 Then runs the controller and the host in the foreground until SIGINT or
 SIGTERM, in this process, its addresses held from the moment they are
-checked until they are served. It is no launcher: a version of mesh
-delivered to it waits until mesh controller --dir D runs the mesh (mesh
-install's unit does), which launches the version the node wants.
+checked until they are served. When a roll delivers this node another
+version, genesis stops the mesh and hands over (in the same process, by
+exec) to mesh controller --dir D: a launcher, which runs the version the
+node wants and falls back from it if it does not come up. mesh controller
+--dir D is how the mesh runs again after a stop (mesh install's unit runs
+it).
 
 Example:
    mesh genesis --dir /var/lib/mesh --mesh home --node alpha`,
@@ -92,6 +101,9 @@ Example:
 			if err != nil {
 				return err
 			}
+			// A version delivered has the host stand aside: then genesis
+			// hands over to a launcher (handOver).
+			hostCfg.Launched = true
 			advertise, err := busURLs(busAddr, c.StringSlice("advertise"))
 			if err != nil {
 				return err
@@ -121,11 +133,31 @@ Example:
 			if err != nil {
 				return err
 			}
-			defer release()
 			if err := statedir.WriteConfig(dir, kc); err != nil {
+				release()
 				return err
 			}
-			return m.Run(c.Context)
+			err = m.Run(c.Context)
+			release()
+			if errors.Is(err, host.ErrStandAside) && c.Context.Err() == nil {
+				return handOver(log, dir, err)
+			}
+			return err
 		},
 	}
+}
+
+// handOver replaces genesis's process with mesh controller --dir D once its
+// host stood aside for the version a roll delivered: the mesh has stopped,
+// its lock is let go, and every address is the one kept in D (a port 0 was
+// taken once, at genesis), so the launcher binds what genesis bound. The
+// process keeps its ID, its output and what supervises it.
+func handOver(log *slog.Logger, dir string, why error) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("hand over to mesh controller: find this executable: %w", err)
+	}
+	log.Info("handing over to mesh controller, a launcher, to run the version this node wants", "dir", dir, "why", why)
+	err = syscall.Exec(self, []string{self, "controller", "--dir", dir}, os.Environ())
+	return fmt.Errorf("hand over to mesh controller --dir %s: %w (run it yourself: the mesh is stopped)", dir, err)
 }

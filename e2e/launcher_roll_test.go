@@ -103,3 +103,34 @@ func TestRollRunsTheNewVersionAndHaltsAtAFallback(t *testing.T) {
 		return n.HostVersion == d2, n.HostVersion
 	})
 }
+
+// TestGenesisHandsOverAtItsFirstSwap: a mesh still run by genesis is
+// rolled a new version. Its host stands aside, and genesis execs mesh
+// controller in the same process: the launcher runs v2 from its versions
+// as its child, the node reports v2, and the roll finishes at the
+// controller's own node instead of halting there.
+func TestGenesisHandsOverAtItsFirstSwap(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t, "--healthy-within", "30s")
+	pid := m.d.cmd.Process.Pid
+	v2 := meshRelease(t, "launcher-roll-v2")
+	d2 := fileDigest(t, v2)
+	mustRun(t, "release", "publish", "--dir", m.dir, v2)
+	out := mustRun(t, "release", "roll", "--dir", m.dir, d2)
+	if !strings.Contains(out, "roll 1 done: 1 healthy on "+d2[:12]) {
+		t.Fatalf("the roll of v2 to genesis's own node:\n%s", out)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(cmdline), "controller\x00--dir\x00"+m.dir) {
+		t.Fatalf("genesis's process %d runs %q (%v), want mesh controller --dir %s", pid, cmdline, err, m.dir)
+	}
+	if _, exe := serveChild(t, "controller", m.dir); exe != filepath.Join(m.dir, "host", spec.VersionsDir, d2, spec.VersionBinary) {
+		t.Errorf("the launcher's child runs %q, want v2 from the node's versions", exe)
+	}
+	if n := nodeShow(t, m.dir, "alpha"); n.HostVersion != d2 {
+		t.Errorf("alpha reports %s, want v2 %s", n.HostVersion, d2)
+	}
+	if !strings.Contains(m.d.out.String(), "handing over to mesh controller") {
+		t.Errorf("genesis did not say it hands over:\n%s", m.d.out.String())
+	}
+}

@@ -47,10 +47,12 @@ type Config struct {
 	// CertRenewCheck is how often certmagic looks for certificates to
 	// renew; zero means its default, every 10 minutes.
 	CertRenewCheck time.Duration
-	// Launched says that a launcher runs this process (mesh serve, handed
-	// spec.ReadyFDEnv): after an apply, when the version the node wants is
-	// delivered and is not the one running, Run returns ErrStandAside.
-	// Without one, the host says that the version waits, and runs on.
+	// Launched says that a stand-aside ends this process for a launcher:
+	// one runs it (mesh serve, handed spec.ReadyFDEnv), or it is genesis,
+	// which hands over to one. After an apply, when the version the node
+	// wants is delivered and is not the one running, Run returns
+	// ErrStandAside. Otherwise the host says that the version waits, and
+	// runs on.
 	Launched bool
 	// Panics counts the panics recovered in the agent; main shares it with
 	// the controller's /metrics on a controller's machine. Nil: its own.
