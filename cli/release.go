@@ -125,7 +125,9 @@ The roll runs in the controller: this command records it and follows it
 until it is done or halts (exit 0 done, 1 halted or aborted); --detach
 returns once it is recorded. A restarted controller goes on with it.
 
-   --resume   runs the halted roll again from the node it halted at
+   --resume   runs the halted roll again from the node it halted at; a node
+              whose launcher gave up on the release (it fell back from it)
+              is asked to try it once more, once for each resume
    --abort    ends the running or halted roll: nodes not yet sent never are;
               a node sent it that did not report it healthy is declared
               (and sent) the binary it had before the roll again

@@ -21,7 +21,8 @@ import (
 // rolling it again restarts nothing. A v3 that exits at start halts the
 // roll at the first node, whose launcher falls back to v2 and says why in
 // its heartbeats; status names the node and the cause; the other nodes
-// were never sent v3.
+// were never sent v3. Resumed, beta tries v3 once more and falls back
+// again; the roll halts again there.
 func TestRollRunsTheNewVersionAndHaltsAtAFallback(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t, "--healthy-within", "20s")
@@ -102,6 +103,27 @@ func TestRollRunsTheNewVersionAndHaltsAtAFallback(t *testing.T) {
 		n := nodeShow(t, m.dir, "beta")
 		return n.HostVersion == d2, n.HostVersion
 	})
+
+	// Resumed: beta is asked to try v3 again (its launcher marked it bad
+	// and would not start it otherwise). Its host writes the retry, stands
+	// aside, and its launcher runs v3 once more: it exits again, the
+	// launcher falls back to v2 again, and the roll halts again at beta.
+	out, _, code = runMesh(t, "release", "roll", "--dir", m.dir, "--resume")
+	if code != 1 || !strings.Contains(out, "halted") || !strings.Contains(out, "beta fell back from "+d3[:12]) {
+		t.Fatalf("the roll of v3 resumed: exit %d:\n%s", code, out)
+	}
+	if l := launchRecord(t, betaDir); l.Retried[d3] != 1 || l.Bad[d3].Retry != 1 || l.Good != d2 {
+		t.Errorf("beta's launcher after the retry: %+v, want v3 retried once and bad again, v2 good", l)
+	}
+	poll.Until(t, 30*time.Second, "beta back on v2 after the retry", func() (bool, string) {
+		n := nodeShow(t, m.dir, "beta")
+		return n.HostVersion == d2, n.HostVersion
+	})
+	for _, node := range []string{"alpha", "gamma"} {
+		if _, err := os.Stat(filepath.Join(dirs[node], "host", spec.VersionsDir, d3)); !os.IsNotExist(err) {
+			t.Errorf("%s was sent v3 by the resume: %v", node, err)
+		}
+	}
 }
 
 // TestGenesisHandsOverAtItsFirstSwap: a mesh still run by genesis is

@@ -101,13 +101,16 @@ type binaryDecision struct {
 	path    string // DIR/<digest>/mesh
 	deliver bool   // the binary is absent or not the release's bytes
 	want    bool   // want does not name the digest
+	// retry is the retry file to write: the launcher marked the release
+	// bad and a resumed roll asks for it again (spec.BinarySpec.Retry).
+	retry *spec.Retry
 }
 
 func (d binaryDecision) outcome() string {
 	switch {
 	case d.deliver:
 		return spec.Created
-	case d.want:
+	case d.want, d.retry != nil:
 		return spec.Changed
 	}
 	return spec.Unchanged
@@ -137,6 +140,16 @@ func (a binaryApplier) plan(b *spec.BinarySpec) (binaryDecision, error) {
 		return d, fmt.Errorf("read %s: %w", spec.WantFile, err)
 	default:
 		d.want = string(bytes.TrimSpace(want)) != b.Digest
+	}
+	if b.Retry > 0 {
+		l, err := readLaunchIn(a.dir)
+		if err != nil {
+			return d, err
+		}
+		r := spec.Retry{Digest: b.Digest, Count: b.Retry}
+		if held, ok := readRetry(a.dir); l.Retries(r) && (!ok || held != r) {
+			d.retry = &r
+		}
 	}
 	return d, nil
 }
@@ -190,8 +203,9 @@ func (a binaryApplier) Plan(_ context.Context, r spec.Resource) (Result, error) 
 }
 
 // Apply delivers the binary r declares, unless its verified bytes are
-// there already, and then names it in want. Both writes are atomic: a
-// host killed at any point leaves the old file or the whole new one.
+// there already, writes the retry a resumed roll asks for, and then names
+// it in want. Each write is atomic: a host killed at any point leaves the
+// old file or the whole new one.
 func (a binaryApplier) Apply(ctx context.Context, r spec.Resource, w *Writes) (Result, error) {
 	b, err := binaryOf(r)
 	if err != nil {
@@ -204,6 +218,13 @@ func (a binaryApplier) Apply(ctx context.Context, r spec.Resource, w *Writes) (R
 	if d.deliver {
 		if err := a.deliver(ctx, b, d.path, w); err != nil {
 			return Result{}, err
+		}
+	}
+	// The retry before want: a host that stands aside for want finds it.
+	if d.retry != nil {
+		w.add()
+		if err := safefile.WriteFile(filepath.Join(a.dir, spec.RetryFile), d.retry.Encode(), 0o644); err != nil {
+			return Result{}, fmt.Errorf("write %s: %w", filepath.Join(a.dir, spec.RetryFile), err)
 		}
 	}
 	if d.want {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,7 +28,7 @@ import (
 func binaryRelease(content []byte) (spec.Release, spec.Resource) {
 	sum := sha256.Sum256(content)
 	rel := spec.Release{Digest: hex.EncodeToString(sum[:]), Size: int64(len(content)), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH}
-	return rel, spec.NodeBinary(rel)
+	return rel, spec.NodeBinary(rel, 0)
 }
 
 // binaryEngine is an engine delivering binaries to a new versions
@@ -140,6 +141,57 @@ func TestBinaryDelivered(t *testing.T) {
 	if len(record) != 0 {
 		t.Errorf("record after removal %+v", record)
 	}
+}
+
+// TestBinaryRetry: a binary declared with a retry count writes the retry
+// file only while the launcher marks the release bad and has not honoured
+// that count: once written (or honoured, or for a release not bad) applying
+// again writes nothing; a higher count writes it again.
+func TestBinaryRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	content := []byte("mesh binary that once fell back")
+	rel, r := binaryRelease(content)
+	e, versions := binaryEngine(t, &fakeBlobs{blobs: map[string][]byte{"sha256:" + rel.Digest: content}})
+	retryFile := filepath.Join(versions, spec.RetryFile)
+	withRetry := func(n int) spec.Resource { return spec.NodeBinary(rel, n) }
+	launchRecord := func(l spec.Launch) {
+		t.Helper()
+		body, _ := json.Marshal(l)
+		if err := os.WriteFile(filepath.Join(versions, spec.LaunchFile), body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	_, record, _ := e.Apply(ctx, []spec.Resource{r}, nil)
+	// Not bad: a retry count asks nothing of the launcher.
+	results, record, writes := e.Apply(ctx, []spec.Resource{withRetry(1)}, record)
+	checkOutcomes(t, results, map[string]string{r.Name: spec.Unchanged})
+	if writes != 0 {
+		t.Errorf("a retry of a release not bad: %d writes", writes)
+	}
+	checkAbsent(t, retryFile)
+
+	bad := map[string]spec.Fallback{rel.Digest: {Digest: rel.Digest, Reason: "exited with status 1 before it was ready", At: time.Now()}}
+	launchRecord(spec.Launch{Bad: bad})
+	results, record, _ = e.Apply(ctx, []spec.Resource{withRetry(1)}, record)
+	checkOutcomes(t, results, map[string]string{r.Name: spec.Changed})
+	checkContent(t, retryFile, rel.Digest+" 1\n")
+	results, record, writes = e.Apply(ctx, []spec.Resource{withRetry(1)}, record)
+	checkOutcomes(t, results, map[string]string{r.Name: spec.Unchanged})
+	if writes != 0 {
+		t.Errorf("the same retry again: %d writes", writes)
+	}
+
+	// Honoured, and bad again: the same count is never asked twice.
+	os.Remove(retryFile)
+	launchRecord(spec.Launch{Bad: bad, Retried: map[string]int{rel.Digest: 1}})
+	results, record, _ = e.Apply(ctx, []spec.Resource{withRetry(1)}, record)
+	checkOutcomes(t, results, map[string]string{r.Name: spec.Unchanged})
+	checkAbsent(t, retryFile)
+	results, _, _ = e.Apply(ctx, []spec.Resource{withRetry(2)}, record)
+	checkOutcomes(t, results, map[string]string{r.Name: spec.Changed})
+	checkContent(t, retryFile, rel.Digest+" 2\n")
 }
 
 // TestBinaryRefusals: bytes that do not hash to the digest, a source that

@@ -23,11 +23,15 @@ var ErrStandAside = errors.New("the version this node wants is delivered: standi
 
 func (a *Agent) versions() string { return filepath.Join(a.cfg.Dir, spec.VersionsDir) }
 
-// readLaunch reads the launcher's record; none is an empty one. A newer
-// launcher may write fields this host does not know: they are let pass.
-func (a *Agent) readLaunch() (spec.Launch, error) {
+// readLaunch reads the launcher's record; none is an empty one.
+func (a *Agent) readLaunch() (spec.Launch, error) { return readLaunchIn(a.versions()) }
+
+// readLaunchIn reads the launcher's record in the versions directory dir;
+// none is an empty one. A newer launcher may write fields this host does
+// not know: they are let pass.
+func readLaunchIn(dir string) (spec.Launch, error) {
 	var l spec.Launch
-	body, err := os.ReadFile(filepath.Join(a.versions(), spec.LaunchFile))
+	body, err := os.ReadFile(filepath.Join(dir, spec.LaunchFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return l, nil
 	}
@@ -35,9 +39,21 @@ func (a *Agent) readLaunch() (spec.Launch, error) {
 		return l, fmt.Errorf("read the launcher's record: %w", err)
 	}
 	if err := json.Unmarshal(body, &l); err != nil {
-		return l, fmt.Errorf("the launcher's record %s does not decode: %w", filepath.Join(a.versions(), spec.LaunchFile), err)
+		return l, fmt.Errorf("the launcher's record %s does not decode: %w", filepath.Join(dir, spec.LaunchFile), err)
 	}
 	return l, nil
+}
+
+// readRetry reads the retry the versions directory dir asks for; none (or
+// one that does not parse: the host writes it whole) is ok false.
+func readRetry(dir string) (spec.Retry, bool) {
+	body, err := os.ReadFile(filepath.Join(dir, spec.RetryFile))
+	if err != nil {
+		return spec.Retry{}, false
+	}
+	r, err := spec.ParseRetry(body)
+	return r, err == nil
+
 }
 
 // fallbacks are the versions the launcher gave up on, for a heartbeat; a
@@ -77,7 +93,11 @@ func (a *Agent) newVersion(version string) (string, error) {
 		return "", err
 	}
 	if _, bad := l.Bad[want]; bad {
-		return "", nil
+		// Bad, unless a resumed roll asks for it again: the launcher
+		// clears the mark when this process stands aside.
+		if r, ok := readRetry(a.versions()); !ok || r.Digest != want || !l.Retries(r) {
+			return "", nil
+		}
 	}
 	return want, nil
 }

@@ -47,8 +47,9 @@ func writeLaunch(t *testing.T, hostDir string, l spec.Launch) {
 
 // After an apply, a host a launcher runs stands aside (Run returns
 // ErrStandAside) once its report is sent, when the version its node wants
-// is delivered and is not bad; a bad one, one not delivered, or a host no
-// launcher runs, runs on.
+// is delivered and is not bad, or bad and asked for again by a retry the
+// launcher has not honoured; a bad one (its retry honoured already), one
+// not delivered, or a host no launcher runs, runs on.
 func TestStandAsideAfterTheReport(t *testing.T) {
 	t.Parallel()
 	other := strings.Repeat("ab", 32)
@@ -57,12 +58,16 @@ func TestStandAsideAfterTheReport(t *testing.T) {
 		launched  bool
 		delivered bool
 		bad       bool
+		retry     int // the count the retry file asks, 0: none
+		retried   int // the count launch.json says was honoured
 		aside     bool
 	}{
-		{"launched", true, true, false, true},
-		{"no launcher", false, true, false, false},
-		{"bad", true, true, true, false},
-		{"not delivered", true, false, false, false},
+		{"launched", true, true, false, 0, 0, true},
+		{"no launcher", false, true, false, 0, 0, false},
+		{"bad", true, true, true, 0, 0, false},
+		{"bad, a retry asked", true, true, true, 1, 0, true},
+		{"bad, its retry honoured", true, true, true, 1, 1, false},
+		{"not delivered", true, false, false, 0, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -75,7 +80,11 @@ func TestStandAsideAfterTheReport(t *testing.T) {
 				os.WriteFile(filepath.Join(b.hostDir, spec.VersionsDir, spec.WantFile), []byte(other), 0o644)
 			}
 			if tc.bad {
-				writeLaunch(t, b.hostDir, spec.Launch{Bad: map[string]spec.Fallback{other: {Digest: other, Reason: "exited", At: time.Now()}}})
+				writeLaunch(t, b.hostDir, spec.Launch{Bad: map[string]spec.Fallback{other: {Digest: other, Reason: "exited", At: time.Now()}},
+					Retried: map[string]int{other: tc.retried}})
+			}
+			if tc.retry > 0 {
+				os.WriteFile(filepath.Join(b.hostDir, spec.VersionsDir, spec.RetryFile), spec.Retry{Digest: other, Count: tc.retry}.Encode(), 0o644)
 			}
 			b.publish(encode(t, b.declaration(1, fileResource("/a", "a"))), nil)
 			if r := b.report(); len(r.Results) != 1 || r.Results[0].Outcome != spec.Created {

@@ -236,7 +236,7 @@ func (l *Launcher) giveUp(p pick, why string) error {
 	if l.launch.Bad == nil {
 		l.launch.Bad = map[string]spec.Fallback{}
 	}
-	l.launch.Bad[p.digest] = spec.Fallback{Digest: p.digest, Reason: why, At: time.Now().UTC()}
+	l.launch.Bad[p.digest] = spec.Fallback{Digest: p.digest, Reason: why, At: time.Now().UTC(), Retry: l.launch.Retried[p.digest]}
 	if err := l.save(); err != nil {
 		return err
 	}

@@ -525,3 +525,61 @@ func appendLog(dir, line string) {
 	fmt.Fprintln(f, line)
 	f.Close()
 }
+
+// A version marked bad is tried again once for each retry count a
+// resumed roll asks (D/host/versions/retry): the running child stands aside
+// for it, the launcher clears the mark and records the count; it fails
+// again and is marked bad again, and neither a restart nor the same count
+// tries it a third time; a higher count does.
+func TestRetryTriesABadVersionOncePerCount(t *testing.T) {
+	t.Parallel()
+	dir := newDir(t)
+	self := child(t, "ready")
+	v3 := child(t, "exit")
+	deliver(t, dir, v3, true)
+	starts := func() int { return strings.Count(children(dir), "start exit ") }
+	r := start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path})
+	poll.Until(t, 20*time.Second, "v3 marked bad, the own executable good", func() (bool, string) {
+		l := readLaunch(t, dir)
+		return l.Good == self.digest && l.Bad[v3.digest].Reason != "", fmt.Sprintf("%+v\n%s", l, children(dir))
+	})
+	if n := starts(); n != 1 {
+		t.Fatalf("v3 started %d times, want once:\n%s", n, children(dir))
+	}
+
+	retry := func(n int) {
+		t.Helper()
+		versions := filepath.Join(dir, "host", spec.VersionsDir)
+		tmp := filepath.Join(versions, ".retry.tmp")
+		if err := os.WriteFile(tmp, spec.Retry{Digest: v3.digest, Count: n}.Encode(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(versions, spec.RetryFile)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	retry(1)
+	poll.Until(t, 20*time.Second, "v3 tried again for retry 1", func() (bool, string) {
+		l := readLaunch(t, dir)
+		return starts() == 2 && l.Retried[v3.digest] == 1 && l.Bad[v3.digest].Reason != "" && l.Good == self.digest &&
+			strings.Count(children(dir), "start ready ") == 2, fmt.Sprintf("%+v\n%s", l, children(dir))
+	})
+
+	// A restart with the same count: v3 stays bad.
+	r.cancel()
+	if err := r.ended(t, 20*time.Second); err != nil {
+		t.Fatalf("Run after a stop: %v", err)
+	}
+	start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path})
+	poll.Until(t, 20*time.Second, "the own executable again", func() (bool, string) {
+		return strings.Count(children(dir), "start ready ") == 3, children(dir)
+	})
+	retry(2)
+	poll.Until(t, 20*time.Second, "v3 tried again for retry 2", func() (bool, string) {
+		l := readLaunch(t, dir)
+		return starts() == 3 && l.Retried[v3.digest] == 2 && l.Bad[v3.digest].Reason != "", fmt.Sprintf("%+v\n%s", l, children(dir))
+	})
+	if n := starts(); n != 3 {
+		t.Errorf("v3 started %d times, want 3 (once, and once per retry):\n%s", n, children(dir))
+	}
+}

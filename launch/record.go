@@ -71,8 +71,22 @@ func (l *Launcher) choose() (pick, error) {
 		return fb, err
 	}
 	if bad, ok := l.launch.Bad[want]; ok {
-		fb.why += "; the wanted " + short(want) + " is bad: " + bad.Reason
-		return fb, nil
+		r, asked := l.retry()
+		if !asked || r.Digest != want || !l.launch.Retries(r) {
+			fb.why += "; the wanted " + short(want) + " is bad: " + bad.Reason
+			return fb, nil
+		}
+		// A resumed roll asks for it again: the mark goes, once for this
+		// count, and it is tried like any version not yet run.
+		l.log.Info("trying a version marked bad again: a resumed roll asks for it", "version", short(want), "was", bad.Reason, "retry", r.Count)
+		delete(l.launch.Bad, want)
+		if l.launch.Retried == nil {
+			l.launch.Retried = map[string]int{}
+		}
+		l.launch.Retried[want] = r.Count
+		if err := l.save(); err != nil {
+			return fb, err
+		}
 	}
 	path, err := l.verified(want)
 	if errors.Is(err, os.ErrNotExist) {
@@ -89,6 +103,20 @@ func (l *Launcher) choose() (pick, error) {
 		return fb, nil
 	}
 	return pick{digest: want, path: path, why: "the version the node wants", fallback: fb.digest}, nil
+}
+
+// retry is what D/host/versions/retry asks, if it is there and reads.
+func (l *Launcher) retry() (spec.Retry, bool) {
+	body, err := os.ReadFile(filepath.Join(l.versions, spec.RetryFile))
+	if err != nil {
+		return spec.Retry{}, false
+	}
+	r, err := spec.ParseRetry(body)
+	if err != nil {
+		l.log.Warn("the retry file is not a digest and a count; ignored", "file", filepath.Join(l.versions, spec.RetryFile), "err", err)
+		return spec.Retry{}, false
+	}
+	return r, true
 }
 
 // want is the digest D/host/versions/want names, or "" when it is absent.

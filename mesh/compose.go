@@ -58,6 +58,9 @@ type NodeInput struct {
 	// Binary is the release a roll declares on the node, nil when none
 	// does. It is composed only where it fits the node's Arch and OS.
 	Binary *spec.Release
+	// BinaryRetry counts the resumed rolls that asked the node to try
+	// Binary again (spec.BinarySpec.Retry).
+	BinaryRetry int
 }
 
 // Assigned is one module assigned to the node, with its settings.
@@ -151,7 +154,7 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 	// A roll declares the binary; one that does not fit the machine is
 	// never sent (the roll skips the node and says why).
 	if in.Binary != nil && spec.BinaryFits(*in.Binary, in.Arch, in.OS, in.Capabilities) == "" {
-		plan.Resources = append(plan.Resources, spec.NodeBinary(*in.Binary))
+		plan.Resources = append(plan.Resources, spec.NodeBinary(*in.Binary, in.BinaryRetry))
 	}
 	sort.Slice(plan.Resources, func(i, j int) bool { return plan.Resources[i].Name < plan.Resources[j].Name })
 	sort.Slice(plan.Routes, func(i, j int) bool { return plan.Routes[i].Name < plan.Routes[j].Name })

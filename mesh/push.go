@@ -105,7 +105,7 @@ func (c *Controller) composeOne(ctx context.Context, n store.Node, modules map[s
 	switch rel, err := c.deps.DB.NodeBinary(ctx, n.Name); {
 	case err == nil:
 		r := releaseOf(rel)
-		in.Binary = &r
+		in.Binary, in.BinaryRetry = &r, rel.Retry
 	case !errors.Is(err, store.ErrNotFound):
 		return Plan{}, nil, fmt.Errorf("compose node %q: %w", n.Name, err)
 	}

@@ -102,13 +102,14 @@ func keptFacts(f spec.Facts) spec.Facts {
 
 // keptHeartbeat is hb with its host version within spec.MaxFactText, and
 // at most spec.MaxFallbacks fallbacks (the first: newest first), each text
-// within spec.MaxFactText.
+// within spec.MaxFactText and its retry count within 0 to spec.MaxRetry.
 func keptHeartbeat(hb spec.Heartbeat) spec.Heartbeat {
 	hb.HostVersion = spec.Clip(hb.HostVersion, spec.MaxFactText)
 	if len(hb.Fallbacks) > 0 {
 		fbs := make([]spec.Fallback, 0, min(len(hb.Fallbacks), spec.MaxFallbacks))
 		for _, f := range hb.Fallbacks[:min(len(hb.Fallbacks), spec.MaxFallbacks)] {
-			fbs = append(fbs, spec.Fallback{Digest: spec.Clip(f.Digest, spec.MaxFactText), Reason: spec.Clip(f.Reason, spec.MaxFactText), At: f.At})
+			fbs = append(fbs, spec.Fallback{Digest: spec.Clip(f.Digest, spec.MaxFactText), Reason: spec.Clip(f.Reason, spec.MaxFactText), At: f.At,
+				Retry: min(max(f.Retry, 0), spec.MaxRetry)})
 		}
 		hb.Fallbacks = fbs
 	}

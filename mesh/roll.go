@@ -144,11 +144,18 @@ func rollOrder(nodes []store.Node, named []string, own string) ([]string, error)
 	return order, nil
 }
 
-// resumeRoll runs the halted roll again from its failed node.
+// resumeRoll runs the halted roll again from its failed node. A node whose
+// launcher gave up on the release is asked to try it once more (its
+// binary's retry count goes up: spec.BinarySpec.Retry), since it would not
+// start it again otherwise; the cause may have been put right since.
 func (c *Controller) resumeRoll(ctx context.Context, _ spec.ReleaseRollResumeRequest) (spec.ReleaseRollResult, error) {
 	c.roller.step.Lock()
 	defer c.roller.step.Unlock()
-	r, err := c.deps.DB.ResumeRoll(ctx)
+	retry, err := c.gaveUp(ctx)
+	if err != nil {
+		return spec.ReleaseRollResult{}, err
+	}
+	r, err := c.deps.DB.ResumeRoll(ctx, retry)
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRollActive) {
 		return spec.ReleaseRollResult{}, callerError(c.noRollTo(ctx, "resume"))
 	}
@@ -158,6 +165,39 @@ func (c *Controller) resumeRoll(ctx context.Context, _ spec.ReleaseRollResumeReq
 	c.log.Info("roll resumed", "roll", r.ID, "digest", r.Digest)
 	c.roller.wake()
 	return spec.ReleaseRollResult{Roll: rollOf(r)}, nil
+}
+
+// gaveUp names the failed nodes of the halted roll whose launchers gave up
+// on its release (none when no roll is halted: ResumeRoll says so).
+func (c *Controller) gaveUp(ctx context.Context) ([]string, error) {
+	r, err := c.deps.DB.ActiveRoll(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range r.Nodes {
+		if n.State != spec.RollFailed {
+			continue
+		}
+		node, err := c.deps.DB.Node(ctx, n.Node)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		retry, err := c.binaryRetry(ctx, n.Node, r.Digest)
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := fellBack(node, r.Digest, retry); ok {
+			out = append(out, n.Node)
+		}
+	}
+	return out, nil
 }
 
 // abortRoll ends the running or halted roll: the nodes not yet sent are
@@ -344,8 +384,12 @@ func (c *Controller) rollSend(ctx context.Context, r store.Roll, n store.RollNod
 		return c.rollFail(ctx, r, n, fmt.Sprintf("%s is held%s: it was not sent the release (mesh node release %s, then mesh release roll --resume)",
 			n.Node, reasonSuffix(node.HeldReason), n.Node))
 	}
-	if fb, ok := fellBack(node, r.Digest); ok {
-		return c.rollFail(ctx, r, n, fmt.Sprintf("%s's launcher gave up on %s before (%s): it will not start it again", n.Node, short(r.Digest), fb.Reason))
+	retry, err := c.binaryRetry(ctx, n.Node, r.Digest)
+	if err != nil {
+		return err
+	}
+	if fb, ok := fellBack(node, r.Digest, retry); ok {
+		return c.rollFail(ctx, r, n, fmt.Sprintf("%s's launcher gave up on %s before (%s): it will not start it again unless the roll is resumed", n.Node, short(r.Digest), fb.Reason))
 	}
 	if err := c.deps.DB.BeginRollStep(ctx, r.ID, n.Position, now); err != nil {
 		return err
@@ -403,7 +447,11 @@ func (c *Controller) rollWatch(ctx context.Context, r store.Roll, n store.RollNo
 	}
 	// Counted with the heartbeats not yet written: the batch is at most a
 	// tenth of a second behind.
-	if fb, ok := fellBack(node, r.Digest); ok {
+	retry, err := c.binaryRetry(ctx, n.Node, r.Digest)
+	if err != nil {
+		return err
+	}
+	if fb, ok := fellBack(node, r.Digest, retry); ok {
 		return c.rollFail(ctx, r, n, fmt.Sprintf("%s fell back from %s: %s", n.Node, short(r.Digest), fb.Reason))
 	}
 	// A version heard is one the node runs now: a silent node's last word
@@ -464,14 +512,31 @@ func (c *Controller) rollFail(ctx context.Context, r store.Roll, n store.RollNod
 	return c.deps.DB.EndRollStep(ctx, r.ID, n.Position, spec.RollFailed, cause, c.cfg.Now())
 }
 
-// fellBack is the fallback node's heartbeat reports of digest, if any.
-func fellBack(n store.Node, digest string) (spec.Fallback, bool) {
+// fellBack is the fallback node's heartbeat reports of digest, if any,
+// under retry or a later count: one given up under a lower count came
+// before a resumed roll asked for it again.
+func fellBack(n store.Node, digest string, retry int) (spec.Fallback, bool) {
 	for _, f := range n.Fallbacks {
-		if f.Digest == digest {
+		if f.Digest == digest && f.Retry >= retry {
 			return f, true
 		}
 	}
 	return spec.Fallback{}, false
+}
+
+// binaryRetry is how many times node was asked to try digest again (a
+// resumed roll): 0 when its binary is another release or none.
+func (c *Controller) binaryRetry(ctx context.Context, node, digest string) (int, error) {
+	rel, err := c.deps.DB.NodeBinary(ctx, node)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case rel.Digest != digest:
+		return 0, nil
+	}
+	return rel.Retry, nil
 }
 
 // versionOr is a version as a roll's cause names it.

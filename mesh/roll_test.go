@@ -139,7 +139,7 @@ func (h *simHosts) beat(ctx context.Context) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for node, behave := range h.behave {
-		digest := ""
+		digest, retry := "", 0
 		d, err := h.db.LastDeclaration(ctx, node)
 		if err == nil {
 			var decl spec.Declaration
@@ -149,7 +149,7 @@ func (h *simHosts) beat(ctx context.Context) {
 			}
 			for _, r := range decl.Resources {
 				if b, ok := spec.As[*spec.BinarySpec](r); ok {
-					digest = b.Digest
+					digest, retry = b.Digest, b.Retry
 				}
 			}
 		} else if !errors.Is(err, store.ErrNotFound) {
@@ -162,7 +162,9 @@ func (h *simHosts) beat(ctx context.Context) {
 		case behave == upgrade:
 			hb.HostVersion = digest
 		case behave == fallBack:
-			hb.Fallbacks = []spec.Fallback{{Digest: digest, Reason: "exited at start: exit status 2", At: h.clk.Now()}}
+			// Under the retry count the declaration asks: a launcher tries
+			// it again for a new count, and here fails again.
+			hb.Fallbacks = []spec.Fallback{{Digest: digest, Reason: "exited at start: exit status 2", At: h.clk.Now(), Retry: retry}}
 		case behave == silent:
 			continue
 		}
@@ -191,6 +193,21 @@ func waitRoll(t *testing.T, op *nats.Conn) spec.Roll {
 		return err == nil && r.Finished(), r.State
 	})
 	return r
+}
+
+// binaryIn is the binary d carries, nil if none.
+func binaryIn(t *testing.T, d store.Declaration) *spec.BinarySpec {
+	t.Helper()
+	var decl spec.Declaration
+	if err := spec.Decode(d.Body, &decl); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range decl.Resources {
+		if b, ok := spec.As[*spec.BinarySpec](r); ok {
+			return b
+		}
+	}
+	return nil
 }
 
 // states is each node of r with its state, in roll order.
@@ -302,9 +319,10 @@ func TestKeptFallbacks(t *testing.T) {
 
 // TestRollHaltsAtFallback: the first node's launcher falls back from the
 // release: the roll halts at it, naming it and the reason, and the later
-// nodes are never sent the binary. Status says so. Resuming fails at once
-// (its launcher will not start that version again); a new roll while it
-// is halted is refused; abort ends it, after which resume and abort have
+// nodes are never sent the binary. Status says so. Resuming asks it to
+// try the release again (its binary's retry count goes up each time), and
+// it falls back again under that count; a new roll while it is halted is
+// refused; abort ends it, after which resume and abort have
 // nothing to act on.
 func TestRollHaltsAtFallback(t *testing.T) {
 	t.Parallel()
@@ -347,12 +365,33 @@ func TestRollHaltsAtFallback(t *testing.T) {
 	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err == nil || !strings.Contains(err.Error(), "is halted: mesh release roll --resume or --abort it first") {
 		t.Errorf("a roll while one is halted: %v", err)
 	}
+	// Resumed, beta is asked to try the release again (retry 1), falls
+	// back again under that count, and the roll halts again at it.
+	before, _ := db.LastDeclaration(context.Background(), "beta")
 	if _, err := roll(t, op, spec.VerbRollResume, spec.ReleaseRollResumeRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	r = waitRoll(t, op)
-	if r.State != spec.RollHalted || !strings.Contains(r.Cause, "beta's launcher gave up on "+rel.Digest[:12]+" before (exited at start: exit status 2)") {
-		t.Errorf("resumed: %s %q", r.State, r.Cause)
+	if r.State != spec.RollHalted || r.Cause != want {
+		t.Errorf("resumed: %s %q, want halted: %s", r.State, r.Cause, want)
+	}
+	sent, _ := db.LastDeclaration(context.Background(), "beta")
+	if b := binaryIn(t, sent); sent.Seq <= before.Seq || b == nil || b.Digest != rel.Digest || b.Retry != 1 {
+		t.Errorf("resume sent beta declaration %d (before %d) with binary %+v, want the release with retry 1", sent.Seq, before.Seq, b)
+	}
+	if fb := nodeStatus(statusOf(t, c), "beta").Fallbacks; len(fb) != 1 || fb[0].Retry != 1 {
+		t.Errorf("beta's fallbacks after the retry: %+v, want one under retry 1", fb)
+	}
+	// Given up on again, it is asked once more at the next resume (a node
+	// that failed otherwise is asked nothing: TestRollDeadline).
+	if _, err := roll(t, op, spec.VerbRollResume, spec.ReleaseRollResumeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if r = waitRoll(t, op); r.State != spec.RollHalted {
+		t.Errorf("resumed twice: %s %q", r.State, r.Cause)
+	}
+	if d, _ := db.LastDeclaration(context.Background(), "beta"); binaryIn(t, d) == nil || binaryIn(t, d).Retry != 2 {
+		t.Errorf("the second resume sent beta %+v, want retry 2", binaryIn(t, d))
 	}
 	var aborted spec.ReleaseRollResult
 	if err := callAPI(t, op, spec.VerbRollAbort, spec.ReleaseRollAbortRequest{}, &aborted); err != nil || aborted.Roll.State != spec.RollAborted || aborted.Roll.Ended == nil {

@@ -129,7 +129,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 		}
 		if b, ok := binaries[n.Name]; ok {
 			st.Binary = b.Digest
-			if fb, ok := fellBack(n, b.Digest); ok {
+			if fb, ok := fellBack(n, b.Digest, b.Retry); ok {
 				problem("%s is declared release %s and its launcher gave up on it (%s): it runs %s", n.Name, short(b.Digest), clipStatus(fb.Reason), versionOr(n.HostVersion))
 			}
 		}

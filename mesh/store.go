@@ -76,7 +76,7 @@ type Store interface {
 	BeginRollStep(ctx context.Context, roll int64, position int, at time.Time) error
 	EndRollStep(ctx context.Context, roll int64, position int, state, cause string, at time.Time) error
 	FinishRoll(ctx context.Context, roll int64, at time.Time) error
-	ResumeRoll(ctx context.Context) (store.Roll, error)
+	ResumeRoll(ctx context.Context, retry []string) (store.Roll, error)
 	AbortRoll(ctx context.Context, at time.Time) (store.Roll, []string, error)
 	NodeBinary(ctx context.Context, node string) (store.Release, error)
 	NodeBinaries(ctx context.Context) (map[string]store.Release, error)

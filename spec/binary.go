@@ -33,19 +33,27 @@ const BinaryModule = "mesh"
 const BinaryTarget = "binary"
 
 // NodeBinary is the binary resource a roll declares on a node: the release
-// r.
-func NodeBinary(r Release) Resource {
+// r, asked for retry times again (by resumed rolls).
+func NodeBinary(r Release, retry int) Resource {
 	return Resource{Name: ResourceName(BinaryModule, KindBinary, BinaryTarget), Kind: KindBinary, Module: BinaryModule,
-		Spec: &BinarySpec{Digest: r.Digest, Size: r.Size, GOOS: r.GOOS, GOARCH: r.GOARCH}}
+		Spec: &BinarySpec{Digest: r.Digest, Size: r.Size, GOOS: r.GOOS, GOARCH: r.GOARCH, Retry: retry}}
 }
+
+// MaxRetry bounds BinarySpec.Retry.
+const MaxRetry = 1 << 20
 
 // BinarySpec is a release to run: its digest (the hex SHA-256 of the file,
 // its blob "sha256:"+Digest), its size and the target it was built for.
+// Retry counts the resumed rolls that asked the node for it again: the
+// node's launcher tries a release it marked bad once more for each new
+// count (RetryFile), so a node that fell back for a cause since put right
+// runs it when its roll is resumed.
 type BinarySpec struct {
 	Digest string `json:"digest"`
 	Size   int64  `json:"size"`
 	GOOS   string `json:"goos"`
 	GOARCH string `json:"goarch"`
+	Retry  int    `json:"retry,omitempty"`
 }
 
 // Kind is KindBinary.
@@ -63,6 +71,9 @@ func (b *BinarySpec) Check() error {
 	}
 	if b.Size <= 0 || b.Size > MaxRelease {
 		return fmt.Errorf("binary size %d is not 1 to %d bytes", b.Size, MaxRelease)
+	}
+	if b.Retry < 0 || b.Retry > MaxRetry {
+		return fmt.Errorf("binary retry %d is not 0 to %d", b.Retry, MaxRetry)
 	}
 	for _, w := range [][2]string{{"goos", b.GOOS}, {"goarch", b.GOARCH}} {
 		if w[1] == "" || len(w[1]) > 32 || strings.Trim(w[1], "abcdefghijklmnopqrstuvwxyz0123456789") != "" {

@@ -1,7 +1,10 @@
 package spec
 
 import (
+	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -16,11 +19,15 @@ import (
 //	                                declares (absent: the mesh manages no
 //	                                binary here; the launcher keeps what runs)
 //	D/host/versions/launch.json     the launcher's record (Launch)
+//	D/host/versions/retry           "DIGEST COUNT": a resumed roll asks
+//	                                the launcher to try DIGEST again,
+//	                                though it marked it bad (Retry)
 const (
 	VersionsDir   = "versions"
 	VersionBinary = "mesh"
 	WantFile      = "want"
 	LaunchFile    = "launch.json"
+	RetryFile     = "retry"
 
 	// ExitStandAside is the child's exit status when the version its node
 	// wants is delivered and is not the one it runs: the launcher then
@@ -55,6 +62,43 @@ type Launch struct {
 	Good string `json:"good,omitempty"`
 	// Bad are the digests the launcher will not start again, with why.
 	Bad map[string]Fallback `json:"bad,omitempty"`
+	// Retried is, by digest, the last retry count (RetryFile) the launcher
+	// honoured: each count clears a bad mark once, never again.
+	Retried map[string]int `json:"retried,omitempty"`
+}
+
+// Retry is what RetryFile asks: try Digest again, though it is marked bad,
+// for the Count-th time (BinarySpec.Retry).
+type Retry struct {
+	Digest string
+	Count  int
+}
+
+// Encode is r as RetryFile holds it.
+func (r Retry) Encode() []byte { return []byte(fmt.Sprintf("%s %d\n", r.Digest, r.Count)) }
+
+// ParseRetry reads RetryFile's content, refusing anything but a digest and
+// a count from 1 to MaxRetry.
+func ParseRetry(b []byte) (Retry, error) {
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return Retry{}, fmt.Errorf("retry file: want \"DIGEST COUNT\", got %q", b)
+	}
+	if err := CheckReleaseDigest(f[0]); err != nil {
+		return Retry{}, fmt.Errorf("retry file: %w", err)
+	}
+	n, err := strconv.Atoi(f[1])
+	if err != nil || n < 1 || n > MaxRetry {
+		return Retry{}, fmt.Errorf("retry file: count %q is not 1 to %d", f[1], MaxRetry)
+	}
+	return Retry{Digest: f[0], Count: n}, nil
+}
+
+// Retries says whether l is still to honour r: it marks r's digest bad and
+// has not tried it again for r's count.
+func (l Launch) Retries(r Retry) bool {
+	_, bad := l.Bad[r.Digest]
+	return bad && r.Count > l.Retried[r.Digest]
 }
 
 // Fallback is a version a launcher gave up on: it exited before it was
@@ -63,6 +107,10 @@ type Fallback struct {
 	Digest string    `json:"digest"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
+	// Retry is the retry count (Launch.Retried) it was tried under when
+	// given up: 0 for its first run. A roll that asked for it again by a
+	// higher count reads a fallback of a lower one as from before.
+	Retry int `json:"retry,omitempty"`
 }
 
 // Fallbacks are l's bad versions as a heartbeat carries them: newest

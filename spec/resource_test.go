@@ -46,7 +46,7 @@ var pinned = []struct {
 		Mounts: []spec.MountSpec{{Source: "/srv/www", Target: "/www", ReadOnly: true}}, Restart: "always", Labels: map[string]string{"team": "web"}}},
 		`{"name":"m:container:web","kind":"container","module":"m","container":{"name":"web","image":"example/web:1","archive":{"size":1234,"digest":"sha256:0eb3e36bfb24dcd9bb1d1bece1531216b59539a8fde17ee80224af0653c92aa3"},"command":["/bin/httpd","-f"],"env":{"A":"\u003c1\u003e","B":"2"},"ports":[{"container":8080,"host":80},{"container":53,"host":53,"protocol":"udp"}],"mounts":[{"source":"/srv/www","target":"/www","read_only":true}],"restart":"always","labels":{"team":"web"}}}`,
 		"sha256:2b71cd5f961d49bd4b2d0fed7d51cf4aac5afdc41827bb64a4c2ff9c1f10e31b"},
-	{spec.NodeBinary(spec.Release{Digest: "0b1e8f3a0c9d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f", Size: 31457280, GOOS: "linux", GOARCH: "amd64"}),
+	{spec.NodeBinary(spec.Release{Digest: "0b1e8f3a0c9d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f", Size: 31457280, GOOS: "linux", GOARCH: "amd64"}, 0),
 		`{"name":"mesh:binary:binary","kind":"binary","module":"mesh","binary":{"digest":"0b1e8f3a0c9d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f","size":31457280,"goos":"linux","goarch":"amd64"}}`,
 		"sha256:1811cd9abd5ad5d7965b4c25d6247b03fb7b3519496ce09413e604b457f7d430"},
 }

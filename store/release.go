@@ -18,6 +18,10 @@ type Release struct {
 	Go        string // the Go version that built it
 	Size      int64
 	Published time.Time
+	// Retry, read with a node's binary (NodeBinary, NodeBinaries), counts
+	// the resumed rolls that asked the node to try the release again; 0
+	// otherwise.
+	Retry int
 }
 
 // Blob is the digest of the blob that holds the release's bytes.

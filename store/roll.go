@@ -125,7 +125,8 @@ func (db *DB) BeginRollStep(ctx context.Context, roll int64, position int, at ti
 			WHERE roll = ? AND position = ?`, spec.RollSending, formatTime(at), node, roll, position); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO node_binaries (node, digest) VALUES (?, ?) ON CONFLICT (node) DO UPDATE SET digest = excluded.digest`, node, digest)
+		_, err := tx.ExecContext(ctx, `INSERT INTO node_binaries (node, digest) VALUES (?, ?) ON CONFLICT (node) DO UPDATE SET digest = excluded.digest,
+			retry = CASE WHEN node_binaries.digest = excluded.digest THEN node_binaries.retry ELSE 0 END`, node, digest)
 		return err
 	})
 	if err != nil {
@@ -172,11 +173,21 @@ func (db *DB) FinishRoll(ctx context.Context, roll int64, at time.Time) error {
 }
 
 // ResumeRoll runs the halted roll again: its failed nodes are pending
-// again. No roll halted is ErrRollActive wrapped with what there is.
-func (db *DB) ResumeRoll(ctx context.Context) (Roll, error) {
+// again, and those of them named in retry (whose launchers gave up on the
+// release) are asked to try it again: their binary's retry count goes up.
+// No roll halted is ErrRollActive wrapped with what there is.
+func (db *DB) ResumeRoll(ctx context.Context, retry []string) (Roll, error) {
 	return db.changeActive(ctx, "resume", func(tx *sql.Tx, r Roll) error {
 		if r.State != spec.RollHalted {
 			return fmt.Errorf("roll %d is %s, not halted: %w", r.ID, r.State, ErrRollActive)
+		}
+		// A node that failed because its launcher gave up on the release
+		// is asked to try it again: it would not run it otherwise.
+		for _, node := range retry {
+			if _, err := tx.ExecContext(ctx, `UPDATE node_binaries SET retry = retry + 1
+				WHERE node = ? AND digest = ? AND node IN (SELECT node FROM roll_nodes WHERE roll = ? AND state = ?)`, node, r.Digest, r.ID, spec.RollFailed); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE roll_nodes SET state = ?, cause = '', started_at = NULL, ended_at = NULL WHERE roll = ? AND state = ?`,
 			spec.RollPending, r.ID, spec.RollFailed); err != nil {
@@ -218,7 +229,8 @@ func (db *DB) AbortRoll(ctx context.Context, at time.Time) (r Roll, reverted []s
 		for _, b := range backs {
 			if b.previous.Valid {
 				_, err = tx.ExecContext(ctx, `INSERT INTO node_binaries (node, digest) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM nodes WHERE name = ?)
-					ON CONFLICT (node) DO UPDATE SET digest = excluded.digest`, b.node, b.previous.String, b.node)
+					ON CONFLICT (node) DO UPDATE SET digest = excluded.digest,
+					retry = CASE WHEN node_binaries.digest = excluded.digest THEN node_binaries.retry ELSE 0 END`, b.node, b.previous.String, b.node)
 			} else {
 				_, err = tx.ExecContext(ctx, `DELETE FROM node_binaries WHERE node = ?`, b.node)
 			}
@@ -256,7 +268,7 @@ func (db *DB) changeActive(ctx context.Context, what string, change func(*sql.Tx
 
 // NodeBinaries are the releases the nodes' declarations carry, by node.
 func (db *DB) NodeBinaries(ctx context.Context) (map[string]Release, error) {
-	rows, err := db.sql.QueryContext(ctx, `SELECT nb.node, `+prefixed("r.", releaseColumns)+` FROM node_binaries nb JOIN releases r ON r.digest = nb.digest`)
+	rows, err := db.sql.QueryContext(ctx, `SELECT nb.node, nb.retry, `+prefixed("r.", releaseColumns)+` FROM node_binaries nb JOIN releases r ON r.digest = nb.digest`)
 	if err != nil {
 		return nil, fmt.Errorf("read the nodes' binaries: %w", err)
 	}
@@ -264,10 +276,12 @@ func (db *DB) NodeBinaries(ctx context.Context) (map[string]Release, error) {
 	out := map[string]Release{}
 	for rows.Next() {
 		var node string
-		r, err := scanRelease(prepend{&node, rows})
+		var retry int
+		r, err := scanRelease(prepend{[]any{&node, &retry}, rows})
 		if err != nil {
 			return nil, fmt.Errorf("read the nodes' binaries: %w", err)
 		}
+		r.Retry = retry
 		out[node] = r
 	}
 	if err := rows.Err(); err != nil {
@@ -278,11 +292,13 @@ func (db *DB) NodeBinaries(ctx context.Context) (map[string]Release, error) {
 
 // prepend scans its first column into first, the rest as row would.
 type prepend struct {
-	first *string
+	first []any
 	row   interface{ Scan(...any) error }
 }
 
-func (p prepend) Scan(dest ...any) error { return p.row.Scan(append([]any{p.first}, dest...)...) }
+func (p prepend) Scan(dest ...any) error {
+	return p.row.Scan(append(append([]any(nil), p.first...), dest...)...)
+}
 
 // prefixed is columns, each prefixed with p.
 func prefixed(p, columns string) string {
@@ -367,9 +383,11 @@ func notFound(err error) error {
 // NodeBinary is the release node's declarations carry, or an error
 // wrapping ErrNotFound when they carry none.
 func (db *DB) NodeBinary(ctx context.Context, node string) (Release, error) {
-	r, err := scanRelease(db.sql.QueryRowContext(ctx, `SELECT `+prefixed("r.", releaseColumns)+` FROM node_binaries nb JOIN releases r ON r.digest = nb.digest WHERE nb.node = ?`, node))
+	var retry int
+	r, err := scanRelease(prepend{[]any{&retry}, db.sql.QueryRowContext(ctx, `SELECT nb.retry, `+prefixed("r.", releaseColumns)+` FROM node_binaries nb JOIN releases r ON r.digest = nb.digest WHERE nb.node = ?`, node)})
 	if err != nil {
 		return Release{}, fmt.Errorf("read node %q's binary: %w", node, notFound(err))
 	}
+	r.Retry = retry
 	return r, nil
 }

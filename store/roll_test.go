@@ -67,18 +67,27 @@ func TestRolls(t *testing.T) {
 	if err := db.BeginRollStep(ctx, r.ID, 1, at); !errors.Is(err, store.ErrRollActive) {
 		t.Errorf("a step of a halted roll: %v", err)
 	}
-	got, err = db.ResumeRoll(ctx)
+	got, err = db.ResumeRoll(ctx, []string{"beta", "alpha"})
 	if err != nil || got.State != spec.RollRunning || got.Cause != "" || got.Nodes[0].State != spec.RollPending || !got.Nodes[0].Started.IsZero() {
 		t.Fatalf("resumed: %+v %v", got, err)
 	}
-	if _, err := db.ResumeRoll(ctx); !errors.Is(err, store.ErrRollActive) {
+	if _, err := db.ResumeRoll(ctx, []string{"beta", "alpha"}); !errors.Is(err, store.ErrRollActive) {
 		t.Errorf("resuming a running roll: %v", err)
 	}
-	// beta sent again, failed again: abort declares it what it carried
-	// before the roll (nothing), alpha never sent is untouched.
+	// The failed node named is asked to try the release again, and its
+	// step begun again keeps the count; alpha, not failed, is asked
+	// nothing.
+	if b, err := db.NodeBinary(ctx, "beta"); err != nil || b.Retry != 1 {
+		t.Errorf("beta's binary after the resume: %+v %v, want retry 1", b, err)
+	}
 	if err := db.BeginRollStep(ctx, r.ID, 0, at.Add(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
+	if bs, err := db.NodeBinaries(ctx); err != nil || bs["beta"].Retry != 1 || len(bs) != 1 {
+		t.Errorf("the binaries after beta's step began again: %+v %v, want beta's with retry 1", bs, err)
+	}
+	// beta sent again, failed again: abort declares it what it carried
+	// before the roll (nothing), alpha never sent is untouched.
 	got, reverted, err := db.AbortRoll(ctx, at.Add(time.Minute))
 	if err != nil || got.State != spec.RollAborted || !got.Ended.Equal(at.Add(time.Minute)) || strings.Join(reverted, ",") != "beta" {
 		t.Fatalf("aborted: %+v %v %v", got, reverted, err)
@@ -86,7 +95,7 @@ func TestRolls(t *testing.T) {
 	if _, err := db.NodeBinary(ctx, "beta"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("beta's binary after the abort: %v, want none, as before the roll", err)
 	}
-	for name, err := range map[string]error{"resume": func() error { _, err := db.ResumeRoll(ctx); return err }(),
+	for name, err := range map[string]error{"resume": func() error { _, err := db.ResumeRoll(ctx, []string{"beta", "alpha"}); return err }(),
 		"abort": func() error { _, _, err := db.AbortRoll(ctx, at); return err }()} {
 		if !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s with no active roll: %v", name, err)

@@ -4,7 +4,8 @@
 // a digest of its own. It is called as mesh serve MODE --dir D [flags].
 //
 //	ready    says ready, stands aside when D/host/versions/want names
-//	         another version that is not bad, stops on SIGTERM
+//	         another version that is not bad (or that D/host/versions/retry
+//	         asks for again), stops on SIGTERM
 //	exit     exits 1 at once
 //	early    exits 75 (stands aside) at once
 //	never    never says ready; stops on SIGTERM
@@ -39,12 +40,13 @@ func main() {
 			dir = os.Args[i+1]
 		}
 	}
+	// The handler first: a test that reads "start" may stop it at once.
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	note(dir, fmt.Sprintf("start %s %d %s", behaviour, os.Getpid(), strings.Join(os.Args[1:], " ")))
 	if held := os.Getenv("MESH_DNS_HELD"); held != "" {
 		note(dir, fmt.Sprintf("held %d %s", os.Getpid(), held))
 	}
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	switch behaviour {
 	case "exit":
 		os.Exit(1)
@@ -122,13 +124,23 @@ func wanted(dir string) string {
 		return ""
 	}
 	var l struct {
-		Bad map[string]json.RawMessage `json:"bad"`
+		Bad     map[string]json.RawMessage `json:"bad"`
+		Retried map[string]int             `json:"retried"`
 	}
 	if b, err := os.ReadFile(filepath.Join(versions, "launch.json")); err == nil {
 		json.Unmarshal(b, &l)
 	}
 	if _, bad := l.Bad[w]; bad {
-		return ""
+		// Bad, unless the retry file asks for it with a count not yet
+		// honoured.
+		b, _ := os.ReadFile(filepath.Join(versions, "retry"))
+		f := strings.Fields(string(b))
+		if len(f) != 2 || f[0] != w {
+			return ""
+		}
+		if n, err := strconv.Atoi(f[1]); err != nil || n <= l.Retried[w] {
+			return ""
+		}
 	}
 	return w
 }
