@@ -3,6 +3,7 @@ package spec_test
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,4 +31,26 @@ func TestLaunchFallbacks(t *testing.T) {
 	if got := (spec.Launch{}).Fallbacks(); got != nil {
 		t.Errorf("no bad versions: %v, want none", got)
 	}
+}
+
+// ParseRetry takes what Encode writes and refuses anything else without
+// panicking: what it accepts encodes back to the same retry.
+func FuzzParseRetry(f *testing.F) {
+	d := strings.Repeat("ab", 32)
+	for _, seed := range []string{d + " 1\n", d + " 0\n", d + " -1", "x 1", d + " 1 2", d, "", d + " 99999999999999999999"} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := spec.ParseRetry(b)
+		if err != nil {
+			return
+		}
+		if r.Count < 1 || r.Count > spec.MaxRetry {
+			t.Fatalf("accepted count %d", r.Count)
+		}
+		back, err := spec.ParseRetry(r.Encode())
+		if err != nil || back != r {
+			t.Fatalf("%q: %+v encodes to %q, which reads %+v %v", b, r, r.Encode(), back, err)
+		}
+	})
 }
