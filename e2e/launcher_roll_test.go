@@ -39,7 +39,7 @@ func TestRollRunsTheNewVersionAndHaltsAtAFallback(t *testing.T) {
 		return true, ""
 	})
 
-	v2 := meshRelease(t, "launcher-roll-v2")
+	v2 := meshRelease(t, "meshrel-v2")
 	d2 := fileDigest(t, v2)
 	mustRun(t, "release", "publish", "--dir", m.dir, v2)
 	began := time.Now()
@@ -135,7 +135,7 @@ func TestGenesisHandsOverAtItsFirstSwap(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t, "--healthy-within", "30s")
 	pid := m.d.cmd.Process.Pid
-	v2 := meshRelease(t, "launcher-roll-v2")
+	v2 := meshRelease(t, "meshrel-v2")
 	d2 := fileDigest(t, v2)
 	mustRun(t, "release", "publish", "--dir", m.dir, v2)
 	out := mustRun(t, "release", "roll", "--dir", m.dir, d2)

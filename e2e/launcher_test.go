@@ -132,7 +132,7 @@ func TestLauncherRunsTheWantedVersionAndFallsBack(t *testing.T) {
 		return n.HostVersion == own, n.HostVersion
 	})
 
-	v2 := deliverVersion(t, betaDir, meshRelease(t, "launcher-v2"))
+	v2 := deliverVersion(t, betaDir, meshRelease(t, "meshrel-v2"))
 	poll.Until(t, 30*time.Second, "beta runs v2", func() (bool, string) {
 		n := nodeShow(t, m.dir, "beta")
 		l := launchRecord(t, betaDir)
@@ -207,7 +207,7 @@ func TestControllerFallbackRestoresTheStore(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t, "--reconcile", "1s", "--healthy-within", "20s")
 	m.launched(t)
-	v2 := deliverVersion(t, m.dir, meshRelease(t, "launcher-ctl-v2"))
+	v2 := deliverVersion(t, m.dir, meshRelease(t, "meshrel-v2"))
 	poll.Until(t, 40*time.Second, "the controller runs v2", func() (bool, string) {
 		l := launchRecord(t, m.dir)
 		if l.Good != v2 {
@@ -322,7 +322,7 @@ func TestResolverAnswersThroughASwap(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	v2 := deliverVersion(t, betaDir, meshRelease(t, "launcher-dns-v2"))
+	v2 := deliverVersion(t, betaDir, meshRelease(t, "meshrel-v2"))
 	poll.Until(t, 30*time.Second, "beta runs v2", func() (bool, string) {
 		n := nodeShow(t, m.dir, "beta")
 		return n.HostVersion == v2, n.HostVersion

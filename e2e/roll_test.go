@@ -83,7 +83,7 @@ func TestReleaseRollDelivers(t *testing.T) {
 	// v2, which beta does not run: the roll halts at the deadline (exit 1,
 	// the cause named); beta holds v2 delivered all the same. Abort
 	// declares beta's v1 again: want names v1, and v2's binary stays.
-	v2 := meshRelease(t, "roll-v2")
+	v2 := meshRelease(t, "meshrel-v2")
 	d2 := fileDigest(t, v2)
 	mustRun(t, "release", "publish", "--dir", m.dir, v2)
 	out, errOut, code := runMesh(t, "release", "roll", "--dir", m.dir, "--nodes", "beta", "--healthy-within", "1s", d2)
@@ -140,7 +140,7 @@ func TestReleaseRollFollowsThroughARestart(t *testing.T) {
 		return false, "not yet"
 	})
 	beta.stop(t)
-	v2 := meshRelease(t, "roll-v2")
+	v2 := meshRelease(t, "meshrel-v2")
 	d2 := fileDigest(t, v2)
 	mustRun(t, "release", "publish", "--dir", m.dir, v2)
 

@@ -34,6 +34,9 @@ type roller struct {
 	// sent: a step found sending after a restart is sent again (unchanged,
 	// and so nothing, if the send before the restart got through).
 	sent map[[2]int64]bool
+	// began is when the roll loop started in this process: what a node was
+	// heard saying before is not its last word on a deadline.
+	began time.Time
 }
 
 func newRoller() *roller {
@@ -297,6 +300,9 @@ func short(digest string) string { return digest[:min(12, len(digest))] }
 
 // rollLoop carries out the running roll until ctx ends.
 func (c *Controller) rollLoop(ctx context.Context) {
+	c.roller.mu.Lock()
+	c.roller.began = c.cfg.Now()
+	c.roller.mu.Unlock()
 	tick := time.NewTicker(rollTick)
 	defer tick.Stop()
 	for {
@@ -469,6 +475,16 @@ func (c *Controller) rollWatch(ctx context.Context, r store.Roll, n store.RollNo
 		started = now
 	}
 	if now.Sub(started) > r.HealthyWithin {
+		// Not heard since this controller started: its host may be
+		// starting the release now (the controller's own is, when its
+		// step restarted this process). It is given until it would be
+		// silent, counted from the start, to say so.
+		c.roller.mu.Lock()
+		began := c.roller.began
+		c.roller.mu.Unlock()
+		if node.LastHeard.Before(began) && !Silent(began, now, node.Heartbeat) {
+			return nil
+		}
 		runs := "it was never heard"
 		if !node.LastHeard.IsZero() {
 			runs = fmt.Sprintf("it reports %s, last heard %s ago", versionOr(node.HostVersion), now.Sub(node.LastHeard).Round(time.Second))

@@ -613,6 +613,46 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 	})
 }
 
+// TestRollDeadlinePassedWhileDown: the deadline of the node being rolled
+// passes while the controller is down (as it does when the node is the
+// controller's own, restarting into the release). The restarted controller
+// does not halt on what the node said before it started: it gives the node
+// until it would be silent to be heard, and the node, heard on the digest,
+// is healthy.
+func TestRollDeadlinePassedWhileDown(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	c, db := newRollMesh(t, clk)
+	op := operatorConn(t, c)
+	old := hexDigest([]byte("v1"))
+	rel := publishFake(t, db, clk, "mesh v7", runtime.GOARCH)
+	hosts := simulate(t, c, db, clk, old, map[string]string{"alpha": upgrade, "beta": silent, "gamma": upgrade})
+	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"beta"}}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
+		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
+	})
+	stop, _ := controllerStops.Load(c)
+	stop.(func())()
+	clk.Add(2 * time.Minute) // past beta's 60 s while no controller runs
+	again, err := New(c.cfg, c.log, c.deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runController(t, context.Background(), again)
+	hosts.setController(again)
+	op = operatorConn(t, again)
+	time.Sleep(3 * rollTick) // a controller that judged at once would have halted
+	if r, err := roll(t, op, spec.VerbRollShow, spec.ReleaseRollShowRequest{}); err != nil || r.State != spec.RollRunning {
+		t.Fatalf("after the restart, beta not yet heard: %s %s (%s) %v, want running", r.State, states(r), r.Cause, err)
+	}
+	hosts.set("beta", upgrade)
+	if r := waitRoll(t, op); r.State != spec.RollDone || states(r) != "beta=healthy" {
+		t.Fatalf("roll %s: %s (%s)", r.State, states(r), r.Cause)
+	}
+}
+
 // sendFailing is the real store whose RecordDeclaration fails for one
 // node, the first fail times: a send the controller could not make, as if
 // it had stopped between recording the step and sending.
