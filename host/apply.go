@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,6 +100,17 @@ type setup struct {
 	goos, goarch string
 	// verified remembers the delivered binaries already hashed.
 	verified *verifiedBinaries
+}
+
+// spool is where a large blob is fetched to before it is handed on: the
+// host's own directory (beside versions) when it keeps one, so an image
+// archive does not fill a /tmp held in memory; else the system's
+// temporary directory.
+func (s setup) spool() string {
+	if s.versions == "" {
+		return ""
+	}
+	return filepath.Dir(s.versions)
 }
 
 // hostKind is how the host holds one kind of resource, registered from init in

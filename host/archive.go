@@ -2,7 +2,7 @@ package host
 
 import (
 	"archive/tar"
-	"bytes"
+	"bufio"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,12 +19,13 @@ import (
 // the archive's manifest.json names ("<hex>.json", or "blobs/sha256/<hex>"
 // in the OCI layout). Empty when the archive does not say (no manifest, no
 // entry tagged ref, a compression other than gzip): then only a load tells.
-func archiveImageID(data []byte, ref string) string {
+// The archive is read from its start, entry by entry: it is never held.
+func archiveImageID(archive io.ReadSeeker, ref string) string {
 	var manifest []struct {
 		Config   string
 		RepoTags []string
 	}
-	body, err := tarEntry(data, "manifest.json")
+	body, err := tarEntry(archive, "manifest.json")
 	if err != nil || json.Unmarshal(body, &manifest) != nil {
 		return ""
 	}
@@ -34,7 +35,7 @@ func archiveImageID(data []byte, ref string) string {
 			if familiar(tag) != want {
 				continue
 			}
-			config, err := tarEntry(data, m.Config)
+			config, err := tarEntry(archive, m.Config)
 			if err != nil {
 				return ""
 			}
@@ -46,11 +47,15 @@ func archiveImageID(data []byte, ref string) string {
 }
 
 // tarEntry is the content of the regular file called name in the tar
-// archive data (gzipped or not).
-func tarEntry(data []byte, name string) ([]byte, error) {
-	var r io.Reader = bytes.NewReader(data)
-	if len(data) > 2 && data[0] == 0x1f && data[1] == 0x8b {
-		gz, err := gzip.NewReader(r)
+// archive (gzipped or not), read from its start.
+func tarEntry(archive io.ReadSeeker, name string) ([]byte, error) {
+	if _, err := archive.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReader(archive)
+	var r io.Reader = br
+	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+		gz, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -121,6 +122,7 @@ func TestArchiveLoadedOnlyWhenImageDiffers(t *testing.T) {
 
 	// The tag now names another image: the archive is loaded again.
 	dockertest.Build(t, r.cli, r.image, map[string]string{"/www/index.html": "another image\n"})
+	t.Cleanup(func() { dockertest.RemoveNode(r.cli, r.node) }) // before the images: see TestArchiveIsSpooledNotHeld
 	other, err := r.cli.ImageInspect(ctx, r.image)
 	if err != nil || other.ID == built.ID {
 		t.Fatalf("rebuilt %s: %v, ID %s (the archive's is %s)", r.image, err, other.ID, built.ID)
@@ -136,5 +138,50 @@ func TestArchiveLoadedOnlyWhenImageDiffers(t *testing.T) {
 	}
 	if got := imageOf(); got != built.ID {
 		t.Errorf("container web runs image %s, want the archive's %s", got, built.ID)
+	}
+}
+
+// TestArchiveIsSpooledNotHeld: a container's 48 MiB image archive is
+// fetched to a file and loaded from it, so applying it allocates a small
+// part of its size in this process (held whole, it allocated all of it).
+// Not parallel: the figure is the process's, and the parallel tests wait
+// until the sequential ones are done.
+func TestArchiveIsSpooledNotHeld(t *testing.T) {
+	r := newEngineRigOwnImage(t)
+	ctx := context.Background()
+	const size = 48 << 20
+	tag := "mesh-test/big-" + r.node + ":1"
+	big := make([]byte, size)
+	for i := range big {
+		big[i] = byte(i * 7919 >> 8)
+	}
+	dockertest.Build(t, r.cli, tag, map[string]string{"/big.bin": string(big), "/www/index.html": "big\n"})
+	// The container goes before its image (cleanups run last first): an
+	// image removed while a container uses it stays, untagged.
+	t.Cleanup(func() { dockertest.RemoveNode(r.cli, r.node) })
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	dockertest.Save(t, r.cli, tag, archive)
+	dockertest.Remove(t, r.cli, tag)
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.blobs.blobs[spec.ContentDigest(data)] = data
+	web := httpd("web")
+	web.Image = tag
+	web.Archive = &spec.ImageArchive{Size: int64(len(data)), Digest: spec.ContentDigest(data)}
+	declared := []spec.Resource{r.network(), r.container(web)}
+
+	big = nil
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	results, _, _ := r.engine.Apply(ctx, declared, nil)
+	runtime.ReadMemStats(&after)
+	checkOutcomes(t, results, allOutcome(declared, spec.Created))
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("applying a container from a %d MiB archive allocated %.1f MiB", len(data)>>20, float64(alloc)/(1<<20))
+	if alloc > size/4 {
+		t.Errorf("applying a container from a %d MiB archive allocated %d MiB: the archive is held, not spooled", len(data)>>20, alloc>>20)
 	}
 }

@@ -1,14 +1,15 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -35,7 +36,7 @@ const stopTimeout = 10
 func init() {
 	registerKind(hostKind{name: spec.KindContainer, phase: 2, rank: 2, applier: func(s setup) Applier {
 		return containerApplier{root: s.root, blobs: s.blobs, docker: s.docker, node: s.node, address: s.address, subnet: s.subnet,
-			running: &runningList{}, archives: &archiveIDs{}}
+			running: &runningList{}, archives: &archiveIDs{}, spool: s.spool()}
 	}})
 }
 
@@ -44,7 +45,10 @@ func init() {
 // its identity digest. A container is replaced only when that digest
 // differs; the roster never enters it (invariant 2).
 type containerApplier struct {
-	root    string // the host's root: mount sources lie under it
+	root string // the host's root: mount sources lie under it
+	// spool is the directory an image archive is fetched into before the
+	// engine loads it ("": the system's temporary directory).
+	spool   string
 	blobs   BlobFetcher
 	docker  *Docker
 	node    string
@@ -322,22 +326,28 @@ func (c containerApplier) image(ctx context.Context, s spec.ContainerSpec, w *Wr
 		if blobs == nil {
 			return fmt.Errorf("image archive %s of container %s: no blob source", a.Digest, s.Name)
 		}
-		// The archive is held in memory: the engine's load and the image
-		// ID read from its manifest take it whole.
-		var buf bytes.Buffer
-		buf.Grow(int(a.Size))
-		if err := fetchBlob(ctx, blobs, a.Digest, a.Size, "the image archive of container "+s.Name, &buf); err != nil {
+		// The archive is spooled to a file, chunk by chunk, and read
+		// from there for its image ID and by the engine's load: memory
+		// holds a chunk, never the archive.
+		spool, err := os.CreateTemp(c.spool, ".image-archive-*.tar")
+		if err != nil {
+			return fmt.Errorf("spool the image archive of container %s: %w", s.Name, err)
+		}
+		defer func() { spool.Close(); os.Remove(spool.Name()) }()
+		if err := fetchBlob(ctx, blobs, a.Digest, a.Size, "the image archive of container "+s.Name, spool); err != nil {
 			return err
 		}
-		data := buf.Bytes()
-		if id := archiveImageID(data, s.Image); id != "" {
+		if id := archiveImageID(spool, s.Image); id != "" {
 			c.archives.put(key, id)
 			if held, err := c.holds(ctx, s.Image, id); err != nil || held {
 				return err
 			}
 		}
+		if _, err := spool.Seek(0, io.SeekStart); err != nil {
+			return fmt.Errorf("read the spooled image archive of container %s: %w", s.Name, err)
+		}
 		w.add()
-		res, err := c.docker.cli.ImageLoad(ctx, bytes.NewReader(data), client.ImageLoadWithQuiet(true))
+		res, err := c.docker.cli.ImageLoad(ctx, spool, client.ImageLoadWithQuiet(true))
 		if err != nil {
 			return c.docker.wrap(fmt.Sprintf("load image archive %s of container %s", a.Digest, s.Name), err)
 		}
