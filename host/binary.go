@@ -147,7 +147,11 @@ func (a binaryApplier) plan(b *spec.BinarySpec) (binaryDecision, error) {
 			return d, err
 		}
 		r := spec.Retry{Digest: b.Digest, Count: b.Retry}
-		if held, ok := readRetry(a.dir); l.Retries(r) && (!ok || held != r) {
+		held, ok, err := readRetry(a.dir)
+		if err != nil {
+			return d, err
+		}
+		if l.Retries(r) && (!ok || held != r) {
 			d.retry = &r
 		}
 	}

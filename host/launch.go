@@ -44,16 +44,19 @@ func readLaunchIn(dir string) (spec.Launch, error) {
 	return l, nil
 }
 
-// readRetry reads the retry the versions directory dir asks for; none (or
-// one that does not parse: the host writes it whole) is ok false.
-func readRetry(dir string) (spec.Retry, bool) {
+// readRetry reads the retry the versions directory dir asks for: ok false
+// when there is none, or one that does not parse (the host writes it
+// whole, and writes it again); a read that failed is an error.
+func readRetry(dir string) (r spec.Retry, ok bool, err error) {
 	body, err := os.ReadFile(filepath.Join(dir, spec.RetryFile))
-	if err != nil {
-		return spec.Retry{}, false
+	if errors.Is(err, os.ErrNotExist) {
+		return spec.Retry{}, false, nil
 	}
-	r, err := spec.ParseRetry(body)
-	return r, err == nil
-
+	if err != nil {
+		return spec.Retry{}, false, fmt.Errorf("read the retry the node asks for: %w", err)
+	}
+	r, perr := spec.ParseRetry(body)
+	return r, perr == nil, nil
 }
 
 // fallbacks are the versions the launcher gave up on, for a heartbeat; a
@@ -95,7 +98,11 @@ func (a *Agent) newVersion(version string) (string, error) {
 	if _, bad := l.Bad[want]; bad {
 		// Bad, unless a resumed roll asks for it again: the launcher
 		// clears the mark when this process stands aside.
-		if r, ok := readRetry(a.versions()); !ok || r.Digest != want || !l.Retries(r) {
+		r, ok, err := readRetry(a.versions())
+		if err != nil {
+			return "", err
+		}
+		if !ok || r.Digest != want || !l.Retries(r) {
 			return "", nil
 		}
 	}
