@@ -109,6 +109,9 @@ func (l *Launcher) choose() (pick, error) {
 func (l *Launcher) retry() (spec.Retry, bool) {
 	body, err := os.ReadFile(filepath.Join(l.versions, spec.RetryFile))
 	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			l.log.Warn("the retry file cannot be read; a version marked bad stays bad", "err", err)
+		}
 		return spec.Retry{}, false
 	}
 	r, err := spec.ParseRetry(body)
