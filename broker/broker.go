@@ -1,6 +1,8 @@
-// Package broker runs the embedded NATS server, the mesh's bus: accounts and
-// permissions given as configuration text, JetStream on a file store that
-// syncs every write, TLS with a certificate from the mesh's CA.
+// Package broker runs the embedded NATS server, the mesh's bus: the accounts
+// given as configuration text at start, the users admitted by a callback
+// that sees every client connect (so replacing them reloads nothing),
+// JetStream on a file store that syncs every write, TLS with a certificate
+// from the mesh's CA.
 package broker
 
 import (
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,10 +52,11 @@ type Server struct {
 	log   *slog.Logger
 	ready chan struct{}
 
+	gate *gate
+
 	mu    sync.Mutex
 	ns    *server.Server
 	users []User
-	port  int
 }
 
 // New checks cfg and starts nothing.
@@ -78,7 +82,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 	}
-	return &Server{cfg: cfg, log: log, ready: make(chan struct{}), users: cfg.Users}, nil
+	return &Server{cfg: cfg, log: log, ready: make(chan struct{}), users: cfg.Users, gate: newGate(cfg.Users)}, nil
 }
 
 func (u User) check() error {
@@ -86,8 +90,8 @@ func (u User) check() error {
 		return fmt.Errorf("bus user %q: not a user nkey", u.NKey)
 	}
 	for _, s := range append(append([]string(nil), u.Publish...), u.Subscribe...) {
-		if s == "" || strings.ContainsAny(s, " \t\r\n\"'\\") {
-			return fmt.Errorf("bus user %s: subject %q is not a plain subject", u.NKey, s)
+		if !server.IsValidSubject(s) {
+			return fmt.Errorf("bus user %s: subject %q is not a valid subject", u.NKey, s)
 		}
 	}
 	return nil
@@ -111,9 +115,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	l.Close()
 
-	s.mu.Lock()
-	opts, err := s.options(host, port, s.users)
-	s.mu.Unlock()
+	opts, err := s.options(host, port)
 	if err != nil {
 		return err
 	}
@@ -121,6 +123,12 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start bus: %w", err)
 	}
+	acc, err := ns.LookupAccount(Account)
+	if err != nil {
+		ns.Shutdown()
+		return fmt.Errorf("start bus: the %s account: %w", Account, err)
+	}
+	s.gate.start(ns, acc)
 	ns.SetLoggerV2(logger{s.log}, false, false, false)
 	go ns.Start()
 	if !ns.ReadyForConnections(30 * time.Second) {
@@ -128,7 +136,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("start bus on %s: not ready for connections after 30s", s.cfg.Listen)
 	}
 	s.mu.Lock()
-	s.ns, s.port = ns, port
+	s.ns = ns
 	s.mu.Unlock()
 	close(s.ready)
 	s.log.Info("bus ready", "addr", s.Addr())
@@ -164,40 +172,35 @@ func (s *Server) Users() []User {
 	return append([]User(nil), s.users...)
 }
 
-// SetUsers replaces the bus's users: the accounts are given again as
-// configuration text and the server reloads them. Before Run it only records
-// them.
+// SetUsers replaces the bus's users. It reloads nothing: a client that
+// connects from then on is admitted by the new users. It returns once every
+// connection of a user withdrawn, or whose lists changed, is closed; such a
+// user connects again with its new lists, or is refused. Before Run it only
+// records them.
 func (s *Server) SetUsers(users []User) error {
 	for _, u := range users {
 		if err := u.check(); err != nil {
 			return err
 		}
 	}
+	users = slices.Clone(users)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ns == nil {
-		s.users = users
-		return nil
-	}
-	host, _, _ := net.SplitHostPort(s.cfg.Listen)
-	opts, err := s.options(host, s.port, users)
-	if err != nil {
-		return err
-	}
-	if err := s.ns.ReloadOptions(opts); err != nil {
-		return fmt.Errorf("reload bus users: %w", err)
-	}
 	s.users = users
+	drop, ns := s.gate.swap(users)
+	for _, id := range drop {
+		// An ID not found is a connection that closed since.
+		_ = ns.DisconnectClientByID(id)
+	}
 	return nil
 }
 
 // options composes the server's options: the accounts and JetStream as
-// configuration text (an account built in Go code loses JetStream at the
-// first reload), the rest in Go.
-func (s *Server) options(host string, port int, users []User) (*server.Options, error) {
+// configuration text, the rest in Go, with the gate admitting every client.
+// The nonce is always sent, so every client signs it with its user's seed.
+func (s *Server) options(host string, port int) (*server.Options, error) {
 	opts := &server.Options{}
-	text := ConfigText(s.cfg.StoreDir, users)
-	if err := opts.ProcessConfigString(text); err != nil {
+	if err := opts.ProcessConfigString(configText(s.cfg.StoreDir)); err != nil {
 		return nil, fmt.Errorf("bus configuration: %w", err)
 	}
 	opts.Host = host
@@ -210,42 +213,21 @@ func (s *Server) options(host string, port int, users []User) (*server.Options, 
 	opts.TLSHandshakeFirst = true
 	opts.TLSTimeout = 5
 	opts.ServerName = "mesh-bus"
+	opts.CustomClientAuthentication = s.gate
+	opts.AlwaysEnableNonce = true
 	return opts, nil
 }
 
-// ConfigText is the bus's configuration as nats-server reads it: JetStream
+// configText is the bus's accounts as nats-server reads them: JetStream
 // with every write synced, a system account no user holds, and the mesh
-// account with JetStream enabled and its users.
-func ConfigText(storeDir string, users []User) string {
+// account with JetStream enabled. No user is in it: the gate admits them.
+func configText(storeDir string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n  sync_interval: always\n}\n", strconv.Quote(storeDir))
 	b.WriteString("system_account: SYS\n")
 	b.WriteString("accounts {\n  SYS {\n    users: []\n  }\n")
-	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n    users: [\n", Account)
-	for _, u := range users {
-		fmt.Fprintf(&b, "      { nkey: %s", strconv.Quote(u.NKey))
-		if !u.Full {
-			fmt.Fprintf(&b, ", permissions: { publish: { allow: %s }, subscribe: { allow: %s } }",
-				list(u.Publish), list(u.Subscribe))
-		}
-		b.WriteString(" }\n")
-	}
-	b.WriteString("    ]\n  }\n}\n")
+	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n    users: []\n  }\n}\n", Account)
 	return b.String()
-}
-
-// list renders subjects as a configuration list. An empty list allows
-// nothing: nats-server reads an empty allow list as "allow all", so it is
-// given a subject no one publishes.
-func list(subjects []string) string {
-	if len(subjects) == 0 {
-		return `["_NOTHING_"]`
-	}
-	q := make([]string, len(subjects))
-	for i, s := range subjects {
-		q[i] = strconv.Quote(s)
-	}
-	return "[" + strings.Join(q, ", ") + "]"
 }
 
 // logger hands nats-server's lines to slog. Its notices are start-up and

@@ -23,7 +23,7 @@ type bus struct {
 	auth *ca.Authority
 }
 
-func startBus(t *testing.T, users []broker.User) *bus {
+func startBus(t testing.TB, users []broker.User) *bus {
 	t.Helper()
 	auth, err := ca.Create(t.TempDir(), "test", time.Now())
 	if err != nil {
@@ -61,7 +61,7 @@ func startBus(t *testing.T, users []broker.User) *bus {
 	return &bus{srv: srv, auth: auth}
 }
 
-func newUser(t *testing.T) (nkeys.KeyPair, string) {
+func newUser(t testing.TB) (nkeys.KeyPair, string) {
 	t.Helper()
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -71,6 +71,9 @@ func newUser(t *testing.T) (nkeys.KeyPair, string) {
 	return kp, pub
 }
 
+// tls is a client's TLS to the bus: verified against the mesh's root.
+func (b *bus) tls() *tls.Config { return ca.ClientTLS(b.auth.Root(), "bus.mesh") }
+
 // connect dials the bus over TCP, as a remote client would: TLS first,
 // verified against the mesh's root.
 func (b *bus) connect(t *testing.T, kp nkeys.KeyPair, opts ...nats.Option) (*nats.Conn, error) {
@@ -79,7 +82,7 @@ func (b *bus) connect(t *testing.T, kp nkeys.KeyPair, opts ...nats.Option) (*nat
 	errs := make(chan error, 8)
 	opts = append([]nats.Option{
 		nats.Nkey(pub, kp.Sign),
-		nats.Secure(ca.ClientTLS(b.auth.Root(), "bus.mesh")),
+		nats.Secure(b.tls()),
 		nats.TLSHandshakeFirst(),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }),
 	}, opts...)
@@ -90,10 +93,11 @@ func (b *bus) connect(t *testing.T, kp nkeys.KeyPair, opts ...nats.Option) (*nat
 	return nc, err
 }
 
-// TestReloadKeepsJetStream holds the decision that accounts are given as
-// configuration text: after the users are replaced (as every enrolment
-// does), JetStream in the mesh account still stores and delivers.
-func TestReloadKeepsJetStream(t *testing.T) {
+// TestSetUsersKeepsJetStream holds the decision that the accounts are given
+// as configuration text and the users by the gate: a user the gate admits
+// uses JetStream in the mesh account, and after the users are replaced (as
+// every enrolment does) it still stores and delivers.
+func TestSetUsersKeepsJetStream(t *testing.T) {
 	ctl, ctlPub := newUser(t)
 	b := startBus(t, []broker.User{{NKey: ctlPub, Full: true}})
 	nc, err := b.connect(t, ctl)
@@ -121,16 +125,16 @@ func TestReloadKeepsJetStream(t *testing.T) {
 			users = users[:1]
 		}
 		if err := b.srv.SetUsers(users); err != nil {
-			t.Fatalf("reload %d: %v", i, err)
+			t.Fatalf("set users %d: %v", i, err)
 		}
 	}
 
 	if _, err := js.Publish(ctx, "t.after", []byte("after")); err != nil {
-		t.Fatalf("publish to JetStream after reload: %v", err)
+		t.Fatalf("publish to JetStream after the users changed: %v", err)
 	}
 	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
-		t.Fatalf("create consumer after reload: %v", err)
+		t.Fatalf("create consumer after the users changed: %v", err)
 	}
 	batch, err := cons.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
 	if err != nil {
@@ -142,12 +146,13 @@ func TestReloadKeepsJetStream(t *testing.T) {
 		m.Ack()
 	}
 	if strings.Join(got, ",") != "before,after" {
-		t.Fatalf("delivered after reload: %q, want before,after", got)
+		t.Fatalf("delivered: %q, want before,after", got)
 	}
 }
 
-// TestPermissions: a restricted user may do only what its lists allow, and
-// a reload that adds a user puts it in force at once.
+// TestPermissions: a restricted user may do only what its lists allow
+// (subscribing or publishing elsewhere is a permissions violation), and
+// SetUsers that adds a user puts it in force at once.
 func TestPermissions(t *testing.T) {
 	ctl, ctlPub := newUser(t)
 	node, nodePub := newUser(t)
@@ -165,7 +170,7 @@ func TestPermissions(t *testing.T) {
 	errs := make(chan error, 8)
 	nc, err := b.connect(t, node, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
 	if err != nil {
-		t.Fatalf("a user added by reload cannot connect: %v", err)
+		t.Fatalf("a user added by SetUsers cannot connect: %v", err)
 	}
 	ctlc, err := b.connect(t, ctl)
 	if err != nil {
@@ -193,6 +198,22 @@ func TestPermissions(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("subscribing to a subject not allowed raised no permission violation")
+	}
+	if _, err := ctlc.SubscribeSync("other.x"); err != nil {
+		t.Fatal(err)
+	}
+	ctlc.Flush()
+	if err := nc.Publish("other.x", []byte("no")); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "Publish") {
+			t.Fatalf("want a publish permission violation, got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("publishing to a subject not allowed raised no permission violation")
 	}
 }
 
