@@ -97,11 +97,11 @@ func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateReques
 // unexpired token could join as. The join would otherwise fail half-way,
 // at the consumer, for that host alone. A read that failed is an error.
 func (c *Controller) roomFor(ctx context.Context, node string) error {
-	nodes, err := c.deps.DB.Nodes(ctx)
+	nodes, err := c.deps.DB.NodeKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("count the nodes the mesh admits: %w", err)
 	}
-	tokens, err := c.deps.DB.Tokens(ctx)
+	tokens, err := c.deps.DB.OpenTokens(ctx)
 	if err != nil {
 		return fmt.Errorf("count the tokens that may still join: %w", err)
 	}

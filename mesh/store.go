@@ -17,6 +17,7 @@ type Store interface {
 
 	Node(ctx context.Context, name string) (store.Node, error)
 	Nodes(ctx context.Context) ([]store.Node, error)
+	NodeKeys(ctx context.Context) ([]store.NodeKey, error)
 	RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error
 	RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at time.Time) (map[string]error, error)
 	RecordFacts(ctx context.Context, f spec.Facts, at time.Time) error
@@ -27,6 +28,7 @@ type Store interface {
 	AddToken(ctx context.Context, t store.Token) error
 	Token(ctx context.Context, id string) (store.Token, error)
 	Tokens(ctx context.Context) ([]store.Token, error)
+	OpenTokens(ctx context.Context) ([]store.Token, error)
 	RevokeToken(ctx context.Context, id string, at time.Time) error
 	Enrol(ctx context.Context, id string, n store.Node) error
 

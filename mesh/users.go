@@ -63,16 +63,16 @@ func Users(ctx context.Context, db Store, keys Keys, now time.Time) ([]broker.Us
 	for _, op := range ops {
 		add(op.NKey, spec.OperatorPermissions())
 	}
-	nodes, err := db.Nodes(ctx)
+	nodes, err := db.NodeKeys(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range nodes {
-		if n.Removing.IsZero() {
+		if !n.Removing {
 			add(n.NKey, spec.NodePermissions(n.Name))
 		}
 	}
-	tokens, err := db.Tokens(ctx)
+	tokens, err := db.OpenTokens(ctx)
 	if err != nil {
 		return nil, err
 	}

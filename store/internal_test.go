@@ -140,8 +140,8 @@ func TestTransactionsBeginImmediate(t *testing.T) {
 	}
 }
 
-// Invariant 1 on a read: a store whose file is not a database fails Node and
-// Nodes with an error that names the read and is not ErrNotFound.
+// Invariant 1 on a read: a store whose file is not a database fails Node,
+// Nodes, NodeKeys and OpenTokens with an error that names the read and is not ErrNotFound.
 func TestReadOfCorruptFileIsNotNotFound(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "mesh.db")
@@ -187,6 +187,14 @@ func TestReadOfCorruptFileIsNotNotFound(t *testing.T) {
 	}
 	if ns != nil {
 		t.Errorf("Nodes returned %v beside an error", ns)
+	}
+	ks, err := broken.NodeKeys(ctx)
+	if err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "read nodes' keys") || ks != nil {
+		t.Errorf("NodeKeys on a corrupt file = %v, %v, want a failure naming the read, not ErrNotFound", ks, err)
+	}
+	ts, err := broken.OpenTokens(ctx)
+	if err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "read tokens") || ts != nil {
+		t.Errorf("OpenTokens on a corrupt file = %v, %v, want a failure naming the read, not ErrNotFound", ts, err)
 	}
 	_, err = broken.Mesh(ctx)
 	if err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "read mesh") {

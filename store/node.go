@@ -209,6 +209,37 @@ func (db *DB) Node(ctx context.Context, name string) (Node, error) {
 	return n, nil
 }
 
+// NodeKey is a node's name and bus key, and whether its removal began:
+// what the bus's users and the count of nodes need.
+type NodeKey struct {
+	Name     string
+	NKey     string
+	Removing bool
+}
+
+// NodeKeys returns every node's name and bus key, by name, without reading
+// (and decoding) each node whole: the controller reads them at every token
+// and join, so their cost grows with the fleet.
+func (db *DB) NodeKeys(ctx context.Context) ([]NodeKey, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT name, nkey, removing_at IS NOT NULL FROM nodes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("read nodes' keys: %w", err)
+	}
+	defer rows.Close()
+	var ks []NodeKey
+	for rows.Next() {
+		var k NodeKey
+		if err := rows.Scan(&k.Name, &k.NKey, &k.Removing); err != nil {
+			return nil, fmt.Errorf("read nodes' keys: %w", err)
+		}
+		ks = append(ks, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read nodes' keys: %w", err)
+	}
+	return ks, nil
+}
+
 // Nodes returns every node, by name.
 func (db *DB) Nodes(ctx context.Context) ([]Node, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)

@@ -552,3 +552,64 @@ func TestIsBusy(t *testing.T) {
 		t.Fatalf("a sequence of 2^63: %v", err)
 	}
 }
+
+// TestNodeKeysAndOpenTokens: the lean reads the bus's users are composed
+// from give what the whole reads give for them: every node's key by name,
+// whether its removal began, and the tokens neither used nor revoked (an
+// expired one too: the controller judges expiry by its own clock).
+func TestNodeKeysAndOpenTokens(t *testing.T) {
+	ctx := context.Background()
+	db, _ := openTemp(t)
+	now := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
+	for _, n := range []store.Node{{Name: "web2", NKey: "UWEB2", Joined: now}, {Name: "alpha", NKey: "UALPHA", Joined: now}} {
+		if err := db.AddNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.BeginRemoval(ctx, "web2", now); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := db.NodeKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []store.NodeKey{{Name: "alpha", NKey: "UALPHA"}, {Name: "web2", NKey: "UWEB2", Removing: true}}; !reflect.DeepEqual(keys, want) {
+		t.Errorf("NodeKeys = %+v, want %+v", keys, want)
+	}
+
+	for i, id := range []string{"open", "used", "revoked", "expired"} {
+		tok := store.Token{ID: id, Node: "n" + id, EnrolNKey: "U" + id, Created: now.Add(time.Duration(i) * time.Second), Expires: now.Add(time.Hour)}
+		if id == "expired" {
+			tok.Expires = now.Add(-time.Minute)
+		}
+		if err := db.AddToken(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Enrol(ctx, "used", store.Node{Name: "nused", NKey: "UNUSED", Joined: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RevokeToken(ctx, "revoked", now); err != nil {
+		t.Fatal(err)
+	}
+	open, err := db.OpenTokens(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := db.Tokens(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []store.Token
+	for _, tok := range all {
+		if tok.Used.IsZero() && tok.Revoked.IsZero() {
+			want = append(want, tok)
+		}
+	}
+	if len(want) != 2 || want[0].ID != "open" || want[1].ID != "expired" {
+		t.Fatalf("Tokens gives %+v as neither used nor revoked, want open and expired", want)
+	}
+	if !reflect.DeepEqual(open, want) {
+		t.Errorf("OpenTokens = %+v, want %+v", open, want)
+	}
+}

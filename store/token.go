@@ -75,7 +75,19 @@ func (db *DB) Token(ctx context.Context, id string) (Token, error) {
 
 // Tokens returns every token, oldest first.
 func (db *DB) Tokens(ctx context.Context) ([]Token, error) {
-	rows, err := db.sql.QueryContext(ctx, `SELECT `+tokenColumns+` FROM tokens ORDER BY created_at, id`)
+	return db.tokens(ctx, `SELECT `+tokenColumns+` FROM tokens ORDER BY created_at, id`)
+}
+
+// OpenTokens returns the tokens neither used nor revoked, oldest first: an
+// expired one among them is the caller's to judge, by its clock. A used
+// token stays in the store, so this is what the controller reads at every
+// token and join instead of every token ever made.
+func (db *DB) OpenTokens(ctx context.Context) ([]Token, error) {
+	return db.tokens(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE used_at IS NULL AND revoked_at IS NULL ORDER BY created_at, id`)
+}
+
+func (db *DB) tokens(ctx context.Context, query string) ([]Token, error) {
+	rows, err := db.sql.QueryContext(ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("read tokens: %w", err)
 	}
