@@ -60,9 +60,9 @@ func DialOperator(ctx context.Context, dir string) (*Operator, error) {
 			nats.NoReconnect(),
 		)
 	}
-	// The bus closes a connection that arrives while it reloads its users
-	// (every enrolment and token does that); such a refusal is not an
-	// answer, so try again, briefly. A refused credential is an answer.
+	// A connection that fails on the way (closed by the bus, a handshake
+	// late on a loaded machine) is not an answer, so try again, briefly. A
+	// refused credential is an answer.
 	var nc *nats.Conn
 	err = retry.Do(ctx, 4, retry.Linear(100*time.Millisecond), func() error {
 		var err error

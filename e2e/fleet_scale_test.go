@@ -16,8 +16,9 @@ const fleetHosts = 1200
 // pushes a module to all of them, and has every one report it applied and
 // hold the file; a second push that changes nothing sends nothing.
 //
-// The joins take minutes on two cores (each reloads the bus's users, whose
-// cost grows with the fleet: see docs/design.md's limits), so it runs when
+// The joins take minutes on two cores (each reads the store's nodes and
+// swaps the bus's users, whose cost grows with the fleet: see
+// docs/design.md's limits), so it runs when
 // MESH_TEST_FLEET=1 asks for it, as .ci/run does; it is not parallel, so
 // its load does not slow the tests that wait on deadlines.
 func TestFleetPastAThousand(t *testing.T) {

@@ -90,10 +90,8 @@ func newFleet(tb testing.TB, nodes int) *fleet {
 		f.nodes[i] = fmt.Sprintf("n%05d", i)
 	}
 
-	// One host after another: a host that connects while the bus reloads
-	// its users (every other join does) may be refused as if its token were
-	// spent, and the joins would not go faster: the controller takes each
-	// in turn.
+	// One host after another: the controller takes each join in turn, so
+	// they would not go faster at once.
 	begin := time.Now()
 	agents := make([]*host.Agent, nodes)
 	for i, node := range f.nodes {

@@ -128,10 +128,11 @@ func TestRevokedTokenIsRefusedAtConnect(t *testing.T) {
 // TestJoinHearsItsAnswerAsTheTokenLeaves: the controller withdraws a used
 // token's user, closing the joining host's connection, right after it
 // answered; every join still hears its answer, and the used token's secret
-// is refused at connect from then on. "Right after" is a bus reload that
-// follows the answer: a connection made in between may still get in (the
-// token is used in the store before the answer, so it enrols nothing), and
-// the test waits a bounded while for the server's refusal.
+// is refused at connect from then on. "Right after" is the change of the
+// bus's users that follows the answer: a connection made in between may
+// still get in (the token is used in the store before the answer, so it
+// enrols nothing), and the test waits a bounded while for the server's
+// refusal.
 func TestJoinHearsItsAnswerAsTheTokenLeaves(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)

@@ -57,9 +57,9 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 			nats.Timeout(10*time.Second),
 		)
 	}
-	// The bus closes a connection that arrives while it reloads its users;
-	// that is not an answer, so try again, briefly. A refused credential or
-	// a root that does not match the pin is an answer.
+	// A connection that fails on the way (closed by the bus, a handshake
+	// late on a loaded machine) is not an answer, so try again, briefly. A
+	// refused credential or a root that does not match the pin is an answer.
 	var nc *nats.Conn
 	err = retry.Do(ctx, 4, retry.Linear(100*time.Millisecond), func() error {
 		var err error

@@ -259,7 +259,7 @@ func TestEnrolRefusals(t *testing.T) {
 
 // TestUsersIsNeverEmptyOnFailure holds invariant 1 for the bus's users: a
 // store that cannot be read is an error, never a list without the nodes
-// (which would lock every node out at the next reload).
+// (which would lock every node out at the next change of the users).
 func TestUsersIsNeverEmptyOnFailure(t *testing.T) {
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)

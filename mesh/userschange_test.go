@@ -11,25 +11,26 @@ import (
 	"github.com/nats-io/nkeys"
 )
 
-// TestEnrolWhileTheBusReloads: an enrolment that meets a reload of the
+// TestEnrolWhileTheBusUsersChange: an enrolment that meets a change of the
 // bus's users (another token created, another host joined, the sweep)
-// still joins its node. While nats-server reloads its accounts its
-// JetStream API answers "no responders", and an enrolment that took that
-// for an answer failed after the token was spent and the node recorded,
-// without its consumer: the host could not join, nor join again.
+// still joins its node. When the bus reloaded its accounts at every change,
+// its JetStream API answered "no responders" meanwhile, and an enrolment
+// that took that for an answer failed after the token was spent and the
+// node recorded, without its consumer: the host could not join, nor join
+// again. The bus reloads nothing now; this holds that it stays so.
 //
-// Not parallel: its storm of reloads takes both cores for some 20 s, and
+// Not parallel: its storm of changes takes both cores for seconds, and
 // would slow the tests that wait on deadlines.
-func TestEnrolWhileTheBusReloads(t *testing.T) {
+func TestEnrolWhileTheBusUsersChange(t *testing.T) {
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
 	ctx := context.Background()
-	// Enough users that each reload takes a while.
+	// Enough users that each change costs something.
 	for i := range 100 {
 		joinWithKey(t, c, fmt.Sprintf("base%03d", i))
 	}
 	var stop atomic.Bool
-	reloads := make(chan int)
+	changes := make(chan int)
 	go func() {
 		n := 0
 		for ; !stop.Load(); n++ {
@@ -38,7 +39,7 @@ func TestEnrolWhileTheBusReloads(t *testing.T) {
 				break
 			}
 		}
-		reloads <- n
+		changes <- n
 	}()
 	var failed []error
 	for i := range 30 {
@@ -51,11 +52,11 @@ func TestEnrolWhileTheBusReloads(t *testing.T) {
 		tok, _ := spec.ParseToken(res.Token)
 		key, _ := nkeys.CreateUser()
 		if _, err := c.enrol(ctx, enrolRequestWith(t, tok, node, key)); err != nil {
-			failed = append(failed, fmt.Errorf("enrol %s while the bus reloads: %w", node, err))
+			failed = append(failed, fmt.Errorf("enrol %s while the bus's users change: %w", node, err))
 		}
 	}
 	stop.Store(true)
-	n := <-reloads
+	n := <-changes
 	if len(failed) > 0 {
 		t.Fatalf("%d of 30 enrolments failed; the first: %v", len(failed), failed[0])
 	}

@@ -1,7 +1,7 @@
 // Package retry tries an operation again after a failure that is not an
-// answer (a bus that closed the connection while it reloaded its users),
-// waiting between tries, and never past its context: a cancelled context
-// ends the wait at once and no further try is made.
+// answer (a connection that failed on the way), waiting between tries, and
+// never past its context: a cancelled context ends the wait at once and no
+// further try is made.
 package retry
 
 import (
