@@ -77,12 +77,11 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.TLS == nil {
 		return nil, errors.New("bus: no TLS configuration")
 	}
-	for _, u := range cfg.Users {
-		if err := u.check(); err != nil {
-			return nil, err
-		}
+	g := &gate{}
+	if _, _, err := g.swap(cfg.Users); err != nil {
+		return nil, err
 	}
-	return &Server{cfg: cfg, log: log, ready: make(chan struct{}), users: cfg.Users, gate: newGate(cfg.Users)}, nil
+	return &Server{cfg: cfg, log: log, ready: make(chan struct{}), users: slices.Clone(cfg.Users), gate: g}, nil
 }
 
 func (u User) check() error {
@@ -178,16 +177,14 @@ func (s *Server) Users() []User {
 // user connects again with its new lists, or is refused. Before Run it only
 // records them.
 func (s *Server) SetUsers(users []User) error {
-	for _, u := range users {
-		if err := u.check(); err != nil {
-			return err
-		}
-	}
 	users = slices.Clone(users)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	drop, ns, err := s.gate.swap(users)
+	if err != nil {
+		return err
+	}
 	s.users = users
-	drop, ns := s.gate.swap(users)
 	for _, id := range drop {
 		// An ID not found is a connection that closed since.
 		_ = ns.DisconnectClientByID(id)

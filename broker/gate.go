@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/base64"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -39,12 +40,6 @@ type admitted struct {
 // one connection, so the record stays small.
 const pruneAt = 8
 
-func newGate(users []User) *gate {
-	g := &gate{}
-	g.users, _ = g.table(users)
-	return g
-}
-
 // start ties the gate to its server and the mesh account, before the server
 // accepts a connection.
 func (g *gate) start(ns *server.Server, acc *server.Account) {
@@ -59,15 +54,22 @@ func (g *gate) start(ns *server.Server, acc *server.Account) {
 // table builds the users' map from users. Each user that was in force
 // before with the same lists keeps its record of connections; every other
 // recorded connection is returned, to be closed: its user was withdrawn,
-// or its lists changed and it must connect again to get the new ones.
-// Called with mu held, or before the gate is shared.
-func (g *gate) table(users []User) (map[string]*admitted, []uint64) {
+// or its lists changed and it must connect again to get the new ones. A
+// user new or changed is checked first; one that fails is the error, and
+// nothing is returned. Called with mu held, or before the gate is shared.
+func (g *gate) table(users []User) (map[string]*admitted, []uint64, error) {
 	next := make(map[string]*admitted, len(users))
 	for _, u := range users {
+		if next[u.NKey] != nil {
+			return nil, nil, fmt.Errorf("bus user %s: given twice (one nkey is one user, with one set of lists)", u.NKey)
+		}
 		old := g.users[u.NKey]
 		if old != nil && same(old.u, u) {
 			next[u.NKey] = old
 			continue
+		}
+		if err := u.check(); err != nil {
+			return nil, nil, err
 		}
 		next[u.NKey] = &admitted{u: u, perms: &server.User{Username: u.NKey, Account: g.acc, Permissions: permissions(u)}, conns: map[uint64]struct{}{}}
 	}
@@ -80,17 +82,21 @@ func (g *gate) table(users []User) (map[string]*admitted, []uint64) {
 			drop = append(drop, id)
 		}
 	}
-	return next, drop
+	return next, drop, nil
 }
 
 // swap puts users in force and returns the connections to close, and the
-// server that holds them (nil before it starts: none to close).
-func (g *gate) swap(users []User) ([]uint64, *server.Server) {
+// server that holds them (nil before it starts: none to close). A user it
+// cannot admit is an error, and changes nothing.
+func (g *gate) swap(users []User) ([]uint64, *server.Server, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	next, drop := g.table(users)
+	next, drop, err := g.table(users)
+	if err != nil {
+		return nil, nil, err
+	}
 	g.users = next
-	return drop, g.ns
+	return drop, g.ns, nil
 }
 
 func same(a, b User) bool {

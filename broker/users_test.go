@@ -293,8 +293,9 @@ func TestBadUserChangesNothing(t *testing.T) {
 		{broker.User{NKey: otherPub, Publish: []string{"a..b"}}, `subject "a..b" is not a valid subject`},
 		{broker.User{NKey: otherPub, Subscribe: []string{""}}, `subject "" is not a valid subject`},
 		{broker.User{NKey: "N" + otherPub[1:]}, "not a user nkey"},
+		{broker.User{NKey: nodePub, Subscribe: []string{"y"}}, "given twice"},
 	} {
-		err := b.srv.SetUsers([]broker.User{tc.user})
+		err := b.srv.SetUsers([]broker.User{{NKey: nodePub, Subscribe: []string{"x"}}, tc.user})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("SetUsers(%+v): %v, want an error saying %q", tc.user, err, tc.want)
 		}
