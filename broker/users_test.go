@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,5 +307,85 @@ func TestBadUserChangesNothing(t *testing.T) {
 	}
 	if n := b.conns(t, nodePub); n != 1 || nc.Stats().Reconnects != 0 {
 		t.Fatalf("the user in force holds %d connections after %d reconnects, want 1 after 0", n, nc.Stats().Reconnects)
+	}
+}
+
+// TestWithdrawalRacesConnects: clients of a user connect again and again
+// while SetUsers admits and withdraws it. Once a withdrawal has returned, a
+// connection begun after it is refused, and every connection admitted
+// before it is closed: none outlives the withdrawal.
+func TestWithdrawalRacesConnects(t *testing.T) {
+	t.Parallel()
+	node, nodePub := newUser(t)
+	user := broker.User{NKey: nodePub, Subscribe: []string{"x"}}
+	b := startBus(t, nil)
+	for round := range 10 {
+		if err := b.srv.SetUsers([]broker.User{user}); err != nil {
+			t.Fatal(err)
+		}
+		var withdrawn atomic.Bool
+		var tried atomic.Int64 // connections begun after the withdrawal
+		stop := make(chan struct{})
+		admitted := make(chan *nats.Conn, 1024)
+		late := make(chan error, 1)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					after := withdrawn.Load()
+					nc, err := nats.Connect("nats://"+b.srv.Addr(), nats.Nkey(nodePub, node.Sign), nats.Secure(b.tls()), nats.TLSHandshakeFirst(), nats.NoReconnect())
+					if after {
+						tried.Add(1)
+					}
+					if err != nil {
+						continue
+					}
+					if after {
+						select {
+						case late <- fmt.Errorf("round %d: a connection begun after the withdrawal was admitted", round):
+						default:
+						}
+					}
+					select {
+					case admitted <- nc:
+					default:
+						nc.Close()
+					}
+				}
+			}()
+		}
+		poll.Until(t, 10*time.Second, "a connection admitted", func() (bool, string) { return len(admitted) > 0, "none yet" })
+		if err := b.srv.SetUsers(nil); err != nil {
+			t.Fatal(err)
+		}
+		withdrawn.Store(true)
+		poll.Until(t, 10*time.Second, "connections tried after the withdrawal", func() (bool, string) {
+			return tried.Load() >= 8, fmt.Sprintf("%d tried", tried.Load())
+		})
+		close(stop)
+		wg.Wait()
+		close(admitted)
+		select {
+		case err := <-late:
+			t.Fatal(err)
+		default:
+		}
+		for nc := range admitted {
+			poll.Until(t, 10*time.Second, "an admitted connection closed by the withdrawal", func() (bool, string) {
+				return !nc.IsConnected(), fmt.Sprintf("round %d: status %v", round, nc.Status())
+			})
+			nc.Close()
+		}
+		poll.Until(t, 10*time.Second, "no connection of the withdrawn user", func() (bool, string) {
+			n := b.conns(t, nodePub)
+			return n == 0, fmt.Sprintf("round %d: %d open", round, n)
+		})
 	}
 }
