@@ -31,6 +31,15 @@ func (f *failingStore) AssignmentsOf(ctx context.Context, node string) ([]store.
 	return f.DB.AssignmentsOf(ctx, node)
 }
 
+// Assignments fails as the read of every node's assignments does when
+// node's row cannot be read.
+func (f *failingStore) Assignments(ctx context.Context) ([]store.Assignment, error) {
+	if f.fail.Load() {
+		return nil, fmt.Errorf("read assignments: settings of web on %s: %w", f.node, errUnreachable)
+	}
+	return f.DB.Assignments(ctx)
+}
+
 // meshOf sets up nodes alpha (from genesis), beta and gamma, with a module
 // serving route web on each of alpha and beta.
 func meshOf(t *testing.T, c *Controller, db *store.DB) {
@@ -109,7 +118,7 @@ func TestReadFailureIsRaisedNotAbsence(t *testing.T) {
 	if err == nil {
 		t.Fatal("a push succeeded while beta's assignments could not be read")
 	}
-	for _, want := range []string{`node "beta"`, "read assignments", errUnreachable.Error(), "nothing was sent"} {
+	for _, want := range []string{"on beta", "read assignments", errUnreachable.Error(), "nothing was sent"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("push error %q does not say %q", err, want)
 		}

@@ -54,6 +54,20 @@ func (c *Controller) gather(ctx context.Context) (gathered, error) {
 	if err != nil {
 		return gathered{}, err
 	}
+	// Every node's assignments and binary in one read each, not two reads
+	// a node.
+	all, err := c.deps.DB.Assignments(ctx)
+	if err != nil {
+		return gathered{}, err
+	}
+	assigned := map[string][]store.Assignment{}
+	for _, a := range all {
+		assigned[a.Node] = append(assigned[a.Node], a)
+	}
+	binaries, err := c.deps.DB.NodeBinaries(ctx)
+	if err != nil {
+		return gathered{}, err
+	}
 	g := gathered{plans: map[string]Plan{}, own: map[string]error{}, roster: spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}},
 		chain: ComposeChain(c.deps.CA.Intermediate())}
 	for _, n := range nodes {
@@ -61,7 +75,11 @@ func (c *Controller) gather(ctx context.Context) (gathered, error) {
 			continue // leaving the mesh: in nobody's roster, sent nothing
 		}
 		g.roster.Nodes = append(g.roster.Nodes, spec.RosterNode{Name: n.Name, Address: n.Address})
-		plan, own, err := c.composeOne(ctx, n, modules)
+		var bin *store.Release
+		if b, ok := binaries[n.Name]; ok {
+			bin = &b
+		}
+		plan, own, err := c.composeWith(ctx, n, modules, assigned[n.Name], bin)
 		if err != nil {
 			return gathered{}, err
 		}
@@ -98,16 +116,26 @@ func (c *Controller) composeOne(ctx context.Context, n store.Node, modules map[s
 	if err != nil {
 		return Plan{}, nil, fmt.Errorf("compose node %q: %w", n.Name, err)
 	}
+	var bin *store.Release
+	switch rel, err := c.deps.DB.NodeBinary(ctx, n.Name); {
+	case err == nil:
+		bin = &rel
+	case !errors.Is(err, store.ErrNotFound):
+		return Plan{}, nil, fmt.Errorf("compose node %q: %w", n.Name, err)
+	}
+	return c.composeWith(ctx, n, modules, as, bin)
+}
+
+// composeWith is composeOne with n's assignments and binary (nil: none)
+// read already.
+func (c *Controller) composeWith(ctx context.Context, n store.Node, modules map[string]spec.Module, as []store.Assignment, bin *store.Release) (plan Plan, own, err error) {
 	in := NodeInput{Node: n.Name, Address: n.Address}
 	if n.Facts != nil {
 		in.Capabilities, in.Arch, in.OS = n.Facts.Capabilities, n.Facts.Arch, n.Facts.OS
 	}
-	switch rel, err := c.deps.DB.NodeBinary(ctx, n.Name); {
-	case err == nil:
-		r := releaseOf(rel)
-		in.Binary, in.BinaryRetry = &r, rel.Retry
-	case !errors.Is(err, store.ErrNotFound):
-		return Plan{}, nil, fmt.Errorf("compose node %q: %w", n.Name, err)
+	if bin != nil {
+		r := releaseOf(*bin)
+		in.Binary, in.BinaryRetry = &r, bin.Retry
 	}
 	for _, a := range as {
 		in.Assigned = append(in.Assigned, Assigned{Module: a.Module, Settings: a.Settings})
@@ -263,64 +291,6 @@ func (ct content) digest() string {
 	return contentDigest(ct.resources, ct.roster, ct.chain)
 }
 
-// send numbers, signs, records and publishes a declaration of resources,
-// roster and CA chain to node, under the node's lock. Unless force, a node
-// whose last declaration holds the same content (the digest status
-// compares for "pending": the chain included) is sent nothing, and the
-// sequence returned is that declaration's, with unchanged set: it holds it
-// already, or will, since it is in the stream unexpired. One it has not
-// applied and that has expired is sent again.
-func (c *Controller) send(ctx context.Context, node string, ct content, force bool) (seq uint64, unchanged bool, err error) {
-	lock := c.nodeLock(node)
-	lock.Lock()
-	defer lock.Unlock()
-	last, n, err := c.sendState(ctx, node)
-	if err != nil {
-		return 0, false, err
-	}
-	if !force && c.holds(last, n, ct) {
-		return last.Seq, true, nil
-	}
-	decl, err := c.numbered(ctx, n, last.Seq, spec.DefaultExpiry)
-	if err != nil {
-		return 0, false, err
-	}
-	decl.Resources, decl.Roster, decl.RosterRef, decl.CAChain = ct.resources, ct.roster, ct.ref, ct.chain
-	body, err := json.Marshal(decl)
-	if err != nil {
-		return 0, false, fmt.Errorf("encode declaration of node %q: %w", node, err)
-	}
-	if err := oversize(node, len(body), ct.resources, ct.roster); err != nil {
-		return 0, false, err
-	}
-	sig := ed25519.Sign(c.cfg.SignKey, body)
-	if err := c.deps.DB.RecordDeclaration(ctx, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: sig,
-		Content: ct.digest(), Sent: decl.Issued, Expires: decl.Expires}); err != nil {
-		return 0, false, err
-	}
-	msg := signedMsg(spec.DeclarationSubject(node), body, sig)
-	// Recorded as sent, it is published whatever happens to the caller's
-	// context: a push that stops never leaves a recorded declaration
-	// unsent, nor one sent that it does not list.
-	if _, err := c.js.PublishMsg(context.WithoutCancel(ctx), msg); err != nil {
-		return 0, false, fmt.Errorf("publish declaration %d of node %q: %w", decl.Seq, node, err)
-	}
-	c.metrics.countSent(len(body))
-	c.log.Info("declaration sent", "node", node, "seq", decl.Seq, "resources", len(ct.resources))
-	return decl.Seq, false, nil
-}
-
-// holds says whether last, node n's last declaration (the zero one when
-// none was sent), holds ct and n has it or will (it applied it, or it is
-// in the stream unexpired).
-func (c *Controller) holds(last store.Declaration, n store.Node, ct content) bool {
-	if last.Seq == 0 || differs(ct, last) {
-		return false
-	}
-	// Never applied, and expired: it would be refused.
-	return n.AppliedSeq >= last.Seq || c.cfg.Now().Before(last.Expires)
-}
-
 // pushParallel is how many nodes a push sends to at once.
 const pushParallel = 16
 
@@ -367,111 +337,101 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		}
 	}
 	res := spec.PushResult{ID: "p" + randomHex(5), Nodes: make([]spec.PushNode, len(targets))}
-	// A failure is one node's: the others are sent theirs. Only a store
-	// that is busy (another writer holds it) stops the sends not yet
-	// recorded, which would each wait it out in vain; a declaration
-	// recorded is published whatever happens after (see send).
-	sendCtx, stopSends := context.WithCancel(ctx)
-	defer stopSends()
-	var (
-		mu    sync.Mutex
-		busy  error // the first send that found the store busy
-		wg    sync.WaitGroup
-		slots = make(chan struct{}, pushParallel)
-	)
-	busyError := func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if busy == nil {
-			return nil
-		}
-		return fmt.Errorf("the store is busy (%w): nothing was sent to this node; run the push again once the store is free", busy)
-	}
+	var items []sendItem
+	var listed []int // the line of each item
 	for i, node := range targets {
 		pn := spec.PushNode{Node: node}
-		if n := byName[node]; !n.Held.IsZero() {
+		n := byName[node]
+		switch {
+		case !n.Held.IsZero():
 			pn.Held = true
 			pn.Error = fmt.Sprintf("held since %s%s: nothing was sent (mesh node release %s)", n.Held.UTC().Format(time.RFC3339), reasonSuffix(n.HeldReason), node)
-			res.Nodes[i] = pn
-			continue
-		}
-		if n := byName[node]; !n.Removing.IsZero() {
+		case !n.Removing.IsZero():
 			pn.Error = removingError(node)
-			res.Nodes[i] = pn
-			continue
+		case g.own[node] != nil:
+			pn.Error = g.own[node].Error() + "; nothing was sent to it"
+		case rosterErr != nil && protocolFor(n) >= spec.ProtocolRosterRef:
+			pn.Resources = len(g.plans[node].Resources)
+			pn.Error = fmt.Sprintf("the roster was not sent (%v): nothing was sent to this node, which keeps the names it has; run the push again", rosterErr)
+		default:
+			pn.Resources = len(g.plans[node].Resources)
+			items = append(items, sendItem{node: node, ct: contentFor(n, g.plans[node].Resources, g, ref)})
+			listed = append(listed, i)
 		}
-		if err := g.own[node]; err != nil {
-			pn.Error = err.Error() + "; nothing was sent to it"
-			res.Nodes[i] = pn
-			continue
+		res.Nodes[i] = pn
+	}
+	if req.DryRun {
+		c.previewAll(ctx, res, items, listed, req.Progress)
+		return res, nil
+	}
+	// Watch before sending: a fast host may answer before the send returns.
+	ws := make([]*watcher, len(items))
+	for k, it := range items {
+		ws[k] = c.watch(it.node, res.ID, req.Progress, false)
+	}
+	// A row says a sequence only once its declaration was published: the
+	// push's answer lists exactly the nodes that were sent one.
+	results := c.sendCaught(ctx, items, req.Force)
+	for k, r := range results {
+		it, pn := items[k], &res.Nodes[listed[k]]
+		switch {
+		case r.err != nil:
+			c.unwatch(it.node, ws[k])
+			pn.Error = r.err.Error()
+			if store.IsBusy(r.err) {
+				pn.Error = fmt.Sprintf("the store is busy (%v): nothing was sent to this node; run the push again once the store is free", r.err)
+			}
+			var caller callerError
+			if !errors.As(r.err, &caller) {
+				c.log.Error("declaration not sent", "node", it.node, "err", r.err)
+			}
+		case r.unchanged:
+			c.unwatch(it.node, ws[k])
+			pn.Seq, pn.Unchanged = r.seq, true
+		default:
+			c.setSeq(it.node, ws[k], r.seq)
+			pn.Seq = r.seq
 		}
+	}
+	return res, nil
+}
+
+// sendCaught is sendAll, with a panic answered as every node's failure
+// that has no result yet.
+func (c *Controller) sendCaught(ctx context.Context, items []sendItem, force bool) (results []sendResult) {
+	defer c.catch("push", func(err error) {
+		results = make([]sendResult, len(items))
+		for k := range results {
+			results[k].err = err
+		}
+	})
+	return c.sendAll(ctx, items, force)
+}
+
+// previewAll sends each item's node a preview, pushParallel at once, and
+// forwards each node's answer to progress.
+func (c *Controller) previewAll(ctx context.Context, res spec.PushResult, items []sendItem, listed []int, progress string) {
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, pushParallel)
+	for k, it := range items {
+		pn := &res.Nodes[listed[k]]
 		wg.Add(1)
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			// A row says a sequence only once its declaration was published:
-			// the push's answer lists exactly the nodes that were sent one.
-			defer c.catch("push to node "+node, func(err error) {
-				pn.Seq, pn.Error = 0, err.Error()
-				res.Nodes[i] = pn
-			})
-			resources := g.plans[node].Resources
-			pn.Resources = len(resources)
-			if err := busyError(); err != nil {
-				pn.Error = err.Error()
-				res.Nodes[i] = pn
-				return
-			}
-			ct := contentFor(byName[node], resources, g, ref)
-			if rosterErr != nil && protocolFor(byName[node]) >= spec.ProtocolRosterRef {
-				pn.Error = fmt.Sprintf("the roster was not sent (%v): nothing was sent to this node, which keeps the names it has; run the push again", rosterErr)
-				res.Nodes[i] = pn
-				return
-			}
-			// Watch before sending: a fast host may answer before send returns.
-			w := c.watch(node, res.ID, req.Progress, req.DryRun)
-			var seq uint64
-			var unchanged bool
-			var err error
-			if req.DryRun {
-				seq, err = c.preview(sendCtx, node, ct)
-			} else {
-				seq, unchanged, err = c.send(sendCtx, node, ct, req.Force)
-			}
-			if err == nil && unchanged {
-				c.unwatch(node, w)
-				pn.Seq, pn.Unchanged = seq, true
-				res.Nodes[i] = pn
-				return
-			}
+			defer c.catch("preview to node "+it.node, func(err error) { pn.Seq, pn.Error = 0, err.Error() })
+			w := c.watch(it.node, res.ID, progress, true)
+			seq, err := c.preview(ctx, it.node, it.ct)
 			if err != nil {
-				c.unwatch(node, w)
-				if b := busyError(); b != nil && errors.Is(err, context.Canceled) {
-					err = b
-				}
+				c.unwatch(it.node, w)
 				pn.Error = err.Error()
-				res.Nodes[i] = pn
-				var caller callerError
-				if !errors.As(err, &caller) {
-					c.log.Error("declaration not sent", "node", node, "err", err)
-				}
-				if store.IsBusy(err) {
-					mu.Lock()
-					if busy == nil {
-						busy = err
-					}
-					mu.Unlock()
-					stopSends()
-				}
 				return
 			}
-			c.setSeq(node, w, seq)
+			c.setSeq(it.node, w, seq)
 			pn.Seq = seq
-			res.Nodes[i] = pn
 		}()
 	}
 	wg.Wait()
-	return res, nil
 }
 
 // removingError says that node's removal began and did not finish.

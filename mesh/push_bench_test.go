@@ -11,37 +11,59 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// BenchmarkPushSend is the controller's side of a push to 50 nodes: compose,
+// BenchmarkPushSend is the controller's side of a push to N nodes: compose,
 // number, sign, record and publish each declaration (no host answers),
 // forced since the content does not change between runs.
-func BenchmarkPushSend(b *testing.B) { benchmarkPush(b, true) }
+//
+//	go test -run '^$' -bench 'PushSend|PushUnchanged' -benchtime 5x ./mesh
+func BenchmarkPushSend(b *testing.B) {
+	for _, n := range []int{50, 1000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) { benchmarkPush(b, n, true) })
+	}
+}
 
-// BenchmarkPushUnchanged is a push to the same 50 nodes when nothing
+// BenchmarkPushUnchanged is a push to the same N nodes when nothing
 // changed: compose and compare each node's digest, send nothing. Its peer
 // is BenchmarkPushSend.
-func BenchmarkPushUnchanged(b *testing.B) { benchmarkPush(b, false) }
+func BenchmarkPushUnchanged(b *testing.B) {
+	for _, n := range []int{50, 1000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) { benchmarkPush(b, n, false) })
+	}
+}
 
-func benchmarkPush(b *testing.B, force bool) {
-	clk := &clock{now: time.Now()}
-	c, db := newController(b, clk)
+// fleetOf is a controller's mesh of nodes nodes (alpha and n0001...), each
+// with its consumer and module m (one directory, one route) assigned.
+func fleetOf(b *testing.B, c *Controller, db *store.DB, clk *clock, nodes int) []string {
 	ctx := context.Background()
 	mod := spec.Module{Name: "m", Version: "1", Routes: []spec.Route{{Name: "web", Port: 80}}, Resources: []spec.Resource{resource("/srv")}}
 	mod.Resources[0].Module, mod.Resources[0].Name = "m", spec.ResourceName("m", spec.KindDirectory, "/srv")
 	if _, err := db.RegisterModules(ctx, []spec.Module{mod}, clk.Now()); err != nil {
 		b.Fatal(err)
 	}
-	for i := range 50 {
-		name := fmt.Sprintf("n%02d", i)
+	names := []string{"alpha"}
+	for i := 1; i < nodes; i++ {
+		name := fmt.Sprintf("n%04d", i)
 		if err := db.AddNode(ctx, store.Node{Name: name, Address: "10.0.0.1", NKey: "U" + name, Joined: clk.Now()}); err != nil {
 			b.Fatal(err)
 		}
 		if err := ensureConsumer(ctx, c.js, name); err != nil {
 			b.Fatal(err)
 		}
+		names = append(names, name)
+	}
+	for _, name := range names {
 		if err := db.Assign(ctx, "m", name, nil, clk.Now()); err != nil {
 			b.Fatal(err)
 		}
 	}
+	return names
+}
+
+func benchmarkPush(b *testing.B, nodes int, force bool) {
+	clk := &clock{now: time.Now()}
+	c, db := newController(b, clk)
+	ctx := context.Background()
+	fleetOf(b, c, db, clk, nodes)
 	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
 		b.Fatal(err)
 	}
@@ -50,8 +72,67 @@ func benchmarkPush(b *testing.B, force bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if res.Nodes[0].Unchanged == force {
-			b.Fatalf("push (force %v): %+v", force, res.Nodes[0])
+		for _, pn := range res.Nodes {
+			if pn.Unchanged == force || pn.Error != "" {
+				b.Fatalf("push (force %v): %+v", force, pn)
+			}
+		}
+	}
+}
+
+// BenchmarkReports is the controller taking one report from each of N
+// nodes, each the report of the declaration last sent to it and awaited by
+// a push: from the first published to the last forwarded to the push's
+// caller (each recorded before it is forwarded).
+//
+//	go test -run '^$' -bench Reports -benchtime 5x ./mesh
+func BenchmarkReports(b *testing.B) {
+	for _, n := range []int{50, 1000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) { benchmarkReports(b, n) })
+	}
+}
+
+func benchmarkReports(b *testing.B, nodes int) {
+	clk := &clock{now: time.Now()}
+	c, db := newController(b, clk)
+	ctx := context.Background()
+	names := fleetOf(b, c, db, clk, nodes)
+	progress := spec.OperatorInbox + ".bench"
+	events := make(chan *nats.Msg, 2*nodes)
+	sub, err := c.nc.ChanSubscribe(progress, events)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := c.nc.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		b.StopTimer()
+		res, err := c.push(ctx, spec.PushRequest{Force: true, Progress: progress})
+		if err != nil {
+			b.Fatal(err)
+		}
+		reports := make([][]byte, len(res.Nodes))
+		for i, pn := range res.Nodes {
+			if pn.Seq == 0 {
+				b.Fatalf("not sent: %+v", pn)
+			}
+			reports[i] = mustJSON(b, spec.Report{Node: pn.Node, Seq: pn.Seq, Digest: "sha256:x"})
+		}
+		b.StartTimer()
+		for i, name := range names {
+			if err := c.nc.Publish(spec.NodeSubject(name, spec.KindReport), reports[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		deadline := time.After(time.Minute)
+		for range names {
+			select {
+			case <-events:
+			case <-deadline:
+				b.Fatal("not every report was forwarded within a minute")
+			}
 		}
 	}
 }

@@ -151,20 +151,23 @@ func TestExpiredWatchersAreDropped(t *testing.T) {
 }
 
 // sendFailStore is the real store but for the declarations a test makes
-// fail or wait, node by node: the seam where one node's store write fails.
+// fail, node by node or all at once: the seam where a push's store write
+// fails.
 type sendFailStore struct {
 	*store.DB
-	record func(ctx context.Context, db *store.DB, d store.Declaration) error
+	record func(ctx context.Context, db *store.DB, ds []store.Declaration) (map[string]error, error)
 }
 
-func (s sendFailStore) RecordDeclaration(ctx context.Context, d store.Declaration) error {
-	return s.record(ctx, s.DB, d)
+func (s sendFailStore) RecordDeclarations(ctx context.Context, ds []store.Declaration) (map[string]error, error) {
+	return s.record(ctx, s.DB, ds)
 }
 
-// TestPushFailureIsTheNodes: a store write that fails for one node stops no
-// other node, and the push's answer lists exactly the nodes whose
-// declaration was published, each with its sequence, whatever happened
-// after; a busy store stops only the sends not yet recorded.
+// TestPushFailureIsTheNodes: a push records every node's declaration in
+// one write and then publishes them. A record that fails for one node
+// stops no other node; a write that fails as a whole (a busy store) sends
+// nothing; a caller gone after the write still has every recorded
+// declaration published. The push's answer lists exactly the nodes whose
+// declaration was published, each with its sequence.
 func TestPushFailureIsTheNodes(t *testing.T) {
 	type want struct {
 		seq   uint64 // 0: not sent
@@ -172,57 +175,62 @@ func TestPushFailureIsTheNodes(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		record func(recorded chan struct{}) func(ctx context.Context, db *store.DB, d store.Declaration) error
+		record func(cancel context.CancelFunc) func(ctx context.Context, db *store.DB, ds []store.Declaration) (map[string]error, error)
 		want   map[string]want
 	}{
 		{
-			name: "one node's write fails",
-			record: func(chan struct{}) func(ctx context.Context, db *store.DB, d store.Declaration) error {
-				return func(ctx context.Context, db *store.DB, d store.Declaration) error {
-					if d.Node == "beta" {
-						return errors.New("record declaration of node \"beta\": disk I/O error")
+			name: "one node's record fails",
+			record: func(context.CancelFunc) func(ctx context.Context, db *store.DB, ds []store.Declaration) (map[string]error, error) {
+				return func(ctx context.Context, db *store.DB, ds []store.Declaration) (map[string]error, error) {
+					var others []store.Declaration
+					for _, d := range ds {
+						if d.Node != "beta" {
+							others = append(others, d)
+						}
 					}
-					return db.RecordDeclaration(ctx, d)
+					failed, err := db.RecordDeclarations(ctx, others)
+					if err == nil {
+						failed["beta"] = errors.New("record declaration 1 of node \"beta\": sequence 1 is not above the last sent, 7")
+					}
+					return failed, err
 				}
 			},
-			want: map[string]want{"alpha": {seq: 1}, "beta": {error: "disk I/O error"}, "gamma": {seq: 1}},
+			want: map[string]want{"alpha": {seq: 1}, "beta": {error: "not above the last sent"}, "gamma": {seq: 1}},
 		},
 		{
-			// alpha is recorded, then beta finds the store busy and the push
-			// stops the sends not recorded (gamma's); alpha is still
-			// published, and listed.
-			name: "a busy store stops the sends not yet recorded",
-			record: func(recorded chan struct{}) func(ctx context.Context, db *store.DB, d store.Declaration) error {
-				return func(ctx context.Context, db *store.DB, d store.Declaration) error {
-					switch d.Node {
-					case "alpha":
-						if err := db.RecordDeclaration(ctx, d); err != nil {
-							return err
-						}
-						close(recorded)
-						waitDone(ctx)
-						return nil
-					case "beta":
-						<-recorded
-						return fmt.Errorf("record declaration of node %q: %w", d.Node, store.ErrBusy)
-					default:
-						waitDone(ctx)
-						return db.RecordDeclaration(ctx, d)
-					}
+			name: "a busy store sends nothing",
+			record: func(context.CancelFunc) func(ctx context.Context, db *store.DB, ds []store.Declaration) (map[string]error, error) {
+				return func(ctx context.Context, db *store.DB, ds []store.Declaration) (map[string]error, error) {
+					return nil, fmt.Errorf("record %d declarations: %w", len(ds), store.ErrBusy)
 				}
 			},
-			want: map[string]want{"alpha": {seq: 1}, "beta": {error: "the store is busy"}, "gamma": {error: "the store is busy (record declaration of node \"beta\""}},
+			want: map[string]want{"alpha": {error: "the store is busy (record declaration 1 of node \"alpha\""}, "beta": {error: "the store is busy"},
+				"gamma": {error: "nothing was sent to this node; run the push again once the store is free"}},
+		},
+		{
+			name: "a caller gone after the write",
+			record: func(cancel context.CancelFunc) func(ctx context.Context, db *store.DB, ds []store.Declaration) (map[string]error, error) {
+				return func(ctx context.Context, db *store.DB, ds []store.Declaration) (map[string]error, error) {
+					failed, err := db.RecordDeclarations(ctx, ds)
+					cancel()
+					return failed, err
+				}
+			},
+			want: map[string]want{"alpha": {seq: 1}, "beta": {seq: 1}, "gamma": {seq: 1}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			recorded := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			c, db := newControllerWith(t, &clock{now: time.Now()}, func(db *store.DB) Store {
-				return sendFailStore{DB: db, record: tc.record(recorded)}
+				return sendFailStore{DB: db, record: tc.record(cancel)}
 			})
-			ctx := context.Background()
 			for _, n := range []string{"beta", "gamma"} {
 				if err := db.AddNode(ctx, store.Node{Name: n, Address: "127.0.0.9", NKey: "U" + n, Joined: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				if err := ensureConsumer(ctx, c.js, n); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -233,7 +241,7 @@ func TestPushFailureIsTheNodes(t *testing.T) {
 			if len(res.Nodes) != 3 {
 				t.Fatalf("push lists %d nodes: %+v", len(res.Nodes), res.Nodes)
 			}
-			stream, err := c.js.Stream(ctx, spec.DeclarationStream)
+			stream, err := c.js.Stream(context.Background(), spec.DeclarationStream)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,8 +250,9 @@ func TestPushFailureIsTheNodes(t *testing.T) {
 				if pn.Seq != w.seq || !strings.Contains(pn.Error, w.error) || (w.error == "") != (pn.Error == "") {
 					t.Errorf("%s: seq %d error %q, want seq %d error with %q", pn.Node, pn.Seq, pn.Error, w.seq, w.error)
 				}
-				// Listed with a sequence exactly when it is on the stream.
-				msg, err := stream.GetLastMsgForSubject(ctx, spec.DeclarationSubject(pn.Node))
+				// Listed with a sequence exactly when it is on the stream, and
+				// recorded exactly then.
+				msg, err := stream.GetLastMsgForSubject(context.Background(), spec.DeclarationSubject(pn.Node))
 				if published := err == nil; published != (pn.Seq != 0) {
 					t.Errorf("%s: listed with sequence %d, on the stream: %v (%v)", pn.Node, pn.Seq, published, err)
 				} else if published {
@@ -252,16 +261,11 @@ func TestPushFailureIsTheNodes(t *testing.T) {
 						t.Errorf("%s: on the stream %d, listed %d (%v)", pn.Node, d.Seq, pn.Seq, err)
 					}
 				}
+				last, err := db.LastDeclaration(context.Background(), pn.Node)
+				if recorded := err == nil; recorded != (pn.Seq != 0) || last.Seq != pn.Seq {
+					t.Errorf("%s: listed with sequence %d, recorded %d (%v)", pn.Node, pn.Seq, last.Seq, err)
+				}
 			}
 		})
-	}
-}
-
-// waitDone waits until ctx ends, or fails the wait after a while: a seam
-// that waits for the push to stop.
-func waitDone(ctx context.Context) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(10 * time.Second):
 	}
 }

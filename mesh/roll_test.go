@@ -653,7 +653,7 @@ func TestRollDeadlinePassedWhileDown(t *testing.T) {
 	}
 }
 
-// sendFailing is the real store whose RecordDeclaration fails for one
+// sendFailing is the real store whose RecordDeclarations fails for one
 // node, the first fail times: a send the controller could not make, as if
 // it had stopped between recording the step and sending.
 type sendFailing struct {
@@ -663,17 +663,24 @@ type sendFailing struct {
 	fail int
 }
 
-func (s *sendFailing) RecordDeclaration(ctx context.Context, d store.Declaration) error {
+func (s *sendFailing) RecordDeclarations(ctx context.Context, ds []store.Declaration) (map[string]error, error) {
 	s.mu.Lock()
-	failing := d.Node == s.node && s.fail > 0
-	if failing {
-		s.fail--
+	var failing bool
+	kept := ds[:0:0]
+	for _, d := range ds {
+		if d.Node == s.node && s.fail > 0 {
+			s.fail--
+			failing = true
+			continue
+		}
+		kept = append(kept, d)
 	}
 	s.mu.Unlock()
-	if failing {
-		return errors.New("database is locked")
+	failed, err := s.DB.RecordDeclarations(ctx, kept)
+	if err == nil && failing {
+		failed[s.node] = errors.New("database is locked")
 	}
-	return s.DB.RecordDeclaration(ctx, d)
+	return failed, err
 }
 
 // TestRollSendFailureIsRetried: a node whose step was recorded but whose

@@ -324,11 +324,11 @@ func (h *lessNewline) Write(b []byte) (int, error) {
 }
 
 // differs reports whether ct differs from what last, the declaration last
-// sent, holds (none sent: differs if there is any resource to send), by
-// the digest recorded with it; one recorded before the store kept digests
-// is decoded.
+// sent (its head will do), holds (none sent: differs if there is any
+// resource to send), by the digest recorded with it; one recorded before
+// the store kept digests is decoded.
 func differs(ct content, last store.Declaration) bool {
-	if len(last.Body) == 0 {
+	if last.Seq == 0 {
 		return len(ct.resources) > 0
 	}
 	sent := last.Content

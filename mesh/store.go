@@ -18,6 +18,7 @@ type Store interface {
 	Node(ctx context.Context, name string) (store.Node, error)
 	Nodes(ctx context.Context) ([]store.Node, error)
 	NodeKeys(ctx context.Context) ([]store.NodeKey, error)
+	NodesNamed(ctx context.Context, names []string) (map[string]store.Node, error)
 	RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error
 	RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at time.Time) (map[string]error, error)
 	RecordFacts(ctx context.Context, f spec.Facts, at time.Time) error
@@ -54,12 +55,14 @@ type Store interface {
 	BlobSize(ctx context.Context, digest string) (int64, error)
 	Blob(ctx context.Context, digest string) ([]byte, error)
 
-	RecordDeclaration(ctx context.Context, d store.Declaration) error
+	RecordDeclarations(ctx context.Context, ds []store.Declaration) (map[string]error, error)
 	LastDeclaration(ctx context.Context, node string) (store.Declaration, error)
+	DeclarationHeads(ctx context.Context, nodes []string) (map[string]store.Declaration, error)
 	LastReceived(ctx context.Context, node string) ([]byte, error)
 	RecordRoster(ctx context.Context, r store.Roster) error
 	LastRoster(ctx context.Context) (store.Roster, error)
 	RecordReport(ctx context.Context, r store.Report, applied bool) error
+	RecordReports(ctx context.Context, rs []store.ReportRecord) (map[int]error, error)
 	LastReport(ctx context.Context, node string) (store.Report, error)
 
 	AddCADomain(ctx context.Context, name string, at time.Time) error

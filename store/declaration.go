@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -58,6 +59,91 @@ func (db *DB) RecordDeclaration(ctx context.Context, d Declaration) error {
 		return fmt.Errorf("record declaration %d of node %q: %w", d.Seq, d.Node, err)
 	}
 	return nil
+}
+
+// RecordDeclarations records each of ds as the last sent to its node, in
+// one transaction (one sync to the disk for a push to every node). As
+// RecordDeclaration does, a sequence not above the one recorded for its
+// node is refused: that declaration is its node's failure, in failed, and
+// the others are recorded. err is a failure of the whole: nothing was
+// recorded. Two of ds for one node are taken in order (the second must be
+// above the first).
+func (db *DB) RecordDeclarations(ctx context.Context, ds []Declaration) (failed map[string]error, err error) {
+	err = db.tx(ctx, func(tx *sql.Tx) error {
+		failed = map[string]error{}
+		prev, err := tx.PrepareContext(ctx, `SELECT seq FROM declarations WHERE node = ?`)
+		if err != nil {
+			return err
+		}
+		defer prev.Close()
+		put, err := tx.PrepareContext(ctx, `INSERT INTO declarations (node, seq, body, sig, content, sent_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (node) DO UPDATE SET seq = excluded.seq, body = excluded.body, sig = excluded.sig,
+			content = excluded.content, sent_at = excluded.sent_at, expires_at = excluded.expires_at`)
+		if err != nil {
+			return err
+		}
+		defer put.Close()
+		for _, d := range ds {
+			if err := checkSeq(d.Seq); err != nil {
+				failed[d.Node] = fmt.Errorf("record declaration of node %q: %w", d.Node, err)
+				continue
+			}
+			var last uint64
+			err := prev.QueryRowContext(ctx, d.Node).Scan(&last)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if err == nil && d.Seq <= last {
+				failed[d.Node] = fmt.Errorf("record declaration %d of node %q: sequence %d is not above the last sent, %d", d.Seq, d.Node, d.Seq, last)
+				continue
+			}
+			if _, err := put.ExecContext(ctx, d.Node, d.Seq, d.Body, d.Sig, d.Content, formatTime(d.Sent), formatTime(d.Expires)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record %d declarations: %w", len(ds), err)
+	}
+	return failed, nil
+}
+
+// DeclarationHeads returns what was last sent to each of nodes that was
+// sent one, by node, without its body: its sequence, content digest and
+// times (Body is nil, but for a row recorded before the store kept
+// digests, whose body is read so its content can be worked out). A node
+// sent nothing is not in the map; a read that failed is an error.
+func (db *DB) DeclarationHeads(ctx context.Context, nodes []string) (map[string]Declaration, error) {
+	names, err := json.Marshal(nodes)
+	if err != nil {
+		return nil, fmt.Errorf("read the last declarations of %d nodes: %w", len(nodes), err)
+	}
+	rows, err := db.sql.QueryContext(ctx, `SELECT node, seq, CASE WHEN content = '' THEN body END, sig, content, sent_at, expires_at
+		FROM declarations WHERE node IN (SELECT value FROM json_each(?))`, string(names))
+	if err != nil {
+		return nil, fmt.Errorf("read the last declarations of %d nodes: %w", len(nodes), err)
+	}
+	defer rows.Close()
+	out := make(map[string]Declaration, len(nodes))
+	for rows.Next() {
+		var d Declaration
+		var sent, expires string
+		if err := rows.Scan(&d.Node, &d.Seq, &d.Body, &d.Sig, &d.Content, &sent, &expires); err != nil {
+			return nil, fmt.Errorf("read the last declarations of %d nodes: %w", len(nodes), err)
+		}
+		if d.Sent, err = parseTime(sent); err != nil {
+			return nil, fmt.Errorf("read the last declaration of node %q: %w", d.Node, err)
+		}
+		if d.Expires, err = parseTime(expires); err != nil {
+			return nil, fmt.Errorf("read the last declaration of node %q: %w", d.Node, err)
+		}
+		out[d.Node] = d
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the last declarations of %d nodes: %w", len(nodes), err)
+	}
+	return out, nil
 }
 
 // LastDeclaration returns the last declaration sent to node, or an error
@@ -132,6 +218,72 @@ func (db *DB) RecordReport(ctx context.Context, r Report, applied bool) error {
 		return fmt.Errorf("record report of node %q: %w", r.Node, err)
 	}
 	return nil
+}
+
+// ReportRecord is a report to record, and whether the node applied the
+// declaration it reports on.
+type ReportRecord struct {
+	Report
+	Applied bool
+}
+
+// RecordReports records rs in one transaction, each as RecordReport
+// would, in order. A report that cannot be recorded (its node is gone,
+// its sequence does not fit) is its own failure, in failed by its index
+// in rs; the others are recorded. err is a failure of the whole: nothing
+// was recorded.
+func (db *DB) RecordReports(ctx context.Context, rs []ReportRecord) (failed map[int]error, err error) {
+	err = db.tx(ctx, func(tx *sql.Tx) error {
+		failed = map[int]error{}
+		put, err := tx.PrepareContext(ctx, `INSERT INTO reports (node, seq, body, received_at) SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM nodes WHERE name = ?1)
+			ON CONFLICT (node) DO UPDATE SET seq = excluded.seq, body = excluded.body, received_at = excluded.received_at`)
+		if err != nil {
+			return err
+		}
+		defer put.Close()
+		applied, err := tx.PrepareContext(ctx, `UPDATE nodes SET applied_seq = max(applied_seq, ?) WHERE name = ?`)
+		if err != nil {
+			return err
+		}
+		defer applied.Close()
+		received, err := tx.PrepareContext(ctx, `UPDATE declarations SET received_seq = seq, received_body = body
+			WHERE node = ? AND seq = ? AND received_seq < seq`)
+		if err != nil {
+			return err
+		}
+		defer received.Close()
+		for i, r := range rs {
+			if err := checkSeq(r.Seq); err != nil {
+				failed[i] = fmt.Errorf("record report of node %q: %w", r.Node, err)
+				continue
+			}
+			res, err := put.ExecContext(ctx, r.Node, r.Seq, string(r.Body), formatTime(r.Received))
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				failed[i] = fmt.Errorf("record report of node %q: %w", r.Node, ErrNotFound)
+				continue
+			}
+			if !r.Applied {
+				continue
+			}
+			if _, err := applied.ExecContext(ctx, r.Seq, r.Node); err != nil {
+				return err
+			}
+			// What it applied is what it now serves.
+			if _, err := received.ExecContext(ctx, r.Node, r.Seq); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record %d reports: %w", len(rs), err)
+	}
+	return failed, nil
 }
 
 // LastReport returns node's last report, or an error wrapping ErrNotFound.

@@ -240,6 +240,33 @@ func (db *DB) NodeKeys(ctx context.Context) ([]NodeKey, error) {
 	return ks, nil
 }
 
+// NodesNamed returns the nodes of names that exist, by name, in one read:
+// a name missing from the map is a node that does not exist; a read that
+// failed is an error.
+func (db *DB) NodesNamed(ctx context.Context, names []string) (map[string]Node, error) {
+	list, err := json.Marshal(names)
+	if err != nil {
+		return nil, fmt.Errorf("read %d nodes: %w", len(names), err)
+	}
+	rows, err := db.sql.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name IN (SELECT value FROM json_each(?))`, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("read %d nodes: %w", len(names), err)
+	}
+	defer rows.Close()
+	out := make(map[string]Node, len(names))
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read %d nodes: %w", len(names), err)
+		}
+		out[n.Name] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read %d nodes: %w", len(names), err)
+	}
+	return out, nil
+}
+
 // Nodes returns every node, by name.
 func (db *DB) Nodes(ctx context.Context) ([]Node, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)

@@ -1,0 +1,258 @@
+package mesh
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// sendItem is what one node is to be sent: its declaration's content.
+type sendItem struct {
+	node string
+	ct   content
+}
+
+// sendResult is what became of one sendItem: the sequence sent (or, when
+// unchanged, the one the node holds), or why nothing was sent.
+type sendResult struct {
+	seq       uint64
+	unchanged bool
+	err       error
+}
+
+// send numbers, signs, records and publishes a declaration of ct to node,
+// under the node's lock: sendAll for one node.
+func (c *Controller) send(ctx context.Context, node string, ct content, force bool) (seq uint64, unchanged bool, err error) {
+	r := c.sendAll(ctx, []sendItem{{node: node, ct: ct}}, force)[0]
+	return r.seq, r.unchanged, r.err
+}
+
+// sendAll numbers, signs, records and publishes a declaration to each
+// item's node, under the nodes' locks (taken in name order, so two sends
+// never wait for each other's). Unless force, a node whose last
+// declaration holds the same content (the digest status compares for
+// "pending": the chain included) is sent nothing, and its result is that
+// declaration's sequence, unchanged: it holds it already, or will, since it
+// is in the stream unexpired. One it has not applied and that has expired
+// is sent again.
+//
+// It reads every node's row and the head of its last declaration (not its
+// body) in one query each, records every declaration in one transaction,
+// and only then publishes them, all at once, waiting for each
+// acknowledgement: a declaration recorded is published whatever happens to
+// the caller's context (a controller killed between the two publishes it
+// at its next start: publishRecorded). A node's own failure (it was
+// removed, its declaration is over the cap, its sequence is not above the
+// last recorded) is its result alone; a failure of the reads or of the
+// transaction is every node's, and nothing was sent.
+func (c *Controller) sendAll(ctx context.Context, items []sendItem, force bool) []sendResult {
+	out := make([]sendResult, len(items))
+	var names []string
+	first := map[string]int{} // the first item of each node; a later one takes its result
+	for i, it := range items {
+		if _, ok := first[it.node]; !ok {
+			first[it.node] = i
+			names = append(names, it.node)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		l := c.nodeLock(name)
+		l.Lock()
+		defer l.Unlock()
+	}
+	fail := func(err error) []sendResult {
+		for i := range out {
+			out[i].err = err
+		}
+		return out
+	}
+	heads, err := c.deps.DB.DeclarationHeads(ctx, names)
+	if err != nil {
+		return fail(err)
+	}
+	nodes, err := c.deps.DB.NodesNamed(ctx, names)
+	if err != nil {
+		return fail(err)
+	}
+	// Which nodes are sent one: the others hold what they would be sent,
+	// or are not there to send to.
+	var due []int
+	for name, i := range first {
+		n, ok := nodes[name]
+		switch {
+		case !ok:
+			out[i].err = callerError(fmt.Sprintf("node %q was removed: nothing was sent to it", name))
+		case !n.Removing.IsZero():
+			out[i].err = callerError(removingError(name))
+		case !force && c.holds(heads[name], n, items[i].ct):
+			out[i] = sendResult{seq: heads[name].Seq, unchanged: true}
+		default:
+			due = append(due, i)
+		}
+	}
+	slices.Sort(due)
+	if len(due) > 0 {
+		c.sendDue(ctx, items, due, heads, nodes, out)
+	}
+	for i, it := range items {
+		if j := first[it.node]; j != i {
+			out[i] = out[j]
+			if out[j].err == nil {
+				out[i].unchanged = true // it holds what the first sent it
+			}
+		}
+	}
+	return out
+}
+
+// sendDue numbers, signs, records and publishes the declarations of
+// items[due], the caller holding their nodes' locks, into out.
+func (c *Controller) sendDue(ctx context.Context, items []sendItem, due []int, heads map[string]store.Declaration, nodes map[string]store.Node, out []sendResult) {
+	m, err := c.deps.DB.Mesh(ctx)
+	if err != nil {
+		for _, i := range due {
+			out[i].err = err
+		}
+		return
+	}
+	now := c.cfg.Now().UTC()
+	var records []store.Declaration
+	var recorded []int // the item of each record
+	for _, i := range due {
+		node, ct := items[i].node, items[i].ct
+		n, last := nodes[node], heads[node].Seq
+		// Numbered max(last sent, last applied) + 1, so a restored store
+		// never wedges a host (an applied sequence far above the last sent
+		// is not believed: see believe).
+		decl := spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, believedApplied(n.AppliedSeq, last)) + 1,
+			Issued: now, Expires: now.Add(spec.DefaultExpiry), Protocol: protocolFor(n),
+			Resources: ct.resources, Roster: ct.roster, RosterRef: ct.ref, CAChain: ct.chain}
+		body, err := json.Marshal(decl)
+		if err != nil {
+			out[i].err = fmt.Errorf("encode declaration of node %q: %w", node, err)
+			continue
+		}
+		if err := oversize(node, len(body), ct.resources, ct.roster); err != nil {
+			out[i].err = err
+			continue
+		}
+		records = append(records, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: ed25519.Sign(c.cfg.SignKey, body),
+			Content: ct.digest(), Sent: decl.Issued, Expires: decl.Expires})
+		recorded = append(recorded, i)
+	}
+	if len(records) == 0 {
+		return
+	}
+	failed, err := c.deps.DB.RecordDeclarations(ctx, records)
+	if err != nil {
+		for k, i := range recorded {
+			out[i].err = fmt.Errorf("record declaration %d of node %q: %w", records[k].Seq, records[k].Node, err)
+		}
+		return
+	}
+	var msgs []*nats.Msg
+	var published []int // the record of each message
+	for k, d := range records {
+		if err := failed[d.Node]; err != nil {
+			out[recorded[k]].err = err
+			continue
+		}
+		msgs = append(msgs, signedMsg(spec.DeclarationSubject(d.Node), d.Body, d.Sig))
+		published = append(published, k)
+	}
+	// Recorded as sent, they are published whatever happens to the
+	// caller's context: a push that stops never leaves a recorded
+	// declaration unsent, nor one sent that it does not list.
+	for j, err := range c.publishAll(context.WithoutCancel(ctx), msgs) {
+		d := records[published[j]]
+		i := recorded[published[j]]
+		if err != nil {
+			out[i].err = fmt.Errorf("publish declaration %d of node %q: %w", d.Seq, d.Node, err)
+			continue
+		}
+		c.metrics.countSent(len(d.Body))
+		c.log.Info("declaration sent", "node", d.Node, "seq", d.Seq, "resources", len(items[i].ct.resources))
+		out[i].seq = d.Seq
+	}
+}
+
+const (
+	// publishWindow is how many publishes wait for their acknowledgement
+	// at once.
+	publishWindow = 256
+	// publishWait bounds the wait for every acknowledgement of one
+	// publishAll.
+	publishWait = 30 * time.Second
+)
+
+// publishAll publishes msgs to the stream without waiting for each
+// acknowledgement before the next publish (publishWindow in flight), then
+// waits for every one, up to publishWait in all; the error of each, nil
+// when the stream acknowledged it. One that failed is published once more
+// and waited for alone (as a single publish is, asking again while the
+// stream has no responder); after one of those fails too, the others keep
+// their first error. ctx bounds nothing: the caller recorded them as sent.
+func (c *Controller) publishAll(ctx context.Context, msgs []*nats.Msg) []error {
+	errs := make([]error, len(msgs))
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	wctx, cancel := context.WithTimeout(ctx, publishWait)
+	defer cancel()
+	wait := func(i int) {
+		f := futures[i]
+		if f == nil {
+			return
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = err
+		case <-wctx.Done():
+			errs[i] = fmt.Errorf("no acknowledgement within %s", publishWait)
+		}
+	}
+	for i, m := range msgs {
+		if i >= publishWindow {
+			wait(i - publishWindow)
+		}
+		f, err := c.js.PublishMsgAsync(m)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		futures[i] = f
+	}
+	for i := max(0, len(msgs)-publishWindow); i < len(msgs); i++ {
+		wait(i)
+	}
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		if _, again := c.js.PublishMsg(ctx, msgs[i]); again != nil {
+			errs[i] = fmt.Errorf("%w; published again: %w", err, again)
+			break
+		}
+		errs[i] = nil
+	}
+	return errs
+}
+
+// holds says whether last, node n's last declaration (the zero one when
+// none was sent), holds ct and n has it or will (it applied it, or it is
+// in the stream unexpired).
+func (c *Controller) holds(last store.Declaration, n store.Node, ct content) bool {
+	if last.Seq == 0 || differs(ct, last) {
+		return false
+	}
+	// Never applied, and expired: it would be refused.
+	return n.AppliedSeq >= last.Seq || c.cfg.Now().Before(last.Expires)
+}
