@@ -29,6 +29,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes int) err
 		MaxMsgSize:        max(spec.MaxDeclaration, spec.MaxRoster) + 4096,
 		Discard:           jetstream.DiscardOld,
 		MaxConsumers:      maxNodes,
+		// A push's declarations go in atomic batches: one write and one
+		// sync a batch (see publish).
+		AllowAtomicPublish: true,
 	})
 	if err != nil {
 		return fmt.Errorf("create stream %s: %w", spec.DeclarationStream, err)

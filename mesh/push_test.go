@@ -269,3 +269,60 @@ func TestPushFailureIsTheNodes(t *testing.T) {
 		})
 	}
 }
+
+// TestPushPublishesInOneBatch: a push's declarations reach the stream as
+// one atomic batch; a stream that refuses batches (made before it allowed
+// them, or changed since) still gets every declaration, one by one.
+func TestPushPublishesInOneBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		atomic  bool
+		batched bool
+	}{
+		{name: "batches allowed", atomic: true, batched: true},
+		{name: "batches refused", atomic: false, batched: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, db := newController(t, &clock{now: time.Now()})
+			ctx := context.Background()
+			for _, n := range []string{"beta", "gamma"} {
+				if err := db.AddNode(ctx, store.Node{Name: n, Address: "127.0.0.9", NKey: "U" + n, Joined: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				if err := ensureConsumer(ctx, c.js, n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := c.js.Stream(ctx, spec.DeclarationStream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := s.CachedInfo().Config
+			cfg.AllowAtomicPublish = tc.atomic
+			if _, err := c.js.UpdateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.push(ctx, spec.PushRequest{Force: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, pn := range res.Nodes {
+				if pn.Error != "" || pn.Seq == 0 {
+					t.Fatalf("%s: %+v, want sent", pn.Node, pn)
+				}
+				raw, err := s.GetLastMsgForSubject(ctx, spec.DeclarationSubject(pn.Node))
+				if err != nil {
+					t.Fatalf("%s: not on the stream: %v", pn.Node, err)
+				}
+				if batched := raw.Header.Get(batchIDHeader) != ""; batched != tc.batched {
+					t.Errorf("%s: published in a batch: %v, want %v", pn.Node, batched, tc.batched)
+				}
+				var d spec.Declaration
+				if err := spec.Decode(raw.Data, &d); err != nil || d.Seq != pn.Seq {
+					t.Errorf("%s: on the stream %d, listed %d (%v)", pn.Node, d.Seq, pn.Seq, err)
+				}
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
@@ -172,7 +173,7 @@ func (c *Controller) sendDue(ctx context.Context, items []sendItem, due []int, h
 	// Recorded as sent, they are published whatever happens to the
 	// caller's context: a push that stops never leaves a recorded
 	// declaration unsent, nor one sent that it does not list.
-	for j, err := range c.publishAll(context.WithoutCancel(ctx), msgs) {
+	for j, err := range c.publish(context.WithoutCancel(ctx), msgs) {
 		d := records[published[j]]
 		i := recorded[published[j]]
 		if err != nil {
@@ -193,6 +194,93 @@ const (
 	// publishAll.
 	publishWait = 30 * time.Second
 )
+
+// The headers of an atomic batch (nats-server's ADR-50; nats.go has no
+// names for them).
+const (
+	batchIDHeader     = "Nats-Batch-Id"
+	batchSeqHeader    = "Nats-Batch-Sequence"
+	batchCommitHeader = "Nats-Batch-Commit"
+)
+
+// atomicBatch is how many declarations one atomic batch carries at most
+// (nats-server refuses a batch of more than 1,000 messages unless its
+// configuration says otherwise).
+const atomicBatch = 500
+
+// publish publishes msgs to the stream and says what became of each (nil:
+// the stream holds it). They go in atomic batches (spec.DeclarationStream
+// allows them), so the stream writes and syncs each batch once, not each
+// message (the bus syncs every write: sync_interval always); a batch the
+// stream does not take whole is published message by message (publishAll).
+func (c *Controller) publish(ctx context.Context, msgs []*nats.Msg) []error {
+	errs := make([]error, len(msgs))
+	for from := 0; from < len(msgs); from += atomicBatch {
+		part := msgs[from:min(from+atomicBatch, len(msgs))]
+		if len(part) > 1 {
+			err := c.publishAtomic(ctx, part)
+			if err == nil {
+				continue
+			}
+			c.log.Warn("declarations not published as one batch: published one by one", "declarations", len(part), "err", err)
+		}
+		copy(errs[from:], c.publishAll(ctx, part))
+	}
+	return errs
+}
+
+// publishAtomic publishes msgs as one atomic batch: copies of them carry
+// the batch headers, the last one commits, and the stream's answer to it
+// says whether it stored them all (it stores all or none). An error says
+// the stream did not answer that it took them: it may hold none, or, when
+// the answer was lost, all.
+func (c *Controller) publishAtomic(ctx context.Context, msgs []*nats.Msg) error {
+	id := "decl-" + randomHex(12)
+	var commit *nats.Msg
+	for i, m := range msgs {
+		b := nats.NewMsg(m.Subject)
+		b.Data = m.Data
+		for k, v := range m.Header {
+			b.Header[k] = v
+		}
+		b.Header.Set(batchIDHeader, id)
+		b.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
+		if i == len(msgs)-1 {
+			b.Header.Set(batchCommitHeader, "1")
+			commit = b
+			break
+		}
+		if err := c.nc.PublishMsg(b); err != nil {
+			return fmt.Errorf("publish message %d of batch %s: %w", i+1, id, err)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, publishWait)
+	defer cancel()
+	reply, err := c.nc.RequestMsgWithContext(rctx, commit)
+	if err != nil {
+		return fmt.Errorf("commit batch %s of %d: %w", id, len(msgs), err)
+	}
+	var ack struct {
+		Stream string `json:"stream"`
+		Batch  string `json:"batch"`
+		Count  int    `json:"count"`
+		Error  *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &ack); err != nil {
+		return fmt.Errorf("commit batch %s of %d: the stream's answer does not decode: %w", id, len(msgs), err)
+	}
+	if ack.Error != nil {
+		return fmt.Errorf("commit batch %s of %d: the stream refused it: %s (%d)", id, len(msgs), ack.Error.Description, ack.Error.ErrCode)
+	}
+	if ack.Stream != spec.DeclarationStream || ack.Batch != id || ack.Count != len(msgs) {
+		return fmt.Errorf("commit batch %s of %d: the stream answered for %d of batch %q in stream %q", id, len(msgs), ack.Count, ack.Batch, ack.Stream)
+	}
+	return nil
+}
 
 // publishAll publishes msgs to the stream without waiting for each
 // acknowledgement before the next publish (publishWindow in flight), then
