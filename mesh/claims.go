@@ -2,11 +2,9 @@ package mesh
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/mesh-fleet/mesh/spec"
-	"github.com/mesh-fleet/mesh/store"
 )
 
 // claim is a sequence a node reported having applied that is above the
@@ -22,14 +20,16 @@ type claim struct {
 // since; the next push is numbered past it), and named in status. Further
 // above: not believed, the node's own failure, named in status.
 func (c *Controller) weigh(ctx context.Context, node string, applied uint64) (bool, error) {
-	var sent uint64
-	d, err := c.deps.DB.LastDeclaration(ctx, node)
-	switch {
-	case err == nil:
-		sent = d.Seq
-	case !errors.Is(err, store.ErrNotFound):
+	heads, err := c.deps.DB.DeclarationHeads(ctx, []string{node})
+	if err != nil {
 		return false, err
 	}
+	return c.weighAgainst(node, applied, heads[node].Seq), nil
+}
+
+// weighAgainst is weigh, sent being the last sequence sent to node (0:
+// none).
+func (c *Controller) weighAgainst(node string, applied, sent uint64) bool {
 	c.claimsMu.Lock()
 	defer c.claimsMu.Unlock()
 	if c.claims == nil {
@@ -37,7 +37,7 @@ func (c *Controller) weigh(ctx context.Context, node string, applied uint64) (bo
 	}
 	if applied <= sent {
 		delete(c.claims, node)
-		return true, nil
+		return true
 	}
 	cl := claim{claimed: applied, sent: sent, believed: applied-sent <= spec.MaxSeqAhead}
 	if prev, ok := c.claims[node]; !ok || prev.believed != cl.believed {
@@ -48,7 +48,7 @@ func (c *Controller) weigh(ctx context.Context, node string, applied uint64) (bo
 		}
 	}
 	c.claims[node] = cl
-	return cl.believed, nil
+	return cl.believed
 }
 
 // believe is hb as it is recorded: a claim weigh does not believe is

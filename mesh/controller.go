@@ -118,6 +118,8 @@ type Controller struct {
 	metrics metrics
 	// beats are the heartbeats not yet written, and each node's rate.
 	beats *beats
+	// reportq are the reports not yet written (reports.go).
+	reportq chan queuedReport
 	// roller is the roll loop's (roll.go).
 	roller *roller
 	// dropLog lets one line a requester through every 10 s for dropped
@@ -155,7 +157,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 		return nil, fmt.Errorf("certificate lifetime %s is shorter than %s: a leaf must outlive the time it takes to renew it", cfg.CertLifetime, MinCertLifetime)
 	}
 	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(), roller: newRoller(), watchers: map[string][]*watcher{},
-		auditKick: make(chan struct{}, 1), collectKick: make(chan struct{}, 1)}
+		auditKick: make(chan struct{}, 1), collectKick: make(chan struct{}, 1), reportq: make(chan queuedReport, reportQueue)}
 	c.verbs = verbTable(c.verbRows())
 	return c, nil
 }
@@ -240,6 +242,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	beatsDone := make(chan struct{})
 	go func() { defer close(beatsDone); c.writeBeats(ctx) }()
 	defer func() { <-beatsDone }()
+	reportsDone := make(chan struct{})
+	go func() { defer close(reportsDone); c.writeReports(ctx) }()
+	defer func() { <-reportsDone }()
 	rollDone := make(chan struct{})
 	go func() { defer close(rollDone); c.rollLoop(ctx) }()
 	defer func() { <-rollDone }()

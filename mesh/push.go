@@ -578,62 +578,6 @@ func (c *Controller) forward(r spec.Report) {
 	}
 }
 
-func (c *Controller) onReport(ctx context.Context, m *nats.Msg) {
-	c.metrics.reports.Add(1)
-	node, _, _ := spec.NodeFromSubject(m.Subject)
-	var r spec.Report
-	if err := spec.Decode(m.Data, &r); err != nil {
-		c.log.Warn("report refused", "node", node, "err", err)
-		return
-	}
-	if r.Node != node {
-		c.log.Warn("report refused: it names another node than its subject", "node", node, "names", r.Node)
-		return
-	}
-	r = keptReport(r)
-	if r.Waiting != "" {
-		// Not applied, not refused: the host takes it when the roster it
-		// names arrives, and reports then. Kept as the node's last report
-		// (status says why it has not applied), not forwarded to a push
-		// that waits for the apply.
-		c.log.Warn("declaration waits for its roster", "node", node, "seq", r.Seq, "waiting", spec.Clip(r.Waiting, spec.MaxStatusText))
-	}
-	if !r.Preview {
-		ok, err := c.weigh(ctx, node, r.Seq)
-		if err != nil {
-			c.log.Error("report not recorded", "node", node, "err", err)
-			return
-		}
-		if !ok {
-			c.log.Warn("report refused: it names a declaration far above the last sent to the node", "node", node, "seq", r.Seq)
-			return
-		}
-		applied := r.Refused == "" && r.Waiting == ""
-		body, _ := json.Marshal(r)
-		if err := c.deps.DB.RecordReport(ctx, store.Report{Node: node, Seq: r.Seq, Body: body, Received: c.cfg.Now()}, applied); err != nil {
-			c.log.Error("report not recorded", "node", node, "err", err)
-		}
-	}
-	if r.Waiting != "" {
-		return
-	}
-	failed := 0
-	for _, res := range r.Results {
-		if res.Outcome == spec.Failed {
-			failed++
-		}
-	}
-	switch {
-	case r.Refused != "":
-		c.log.Warn("declaration refused", "node", node, "seq", r.Seq, "reason", r.Refused)
-	case failed > 0:
-		c.log.Warn("declaration applied with failures", "node", node, "seq", r.Seq, "failed", failed)
-	default:
-		c.log.Debug("report", "node", node, "seq", r.Seq)
-	}
-	c.forward(r)
-}
-
 // onBlob serves a chunk of a blob that node's last declaration names, and
 // nothing else.
 func (c *Controller) onBlob(ctx context.Context, m *nats.Msg, who requester) {

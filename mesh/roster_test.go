@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
@@ -293,16 +295,22 @@ func TestWaitingForTheRosterIsShown(t *testing.T) {
 	has := func(st spec.StatusResult) bool {
 		return slices.ContainsFunc(st.Problems, func(p string) bool { return strings.HasPrefix(p, says) })
 	}
+	// Reports are written by the report writer: wait for it.
 	report(spec.Report{Seq: 1, Waiting: "it names roster 7, which this host has not got"})
+	poll.Until(t, 10*time.Second, "status says alpha waits for its roster", func() (bool, string) {
+		st, err := c.status(ctx, spec.StatusRequest{})
+		return err == nil && has(st), fmt.Sprintf("%v %q", err, st.Problems)
+	})
 	if n, err := db.Node(ctx, "alpha"); err != nil || n.AppliedSeq != 0 {
 		t.Fatalf("a waiting report was taken for an apply: applied %d, %v", n.AppliedSeq, err)
 	}
-	if st, err := c.status(ctx, spec.StatusRequest{}); err != nil || !has(st) {
-		t.Fatalf("status: %v %q, want %q", err, st.Problems, says)
-	}
 	report(spec.Report{Seq: 1, Results: []spec.ResourceResult{}})
-	if st, err := c.status(ctx, spec.StatusRequest{}); err != nil || has(st) {
-		t.Fatalf("status after the apply: %v %q", err, st.Problems)
+	poll.Until(t, 10*time.Second, "status no longer says alpha waits", func() (bool, string) {
+		st, err := c.status(ctx, spec.StatusRequest{})
+		return err == nil && !has(st), fmt.Sprintf("%v %q", err, st.Problems)
+	})
+	if n, err := db.Node(ctx, "alpha"); err != nil || n.AppliedSeq != 1 {
+		t.Fatalf("the apply's report: applied %d, %v; want 1", n.AppliedSeq, err)
 	}
 }
 

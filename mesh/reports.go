@@ -1,0 +1,159 @@
+package mesh
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
+)
+
+// Reports are written in batches: the handler decodes, checks and queues
+// each, and one loop writes what is queued in one transaction, then
+// forwards each report recorded to the pushes that wait for it. A push to
+// 1,000 nodes is answered by 1,000 reports within a second or two; written
+// one transaction each, through SQLite's one writer, they queued behind
+// each other's sync to the disk. A report is forwarded only once it is
+// recorded.
+const (
+	// reportBatch is the most reports one transaction writes.
+	reportBatch = 256
+	// reportQueue is how many reports wait for the writer at most; the
+	// handler waits for room beyond it (and the bus drops what a slow
+	// subscriber does not take, as for any subscription).
+	reportQueue = 4096
+)
+
+// onReport takes a node's report: checked, clipped, and queued for the
+// report writer (writeReports). A preview's answer is stored nowhere: it
+// is forwarded at once.
+func (c *Controller) onReport(ctx context.Context, m *nats.Msg) {
+	c.metrics.reports.Add(1)
+	node, _, _ := spec.NodeFromSubject(m.Subject)
+	var r spec.Report
+	if err := spec.Decode(m.Data, &r); err != nil {
+		c.log.Warn("report refused", "node", node, "err", err)
+		return
+	}
+	if r.Node != node {
+		c.log.Warn("report refused: it names another node than its subject", "node", node, "names", r.Node)
+		return
+	}
+	r = keptReport(r)
+	if r.Waiting != "" {
+		// Not applied, not refused: the host takes it when the roster it
+		// names arrives, and reports then. Kept as the node's last report
+		// (status says why it has not applied), not forwarded to a push
+		// that waits for the apply.
+		c.log.Warn("declaration waits for its roster", "node", node, "seq", r.Seq, "waiting", spec.Clip(r.Waiting, spec.MaxStatusText))
+	}
+	if r.Preview {
+		if r.Waiting == "" {
+			c.reported(r)
+		}
+		return
+	}
+	select {
+	case c.reportq <- queuedReport{r: r, at: c.cfg.Now()}:
+	case <-ctx.Done():
+	}
+}
+
+// queuedReport is a report waiting for the writer, and when it came.
+type queuedReport struct {
+	r  spec.Report
+	at time.Time
+}
+
+// writeReports writes the queued reports until ctx ends: whatever is
+// queued when it looks, up to reportBatch, in one transaction. Under a
+// burst the reports that come while one batch is written make the next;
+// a lone report waits for nothing.
+func (c *Controller) writeReports(ctx context.Context) {
+	for {
+		var batch []queuedReport
+		select {
+		case <-ctx.Done():
+			return
+		case q := <-c.reportq:
+			batch = append(batch, q)
+		}
+	more:
+		for len(batch) < reportBatch {
+			select {
+			case q := <-c.reportq:
+				batch = append(batch, q)
+			default:
+				break more
+			}
+		}
+		c.recordReports(ctx, batch)
+	}
+}
+
+// recordReports records batch in one transaction, each report weighed
+// against the last sequence sent to its node (read for the batch at once),
+// then forwards each one recorded.
+func (c *Controller) recordReports(ctx context.Context, batch []queuedReport) {
+	defer c.catch("report batch", nil)
+	nodes := make([]string, 0, len(batch))
+	for _, q := range batch {
+		nodes = append(nodes, q.r.Node)
+	}
+	heads, err := c.deps.DB.DeclarationHeads(ctx, nodes)
+	if err != nil {
+		c.log.Error("reports not recorded", "reports", len(batch), "err", err)
+		return
+	}
+	records := make([]store.ReportRecord, 0, len(batch))
+	kept := make([]spec.Report, 0, len(batch))
+	for _, q := range batch {
+		r := q.r
+		if !c.weighAgainst(r.Node, r.Seq, heads[r.Node].Seq) {
+			c.log.Warn("report refused: it names a declaration far above the last sent to the node", "node", r.Node, "seq", r.Seq)
+			continue
+		}
+		body, _ := json.Marshal(r)
+		records = append(records, store.ReportRecord{Report: store.Report{Node: r.Node, Seq: r.Seq, Body: body, Received: q.at},
+			Applied: r.Refused == "" && r.Waiting == ""})
+		kept = append(kept, r)
+	}
+	if len(records) == 0 {
+		return
+	}
+	failed, err := c.deps.DB.RecordReports(ctx, records)
+	if err != nil {
+		c.log.Error("reports not recorded", "reports", len(records), "err", err)
+		return
+	}
+	for i, r := range kept {
+		if err := failed[i]; err != nil {
+			c.log.Error("report not recorded", "node", r.Node, "err", err)
+			continue
+		}
+		if r.Waiting == "" {
+			c.reported(r)
+		}
+	}
+}
+
+// reported logs what r says and forwards it to the pushes waiting for it.
+func (c *Controller) reported(r spec.Report) {
+	failed := 0
+	for _, res := range r.Results {
+		if res.Outcome == spec.Failed {
+			failed++
+		}
+	}
+	switch {
+	case r.Refused != "":
+		c.log.Warn("declaration refused", "node", r.Node, "seq", r.Seq, "reason", r.Refused)
+	case failed > 0:
+		c.log.Warn("declaration applied with failures", "node", r.Node, "seq", r.Seq, "failed", failed)
+	default:
+		c.log.Debug("report", "node", r.Node, "seq", r.Seq)
+	}
+	c.forward(r)
+}
