@@ -14,22 +14,13 @@ type claim struct {
 	believed      bool // within spec.MaxSeqAhead: a restored store, numbered past
 }
 
-// weigh checks a sequence node says it applied against the last one sent to
-// it. At or below it: believed. Above it by at most spec.MaxSeqAhead:
+// weigh checks a sequence node says it applied against sent, the last one
+// sent to it (0: none; the caller reads it, for a batch at once). At or
+// below it: believed. Above it by at most spec.MaxSeqAhead:
 // believed too (a store restored from an older copy forgot the pushes
 // since; the next push is numbered past it), and named in status. Further
 // above: not believed, the node's own failure, named in status.
-func (c *Controller) weigh(ctx context.Context, node string, applied uint64) (bool, error) {
-	heads, err := c.deps.DB.DeclarationHeads(ctx, []string{node})
-	if err != nil {
-		return false, err
-	}
-	return c.weighAgainst(node, applied, heads[node].Seq), nil
-}
-
-// weighAgainst is weigh, sent being the last sequence sent to node (0:
-// none).
-func (c *Controller) weighAgainst(node string, applied, sent uint64) bool {
+func (c *Controller) weigh(node string, applied, sent uint64) bool {
 	c.claimsMu.Lock()
 	defer c.claimsMu.Unlock()
 	if c.claims == nil {
@@ -51,13 +42,13 @@ func (c *Controller) weighAgainst(node string, applied, sent uint64) bool {
 	return cl.believed
 }
 
-// believe is hb as it is recorded: a claim weigh does not believe is
+// believe is hb as it is recorded (sent being the last sequence sent to its
+// node): a claim weigh does not believe is
 // replaced by the applied sequence kept before it, so it numbers nothing
 // and reaches no other node.
-func (c *Controller) believe(ctx context.Context, hb spec.Heartbeat) (spec.Heartbeat, error) {
-	ok, err := c.weigh(ctx, hb.Node, hb.AppliedSeq)
-	if err != nil || ok {
-		return hb, err
+func (c *Controller) believe(ctx context.Context, hb spec.Heartbeat, sent uint64) (spec.Heartbeat, error) {
+	if c.weigh(hb.Node, hb.AppliedSeq, sent) {
+		return hb, nil
 	}
 	n, err := c.deps.DB.Node(ctx, hb.Node)
 	if err != nil {

@@ -138,9 +138,21 @@ func (c *Controller) writeBatch(ctx context.Context) {
 	if len(held) == 0 {
 		return
 	}
+	// The heads of every node's last declaration, in one read: each
+	// heartbeat's claim is weighed against it, and only a node whose
+	// declaration expired unapplied has its body read (resendIfExpired).
+	nodes := make([]string, 0, len(held))
+	for _, hb := range held {
+		nodes = append(nodes, hb.Node)
+	}
+	heads, err := c.deps.DB.DeclarationHeads(ctx, nodes)
+	if err != nil {
+		c.log.Error("heartbeats not recorded", "nodes", len(held), "err", err)
+		return
+	}
 	kept := make([]spec.Heartbeat, 0, len(held))
 	for _, hb := range held {
-		hb, err := c.believe(ctx, hb)
+		hb, err := c.believe(ctx, hb, heads[hb.Node].Seq)
 		if err != nil {
 			c.log.Error("heartbeat not recorded", "node", hb.Node, "err", err)
 			continue
@@ -156,6 +168,9 @@ func (c *Controller) writeBatch(ctx context.Context) {
 		if err := failed[hb.Node]; err != nil {
 			c.log.Warn("heartbeat not recorded", "node", hb.Node, "err", err)
 			continue
+		}
+		if d := heads[hb.Node]; d.Seq == 0 || hb.AppliedSeq >= d.Seq || c.cfg.Now().Before(d.Expires) {
+			continue // nothing sent, applied, or not expired: as resendIfExpired finds
 		}
 		if err := c.resendIfExpired(ctx, hb); err != nil {
 			c.log.Error("expired declaration not re-sent", "node", hb.Node, "err", err)

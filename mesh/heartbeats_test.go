@@ -1,11 +1,15 @@
 package mesh
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
 )
 
 // TestBeatsCoalesceAndNameAFlood: the latest heartbeat of each node is what
@@ -43,5 +47,46 @@ func TestBeatsCoalesceAndNameAFlood(t *testing.T) {
 	// A new window starts the count again.
 	if b.add(spec.Heartbeat{Node: "beta"}, t0.Add(floodWindow+time.Second)) {
 		t.Fatal("the first heartbeat of a new window is counted as excess")
+	}
+}
+
+// TestHeartbeatsResendWhatExpired: a batch of heartbeats, weighed against
+// the heads of the nodes' last declarations read at once, re-sends the
+// declaration of the node that has not applied it and whose copy expired,
+// and only that one.
+func TestHeartbeatsResendWhatExpired(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	ctx := context.Background()
+	if err := db.AddNode(ctx, store.Node{Name: "beta", Address: "10.0.0.2", NKey: "Ubeta", Joined: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	sent := map[string]uint64{}
+	for _, n := range []string{"alpha", "beta"} {
+		seq, _, err := c.send(ctx, n, content{resources: []spec.Resource{resource("/" + n)}}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent[n] = seq
+	}
+	clk.Add(spec.DefaultExpiry + time.Minute)
+	// alpha applied nothing; beta applied what it was sent.
+	for n, applied := range map[string]uint64{"alpha": 0, "beta": sent["beta"]} {
+		hb := spec.Heartbeat{Node: n, AppliedSeq: applied, Protocol: spec.Protocol, HostVersion: "v"}
+		if err := c.nc.Publish(spec.NodeSubject(n, spec.KindHeartbeat), mustJSON(t, hb)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, 10*time.Second, "alpha's expired declaration is sent again", func() (bool, string) {
+		d, err := db.LastDeclaration(ctx, "alpha")
+		return err == nil && d.Seq == sent["alpha"]+1, fmt.Sprintf("last %d, %v", d.Seq, err)
+	})
+	poll.Until(t, 10*time.Second, "beta's heartbeat is recorded", func() (bool, string) {
+		n, err := db.Node(ctx, "beta")
+		return err == nil && n.AppliedSeq == sent["beta"], fmt.Sprintf("applied %d, %v", n.AppliedSeq, err)
+	})
+	if d, err := db.LastDeclaration(ctx, "beta"); err != nil || d.Seq != sent["beta"] {
+		t.Errorf("beta, which applied its declaration, was sent %d (%v)", d.Seq, err)
 	}
 }

@@ -111,7 +111,7 @@ func (c *Controller) recordReports(ctx context.Context, batch []queuedReport) {
 	kept := make([]spec.Report, 0, len(batch))
 	for _, q := range batch {
 		r := q.r
-		if !c.weighAgainst(r.Node, r.Seq, heads[r.Node].Seq) {
+		if !c.weigh(r.Node, r.Seq, heads[r.Node].Seq) {
 			c.log.Warn("report refused: it names a declaration far above the last sent to the node", "node", r.Node, "seq", r.Seq)
 			continue
 		}
