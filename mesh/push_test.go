@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -322,6 +323,29 @@ func TestPushPublishesInOneBatch(t *testing.T) {
 				if err := spec.Decode(raw.Data, &d); err != nil || d.Seq != pn.Seq {
 					t.Errorf("%s: on the stream %d, listed %d (%v)", pn.Node, d.Seq, pn.Seq, err)
 				}
+			}
+		})
+	}
+}
+
+// TestBatchEnds: a push's declarations are cut into atomic batches of at
+// most n declarations and maxBytes, a declaration larger than maxBytes
+// alone in its own.
+func TestBatchEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sizes []int
+		want  []int
+	}{
+		{"none", nil, nil},
+		{"under both", []int{1, 1, 1}, []int{3}},
+		{"by count", []int{1, 1, 1, 1, 1, 1, 1}, []int{3, 6, 7}},
+		{"by bytes", []int{4, 4, 4, 1}, []int{2, 4}},
+		{"one over the bytes alone", []int{1, 20, 1}, []int{1, 2, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := batchEnds(tc.sizes, 3, 9); !slices.Equal(got, tc.want) {
+				t.Errorf("batchEnds(%v, 3, 9) = %v, want %v", tc.sizes, got, tc.want)
 			}
 		})
 	}

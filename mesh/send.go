@@ -203,30 +203,60 @@ const (
 	batchCommitHeader = "Nats-Batch-Commit"
 )
 
-// atomicBatch is how many declarations one atomic batch carries at most
-// (nats-server refuses a batch of more than 1,000 messages unless its
-// configuration says otherwise).
-const atomicBatch = 500
+// An atomic batch carries at most atomicBatch declarations (nats-server
+// refuses a batch of more than 1,000 messages unless its configuration
+// says otherwise) and atomicBatchBytes of them (the server holds a batch
+// in memory until it commits), one at least.
+const (
+	atomicBatch      = 1000
+	atomicBatchBytes = 8 << 20
+)
 
 // publish publishes msgs to the stream and says what became of each (nil:
 // the stream holds it). They go in atomic batches (spec.DeclarationStream
 // allows them), so the stream writes and syncs each batch once, not each
 // message (the bus syncs every write: sync_interval always); a batch the
 // stream does not take whole is published message by message (publishAll).
+// The server hands each message to the consumers as it writes it, before
+// the commit's answer.
 func (c *Controller) publish(ctx context.Context, msgs []*nats.Msg) []error {
 	errs := make([]error, len(msgs))
-	for from := 0; from < len(msgs); from += atomicBatch {
-		part := msgs[from:min(from+atomicBatch, len(msgs))]
+	sizes := make([]int, len(msgs))
+	for i, m := range msgs {
+		sizes[i] = len(m.Data)
+	}
+	from := 0
+	for _, to := range batchEnds(sizes, atomicBatch, atomicBatchBytes) {
+		part := msgs[from:to]
 		if len(part) > 1 {
 			err := c.publishAtomic(ctx, part)
 			if err == nil {
+				from = to
 				continue
 			}
 			c.log.Warn("declarations not published as one batch: published one by one", "declarations", len(part), "err", err)
 		}
 		copy(errs[from:], c.publishAll(ctx, part))
+		from = to
 	}
 	return errs
+}
+
+// batchEnds cuts messages of sizes, in order, into batches of at most n
+// messages and maxBytes (a message larger alone is a batch of its own),
+// and returns where each batch ends.
+func batchEnds(sizes []int, n, maxBytes int) []int {
+	var ends []int
+	for from := 0; from < len(sizes); {
+		to, size := from, 0
+		for to < len(sizes) && to-from < n && (to == from || size+sizes[to] <= maxBytes) {
+			size += sizes[to]
+			to++
+		}
+		ends = append(ends, to)
+		from = to
+	}
+	return ends
 }
 
 // publishAtomic publishes msgs as one atomic batch: copies of them carry
