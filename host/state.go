@@ -98,9 +98,12 @@ func Init(dir string, st State, seed []byte) error {
 	return WriteState(dir, st)
 }
 
-// WriteState writes st to dir atomically.
+// WriteState writes st to dir atomically, compact: indenting it took two
+// thirds of the encoding (a profile of 1,000 simulated hosts taking a
+// push), and what it holds is mostly base64 (the declaration and roster
+// bytes) that indentation does not make readable.
 func WriteState(dir string, st State) error {
-	body, err := json.MarshalIndent(st, "", "  ")
+	body, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encode host state: %w", err)
 	}
