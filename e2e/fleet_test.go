@@ -6,15 +6,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mesh-fleet/mesh/cli"
 	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
 )
@@ -37,7 +40,18 @@ type fleet struct {
 
 	// How long each step of making it took.
 	joined, assigned time.Duration
+	// zones counts the zones the hosts were given to serve (zoneCount):
+	// each takes one per roster it holds.
+	zones atomic.Int64
 }
+
+// zoneCount is a simulated host's resolver: it serves nothing, and counts
+// the zones it is given.
+type zoneCount struct{ n *atomic.Int64 }
+
+func (z zoneCount) SetZone(resolver.Zone)           { z.n.Add(1) }
+func (zoneCount) Attach(string, netip.Prefix) error { return nil }
+func (zoneCount) Detach(string) error               { return nil }
 
 // newFleet starts a controller, registers module motd (a file with the
 // node's name) and joins nodes simulated hosts, each assigned motd and
@@ -150,7 +164,8 @@ func (f *fleet) joinOne(ctx context.Context, dir, exe, node string, log *slog.Lo
 	if err := os.Mkdir(filepath.Join(dir, "root"), 0o755); err != nil {
 		return nil, err
 	}
-	return host.New(host.Config{Dir: dir, Root: filepath.Join(dir, "root"), Executable: exe, HeartbeatEvery: 10 * time.Second}, log)
+	return host.New(host.Config{Dir: dir, Root: filepath.Join(dir, "root"), Executable: exe, HeartbeatEvery: 10 * time.Second,
+		Names: zoneCount{&f.zones}}, log)
 }
 
 func (f *fleet) call(tb testing.TB, verb string, req, res any) {
