@@ -74,11 +74,8 @@ func TestStandAsideAfterTheReport(t *testing.T) {
 			b := newBench(t)
 			b.launched = tc.launched
 			b.start()
-			if tc.delivered {
-				deliverVersion(t, b.hostDir, other, true)
-			} else if err := os.MkdirAll(filepath.Join(b.hostDir, spec.VersionsDir), 0o700); err == nil {
-				os.WriteFile(filepath.Join(b.hostDir, spec.VersionsDir, spec.WantFile), []byte(other), 0o644)
-			}
+			// The launcher's record and the retry before want, so a host
+			// that looks meanwhile sees them whole.
 			if tc.bad {
 				writeLaunch(t, b.hostDir, spec.Launch{Bad: map[string]spec.Fallback{other: {Digest: other, Reason: "exited", At: time.Now()}},
 					Retried: map[string]int{other: tc.retried}})
@@ -86,9 +83,28 @@ func TestStandAsideAfterTheReport(t *testing.T) {
 			if tc.retry > 0 {
 				os.WriteFile(filepath.Join(b.hostDir, spec.VersionsDir, spec.RetryFile), spec.Retry{Digest: other, Count: tc.retry}.Encode(), 0o644)
 			}
+			if tc.delivered {
+				deliverVersion(t, b.hostDir, other, true)
+			} else if err := os.MkdirAll(filepath.Join(b.hostDir, spec.VersionsDir), 0o700); err == nil {
+				os.WriteFile(filepath.Join(b.hostDir, spec.VersionsDir, spec.WantFile), []byte(other), 0o644)
+			}
 			b.publish(encode(t, b.declaration(1, fileResource("/a", "a"))), nil)
-			if r := b.report(); len(r.Results) != 1 || r.Results[0].Outcome != spec.Created {
-				t.Fatalf("report %+v", r)
+			select {
+			case r := <-b.reports:
+				if len(r.Results) != 1 || r.Results[0].Outcome != spec.Created {
+					t.Fatalf("report %+v", r)
+				}
+			case err := <-b.ended:
+				// The host looks after its start and after any event: one
+				// that came once want was written stands aside before the
+				// declaration does. Right where it should; nothing to
+				// report.
+				if !tc.aside || !errors.Is(err, host.ErrStandAside) {
+					t.Fatalf("Run ended before the report: %v; want it to stand aside: %v", err, tc.aside)
+				}
+				return
+			case <-time.After(20 * time.Second):
+				t.Fatal("no report from the host within 20s")
 			}
 			select {
 			case err := <-b.ended:
