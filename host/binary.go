@@ -147,7 +147,7 @@ func (a binaryApplier) plan(b *spec.BinarySpec) (binaryDecision, error) {
 			return d, err
 		}
 		r := spec.Retry{Digest: b.Digest, Count: b.Retry}
-		held, ok, err := readRetry(a.dir)
+		held, ok, err := spec.ReadRetry(a.dir)
 		if err != nil {
 			return d, err
 		}

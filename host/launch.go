@@ -44,21 +44,6 @@ func readLaunchIn(dir string) (spec.Launch, error) {
 	return l, nil
 }
 
-// readRetry reads the retry the versions directory dir asks for: ok false
-// when there is none, or one that does not parse (the host writes it
-// whole, and writes it again); a read that failed is an error.
-func readRetry(dir string) (r spec.Retry, ok bool, err error) {
-	body, err := os.ReadFile(filepath.Join(dir, spec.RetryFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return spec.Retry{}, false, nil
-	}
-	if err != nil {
-		return spec.Retry{}, false, fmt.Errorf("read the retry the node asks for: %w", err)
-	}
-	r, perr := spec.ParseRetry(body)
-	return r, perr == nil, nil
-}
-
 // fallbacks are the versions the launcher gave up on, for a heartbeat; a
 // record that cannot be read is said in the log, once until it changes.
 func (a *Agent) fallbacks() []spec.Fallback {
@@ -98,7 +83,7 @@ func (a *Agent) newVersion(version string) (string, error) {
 	if _, bad := l.Bad[want]; bad {
 		// Bad, unless a resumed roll asks for it again: the launcher
 		// clears the mark when this process stands aside.
-		r, ok, err := readRetry(a.versions())
+		r, ok, err := spec.ReadRetry(a.versions())
 		if err != nil {
 			return "", err
 		}

@@ -105,21 +105,14 @@ func (l *Launcher) choose() (pick, error) {
 	return pick{digest: want, path: path, why: "the version the node wants", fallback: fb.digest}, nil
 }
 
-// retry is what D/host/versions/retry asks, if it is there and reads.
+// retry is what D/host/versions/retry asks, if it is there and reads; a
+// read that failed is said, and a version marked bad stays bad.
 func (l *Launcher) retry() (spec.Retry, bool) {
-	body, err := os.ReadFile(filepath.Join(l.versions, spec.RetryFile))
+	r, ok, err := spec.ReadRetry(l.versions)
 	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			l.log.Warn("the retry file cannot be read; a version marked bad stays bad", "err", err)
-		}
-		return spec.Retry{}, false
+		l.log.Warn("the retry file cannot be read; a version marked bad stays bad", "err", err)
 	}
-	r, err := spec.ParseRetry(body)
-	if err != nil {
-		l.log.Warn("the retry file is not a digest and a count; ignored", "file", filepath.Join(l.versions, spec.RetryFile), "err", err)
-		return spec.Retry{}, false
-	}
-	return r, true
+	return r, ok
 }
 
 // want is the digest D/host/versions/want names, or "" when it is absent.

@@ -35,7 +35,8 @@ type roller struct {
 	// and so nothing, if the send before the restart got through).
 	sent map[[2]int64]bool
 	// began is when the roll loop started in this process: what a node was
-	// heard saying before is not its last word on a deadline.
+	// heard saying before is not its last word on a deadline. Written and
+	// read by the roll loop alone.
 	began time.Time
 }
 
@@ -300,9 +301,7 @@ func short(digest string) string { return digest[:min(12, len(digest))] }
 
 // rollLoop carries out the running roll until ctx ends.
 func (c *Controller) rollLoop(ctx context.Context) {
-	c.roller.mu.Lock()
 	c.roller.began = c.cfg.Now()
-	c.roller.mu.Unlock()
 	tick := time.NewTicker(rollTick)
 	defer tick.Stop()
 	for {
@@ -479,10 +478,7 @@ func (c *Controller) rollWatch(ctx context.Context, r store.Roll, n store.RollNo
 		// starting the release now (the controller's own is, when its
 		// step restarted this process). It is given until it would be
 		// silent, counted from the start, to say so.
-		c.roller.mu.Lock()
-		began := c.roller.began
-		c.roller.mu.Unlock()
-		if node.LastHeard.Before(began) && !Silent(began, now, node.Heartbeat) {
+		if began := c.roller.began; node.LastHeard.Before(began) && !Silent(began, now, node.Heartbeat) {
 			return nil
 		}
 		runs := "it was never heard"

@@ -1,7 +1,10 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -92,6 +95,21 @@ func ParseRetry(b []byte) (Retry, error) {
 		return Retry{}, fmt.Errorf("retry file: count %q is not 1 to %d", f[1], MaxRetry)
 	}
 	return Retry{Digest: f[0], Count: n}, nil
+}
+
+// ReadRetry reads the RetryFile in the versions directory dir: ok false
+// when there is none, or one that does not parse (the host writes it
+// whole, and writes it again); a read that failed is an error.
+func ReadRetry(dir string) (r Retry, ok bool, err error) {
+	body, err := os.ReadFile(filepath.Join(dir, RetryFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return Retry{}, false, nil
+	}
+	if err != nil {
+		return Retry{}, false, fmt.Errorf("read the retry the node asks for: %w", err)
+	}
+	r, perr := ParseRetry(body)
+	return r, perr == nil, nil
 }
 
 // Retries says whether l is still to honour r: it marks r's digest bad and
