@@ -52,6 +52,8 @@ func TestImportDirections(t *testing.T) {
 		"internal/gobuild": {},
 		// Test support: waiting for a condition with a deadline.
 		"internal/poll": {},
+		// Test support: the switch for the tests that take minutes.
+		"internal/optin": {},
 	}
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...").Output()
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mesh-fleet/mesh/internal/optin"
 )
 
 // bigBlob is the size of the file TestBigBlobMemoryIsBoundedByTheChunk
@@ -32,6 +34,7 @@ const (
 // above its peak before the register, and the file on the node has the
 // declared digest.
 func TestBigBlobMemoryIsBoundedByTheChunk(t *testing.T) {
+	optin.NeedSlow(t, "registers and pushes 64 MiB")
 	if testing.Short() {
 		t.Skip("pushes 64 MiB; run without -short")
 	}

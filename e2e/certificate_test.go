@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 )
@@ -424,6 +425,7 @@ func (r *reader) end() {
 // two thirds of the lifetime, not at every check.
 // TestCertificateUnassignedIsRenewedNoMore is the other half of its life.
 func TestCertificateRenewal(t *testing.T) {
+	optin.NeedSlow(t, "waits out a one-minute certificate's renewal")
 	t.Parallel()
 	root := t.TempDir()
 	m := newMesh(t, "--root", root, "--cert-lifetime", "1m", "--cert-renew-check", "1s")
@@ -469,6 +471,7 @@ func TestCertificateRenewal(t *testing.T) {
 // certmagic stops renewing it: nothing more is issued for its name past
 // when its leaf would have been renewed.
 func TestCertificateUnassignedIsRenewedNoMore(t *testing.T) {
+	optin.NeedSlow(t, "waits out a one-minute certificate's renewal window")
 	t.Parallel()
 	root := t.TempDir()
 	m := newMesh(t, "--root", root, "--cert-lifetime", "1m", "--cert-renew-check", "1s")
@@ -571,6 +574,7 @@ func renewedOnce(t *testing.T, meshDir, node, dir string, first installed) renew
 // renewal is swapped in, and the container reads the renewed pair through
 // its mount.
 func TestCertificateRenewalKeepsTheContainer(t *testing.T) {
+	optin.NeedSlow(t, "waits out a one-minute certificate's renewal")
 	t.Parallel()
 	m := newContainerNode(t, "--cert-lifetime", "1m", "--cert-renew-check", "1s", "--reconcile", "5m")
 	tag, archive := image(t, m.cli)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/moby/moby/api/types/container"
@@ -132,6 +133,7 @@ func TestCrashingContainerFails(t *testing.T) {
 // counted in alpha's log (--log-level debug: one that changes nothing says
 // so at debug).
 func TestContainerDeathStormIsPaced(t *testing.T) {
+	optin.NeedSlow(t, "kills containers in a loop for the pacing to show")
 	t.Parallel()
 	m := newContainerNode(t, "--reconcile", "5m", "--log-level", "debug")
 	mustRun(t, "module", "register", "--dir", m.dir, fileModule(t, "motd", "/etc/motd", "hello\n"))

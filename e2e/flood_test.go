@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 )
@@ -17,6 +18,7 @@ import (
 // node's: alpha's next heartbeat is recorded within seconds of the flood,
 // status names beta and what it sent, and /metrics counts the excess.
 func TestHeartbeatFloodDelaysNoOtherNode(t *testing.T) {
+	optin.NeedSlow(t, "sends 200,000 heartbeats")
 	t.Parallel()
 	m := newMesh(t, "--root", t.TempDir(), "--heartbeat", "500ms")
 	betaDir, _ := join(t, m.token(t, "beta"), "--root", t.TempDir())

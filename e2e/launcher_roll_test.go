@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/internal/gobuild"
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/spec"
@@ -24,6 +25,7 @@ import (
 // were never sent v3. Resumed, beta tries v3 once more and falls back
 // again; the roll halts again there.
 func TestRollRunsTheNewVersionAndHaltsAtAFallback(t *testing.T) {
+	optin.NeedSlow(t, "rolls real mesh builds through three launchers and their deadlines")
 	t.Parallel()
 	m := newMesh(t, "--healthy-within", "20s")
 	betaDir, _ := m.join(t, "beta", "--healthy-within", "20s")
@@ -132,6 +134,7 @@ func TestRollRunsTheNewVersionAndHaltsAtAFallback(t *testing.T) {
 // as its child, the node reports v2, and the roll finishes at the
 // controller's own node instead of halting there.
 func TestGenesisHandsOverAtItsFirstSwap(t *testing.T) {
+	optin.NeedSlow(t, "builds and rolls a second mesh binary through the launcher")
 	t.Parallel()
 	m := newMesh(t, "--healthy-within", "30s")
 	pid := m.d.cmd.Process.Pid

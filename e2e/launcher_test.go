@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/internal/gobuild"
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/spec"
@@ -120,6 +121,7 @@ func hangs(t *testing.T) string {
 // the launcher: its child goes with it, and the next start runs the same
 // version; SIGINT reaches the child and the launcher exits 0 after it.
 func TestLauncherRunsTheWantedVersionAndFallsBack(t *testing.T) {
+	optin.NeedSlow(t, "runs real mesh builds through a launcher and its deadlines")
 	t.Parallel()
 	m := newMesh(t)
 	betaDir, beta := join(t, m.token(t, "beta"), "--reconcile", "1s", "--healthy-within", "5s")
@@ -204,6 +206,7 @@ func TestLauncherRunsTheWantedVersionAndFallsBack(t *testing.T) {
 // bad, the store put back as it was, and the good version serves it: the
 // integrity check passes, the table is gone, the CLI reads the nodes.
 func TestControllerFallbackRestoresTheStore(t *testing.T) {
+	optin.NeedSlow(t, "runs a migrating mesh build through a launcher and its deadline")
 	t.Parallel()
 	m := newMesh(t, "--reconcile", "1s", "--healthy-within", "20s")
 	m.launched(t)
@@ -274,6 +277,7 @@ func TestControllerFallbackRestoresTheStore(t *testing.T) {
 // the machine's resolver is answered, with the names the host keeps. The
 // longest a query waited is logged.
 func TestResolverAnswersThroughASwap(t *testing.T) {
+	optin.NeedSlow(t, "swaps a host to another mesh build under queries")
 	t.Parallel()
 	m := newMesh(t, "--root", t.TempDir())
 	betaDir, beta := join(t, m.token(t, "beta"), "--reconcile", "1s", "--root", t.TempDir())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/cli"
 	"github.com/mesh-fleet/mesh/internal/gobuild"
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
@@ -62,6 +63,7 @@ func stripped(t *testing.T, path string) error {
 // build recorded is the same for both (invariant 13: the version is the
 // digest, never a stamp).
 func TestReleaseBuildsKeepEveryFlag(t *testing.T) {
+	optin.NeedSlow(t, "builds two mesh binaries")
 	t.Parallel()
 	v1, v2 := meshRelease(t, "meshrel-v1"), meshRelease(t, "meshrel-v2")
 	b1, b2 := readBytes(t, v1), readBytes(t, v2)
@@ -116,6 +118,7 @@ func TestReleaseBuildsKeepEveryFlag(t *testing.T) {
 // text file and a Go program that is not mesh are each refused, exit 2,
 // with their reason in one line, and nothing of them is stored.
 func TestReleasePublish(t *testing.T) {
+	optin.NeedSlow(t, "builds mesh for four targets")
 	t.Parallel()
 	m := newMesh(t)
 	v1, v2 := meshRelease(t, "meshrel-v1"), meshRelease(t, "meshrel-v2")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/miekg/dns"
@@ -300,6 +301,7 @@ func TestSubnetMoveUnderContainersIsRefused(t *testing.T) {
 // help (nothing is left sent and never applied), status ends all-clear, no
 // container was replaced, and sequence numbers only rose.
 func TestRestartsOfEveryKind(t *testing.T) {
+	optin.NeedSlow(t, "six rounds of stops and kills with containers, minutes")
 	t.Parallel()
 	// Two meshes at once: the stops on one, the kills on the other.
 	for _, c := range []struct {

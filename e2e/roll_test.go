@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/internal/gobuild"
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/spec"
@@ -29,6 +30,7 @@ import (
 // line each, exit 2. The launcher that runs
 // what want names is another part's: this needs none.
 func TestReleaseRollDelivers(t *testing.T) {
+	optin.NeedSlow(t, "rolls a 45 MiB mesh binary to hosts")
 	t.Parallel()
 	m := newMesh(t)
 	betaDir, _ := m.join(t, "beta")
@@ -128,6 +130,7 @@ func TestReleaseRollDelivers(t *testing.T) {
 // answer, dials it again, and reports the roll's end; the restarted
 // controller carried the roll on (here to its deadline: beta is down).
 func TestReleaseRollFollowsThroughARestart(t *testing.T) {
+	optin.NeedSlow(t, "rolls a 45 MiB mesh binary through a controller restart")
 	t.Parallel()
 	m := newMesh(t)
 	_, beta := m.join(t, "beta")

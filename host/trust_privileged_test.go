@@ -13,6 +13,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -43,6 +44,7 @@ func TestTrustForReal(t *testing.T) {
 		trustInNamespace(t, outer)
 		return
 	}
+	optin.NeedSlow(t, "update-ca-certificates relinks Debian's whole store, seconds a run, three runs")
 	needRoot(t, "the trust store for real")
 	for _, tool := range []string{"unshare", "update-ca-certificates", "openssl"} {
 		if _, err := exec.LookPath(tool); err != nil {
