@@ -30,9 +30,12 @@ run: build
 
 # -timeout: the e2e package runs past go test's default 10 minutes when
 # MESH_TEST_FLEET=1 joins its 1,200 simulated hosts (as .ci/run does).
+# -p and -parallel: 8 packages at once and 8 tests at once in each, not
+# go test's default of the number of CPUs: most tests wait on processes,
+# the engine or the clock rather than on this machine's cores.
 test:
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -p 8 -parallel 8 -timeout 30m ./...
 
 check: tidy-check
 	$(GO) vet ./...

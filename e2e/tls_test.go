@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/miekg/dns"
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -34,7 +35,8 @@ const webPort = "8443"
 // name, verifying the server against the root its certificate resource
 // keeps, and refuses a name the certificate does not carry. Leaves live a
 // minute and alpha looks for renewals every second: the renewed
-// certificate is served from the next connection, by the same container.
+// certificate is served from the next connection, by the same container
+// (the subtest "renewed", with MESH_TEST_SLOW=1: it waits 40 s for it).
 func TestTLSRouteByName(t *testing.T) {
 	t.Parallel()
 	m := newContainerMesh(t, "--cert-lifetime", "1m", "--cert-renew-check", "1s")
@@ -55,7 +57,7 @@ func TestTLSRouteByName(t *testing.T) {
 	}
 	addr := answers(r)
 	url := "https://" + web + ":" + webPort + "/"
-	curl := func(args ...string) (string, int) {
+	curl := func(t *testing.T, args ...string) (string, int) {
 		t.Helper()
 		args = append([]string{"-sS", "--noproxy", "*", "--max-time", "10", "--resolve", web + ":" + webPort + ":" + addr}, args...)
 		out, err := exec.Command("curl", append(args, url)...).CombinedOutput()
@@ -69,11 +71,11 @@ func TestTLSRouteByName(t *testing.T) {
 	}
 	page := "Hello from " + m.a + "\n"
 	poll.Until(t, 30*time.Second, "curl --cacert roots.pem "+url, func() (bool, string) {
-		out, code := curl("--cacert", roots)
+		out, code := curl(t, "--cacert", roots)
 		return code == 0 && out == page, fmt.Sprintf("exit %d: %s", code, out)
 	})
 	served := servedSerial(t, addr, web, roots)
-	if out, code := curl(); code != 60 || !strings.Contains(out, "SSL certificate problem: unable to get local issuer certificate") {
+	if out, code := curl(t); code != 60 || !strings.Contains(out, "SSL certificate problem: unable to get local issuer certificate") {
 		t.Errorf("curl %s without the mesh root: exit %d, %q; want exit 60, the issuer unknown", url, code, out)
 	}
 
@@ -101,17 +103,20 @@ func TestTLSRouteByName(t *testing.T) {
 	}
 
 	// Renewed: served by the same container, with no restart.
-	webID := m.id(t, m.a, "web")
-	poll.Until(t, 2*time.Minute, "alpha serves its renewed certificate", func() (bool, string) {
-		now := servedSerial(t, addr, web, roots)
-		return now != served, "still serial " + now
+	t.Run("renewed", func(t *testing.T) {
+		optin.NeedSlow(t, "waits out a one-minute certificate's renewal")
+		webID := m.id(t, m.a, "web")
+		poll.Until(t, 2*time.Minute, "alpha serves its renewed certificate", func() (bool, string) {
+			now := servedSerial(t, addr, web, roots)
+			return now != served, "still serial " + now
+		})
+		if m.id(t, m.a, "web") != webID {
+			t.Error("the renewal replaced alpha's web container")
+		}
+		if out, code := curl(t, "--cacert", roots); code != 0 || out != page {
+			t.Errorf("curl --cacert roots.pem %s after the renewal: exit %d, %q", url, code, out)
+		}
 	})
-	if m.id(t, m.a, "web") != webID {
-		t.Error("the renewal replaced alpha's web container")
-	}
-	if out, code := curl("--cacert", roots); code != 0 || out != page {
-		t.Errorf("curl --cacert roots.pem %s after the renewal: exit %d, %q", url, code, out)
-	}
 }
 
 // servedSerial is the serial of the leaf the server at addr presents for
