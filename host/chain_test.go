@@ -76,6 +76,7 @@ func sameSerials(got []*x509.Certificate, want ...*x509.Certificate) bool {
 // refuses a declaration whose chain is not of its pinned root, applying
 // nothing of it and keeping the chain it held.
 func TestHostTakesTheChain(t *testing.T) {
+	t.Parallel()
 	b := newBench(t)
 	var agent *host.Agent
 	b.prepare = func(a *host.Agent) { agent = a }
@@ -183,6 +184,7 @@ func TestHostTakesTheChain(t *testing.T) {
 // intermediate is reached by a host that holds the chain, the pinned root
 // its only anchor.
 func TestBusVerifiedWithTheHeldChain(t *testing.T) {
+	t.Parallel()
 	b := newBenchPresenting(t, true)
 	st, _, err := host.ReadState(b.hostDir)
 	if err != nil {

@@ -237,6 +237,7 @@ func (b *bench) exists(path string) bool {
 // TestEachRefusal holds invariant 4: each bad delivery, sent for real on
 // the bus, is refused with its reason and nothing of it is applied.
 func TestEachRefusal(t *testing.T) {
+	t.Parallel()
 	b := newBench(t)
 	b.start()
 	good := b.declaration(5, fileResource("/good", "v5"))
@@ -308,6 +309,7 @@ func TestEachRefusal(t *testing.T) {
 // stream order (7 before 6) and are handled in sequence order, so neither
 // is refused as lower.
 func TestBatchInSequenceOrder(t *testing.T) {
+	t.Parallel()
 	b := newBench(t)
 	b.publish(encode(t, b.declaration(7, fileResource("/f", "seven"))), nil)
 	b.publish(encode(t, b.declaration(6, fileResource("/f", "six"))), nil)
@@ -324,6 +326,7 @@ func TestBatchInSequenceOrder(t *testing.T) {
 // TestKeptBeforeApplied: the kept sequence is in state.json before the
 // apply; a host restarted from that state refuses anything lower.
 func TestKeptSequenceSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	b := newBench(t)
 	b.start()
 	b.publish(encode(t, b.declaration(3, fileResource("/f", "three"))), nil)
@@ -340,6 +343,7 @@ func TestKeptSequenceSurvivesRestart(t *testing.T) {
 // The trial run's status kept "context canceled" failures after such a
 // stop.
 func TestStopMidApplyReportsNoFailure(t *testing.T) {
+	t.Parallel()
 	b := newBench(t)
 	blob := []byte("a blob served only after the restart")
 	asked := make(chan struct{}, 1)
@@ -387,6 +391,7 @@ func TestStopMidApplyReportsNoFailure(t *testing.T) {
 // reconcile even when it changes nothing, so what the controller last heard
 // (perhaps a failure from before the restart) does not stand.
 func TestFirstReconcileOfARunReports(t *testing.T) {
+	t.Parallel()
 	b := newBench(t)
 	b.start()
 	b.publish(encode(t, b.declaration(1, fileResource("/f", "one"))), nil)

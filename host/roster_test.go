@@ -105,6 +105,7 @@ func keptRosterSeq(t *testing.T, b *bench) uint64 {
 // each sent for real on the bus: the host keeps and serves the roster it
 // held, and says why in its log.
 func TestEachRosterRefusal(t *testing.T) {
+	t.Parallel()
 	b := newBench(t)
 	names := runResolver(t, resolver.Zone{})
 	b.names = names
@@ -204,6 +205,7 @@ func encodeRoster(t testing.TB, d spec.RosterDoc) []byte {
 // roster the controller answers with is applied at once. One naming the
 // held sequence with other bytes is refused.
 func TestDeclarationWaitsForItsRoster(t *testing.T) {
+	t.Parallel()
 	b := newBench(t)
 	names := runResolver(t, resolver.Zone{})
 	b.names = names
@@ -313,6 +315,7 @@ func TestDeclarationWaitsForItsRoster(t *testing.T) {
 // started again serves its names at once, before any message arrives,
 // into a resolver that knows nothing, and its heartbeats name it.
 func TestRosterKeptAcrossRestart(t *testing.T) {
+	t.Parallel()
 	b := newBench(t)
 	names := runResolver(t, resolver.Zone{})
 	b.names = names
@@ -354,6 +357,7 @@ func TestRosterKeptAcrossRestart(t *testing.T) {
 // starts are judged in sequence order and the highest kept, with one
 // write of state.json.
 func TestRosterBatchWritesOnce(t *testing.T) {
+	t.Parallel()
 	b := newBench(t)
 	names := runResolver(t, resolver.Zone{})
 	b.names = names
@@ -381,6 +385,7 @@ func TestRosterBatchWritesOnce(t *testing.T) {
 // (a controller of protocol 2) has its names served, as before roster
 // messages; one that names a roster message then has that one's.
 func TestInlineRosterIsServed(t *testing.T) {
+	t.Parallel()
 	b := newBench(t)
 	names := runResolver(t, resolver.Zone{})
 	b.names = names

@@ -145,7 +145,9 @@ func (l *Launcher) stop(cmd *exec.Cmd, exited chan error) {
 
 // waitForTheLastChild waits until no process holds D/.lock: a child of a
 // launcher that was killed dies with it, a moment later. One that holds it
-// for LockWait is another process running on D: an error.
+// under the parent it had when it took it (a genesis, another launcher's
+// child) is another process running on D, and so is one that holds it for
+// LockWait: an error, at once.
 func (l *Launcher) waitForTheLastChild(ctx context.Context) error {
 	if !l.made() {
 		return nil
@@ -156,7 +158,7 @@ func (l *Launcher) waitForTheLastChild(ctx context.Context) error {
 		if err != nil || free {
 			return err
 		}
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || !statedir.HolderOrphaned(l.cfg.Dir) {
 			// Not a child of this launcher's: say who, and start nothing
 			// (a version that failed for it would be called bad).
 			release, err := statedir.Lock(l.cfg.Dir)

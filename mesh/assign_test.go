@@ -31,6 +31,7 @@ func dirModule(name, path string, routes ...spec.Route) spec.Module {
 // mesh cannot be composed, the change is recorded and the answer says why
 // the nodes are not known.
 func TestAssignSaysWhichNodesChange(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Now()}
 	fs := &failingStore{node: "beta"}
 	c, db := newControllerWith(t, clk, func(db *store.DB) Store { fs.DB = db; return fs })

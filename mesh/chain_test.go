@@ -20,6 +20,7 @@ import (
 // node that has not said which it holds is not called behind; a re-send
 // after expiry carries the chain as it was sent.
 func TestDeclarationCarriesTheChain(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
 	c, db := newController(t, clk)
 	ctx := context.Background()

@@ -17,6 +17,7 @@ import (
 // published at the controller's next start, once, with the recorded bytes
 // and signature.
 func TestRecordedButNotPublishedIsPublishedAtStart(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
 	ctx := context.Background()

@@ -168,6 +168,7 @@ func enrolRequestWith(t *testing.T, tok spec.Token, node string, nodeKey nkeys.K
 // TestTokenExpiry: a token past its expiry is refused by the
 // controller by name, and its enrolment user leaves the bus.
 func TestTokenExpiry(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	c, db := newController(t, clk)
 	ctx := context.Background()
@@ -212,6 +213,7 @@ func TestTokenExpiry(t *testing.T) {
 // TestEnrolRefusals: a request bound to another token's secret, for another
 // node, or with a node key that is not a user key, adds nothing.
 func TestEnrolRefusals(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
 	ctx := context.Background()
@@ -261,6 +263,7 @@ func TestEnrolRefusals(t *testing.T) {
 // store that cannot be read is an error, never a list without the nodes
 // (which would lock every node out at the next change of the users).
 func TestUsersIsNeverEmptyOnFailure(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
 	before := len(c.users)

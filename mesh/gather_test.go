@@ -94,6 +94,7 @@ func routeNames(r spec.Roster) string {
 // read that fails while composing beta fails the whole push, naming beta and
 // the read; nothing is sent to anyone, so every roster stays as it was.
 func TestReadFailureIsRaisedNotAbsence(t *testing.T) {
+	t.Parallel()
 	var fs *failingStore
 	c, db := newControllerWith(t, &clock{now: time.Now()}, func(db *store.DB) Store {
 		fs = &failingStore{DB: db, node: "beta"}
@@ -161,6 +162,7 @@ func rosterOnStream(t *testing.T, c *Controller) (spec.Roster, uint64) {
 // keeps beta's route from the declaration beta last received. gamma, which
 // never received one and now fails, contributes none.
 func TestNodeOwnFailureKeepsWhatItServes(t *testing.T) {
+	t.Parallel()
 	c, db := newController(t, &clock{now: time.Now()})
 	meshOf(t, c, db)
 	ctx := context.Background()

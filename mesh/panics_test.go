@@ -50,6 +50,7 @@ func (s panickyStore) Tokens(ctx context.Context) ([]store.Token, error) {
 // each is recovered and counted, the caller is answered with a failure, and
 // the bus and every other handler go on answering.
 func TestPanicInAHandlerLeavesTheBusServing(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Now()}
 	c, _ := newControllerWith(t, clk, func(db *store.DB) Store {
 		return panickyStore{DB: db, heartbeat: true, facts: true, tokens: true}
@@ -120,6 +121,7 @@ func TestPanicInAHandlerLeavesTheBusServing(t *testing.T) {
 // push since it started (a host correcting drift at its start) is recorded,
 // and nothing panics (the push watchers' map was made by the first push).
 func TestReportBeforeAnyPush(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
 	r := mustJSON(t, spec.Report{Node: "alpha", Seq: 3, Time: clk.Now(), Results: []spec.ResourceResult{}})

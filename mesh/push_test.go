@@ -40,6 +40,7 @@ func lastOnStream(t *testing.T, c *Controller, node string) spec.Declaration {
 // TestSequence: sequences rise per node, and start above what the node
 // reports having applied, so a restored store never wedges a host.
 func TestSequence(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
 	ctx := context.Background()
@@ -66,6 +67,7 @@ func TestSequence(t *testing.T) {
 // declaration expired is re-sent the last sent content, re-signed under a
 // new sequence, without recomposing.
 func TestExpiredIsResentAsSent(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
 	ctx := context.Background()
@@ -117,6 +119,7 @@ func TestExpiredIsResentAsSent(t *testing.T) {
 // TestRemovedNodeLosesItsConsumer: node remove deletes the node's delivery
 // consumer.
 func TestRemovedNodeLosesItsConsumer(t *testing.T) {
+	t.Parallel()
 	c, _ := newController(t, &clock{now: time.Now()})
 	ctx := context.Background()
 	if _, err := c.js.PushConsumer(ctx, spec.DeclarationStream, "alpha"); err != nil {
@@ -136,6 +139,7 @@ func TestRemovedNodeLosesItsConsumer(t *testing.T) {
 // TestExpiredWatchersAreDropped: a push waiting for a node that never
 // answers is forgotten once it expires.
 func TestExpiredWatchersAreDropped(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Now()}
 	c, _ := newController(t, clk)
 	c.watch("alpha", "p1", spec.OperatorInbox+".x", false)

@@ -34,6 +34,7 @@ func nodeStatus(res spec.StatusResult, node string) spec.NodeStatus {
 // node is heard, applied the latest, has nothing pending, no failure and no
 // hold; each of those alone takes it away, and status says which.
 func TestAllClear(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
 	c, db := newController(t, clk)
 	ctx := context.Background()

@@ -2,7 +2,9 @@ package statedir_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -100,4 +102,45 @@ func TestLock(t *testing.T) {
 		t.Fatalf("Lock after release: %v", err)
 	}
 	again()
+}
+
+// TestHolderOrphaned: the holder of D/.lock is taken for one on its way
+// out (a launcher's waits for it) unless it runs on under the parent it
+// wrote there; then it is another process, refused at once.
+func TestHolderOrphaned(t *testing.T) {
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, content string
+		want          bool
+	}{
+		{"this process, its parent unchanged", fmt.Sprintf("%d %d\n", os.Getpid(), os.Getppid()), false},
+		{"this process, another parent written", fmt.Sprintf("%d %d\n", os.Getpid(), os.Getppid()+1), true},
+		{"a process that is gone", fmt.Sprintf("%d %d\n", gone.Process.Pid, os.Getpid()), true},
+		{"nothing written", "", true},
+		{"garbage", "holder\n", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, statedir.LockFile), []byte(c.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if got := statedir.HolderOrphaned(dir); got != c.want {
+				t.Errorf("HolderOrphaned with %q = %v, want %v", c.content, got, c.want)
+			}
+		})
+	}
+	// Lock writes who holds it: this process, under its parent.
+	dir := t.TempDir()
+	release, err := statedir.Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if statedir.HolderOrphaned(dir) {
+		b, _ := os.ReadFile(filepath.Join(dir, statedir.LockFile))
+		t.Errorf("the lock this process holds reads as orphaned: %q", b)
+	}
 }
