@@ -57,6 +57,8 @@ type bench struct {
 	// returned.
 	launched bool
 	ended    chan error
+	// panics, when set before start, counts the agent's recovered panics.
+	panics *atomic.Uint64
 }
 
 // syncBuffer is a buffer the host's logger writes to while a test reads it.
@@ -146,7 +148,7 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 	var agentDone chan struct{}
 	agentCancel := func() {}
 	b.start = func() {
-		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: b.heartbeat, ReconcileEvery: b.reconcile, Names: b.names, Launched: b.launched}, hostLog)
+		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: b.heartbeat, ReconcileEvery: b.reconcile, Names: b.names, Launched: b.launched, Panics: b.panics}, hostLog)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -117,6 +117,60 @@ func TestPanicInAHandlerLeavesTheBusServing(t *testing.T) {
 	}
 }
 
+// nodesPanic is the real store but for Nodes, which panics once on is set:
+// the seam where a bug in an HTTP handler (/metrics reads the nodes) is
+// injected after the controller started.
+type nodesPanic struct {
+	*store.DB
+	on *atomic.Bool
+}
+
+func (s nodesPanic) Nodes(ctx context.Context) ([]store.Node, error) {
+	if s.on.Load() {
+		panic("injected: nodes")
+	}
+	return s.DB.Nodes(ctx)
+}
+
+// TestPanicInAnHTTPHandlerIsA500: a panic in an HTTP handler is answered
+// with a 500 that says an internal error happened (net/http alone drops the
+// connection and says nothing), counted in mesh_panics_total, and the other
+// HTTP handlers and the bus go on answering.
+func TestPanicInAnHTTPHandlerIsA500(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	on := &atomic.Bool{}
+	c, _ := newControllerWith(t, clk, func(db *store.DB) Store { return nodesPanic{DB: db, on: on} })
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + c.HTTPAddr() + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	on.Store(true)
+	if code, body := get("/metrics"); code != http.StatusInternalServerError || !strings.Contains(body, "internal error") {
+		t.Fatalf("GET /metrics that panicked: %d %q, want 500 naming an internal error", code, body)
+	}
+	if n := c.cfg.Panics.Load(); n != 1 {
+		t.Errorf("mesh_panics_total counts %d, want 1", n)
+	}
+	if code, body := get("/healthz"); code != http.StatusOK {
+		t.Errorf("GET /healthz after the panic: %d %q", code, body)
+	}
+	on.Store(false)
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "\nmesh_panics_total 1\n") {
+		t.Errorf("GET /metrics after the panic: %d, want 200 counting one panic:\n%s", code, body)
+	}
+	op := operatorConn(t, c)
+	if _, err := op.Request(spec.APIPrefix+spec.VerbNodeList, mustJSON(t, spec.NodeListRequest{}), 10*time.Second); err != nil {
+		t.Errorf("the bus after an HTTP handler's panic: %v", err)
+	}
+}
+
 // TestReportBeforeAnyPush: a report that reaches a controller before any
 // push since it started (a host correcting drift at its start) is recorded,
 // and nothing panics (the push watchers' map was made by the first push).
