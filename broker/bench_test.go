@@ -40,3 +40,34 @@ func BenchmarkSetUsers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAddUser changes the same running bus's users one at a time, as
+// a join now does: one user added, then withdrawn. Its ns/op should not
+// grow with N, where BenchmarkSetUsers's does.
+func BenchmarkAddUser(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			users := make([]broker.User, n)
+			for i := range users {
+				_, pub := newUser(b)
+				node := fmt.Sprintf("n%05d", i)
+				users[i] = broker.User{
+					NKey:      pub,
+					Publish:   []string{"mesh.node." + node + ".>", "$JS.ACK.DECLARATIONS." + node + ".>", "_INBOX." + node + ".>"},
+					Subscribe: []string{"_DELIVER.DECLARATIONS." + node, "_INBOX." + node + ".>"},
+				}
+			}
+			_, extra := newUser(b)
+			bus := startBus(b, users)
+			for i := 0; b.Loop(); i++ {
+				if i%2 == 0 {
+					if err := bus.srv.AddUser(broker.User{NKey: extra, Publish: []string{"mesh.enrol"}, Subscribe: []string{"_INBOX.t.>"}}); err != nil {
+						b.Fatal(err)
+					}
+				} else {
+					bus.srv.WithdrawUser(extra)
+				}
+			}
+		})
+	}
+}

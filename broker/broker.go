@@ -54,9 +54,9 @@ type Server struct {
 
 	gate *gate
 
-	mu    sync.Mutex
-	ns    *server.Server
-	users []User
+	// mu guards ns, and makes one change of the users at a time.
+	mu sync.Mutex
+	ns *server.Server
 }
 
 // New checks cfg and starts nothing.
@@ -81,7 +81,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if _, _, err := g.swap(cfg.Users); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: log, ready: make(chan struct{}), users: slices.Clone(cfg.Users), gate: g}, nil
+	return &Server{cfg: cfg, log: log, ready: make(chan struct{}), gate: g}, nil
 }
 
 func (u User) check() error {
@@ -164,32 +164,64 @@ func (s *Server) NATS() *server.Server {
 	return s.ns
 }
 
-// Users are the bus's users as last given.
+// Users are the bus's users in force, by nkey.
 func (s *Server) Users() []User {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]User(nil), s.users...)
+	return s.gate.list()
 }
 
 // SetUsers replaces the bus's users. It reloads nothing: a client that
 // connects from then on is admitted by the new users. It returns once every
 // connection of a user withdrawn, or whose lists changed, is closed; such a
 // user connects again with its new lists, or is refused. Before Run it only
-// records them.
+// records them. It costs what every user costs: AddUser and WithdrawUser
+// change one.
 func (s *Server) SetUsers(users []User) error {
-	users = slices.Clone(users)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	drop, ns, err := s.gate.swap(users)
+	drop, ns, err := s.gate.swap(slices.Clone(users))
 	if err != nil {
 		return err
 	}
-	s.users = users
-	for _, id := range drop {
+	disconnect(ns, drop)
+	return nil
+}
+
+// AddUser puts u in force beside the users in force, as SetUsers with one
+// user more (or one user's lists changed) does, at the cost of one user:
+// it returns once the connections of the user of the same nkey whose lists
+// changed are closed. A user it cannot admit is an error, and changes
+// nothing.
+func (s *Server) AddUser(u User) error {
+	u.Publish, u.Subscribe = slices.Clone(u.Publish), slices.Clone(u.Subscribe)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	drop, ns, err := s.gate.add(u)
+	if err != nil {
+		return err
+	}
+	disconnect(ns, drop)
+	return nil
+}
+
+// WithdrawUser takes the user nkey out of force, as SetUsers without it
+// does, at the cost of one user: it returns once that user's connections
+// are closed. A user not in force is no error.
+func (s *Server) WithdrawUser(nkey string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	drop, ns := s.gate.withdraw(nkey)
+	disconnect(ns, drop)
+}
+
+// disconnect closes the connections ids of ns (none before it starts).
+func disconnect(ns *server.Server, ids []uint64) {
+	if ns == nil {
+		return
+	}
+	for _, id := range ids {
 		// An ID not found is a connection that closed since.
 		_ = ns.DisconnectClientByID(id)
 	}
-	return nil
 }
 
 // options composes the server's options: the accounts and JetStream as

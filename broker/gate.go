@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -97,6 +98,63 @@ func (g *gate) swap(users []User) ([]uint64, *server.Server, error) {
 	}
 	g.users = next
 	return drop, g.ns, nil
+}
+
+// add puts u in force beside the users in force, replacing the user of the
+// same nkey, and returns the connections to close (those of the user it
+// replaced, when its lists changed) and the server that holds them. It
+// costs what one user costs, not what every user does. A user it cannot
+// admit is an error, and changes nothing.
+func (g *gate) add(u User) ([]uint64, *server.Server, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.users[u.NKey]
+	if old != nil && same(old.u, u) {
+		return nil, g.ns, nil
+	}
+	if err := u.check(); err != nil {
+		return nil, nil, err
+	}
+	if g.users == nil {
+		g.users = map[string]*admitted{}
+	}
+	g.users[u.NKey] = &admitted{u: u, perms: &server.User{Username: u.NKey, Account: g.acc, Permissions: permissions(u)}, conns: map[uint64]struct{}{}}
+	return old.recorded(), g.ns, nil
+}
+
+// withdraw takes the user nkey out of force and returns its connections
+// to close, and the server that holds them. A user not in force is no
+// error: nothing to do.
+func (g *gate) withdraw(nkey string) ([]uint64, *server.Server) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.users[nkey]
+	delete(g.users, nkey)
+	return old.recorded(), g.ns
+}
+
+// recorded are the connections a holds on record; none for no user.
+func (a *admitted) recorded() []uint64 {
+	if a == nil {
+		return nil
+	}
+	ids := make([]uint64, 0, len(a.conns))
+	for id := range a.conns {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// list is the users in force, by nkey.
+func (g *gate) list() []User {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	users := make([]User, 0, len(g.users))
+	for _, a := range g.users {
+		users = append(users, a.u)
+	}
+	slices.SortFunc(users, func(a, b User) int { return strings.Compare(a.NKey, b.NKey) })
+	return users
 }
 
 func same(a, b User) bool {

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -387,5 +388,85 @@ func TestWithdrawalRacesConnects(t *testing.T) {
 			n := b.conns(t, nodePub)
 			return n == 0, fmt.Sprintf("round %d: %d open", round, n)
 		})
+	}
+}
+
+// TestOneUserChangeEqualsRecomposition: AddUser and WithdrawUser, each
+// changing one user, leave the bus with the users SetUsers would put in
+// force given every user composed anew (a second bus, given the whole list
+// at each step, holds the same), and they act on connections as SetUsers
+// does: a user added again with the same lists keeps its connection, one
+// whose lists change is closed and reconnects with the new ones, one
+// withdrawn is closed and refused, a bad user changes nothing.
+func TestOneUserChangeEqualsRecomposition(t *testing.T) {
+	t.Parallel()
+	_, ctlPub := newUser(t)
+	node, nodePub := newUser(t)
+	_, otherPub := newUser(t)
+	_, tokenPub := newUser(t)
+	first := []broker.User{{NKey: ctlPub, Full: true}, {NKey: nodePub, Publish: []string{"n.>"}}}
+	inc, full := startBus(t, first), startBus(t, first)
+	nc, err := inc.connect(t, node, reconnecting(make(chan error, 8))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := map[string]broker.User{}
+	for _, u := range first {
+		model[u.NKey] = u
+	}
+	for _, step := range []struct {
+		name     string
+		add      *broker.User
+		withdraw string
+		bad      string // the error AddUser gives, when the user is bad
+		// the node's connection afterwards: reconnects, and open
+		reconnects uint64
+		connected  bool
+	}{
+		{name: "a user more", add: &broker.User{NKey: otherPub, Subscribe: []string{"o"}}, connected: true},
+		{name: "an enrolment user", add: &broker.User{NKey: tokenPub, Publish: []string{"mesh.enrol"}, Subscribe: []string{"_INBOX.t.>"}}, connected: true},
+		{name: "the node again, the same lists", add: &broker.User{NKey: nodePub, Publish: []string{"n.>"}}, connected: true},
+		{name: "a bad user", add: &broker.User{NKey: otherPub, Publish: []string{"a..b"}}, bad: `subject "a..b" is not a valid subject`, connected: true},
+		{name: "not a user key", add: &broker.User{NKey: "N" + otherPub[1:]}, bad: "not a user nkey", connected: true},
+		{name: "the enrolment user withdrawn", withdraw: tokenPub, connected: true},
+		{name: "withdrawn again", withdraw: tokenPub, connected: true},
+		{name: "the node's lists changed", add: &broker.User{NKey: nodePub, Publish: []string{"m.>"}}, reconnects: 1, connected: true},
+		{name: "the node withdrawn", withdraw: nodePub, reconnects: 1},
+	} {
+		if step.add != nil {
+			err := inc.srv.AddUser(*step.add)
+			if step.bad != "" {
+				if err == nil || !strings.Contains(err.Error(), step.bad) {
+					t.Fatalf("%s: AddUser: %v, want an error saying %q", step.name, err, step.bad)
+				}
+			} else if err != nil {
+				t.Fatalf("%s: AddUser: %v", step.name, err)
+			} else {
+				model[step.add.NKey] = *step.add
+			}
+		} else {
+			inc.srv.WithdrawUser(step.withdraw)
+			delete(model, step.withdraw)
+			if n := inc.conns(t, step.withdraw); n != 0 {
+				t.Fatalf("%s: WithdrawUser returned with %d connections of the user open", step.name, n)
+			}
+		}
+		var all []broker.User
+		for _, u := range model {
+			all = append(all, u)
+		}
+		if err := full.srv.SetUsers(all); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := inc.srv.Users(), full.srv.Users(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: one user changed gives users\n%+v\nwhere composing all gives\n%+v", step.name, got, want)
+		}
+		poll.Until(t, 10*time.Second, step.name+": the node's connection as SetUsers leaves it", func() (bool, string) {
+			r := nc.Stats().Reconnects
+			return r == step.reconnects && nc.IsConnected() == step.connected, fmt.Sprintf("connected %v after %d reconnects, want %v after %d", nc.IsConnected(), r, step.connected, step.reconnects)
+		})
+	}
+	if _, err := inc.connect(t, node); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("a new connection of the withdrawn node: %v, want an authorization violation", err)
 	}
 }
