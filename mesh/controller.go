@@ -80,7 +80,7 @@ type Controller struct {
 	httpAddr string
 
 	usersMu   sync.Mutex
-	users     []broker.User          // as last given to the bus
+	users     map[string]broker.User // as last given to the bus, by nkey
 	answering map[string]store.Token // used tokens whose host is still hearing its answer
 
 	nc      *nats.Conn // full power: declarations, previews, JetStream; serves nothing
@@ -180,7 +180,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	c.usersMu.Lock()
-	c.users = c.deps.Bus.Users()
+	c.users = byKey(c.deps.Bus.Users())
 	c.usersMu.Unlock()
 	l, err := net.Listen("tcp", c.cfg.HTTPListen)
 	if err != nil {

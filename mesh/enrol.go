@@ -8,8 +8,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/mesh-fleet/mesh/broker"
@@ -26,9 +27,11 @@ const (
 	MaxTokenTTL     = 7 * 24 * time.Hour
 )
 
-// syncUsers composes the bus's users from the store and gives them to the
+// syncUsers composes every bus user from the store and gives them to the
 // bus if they changed. It returns once they are in force: a user withdrawn
-// has had its connections closed.
+// has had its connections closed. It costs what every node costs: at
+// start-up and in the sweep (a token expired) it is the truth the changes
+// one user at a time (addUser, withdrawUser) are checked against.
 func (c *Controller) syncUsers(ctx context.Context) error {
 	c.usersMu.Lock()
 	defer c.usersMu.Unlock()
@@ -36,15 +39,76 @@ func (c *Controller) syncUsers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("compose the bus's users: %w", err)
 	}
-	users = c.keepAnswering(users)
-	if reflect.DeepEqual(users, c.users) {
+	next := byKey(users)
+	c.keepAnswering(next)
+	if reflect.DeepEqual(next, c.users) {
 		return nil
 	}
-	if err := c.deps.Bus.SetUsers(users); err != nil {
+	if err := c.deps.Bus.SetUsers(slices.Collect(maps.Values(next))); err != nil {
 		return err
 	}
-	c.users = users
+	c.users = next
 	return nil
+}
+
+// addUser puts u in force on the bus beside the users in force, at the
+// cost of one user: the one a token or a join adds. It returns once u is
+// in force.
+func (c *Controller) addUser(u broker.User) error {
+	c.usersMu.Lock()
+	defer c.usersMu.Unlock()
+	if old, ok := c.users[u.NKey]; ok && reflect.DeepEqual(old, u) {
+		return nil
+	}
+	if err := c.deps.Bus.AddUser(u); err != nil {
+		return err
+	}
+	if c.users == nil {
+		c.users = map[string]broker.User{}
+	}
+	c.users[u.NKey] = u
+	return nil
+}
+
+// withdrawUser takes the user nkey off the bus, at the cost of one user,
+// and returns once its connections are closed. Called with usersMu held.
+func (c *Controller) withdrawUser(nkey string) {
+	c.deps.Bus.WithdrawUser(nkey)
+	delete(c.users, nkey)
+}
+
+// withdrawToken takes t's enrolment user off the bus, unless a host is
+// being answered under it (releaseEnrolUser withdraws it then).
+func (c *Controller) withdrawToken(t store.Token) {
+	c.usersMu.Lock()
+	defer c.usersMu.Unlock()
+	if _, held := c.answering[t.ID]; !held {
+		c.withdrawUser(t.EnrolNKey)
+	}
+}
+
+// withdrawNode takes node's user off the bus, its key read from the store.
+func (c *Controller) withdrawNode(ctx context.Context, node string) error {
+	n, err := c.deps.DB.Node(ctx, node)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.usersMu.Lock()
+	defer c.usersMu.Unlock()
+	c.withdrawUser(n.NKey)
+	return nil
+}
+
+// byKey is users by nkey.
+func byKey(users []broker.User) map[string]broker.User {
+	m := make(map[string]broker.User, len(users))
+	for _, u := range users {
+		m[u.NKey] = u
+	}
+	return m
 }
 
 func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateRequest) (spec.TokenCreateResult, error) {
@@ -82,7 +146,7 @@ func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateReques
 	}
 	// The enrolment user is in force on the bus before the token is handed
 	// out (invariant 9).
-	if err := c.syncUsers(ctx); err != nil {
+	if err := c.addUser(enrolUser(t)); err != nil {
 		return spec.TokenCreateResult{}, fmt.Errorf("put token %s's enrolment user on the bus: %w", id, err)
 	}
 	tok := spec.Token{Mesh: m.Name, ID: id, Node: req.Node, Pin: c.deps.CA.Pin(), Bus: c.cfg.BusURLs,
@@ -95,9 +159,11 @@ func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateReques
 // nodes as it may: every node it holds (joined or being removed: each
 // still has its consumer) and every other name an unused, unrevoked,
 // unexpired token could join as. The join would otherwise fail half-way,
-// at the consumer, for that host alone. A read that failed is an error.
+// at the consumer, for that host alone. It counts the nodes and reads only
+// the open tokens and their names' nodes, so a token costs the same at
+// 10 nodes and at 10,000. A read that failed is an error.
 func (c *Controller) roomFor(ctx context.Context, node string) error {
-	nodes, err := c.deps.DB.NodeKeys(ctx)
+	joined, err := c.deps.DB.NodeCount(ctx)
 	if err != nil {
 		return fmt.Errorf("count the nodes the mesh admits: %w", err)
 	}
@@ -105,21 +171,23 @@ func (c *Controller) roomFor(ctx context.Context, node string) error {
 	if err != nil {
 		return fmt.Errorf("count the tokens that may still join: %w", err)
 	}
-	held := make(map[string]bool, len(nodes)+len(tokens))
-	for _, n := range nodes {
-		held[n.Name] = true
-	}
 	now := c.cfg.Now()
-	pending := 0
+	var names []string
+	seen := map[string]bool{node: true}
 	for _, t := range tokens {
-		if t.Used.IsZero() && t.Revoked.IsZero() && now.Before(t.Expires) && !held[t.Node] && t.Node != node {
-			held[t.Node] = true
-			pending++
+		if tokenOpen(t, now) && !seen[t.Node] {
+			seen[t.Node] = true
+			names = append(names, t.Node)
 		}
 	}
-	if max := c.maxNodes(); len(held) >= max {
+	nodes, err := c.deps.DB.NodesNamed(ctx, names)
+	if err != nil {
+		return fmt.Errorf("count the tokens that may still join: %w", err)
+	}
+	pending := len(names) - len(nodes)
+	if max, held := c.maxNodes(), joined+pending; held >= max {
 		return refusedError(fmt.Sprintf("the mesh admits at most %d nodes (one delivery consumer each on stream %s) and %d are held: %d joined and %d unused tokens; remove a node (mesh node remove) or revoke a token (mesh token revoke) first",
-			max, spec.DeclarationStream, len(held), len(held)-pending, pending))
+			max, spec.DeclarationStream, held, joined, pending))
 	}
 	return nil
 }
@@ -145,8 +213,7 @@ func (c *Controller) listTokens(ctx context.Context, req spec.TokenListRequest) 
 	res := spec.TokenListResult{Tokens: []spec.TokenInfo{}}
 	now := c.cfg.Now()
 	for _, t := range ts {
-		open := t.Used.IsZero() && t.Revoked.IsZero() && now.Before(t.Expires)
-		if open || req.All {
+		if tokenOpen(t, now) || req.All {
 			res.Tokens = append(res.Tokens, tokenInfo(t))
 		}
 	}
@@ -169,9 +236,7 @@ func (c *Controller) revokeToken(ctx context.Context, req spec.TokenRevokeReques
 	}
 	// Its secret stops working now: the bus drops the enrolment user and
 	// with it any connection that holds it.
-	if err := c.syncUsers(ctx); err != nil {
-		return spec.Empty{}, fmt.Errorf("token %s is revoked, but its secret still reaches the bus: %w; the controller retries within 15 s", req.ID, err)
-	}
+	c.withdrawToken(t)
 	c.log.Info("token revoked", "token", req.ID, "node", t.Node)
 	return spec.Empty{}, nil
 }
@@ -211,7 +276,7 @@ func (c *Controller) removeNode(ctx context.Context, req spec.NodeRemoveRequest)
 	}
 	// The node's credential stops working now: the bus drops its user and
 	// with it the node's connections.
-	if err := c.syncUsers(ctx); err != nil {
+	if err := c.withdrawNode(ctx, req.Name); err != nil {
 		return spec.Empty{}, unfinished(fmt.Errorf("its credential is still on the bus: %w", err))
 	}
 	if err := jsCall(ctx, func(ctx context.Context) error { return purgeDeclarations(ctx, c.js, req.Name) }); err != nil {
@@ -362,7 +427,7 @@ func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.T
 		return spec.EnrolResult{}, err
 	}
 	// The node's credential is in force before the host hears it joined.
-	if err := c.syncUsers(ctx); err != nil {
+	if err := c.addUser(nodeUser(req.Node, req.NKey)); err != nil {
 		return spec.EnrolResult{}, fmt.Errorf("node %q recorded, but its credential is not on the bus: %w", req.Node, err)
 	}
 	m, err := c.deps.DB.Mesh(ctx)
@@ -388,37 +453,31 @@ func (c *Controller) holdEnrolUser(t store.Token) {
 }
 
 // releaseEnrolUser ends holdEnrolUser: a token the store says is used (or
-// revoked, or expired) leaves the bus now, and its connections are closed.
-// If the bus cannot be told, the sweep withdraws it.
+// revoked, or expired) leaves the bus now, and its connections are closed;
+// one still open (its enrolment refused before the store spent it) stays.
+// If the store cannot be read, the sweep withdraws it.
 func (c *Controller) releaseEnrolUser(ctx context.Context, t store.Token) {
 	c.usersMu.Lock()
+	defer c.usersMu.Unlock()
 	delete(c.answering, t.ID)
-	c.usersMu.Unlock()
-	if err := c.syncUsers(ctx); err != nil {
-		c.log.Error("a used token's secret still reaches the bus; the next sweep withdraws it", "token", t.ID, "err", err)
+	now, err := c.deps.DB.Token(ctx, t.ID)
+	if err != nil {
+		c.log.Error("a token's secret may still reach the bus; the next sweep withdraws it", "token", t.ID, "err", err)
+		return
+	}
+	if !tokenOpen(now, c.cfg.Now()) {
+		c.withdrawUser(t.EnrolNKey)
 	}
 }
 
 // keepAnswering adds to users the enrolment users held for an answer that
 // Users left out. Called with usersMu held.
-func (c *Controller) keepAnswering(users []broker.User) []broker.User {
-	ids := make([]string, 0, len(c.answering))
-	for id := range c.answering {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-next:
-	for _, id := range ids {
-		t := c.answering[id]
-		for _, u := range users {
-			if u.NKey == t.EnrolNKey {
-				continue next
-			}
+func (c *Controller) keepAnswering(users map[string]broker.User) {
+	for _, t := range c.answering {
+		if _, ok := users[t.EnrolNKey]; !ok {
+			users[t.EnrolNKey] = enrolUser(t)
 		}
-		p := spec.EnrolPermissions(t.ID)
-		users = append(users, broker.User{NKey: t.EnrolNKey, Publish: p.Publish, Subscribe: p.Subscribe})
 	}
-	return users
 }
 
 func randomHex(n int) string {

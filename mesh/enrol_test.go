@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -280,5 +281,84 @@ func TestUsersIsNeverEmptyOnFailure(t *testing.T) {
 	}
 	if len(c.users) != before {
 		t.Fatalf("a failed sync changed the bus's users from %d to %d", before, len(c.users))
+	}
+}
+
+// TestUsersChangedOneAtATimeAreTheComposedOnes: token create, join, a
+// refused join, revoke and node remove each change one bus user (addUser,
+// withdrawUser), not every user composed from the store; after each, the
+// bus holds exactly the users composing them all (Users, syncUsers) gives.
+// A step that changed the wrong user, or none, differs.
+func TestUsersChangedOneAtATimeAreTheComposedOnes(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	ctx := context.Background()
+	tokens := map[string]spec.Token{}
+	create := func(node string) {
+		res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[node], _ = spec.ParseToken(res.Token)
+	}
+	for _, step := range []struct {
+		name string
+		do   func()
+	}{
+		{"tokens for beta, gamma and delta", func() { create("beta"); create("gamma"); create("delta") }},
+		{"beta joins", func() {
+			if _, err := c.enrol(ctx, enrolRequest(t, tokens["beta"], "beta")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"beta's token again: refused, nothing changes", func() {
+			if _, err := c.enrol(ctx, enrolRequest(t, tokens["beta"], "beta")); err == nil {
+				t.Fatal("a used token joined again")
+			}
+		}},
+		{"delta's token for another name: refused, the token stays open", func() {
+			if _, err := c.enrol(ctx, enrolRequest(t, tokens["delta"], "zeta")); err == nil {
+				t.Fatal("a token joined another node than its own")
+			}
+		}},
+		{"gamma's token revoked", func() {
+			if _, err := c.revokeToken(ctx, spec.TokenRevokeRequest{ID: tokens["gamma"].ID}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"delta joins", func() {
+			if _, err := c.enrol(ctx, enrolRequest(t, tokens["delta"], "delta")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"beta removed", func() {
+			if _, err := c.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"beta joins again", func() { create("beta"); joinNodeWith(t, c, tokens["beta"], "beta") }},
+	} {
+		step.do()
+		composed, err := Users(ctx, db, c.cfg.Keys, clk.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := byKey(composed)
+		got := byKey(c.deps.Bus.Users())
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("after %s the bus holds %d users, composing them gives %d:\nbus: %+v\ncomposed: %+v", step.name, len(got), len(want), got, want)
+		}
+		if !reflect.DeepEqual(c.users, want) {
+			t.Fatalf("after %s the controller's record of the bus's users is not what the bus holds", step.name)
+		}
+	}
+}
+
+// joinNodeWith enrols node with tok, as a host does.
+func joinNodeWith(t *testing.T, c *Controller, tok spec.Token, node string) {
+	t.Helper()
+	if _, err := c.enrol(context.Background(), enrolRequest(t, tok, node)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nkeys"
 )
 
@@ -69,7 +70,7 @@ func Users(ctx context.Context, db Store, keys Keys, now time.Time) ([]broker.Us
 	}
 	for _, n := range nodes {
 		if !n.Removing {
-			add(n.NKey, spec.NodePermissions(n.Name))
+			users = append(users, nodeUser(n.Name, n.NKey))
 		}
 	}
 	tokens, err := db.OpenTokens(ctx)
@@ -77,9 +78,28 @@ func Users(ctx context.Context, db Store, keys Keys, now time.Time) ([]broker.Us
 		return nil, err
 	}
 	for _, t := range tokens {
-		if t.Used.IsZero() && t.Revoked.IsZero() && now.Before(t.Expires) {
-			add(t.EnrolNKey, spec.EnrolPermissions(t.ID))
+		if tokenOpen(t, now) {
+			users = append(users, enrolUser(t))
 		}
 	}
 	return users, nil
+}
+
+// nodeUser is the bus user of node, whose key is nkey: exactly its own
+// subjects.
+func nodeUser(node, nkey string) broker.User {
+	p := spec.NodePermissions(node)
+	return broker.User{NKey: nkey, Publish: p.Publish, Subscribe: p.Subscribe}
+}
+
+// enrolUser is the bus user of t's secret: its enrolment subjects.
+func enrolUser(t store.Token) broker.User {
+	p := spec.EnrolPermissions(t.ID)
+	return broker.User{NKey: t.EnrolNKey, Publish: p.Publish, Subscribe: p.Subscribe}
+}
+
+// tokenOpen says whether t may still be used at now: not used, not revoked, not
+// expired.
+func tokenOpen(t store.Token, now time.Time) bool {
+	return t.Used.IsZero() && t.Revoked.IsZero() && now.Before(t.Expires)
 }

@@ -141,7 +141,7 @@ func TestTransactionsBeginImmediate(t *testing.T) {
 }
 
 // Invariant 1 on a read: a store whose file is not a database fails Node,
-// Nodes, NodeKeys and OpenTokens with an error that names the read and is not ErrNotFound.
+// Nodes, NodeKeys, NodeCount and OpenTokens with an error that names the read and is not ErrNotFound.
 func TestReadOfCorruptFileIsNotNotFound(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "mesh.db")
@@ -191,6 +191,9 @@ func TestReadOfCorruptFileIsNotNotFound(t *testing.T) {
 	ks, err := broken.NodeKeys(ctx)
 	if err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "read nodes' keys") || ks != nil {
 		t.Errorf("NodeKeys on a corrupt file = %v, %v, want a failure naming the read, not ErrNotFound", ks, err)
+	}
+	if n, err := broken.NodeCount(ctx); err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "count nodes") {
+		t.Errorf("NodeCount on a corrupt file = %d, %v, want a failure naming the read, not ErrNotFound", n, err)
 	}
 	ts, err := broken.OpenTokens(ctx)
 	if err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "read tokens") || ts != nil {

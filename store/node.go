@@ -240,6 +240,17 @@ func (db *DB) NodeKeys(ctx context.Context) ([]NodeKey, error) {
 	return ks, nil
 }
 
+// NodeCount is how many nodes the store holds, those being removed
+// among them, counted without reading them: the controller counts them at
+// every token.
+func (db *DB) NodeCount(ctx context.Context) (int, error) {
+	var n int
+	if err := db.sql.QueryRowContext(ctx, `SELECT COUNT(*) FROM nodes`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count nodes: %w", err)
+	}
+	return n, nil
+}
+
 // NodesNamed returns the nodes of names that exist, by name, in one read:
 // a name missing from the map is a node that does not exist; a read that
 // failed is an error.

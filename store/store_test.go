@@ -576,6 +576,9 @@ func TestNodeKeysAndOpenTokens(t *testing.T) {
 	if want := []store.NodeKey{{Name: "alpha", NKey: "UALPHA"}, {Name: "web2", NKey: "UWEB2", Removing: true}}; !reflect.DeepEqual(keys, want) {
 		t.Errorf("NodeKeys = %+v, want %+v", keys, want)
 	}
+	if n, err := db.NodeCount(ctx); err != nil || n != 2 {
+		t.Errorf("NodeCount = %d, %v, want 2 (the node being removed counts)", n, err)
+	}
 
 	for i, id := range []string{"open", "used", "revoked", "expired"} {
 		tok := store.Token{ID: id, Node: "n" + id, EnrolNKey: "U" + id, Created: now.Add(time.Duration(i) * time.Second), Expires: now.Add(time.Hour)}
