@@ -37,7 +37,11 @@ import (
 //
 // It reports besides how long the fleet took to join (join-s) and be
 // assigned motd (assign-s), and the controller's peak RSS
-// (controller-peak-MiB). bench/figures.sh prints them with their ratios
+// (controller-peak-MiB). Then it stops the controller and starts it again
+// with only --dir: from that start to every host heard again (reheard-s,
+// bounded below by the hosts' 10 s heartbeat), a change to motd then to
+// the last report (restart-change-ms), and the restarted controller's
+// peak RSS (restart-peak-MiB), the whole fleet reconnecting at once. bench/figures.sh prints them with their ratios
 // to the smallest fleet.
 //
 //	go test -run '^$' -bench FleetPush -benchtime 5x -timeout 60m ./e2e
@@ -127,6 +131,20 @@ func benchFleet(b *testing.B, nodes int) {
 		}
 		same = append(same, p.replied)
 	}
+	peak := float64(procKiB(b, f.ctl.cmd.Process.Pid, "VmHWM")) / 1024
+
+	// The controller restarted: every host reconnects at once. Timed from
+	// its start to every host heard again, and then a change to all of
+	// them to the last report.
+	began := f.restart(b)
+	reheard := f.heardSince(b, began, 5*time.Minute)
+	f.registerMotd(b, "after-restart")
+	p := f.push(b, false)
+	if p.sent != nodes {
+		b.Fatalf("a change after the restart sent to %d nodes, want %d", p.sent, nodes)
+	}
+	restartPeak := float64(procKiB(b, f.ctl.cmd.Process.Pid, "VmHWM")) / 1024
+
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(ms(quantile(change, 50)), "change-p50-ms")
 	b.ReportMetric(ms(quantile(change, 99)), "change-p99-ms")
@@ -139,7 +157,10 @@ func benchFleet(b *testing.B, nodes int) {
 	b.ReportMetric(ms(quantile(same, 99)), "same-p99-ms")
 	b.ReportMetric(f.joined.Seconds(), "join-s")
 	b.ReportMetric(f.assigned.Seconds(), "assign-s")
-	b.ReportMetric(float64(procKiB(b, f.ctl.cmd.Process.Pid, "VmHWM"))/1024, "controller-peak-MiB")
+	b.ReportMetric(peak, "controller-peak-MiB")
+	b.ReportMetric(reheard.Seconds(), "reheard-s")
+	b.ReportMetric(ms(p.last), "restart-change-ms")
+	b.ReportMetric(restartPeak, "restart-peak-MiB")
 	b.Logf("%d simulated hosts, their state on tmpfs: %v", nodes, f.shm)
 }
 

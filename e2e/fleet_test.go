@@ -262,3 +262,59 @@ func (f *fleet) push(tb testing.TB, force bool) pushed {
 	p.last = time.Since(start)
 	return p
 }
+
+// restart stops the controller (SIGTERM, its bus with it) and starts it
+// again with only --dir, as an operator would after an upgrade, and
+// returns once it answers, with the time it was started.
+func (f *fleet) restart(tb testing.TB) time.Time {
+	tb.Helper()
+	f.ctl.stop(tb)
+	began := time.Now()
+	f.ctl = start(tb, "controller", "--dir", f.dir, "--log-level", "warn")
+	f.addrs = waitReady(tb, f.ctl, f.dir)
+	f.op.Close()
+	op, err := cli.DialOperator(context.Background(), f.dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f.op = op
+	tb.Cleanup(op.Close)
+	return began
+}
+
+// heardSince waits until the controller has heard every node after since
+// (its last_heard, from the node list) and returns how long after since
+// that was; a node not heard within `within` fails tb.
+func (f *fleet) heardSince(tb testing.TB, since time.Time, within time.Duration) time.Duration {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		heard, total := 0, 0
+		var after string
+		for {
+			var res spec.NodeListResult
+			if err := f.op.Call(spec.VerbNodeList, spec.NodeListRequest{After: after}, &res); err != nil {
+				tb.Fatalf("node list: %v", err)
+			}
+			for _, n := range res.Nodes {
+				if n.Name == "ctl" {
+					continue // the controller's own host, in its process
+				}
+				total++
+				if n.LastHeard != nil && n.LastHeard.After(since) {
+					heard++
+				}
+			}
+			if after = res.Next; after == "" {
+				break
+			}
+		}
+		if heard == total && total == len(f.nodes) {
+			return time.Since(since)
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%d of %d hosts heard within %s of the controller's restart", heard, total, within)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
