@@ -245,7 +245,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		nats.TLSHandshakeFirst(),
 		nats.CustomInboxPrefix(spec.NodeInbox(a.state.Node)),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
+		nats.CustomReconnectDelay(reconnectWait),
+		nats.Timeout(busTimeout),
 		nats.RetryOnFailedConnect(true),
 		nats.IgnoreAuthErrorAbort(), // watchRemoval decides (removed.go)
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {

@@ -1,0 +1,42 @@
+package host
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestReconnectDelaySpreads: each round's wait lies in its window, which
+// doubles from 1 s to 16 s past a floor of 250 ms, and the draws of a
+// fleet spread across it instead of landing together (nats.go's default,
+// a fixed 1 s wait and 1 s of jitter, would fail the later rounds).
+func TestReconnectDelaySpreads(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		round  int
+		window time.Duration
+	}{
+		{1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {4, 8 * time.Second},
+		{5, 16 * time.Second}, {6, 16 * time.Second}, {100, 16 * time.Second},
+	} {
+		if got := reconnectDelay(tc.round, func(int64) int64 { return 0 }); got != reconnectFloor {
+			t.Errorf("round %d, the least draw: %s, want %s", tc.round, got, reconnectFloor)
+		}
+		if got := reconnectDelay(tc.round, func(n int64) int64 { return n - 1 }); got != reconnectFloor+tc.window-1 {
+			t.Errorf("round %d, the greatest draw: %s, want just under %s", tc.round, got, reconnectFloor+tc.window)
+		}
+		// 10,000 hosts in the same round: no tenth of the window holds
+		// more than a fifth of them.
+		r := rand.New(rand.NewPCG(1, uint64(tc.round)))
+		var tenths [10]int
+		for range 10000 {
+			d := reconnectDelay(tc.round, r.Int64N) - reconnectFloor
+			tenths[int(d*10/tc.window)]++
+		}
+		for i, n := range tenths {
+			if n > 2000 {
+				t.Errorf("round %d: %d of 10,000 waits in tenth %d of the window", tc.round, n, i)
+			}
+		}
+	}
+}
