@@ -31,6 +31,9 @@ child; mesh controller exits when it does, with its status.`,
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
 			}
+			if _, err := pprofAddr(c); err != nil {
+				return err
+			}
 			return launchCommand(c, launch.Controller)
 		},
 	}
@@ -55,6 +58,7 @@ func controllerCommandFlags() []cli.Flag {
 		logFlag(),
 		storeBusyFlag(),
 		certLifetimeFlag(),
+		pprofFlag(),
 	}, hostFlags()...)
 }
 
@@ -72,6 +76,10 @@ func serveControllerCommand() *cli.Command {
 				return err
 			}
 			dir := c.String("dir")
+			prof, err := pprofAddr(c)
+			if err != nil {
+				return err
+			}
 			ok, err := mesh.IsMesh(statedir.Controller(dir))
 			if err != nil {
 				return err
@@ -144,7 +152,7 @@ func serveControllerCommand() *cli.Command {
 			}
 			m, err := daemon.NewMesh(daemon.MeshConfig{
 				Dir: dir, Addrs: addrs, Advertise: advertise, Host: hostCfg, Resolver: dnsCfg,
-				StoreBusyTimeout: c.Duration("store-busy-timeout"), CertLifetime: lifetime, Held: held,
+				StoreBusyTimeout: c.Duration("store-busy-timeout"), CertLifetime: lifetime, Held: held, Pprof: prof,
 			}, log)
 			if err != nil {
 				return err

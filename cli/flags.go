@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -186,4 +187,32 @@ func holdDNSFlag(c *cli.Context) (string, io.Closer, error) {
 		return "", nil, err
 	}
 	return bound, held, nil
+}
+
+// pprofFlag serves Go's profiles of the controller's process (heap,
+// goroutines, CPU: net/http/pprof) on a loopback address: off unless
+// given, never kept in D/config.yaml.
+func pprofFlag() cli.Flag {
+	return &cli.StringFlag{Name: "pprof", Usage: "serve Go's profiles of this process (/debug/pprof/: heap, goroutine, profile) on `ADDR`, a loopback host:port such as 127.0.0.1:6060; off by default"}
+}
+
+// pprofAddr is --pprof, checked: a host:port whose host is a loopback
+// address (the profiles show the process's memory, keys included), or ""
+// when not given.
+func pprofAddr(c *cli.Context) (string, error) {
+	addr := c.String("pprof")
+	if addr == "" {
+		return "", nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", usagef("--pprof %q: %v (want a loopback host:port, e.g. 127.0.0.1:6060)", addr, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return "", usagef("--pprof %q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", usagef("--pprof %q: the profiles are served on a loopback address only (127.0.0.1 or ::1): they show the process's memory", addr)
+	}
+	return addr, nil
 }

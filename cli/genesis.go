@@ -44,6 +44,7 @@ Example:
 			storeBusyFlag(),
 			certLifetimeFlag(),
 			healthyWithinFlag(false),
+			pprofFlag(),
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
@@ -62,6 +63,10 @@ Example:
 				return usagef("--node: %v", err)
 			}
 			address, err := addressOf(c)
+			if err != nil {
+				return err
+			}
+			prof, err := pprofAddr(c)
 			if err != nil {
 				return err
 			}
@@ -121,7 +126,7 @@ Example:
 			}
 			m, err := daemon.NewMesh(daemon.MeshConfig{
 				Dir: dir, Addrs: spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}, Advertise: advertise,
-				Host: hostCfg, Resolver: dnsCfg, StoreBusyTimeout: c.Duration("store-busy-timeout"), CertLifetime: lifetime, Held: held,
+				Host: hostCfg, Resolver: dnsCfg, StoreBusyTimeout: c.Duration("store-busy-timeout"), CertLifetime: lifetime, Held: held, Pprof: prof,
 			}, log)
 			if err != nil {
 				return err

@@ -41,6 +41,9 @@ type MeshConfig struct {
 	// Held are the bus's, the HTTP listener's and the resolver's
 	// addresses, bound by the caller to check them.
 	Held Held
+	// Pprof, when set, is the loopback address Go's profiles of the
+	// process are served on (--pprof).
+	Pprof string
 }
 
 // Mesh runs a controller's machine: store, CA, bus, resolver, controller
@@ -150,12 +153,17 @@ func (m *Mesh) Run(ctx context.Context) error {
 		return err
 	}
 
-	parts := []part{
+	var parts []part
+	if cfg.Pprof != "" {
+		prof := newProfiler(cfg.Pprof, log.With("component", "pprof"))
+		parts = append(parts, part{"pprof", prof.Run, prof.ready, nil})
+	}
+	parts = append(parts, []part{
 		{"bus", bus.Run, bus.Ready(), cfg.Held.Bus},
 		{"resolver", dns.Run, dns.Ready(), cfg.Held.DNS},
 		{"controller", ctl.Run, ctl.Ready(), cfg.Held.HTTP},
 		{"host", ownHost(log, agent), agent.Ready(), nil},
-	}
+	}...)
 	runErr := runInOrder(ctx, log, parts, func() error {
 		addrs := cfg.Addrs
 		addrs.Bus, addrs.HTTP, addrs.DNS = bus.Addr(), ctl.HTTPAddr(), dns.Addrs()[0]
