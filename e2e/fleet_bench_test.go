@@ -74,6 +74,13 @@ func benchFleet(b *testing.B, nodes int) {
 		b.Fatalf("mesh module register: exit %d: %s", code, errOut)
 	}
 	f.push(b, false)
+	// MESH_BENCH_PROFILES=DIR keeps the controller's heap with the fleet
+	// connected and settled, its CPU over the first change, and its heap
+	// once the fleet is heard again after the restart.
+	profiles := os.Getenv("MESH_BENCH_PROFILES")
+	if profiles != "" {
+		f.profile(b, "heap", profiles, fmt.Sprintf("heap-%d.pb.gz", nodes))
+	}
 	sentBytes := func() int {
 		return f.metric(b, "mesh_declaration_bytes_total") + f.metric(b, "mesh_roster_bytes_total")
 	}
@@ -86,9 +93,20 @@ func benchFleet(b *testing.B, nodes int) {
 		b.StopTimer()
 		f.registerMotd(b, strconv.Itoa(i+2))
 		before := sentBytes()
+		cpu := make(chan struct{})
+		if profiles != "" && i == 0 {
+			go func() {
+				defer close(cpu)
+				f.profile(b, "profile?seconds=30", profiles, fmt.Sprintf("cpu-change-%d.pb.gz", nodes))
+			}()
+			time.Sleep(200 * time.Millisecond) // the profile begun
+		} else {
+			close(cpu)
+		}
 		b.StartTimer()
 		p := f.push(b, false)
 		b.StopTimer()
+		<-cpu
 		if p.sent != nodes {
 			b.Fatalf("a change to motd sent to %d nodes, want %d", p.sent, nodes)
 		}
@@ -131,19 +149,22 @@ func benchFleet(b *testing.B, nodes int) {
 		}
 		same = append(same, p.replied)
 	}
-	peak := float64(procKiB(b, f.ctl.cmd.Process.Pid, "VmHWM")) / 1024
+	peak := float64(procKiB(b, f.controllerPid(b), "VmHWM")) / 1024
 
 	// The controller restarted: every host reconnects at once. Timed from
 	// its start to every host heard again, and then a change to all of
 	// them to the last report.
 	began := f.restart(b)
 	reheard := f.heardSince(b, began, 5*time.Minute)
+	if profiles != "" {
+		f.profile(b, "heap", profiles, fmt.Sprintf("heap-reheard-%d.pb.gz", nodes))
+	}
 	f.registerMotd(b, "after-restart")
 	p := f.push(b, false)
 	if p.sent != nodes {
 		b.Fatalf("a change after the restart sent to %d nodes, want %d", p.sent, nodes)
 	}
-	restartPeak := float64(procKiB(b, f.ctl.cmd.Process.Pid, "VmHWM")) / 1024
+	restartPeak := float64(procKiB(b, f.controllerPid(b), "VmHWM")) / 1024
 
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(ms(quantile(change, 50)), "change-p50-ms")

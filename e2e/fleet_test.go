@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,6 +38,7 @@ type fleet struct {
 	nodes  []string
 	hosts  string // the hosts' state directories, one per node
 	shm    bool   // the hosts' state is on tmpfs
+	pprof  string // where the controller serves its profiles (--pprof)
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -59,10 +63,10 @@ func (zoneCount) Detach(string) error               { return nil }
 // when tb ends.
 func newFleet(tb testing.TB, nodes int) *fleet {
 	tb.Helper()
-	f := &fleet{dir: filepath.Join(tb.TempDir(), "ctl"), done: make(chan struct{}, nodes)}
+	f := &fleet{dir: filepath.Join(tb.TempDir(), "ctl"), done: make(chan struct{}, nodes), pprof: loopbackAddr(tb)}
 	f.ctl = start(tb, "genesis", "--dir", f.dir, "--mesh", "fleet", "--node", "ctl", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0",
 		"--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1", "--root", tb.TempDir(),
-		"--docker", "none", "--log-level", "warn")
+		"--docker", "none", "--log-level", "warn", "--pprof", f.pprof)
 	f.addrs = waitReady(tb, f.ctl, f.dir)
 	op, err := cli.DialOperator(context.Background(), f.dir)
 	if err != nil {
@@ -270,7 +274,7 @@ func (f *fleet) restart(tb testing.TB) time.Time {
 	tb.Helper()
 	f.ctl.stop(tb)
 	began := time.Now()
-	f.ctl = start(tb, "controller", "--dir", f.dir, "--log-level", "warn")
+	f.ctl = start(tb, "controller", "--dir", f.dir, "--log-level", "warn", "--pprof", f.pprof)
 	f.addrs = waitReady(tb, f.ctl, f.dir)
 	f.op.Close()
 	op, err := cli.DialOperator(context.Background(), f.dir)
@@ -317,4 +321,54 @@ func (f *fleet) heardSince(tb testing.TB, since time.Time, within time.Duration)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// controllerPid is the controller's process: genesis's own, or the child
+// mesh controller (a launcher) runs.
+func (f *fleet) controllerPid(tb testing.TB) int {
+	tb.Helper()
+	pid := f.ctl.cmd.Process.Pid
+	body, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if kids := strings.Fields(string(body)); len(kids) > 0 {
+		child, err := strconv.Atoi(kids[0])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return child
+	}
+	return pid
+}
+
+// profile saves the controller's profile name (heap, or profile?seconds=N
+// for its CPU) to dir/file, from its --pprof address.
+func (f *fleet) profile(tb testing.TB, name, dir, file string) {
+	tb.Helper()
+	resp, err := http.Get("http://" + f.pprof + "/debug/pprof/" + name)
+	if err != nil {
+		tb.Errorf("profile %s: %v", name, err)
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		tb.Errorf("profile %s: %s %v", name, resp.Status, err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), body, 0o644); err != nil {
+		tb.Error(err)
+	}
+}
+
+// loopbackAddr is a free loopback host:port.
+func loopbackAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
