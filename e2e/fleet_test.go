@@ -328,16 +328,24 @@ func (f *fleet) heardSince(tb testing.TB, since time.Time, within time.Duration)
 func (f *fleet) controllerPid(tb testing.TB) int {
 	tb.Helper()
 	pid := f.ctl.cmd.Process.Pid
-	body, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	// Each thread lists the children it forked: any of the launcher's may
+	// have started the controller.
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if kids := strings.Fields(string(body)); len(kids) > 0 {
-		child, err := strconv.Atoi(kids[0])
+	for _, t := range tasks {
+		body, err := os.ReadFile(t)
 		if err != nil {
-			tb.Fatal(err)
+			continue // the thread ended
 		}
-		return child
+		if kids := strings.Fields(string(body)); len(kids) > 0 {
+			child, err := strconv.Atoi(kids[0])
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return child
+		}
 	}
 	return pid
 }
