@@ -146,7 +146,7 @@ func seam(db *store.DB, wrap func(*store.DB) Store) Store {
 	return wrap(db)
 }
 
-func enrolRequest(t *testing.T, tok spec.Token, node string) []byte {
+func enrolRequest(t testing.TB, tok spec.Token, node string) []byte {
 	t.Helper()
 	nodeKey, _ := nkeys.CreateUser()
 	return enrolRequestWith(t, tok, node, nodeKey)
@@ -154,7 +154,7 @@ func enrolRequest(t *testing.T, tok spec.Token, node string) []byte {
 
 // enrolRequestWith is an enrolment request for node, with nodeKey's public
 // half, signed by tok's secret.
-func enrolRequestWith(t *testing.T, tok spec.Token, node string, nodeKey nkeys.KeyPair) []byte {
+func enrolRequestWith(t testing.TB, tok spec.Token, node string, nodeKey nkeys.KeyPair) []byte {
 	t.Helper()
 	kp, err := nkeys.FromSeed([]byte(tok.Secret))
 	if err != nil {
