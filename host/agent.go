@@ -255,7 +255,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.log.Warn("bus error", "err", err) }),
-		nats.ReconnectHandler(func(nc *nats.Conn) { a.log.Info("bus connection back", "url", nc.ConnectedUrl()) }),
+		// Back on the bus: heard at once, not at the next heartbeat (a
+		// restarted controller hears its fleet within their reconnects'
+		// spread).
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			a.log.Info("bus connection back", "url", nc.ConnectedUrl())
+			a.nudgeHeartbeat()
+		}),
 	)
 	if err != nil {
 		return fmt.Errorf("connect to the bus at %v: %w", a.state.Bus, err)

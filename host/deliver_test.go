@@ -59,6 +59,9 @@ type bench struct {
 	ended    chan error
 	// panics, when set before start, counts the agent's recovered panics.
 	panics *atomic.Uint64
+	// bus is the bus, and nodeUser the host's user on it.
+	bus      *broker.Server
+	nodeUser broker.User
 }
 
 // syncBuffer is a buffer the host's logger writes to while a test reads it.
@@ -129,7 +132,8 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 		DeliverSubject: spec.DeliverySubject("alpha"), FilterSubjects: []string{spec.DeclarationSubject("alpha"), spec.RosterSubject}, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
-	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64), heartbeat: time.Hour, reconcile: time.Hour, auth: auth, ended: make(chan error, 8), logs: logs}
+	b := &bench{t: t, nc: nc, js: js, root: t.TempDir(), hostDir: filepath.Join(t.TempDir(), "host"), reports: make(chan spec.Report, 64), heartbeat: time.Hour, reconcile: time.Hour, auth: auth, ended: make(chan error, 8), logs: logs,
+		bus: bus, nodeUser: broker.User{NKey: nodePub, Publish: p.Publish, Subscribe: p.Subscribe}}
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	b.key = priv
 	if _, err := nc.Subscribe(spec.NodeSubject("alpha", spec.KindReport), func(m *nats.Msg) {

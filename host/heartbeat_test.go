@@ -69,3 +69,40 @@ func TestHeartbeatsGoOnDuringAnApply(t *testing.T) {
 		t.Fatalf("report after the blob came: %+v", r)
 	}
 }
+
+// TestHeartbeatAtReconnect: a host whose connection to the bus was lost
+// (here its user withdrawn and put back, as a restarted controller's bus
+// drops every connection) sends a heartbeat as soon as it is back, not at
+// its next interval (an hour here): the controller hears a fleet again
+// within the reconnects' spread.
+func TestHeartbeatAtReconnect(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	beats := make(chan spec.Heartbeat, 16)
+	if _, err := b.nc.Subscribe(spec.NodeSubject("alpha", spec.KindHeartbeat), func(m *nats.Msg) {
+		var hb spec.Heartbeat
+		if err := spec.Decode(m.Data, &hb); err == nil {
+			beats <- hb
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.nc.Flush()
+	b.start()
+	for len(beats) > 0 {
+		<-beats
+	}
+	lost := time.Now()
+	b.bus.WithdrawUser(b.nodeUser.NKey)
+	if err := b.bus.AddUser(b.nodeUser); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case hb := <-beats:
+		if !hb.Time.After(lost) {
+			t.Fatalf("the heartbeat after the reconnect is from %s, before the connection was lost at %s", hb.Time, lost)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no heartbeat within 20s of the host's connection lost: it waits for its next interval")
+	}
+}
