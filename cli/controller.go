@@ -34,6 +34,9 @@ child; mesh controller exits when it does, with its status.`,
 			if _, err := pprofAddr(c); err != nil {
 				return err
 			}
+			if c.Int("memory-limit") < 0 {
+				return usagef("--memory-limit %d: give a size in MiB, or 0 for none", c.Int("memory-limit"))
+			}
 			return launchCommand(c, launch.Controller)
 		},
 	}
@@ -59,6 +62,7 @@ func controllerCommandFlags() []cli.Flag {
 		storeBusyFlag(),
 		certLifetimeFlag(),
 		pprofFlag(),
+		memoryLimitFlag(),
 	}, hostFlags()...)
 }
 
@@ -110,6 +114,9 @@ func serveControllerCommand() *cli.Command {
 			log, err := newLogger(c)
 			if err != nil {
 				return fromFileHint(err, fromFile, dir)
+			}
+			if err := applyMemoryLimit(c, log); err != nil {
+				return err
 			}
 			held, err := rebind(c, log, &addrs)
 			if err != nil {

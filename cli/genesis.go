@@ -45,6 +45,7 @@ Example:
 			certLifetimeFlag(),
 			healthyWithinFlag(false),
 			pprofFlag(),
+			memoryLimitFlag(),
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
@@ -52,6 +53,9 @@ Example:
 			}
 			log, err := newLogger(c)
 			if err != nil {
+				return err
+			}
+			if err := applyMemoryLimit(c, log); err != nil {
 				return err
 			}
 			dir := c.String("dir")
