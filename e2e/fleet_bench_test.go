@@ -38,8 +38,8 @@ import (
 // It reports besides how long the fleet took to join (join-s) and be
 // assigned motd (assign-s), and the controller's peak RSS
 // (controller-peak-MiB). Then it stops the controller and starts it again
-// with only --dir: from that start to every host heard again (reheard-s,
-// bounded below by the hosts' 10 s heartbeat), a change to motd then to
+// with only --dir: from that start to its /healthz ready (restart-ready-s)
+// and to every host heard again (reheard-s), a change to motd then to
 // the last report (restart-change-ms), and the restarted controller's
 // peak RSS (restart-peak-MiB), the whole fleet reconnecting at once. bench/figures.sh prints them with their ratios
 // to the smallest fleet.
@@ -154,7 +154,7 @@ func benchFleet(b *testing.B, nodes int) {
 	// The controller restarted: every host reconnects at once. Timed from
 	// its start to every host heard again, and then a change to all of
 	// them to the last report.
-	began := f.restart(b)
+	began, ready := f.restart(b)
 	reheard := f.heardSince(b, began, 5*time.Minute)
 	if profiles != "" {
 		f.profile(b, "heap", profiles, fmt.Sprintf("heap-reheard-%d.pb.gz", nodes))
@@ -180,6 +180,7 @@ func benchFleet(b *testing.B, nodes int) {
 	b.ReportMetric(f.assigned.Seconds(), "assign-s")
 	b.ReportMetric(peak, "controller-peak-MiB")
 	b.ReportMetric(reheard.Seconds(), "reheard-s")
+	b.ReportMetric(ready.Seconds(), "restart-ready-s")
 	b.ReportMetric(ms(p.last), "restart-change-ms")
 	b.ReportMetric(restartPeak, "restart-peak-MiB")
 	b.Logf("%d simulated hosts, their state on tmpfs: %v", nodes, f.shm)

@@ -270,13 +270,15 @@ func (f *fleet) push(tb testing.TB, force bool) pushed {
 
 // restart stops the controller (SIGTERM, its bus with it) and starts it
 // again with only --dir, as an operator would after an upgrade, and
-// returns once it answers, with the time it was started.
-func (f *fleet) restart(tb testing.TB) time.Time {
+// returns once it answers, with the time it was started and how long it
+// took to answer (/healthz ready).
+func (f *fleet) restart(tb testing.TB) (time.Time, time.Duration) {
 	tb.Helper()
 	f.ctl.stop(tb)
 	began := time.Now()
 	f.ctl = start(tb, "controller", "--dir", f.dir, "--log-level", "warn", "--pprof", f.pprof)
 	f.addrs = waitReady(tb, f.ctl, f.dir)
+	ready := time.Since(began)
 	f.op.Close()
 	op, err := cli.DialOperator(context.Background(), f.dir)
 	if err != nil {
@@ -284,7 +286,7 @@ func (f *fleet) restart(tb testing.TB) time.Time {
 	}
 	f.op = op
 	tb.Cleanup(op.Close)
-	return began
+	return began, ready
 }
 
 // heardSince waits until the controller has heard every node after since
