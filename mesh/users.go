@@ -52,17 +52,13 @@ func Users(ctx context.Context, db Store, keys Keys, now time.Time) ([]broker.Us
 	if err != nil {
 		return nil, fmt.Errorf("the controller's serving bus key: %w", err)
 	}
-	users := []broker.User{{NKey: full, Full: true}}
-	add := func(key string, p spec.Permissions) {
-		users = append(users, broker.User{NKey: key, Publish: p.Publish, Subscribe: p.Subscribe})
-	}
-	add(serve, spec.ControllerServePermissions())
+	users := []broker.User{{NKey: full, Full: true}, userOf(serve, spec.ControllerServePermissions())}
 	ops, err := db.Operators(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, op := range ops {
-		add(op.NKey, spec.OperatorPermissions())
+		users = append(users, userOf(op.NKey, spec.OperatorPermissions()))
 	}
 	nodes, err := db.NodeKeys(ctx)
 	if err != nil {
@@ -85,18 +81,17 @@ func Users(ctx context.Context, db Store, keys Keys, now time.Time) ([]broker.Us
 	return users, nil
 }
 
-// nodeUser is the bus user of node, whose key is nkey: exactly its own
-// subjects.
-func nodeUser(node, nkey string) broker.User {
-	p := spec.NodePermissions(node)
+// userOf is the bus user whose key is nkey, with permissions p.
+func userOf(nkey string, p spec.Permissions) broker.User {
 	return broker.User{NKey: nkey, Publish: p.Publish, Subscribe: p.Subscribe}
 }
 
+// nodeUser is the bus user of node, whose key is nkey: exactly its own
+// subjects.
+func nodeUser(node, nkey string) broker.User { return userOf(nkey, spec.NodePermissions(node)) }
+
 // enrolUser is the bus user of t's secret: its enrolment subjects.
-func enrolUser(t store.Token) broker.User {
-	p := spec.EnrolPermissions(t.ID)
-	return broker.User{NKey: t.EnrolNKey, Publish: p.Publish, Subscribe: p.Subscribe}
-}
+func enrolUser(t store.Token) broker.User { return userOf(t.EnrolNKey, spec.EnrolPermissions(t.ID)) }
 
 // tokenOpen says whether t may still be used at now: not used, not revoked, not
 // expired.
