@@ -62,7 +62,6 @@ type Store interface {
 	LastReceived(ctx context.Context, node string) ([]byte, error)
 	RecordRoster(ctx context.Context, r store.Roster) error
 	LastRoster(ctx context.Context) (store.Roster, error)
-	RecordReport(ctx context.Context, r store.Report, applied bool) error
 	RecordReports(ctx context.Context, rs []store.ReportRecord) (map[int]error, error)
 	LastReport(ctx context.Context, node string) (store.Report, error)
 

@@ -34,31 +34,15 @@ type Declaration struct {
 	Expires time.Time
 }
 
-// RecordDeclaration records d as the last sent to its node. A sequence not
-// above the one recorded is refused: sequences only go up.
+// RecordDeclaration records d as the last sent to its node, as
+// RecordDeclarations does for one: a sequence not above the one recorded
+// is refused (sequences only go up).
 func (db *DB) RecordDeclaration(ctx context.Context, d Declaration) error {
-	if err := checkSeq(d.Seq); err != nil {
-		return fmt.Errorf("record declaration of node %q: %w", d.Node, err)
-	}
-	err := db.tx(ctx, func(tx *sql.Tx) error {
-		var prev uint64
-		err := tx.QueryRowContext(ctx, `SELECT seq FROM declarations WHERE node = ?`, d.Node).Scan(&prev)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		if err == nil && d.Seq <= prev {
-			return fmt.Errorf("sequence %d is not above the last sent, %d", d.Seq, prev)
-		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO declarations (node, seq, body, sig, content, sent_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (node) DO UPDATE SET seq = excluded.seq, body = excluded.body, sig = excluded.sig,
-			content = excluded.content, sent_at = excluded.sent_at, expires_at = excluded.expires_at`,
-			d.Node, d.Seq, d.Body, d.Sig, d.Content, formatTime(d.Sent), formatTime(d.Expires))
-		return err
-	})
+	failed, err := db.RecordDeclarations(ctx, []Declaration{d})
 	if err != nil {
-		return fmt.Errorf("record declaration %d of node %q: %w", d.Seq, d.Node, err)
+		return err
 	}
-	return nil
+	return failed[d.Node]
 }
 
 // RecordDeclarations records each of ds as the last sent to its node, in
@@ -191,33 +175,14 @@ type Report struct {
 }
 
 // RecordReport keeps node's report, and when applied is set, the sequence it
-// applied.
+// applied, as RecordReports does for one: a node the store does not hold
+// is an error wrapping ErrNotFound.
 func (db *DB) RecordReport(ctx context.Context, r Report, applied bool) error {
-	if err := checkSeq(r.Seq); err != nil {
-		return fmt.Errorf("record report of node %q: %w", r.Node, err)
-	}
-	err := db.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO reports (node, seq, body, received_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (node) DO UPDATE SET seq = excluded.seq, body = excluded.body, received_at = excluded.received_at`,
-			r.Node, r.Seq, string(r.Body), formatTime(r.Received)); err != nil {
-			return err
-		}
-		if applied {
-			if _, err := tx.ExecContext(ctx, `UPDATE nodes SET applied_seq = max(applied_seq, ?) WHERE name = ?`, r.Seq, r.Node); err != nil {
-				return err
-			}
-			// What it applied is what it now serves.
-			if _, err := tx.ExecContext(ctx, `UPDATE declarations SET received_seq = seq, received_body = body
-				WHERE node = ? AND seq = ? AND received_seq < seq`, r.Node, r.Seq); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	failed, err := db.RecordReports(ctx, []ReportRecord{{Report: r, Applied: applied}})
 	if err != nil {
-		return fmt.Errorf("record report of node %q: %w", r.Node, err)
+		return err
 	}
-	return nil
+	return failed[0]
 }
 
 // ReportRecord is a report to record, and whether the node applied the
