@@ -36,7 +36,7 @@ func TestControllersAnswerSetsTheExitCode(t *testing.T) {
 		if tc.args[0] == "unassign" || tc.args[0] == "push" {
 			args = append([]string{tc.args[0], "--dir", m.dir}, tc.args[1:]...)
 		}
-		_, errOut, code := runMesh(t, args...)
+		_, errOut, code := runBinary(t, args...)
 		if code != tc.code || !strings.Contains(errOut, tc.says) {
 			t.Errorf("mesh %s: exit %d, stderr %q; want exit %d saying %q", strings.Join(tc.args, " "), code, errOut, tc.code, tc.says)
 		}
@@ -45,7 +45,7 @@ func TestControllersAnswerSetsTheExitCode(t *testing.T) {
 	// push --wait -5s exits 2 and the change is still pending after it.
 	mustRun(t, "module", "register", "--dir", m.dir, example("motd"))
 	mustRun(t, "assign", "--dir", m.dir, "motd", "alpha")
-	_, errOut, code := runMesh(t, "push", "--dir", m.dir, "--wait", "-5s")
+	_, errOut, code := runBinary(t, "push", "--dir", m.dir, "--wait", "-5s")
 	if code != 2 || !strings.Contains(errOut, "--wait -5s: a wait is 0 or more; nothing was sent") {
 		t.Errorf("mesh push --wait -5s: exit %d, stderr %q; want exit 2, nothing sent", code, errOut)
 	}
@@ -55,7 +55,7 @@ func TestControllersAnswerSetsTheExitCode(t *testing.T) {
 
 	// The controller's own failure: its store is held by another writer.
 	release := lockStore(t, filepath.Join(m.dir, "controller", "mesh.db"))
-	_, errOut, code = runMesh(t, "node", "hold", "--dir", m.dir, "alpha")
+	_, errOut, code = runBinary(t, "node", "hold", "--dir", m.dir, "alpha")
 	release()
 	if code != 1 || !strings.Contains(errOut, "database is locked") {
 		t.Errorf("mesh node hold alpha against a locked store: exit %d, stderr %q; want exit 1 naming the lock", code, errOut)
