@@ -305,11 +305,17 @@ func (c *Controller) rollLoop(ctx context.Context) {
 	tick := time.NewTicker(rollTick)
 	defer tick.Stop()
 	for {
-		c.rollStep(ctx)
+		// With no roll running the loop waits for a start or a resume
+		// alone: a controller with nothing to roll does not read the
+		// store four times a second.
+		var ticks <-chan time.Time
+		if c.rollStep(ctx) {
+			ticks = tick.C
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-ticks:
 		case <-c.roller.kick:
 		}
 	}
@@ -318,18 +324,21 @@ func (c *Controller) rollLoop(ctx context.Context) {
 // rollStep moves the running roll on by what the store says now: the
 // first node not done is sent its declaration, or checked for its
 // heartbeat's digest, its fallbacks and its deadline. A roll with no node
-// left is done.
-func (c *Controller) rollStep(ctx context.Context) {
+// left is done. It says whether a roll may still be running: false only
+// when the store said none is (a failed read or a panic is looked at again
+// at the next tick).
+func (c *Controller) rollStep(ctx context.Context) (running bool) {
+	running = true
 	defer c.catch("roll", nil)
 	c.roller.step.Lock()
 	defer c.roller.step.Unlock()
 	r, err := c.deps.DB.ActiveRoll(ctx)
 	if errors.Is(err, store.ErrNotFound) || err == nil && r.State != spec.RollRunning {
-		return
+		return false
 	}
 	if err != nil {
 		c.log.Error("roll not carried on", "err", err)
-		return
+		return true
 	}
 	for _, n := range r.Nodes {
 		var err error
@@ -344,13 +353,14 @@ func (c *Controller) rollStep(ctx context.Context) {
 		if err != nil {
 			c.log.Error("roll not carried on", "roll", r.ID, "node", n.Node, "err", err)
 		}
-		return // one node at a time
+		return true // one node at a time
 	}
 	if err := c.deps.DB.FinishRoll(ctx, r.ID, c.cfg.Now()); err != nil {
 		c.log.Error("roll not recorded done", "roll", r.ID, "err", err)
-		return
+		return true
 	}
 	c.log.Info("roll done", "roll", r.ID, "digest", r.Digest, "nodes", len(r.Nodes))
+	return false
 }
 
 // rollSend begins node n's step: a node gone or of another architecture

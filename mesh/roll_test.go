@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -731,4 +732,54 @@ func TestRollSendFailureIsRetried(t *testing.T) {
 	if want := "alpha did not report " + rel.Digest[:12] + " within 5s: it reports " + rel.Digest[:12] + ", last heard 16s ago"; r.State != spec.RollHalted || r.Cause != want {
 		t.Errorf("roll %s %q, want halted: %q", r.State, r.Cause, want)
 	}
+}
+
+// activeRollReads counts the roll loop's reads of the running roll.
+type activeRollReads struct {
+	*store.DB
+	n atomic.Int64
+}
+
+func (s *activeRollReads) ActiveRoll(ctx context.Context) (store.Roll, error) {
+	s.n.Add(1)
+	return s.DB.ActiveRoll(ctx)
+}
+
+// TestNoRollNoReads: a controller with no roll running does not look at
+// the store for one on every tick; it looks once at its start, then when a
+// roll is started, which it carries to its end, and then no more.
+func TestNoRollNoReads(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	reads := &activeRollReads{}
+	c, db := newControllerCfg(t, clk, func(db *store.DB) Store { reads.DB = db; return reads }, func(cfg *Config) { cfg.Node = "alpha" })
+	ctx := context.Background()
+	if err := db.RecordFacts(ctx, spec.Facts{Node: "alpha", Arch: runtime.GOARCH, OS: runtime.GOOS, Capabilities: []string{spec.CapBinaries}}, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// The one look at its start may come before or after the controller
+	// is ready.
+	time.Sleep(4 * rollTick)
+	if n := reads.n.Load(); n > 1 {
+		t.Fatalf("the roll loop read the running roll %d times in its first %s with none running, want 1", n, 4*rollTick)
+	}
+	idle := func(when string) {
+		t.Helper()
+		before := reads.n.Load()
+		time.Sleep(4 * rollTick)
+		if n := reads.n.Load() - before; n != 0 {
+			t.Fatalf("%s: the roll loop read the running roll %d times in %s with none running, want 0", when, n, 4*rollTick)
+		}
+	}
+
+	op := operatorConn(t, c)
+	rel := publishFake(t, db, clk, "mesh v2", runtime.GOARCH)
+	simulate(t, c, db, clk, hexDigest([]byte("v1")), map[string]string{"alpha": upgrade})
+	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
+		t.Fatal(err)
+	}
+	if r := waitRoll(t, op); r.State != spec.RollDone {
+		t.Fatalf("roll %s (%s): %s", r.State, r.Cause, states(r))
+	}
+	idle("after the roll was done")
 }
