@@ -133,27 +133,56 @@ func (db *DB) migrate(ctx context.Context) error {
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
 	}
-	for _, m := range ms {
-		err := db.tx(ctx, func(tx *sql.Tx) error {
-			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
-				return err
-			}
-			if n > 0 {
-				return nil
-			}
-			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-				m.version, m.name, time.Now().UTC().Format(time.RFC3339Nano))
-			return err
-		})
+	// The pending migrations are applied in one transaction, all or none:
+	// a fresh store is one commit, not one per migration, and a store
+	// holds no schema half way between two versions of mesh.
+	pending := func(q interface {
+		QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+	}) ([]migration, error) {
+		rows, err := q.QueryContext(ctx, `SELECT version FROM schema_migrations`)
 		if err != nil {
-			return fmt.Errorf("apply migration %s: %w", m.name, err)
+			return nil, fmt.Errorf("read the applied migrations: %w", err)
 		}
+		defer rows.Close()
+		applied := map[int]bool{}
+		for rows.Next() {
+			var v int
+			if err := rows.Scan(&v); err != nil {
+				return nil, fmt.Errorf("read the applied migrations: %w", err)
+			}
+			applied[v] = true
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("read the applied migrations: %w", err)
+		}
+		var todo []migration
+		for _, m := range ms {
+			if !applied[m.version] {
+				todo = append(todo, m)
+			}
+		}
+		return todo, nil
 	}
-	return nil
+	todo, err := pending(db.sql)
+	if err != nil || len(todo) == 0 {
+		return err
+	}
+	return db.tx(ctx, func(tx *sql.Tx) error {
+		todo, err := pending(tx) // again, under the write lock
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC().Format(time.RFC3339Nano)
+		for _, m := range todo {
+			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+				return fmt.Errorf("apply migration %s: %w", m.name, err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`, m.version, m.name, now); err != nil {
+				return fmt.Errorf("apply migration %s: %w", m.name, err)
+			}
+		}
+		return nil
+	})
 }
 
 // Migrations returns the numbers of the migrations the store has applied.

@@ -616,3 +616,27 @@ func TestNodeKeysAndOpenTokens(t *testing.T) {
 		t.Errorf("OpenTokens = %+v, want %+v", open, want)
 	}
 }
+
+// TestMigrationsAreAllOrNone: a migration that fails (here 013, whose
+// table is already there) leaves the store as it was: none of the
+// migrations before it in the same Open is kept, and Open names the one
+// that failed.
+func TestMigrationsAreAllOrNone(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "mesh.db")
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`CREATE TABLE rosters (x INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	_, err = store.Open(context.Background(), path)
+	if err == nil || !strings.Contains(err.Error(), "013_rosters") {
+		t.Fatalf("Open over a store that has 013's table already: %v, want the failure of 013_rosters", err)
+	}
+	if n := countMigrationRows(t, path); n != 0 {
+		t.Fatalf("schema_migrations holds %d rows after a failed Open, want 0: every migration of a failed Open is undone", n)
+	}
+}
