@@ -419,7 +419,7 @@ func (a *Agent) watchEngine(ctx context.Context, flips chan<- struct{}) {
 	if a.cfg.Docker == nil {
 		return
 	}
-	answers := func() bool { _, err := a.cfg.Docker.Version(ctx); return err == nil }
+	answers := func() bool { return a.cfg.Docker.Ping(ctx) == nil }
 	up := a.engineUp.Load()
 	tick := time.NewTicker(a.cfg.HeartbeatEvery)
 	defer tick.Stop()

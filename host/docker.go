@@ -70,6 +70,19 @@ func (d *Docker) Version(ctx context.Context) (string, error) {
 	return fmt.Sprintf("%s, API %s", v.Version, v.APIVersion), nil
 }
 
+// Ping says whether the engine answers, through its health endpoint. A
+// probe asks this and not Version: dockerd answers a version query by
+// running runc and docker-init to ask theirs, two processes each time,
+// which a check at the heartbeat's pace must not cost the machine.
+func (d *Docker) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := d.cli.Ping(ctx, client.PingOptions{}); err != nil {
+		return d.unreachable(err)
+	}
+	return nil
+}
+
 // unreachable names the engine in an error from it.
 func (d *Docker) unreachable(err error) error {
 	if client.IsErrConnectionFailed(err) {

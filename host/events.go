@@ -68,7 +68,7 @@ func (a *Agent) followStream(ctx context.Context, kick chan<- struct{}, again bo
 	d := a.cfg.Docker
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if _, err := d.Version(ctx); err != nil {
+	if err := d.Ping(ctx); err != nil {
 		return false, err
 	}
 	res := d.cli.Events(ctx, client.EventsListOptions{Filters: make(client.Filters).
