@@ -54,6 +54,9 @@ func TestImportDirections(t *testing.T) {
 		"internal/poll": {},
 		// Test support: the switch for the tests that take minutes.
 		"internal/optin": {},
+		// Test support: listening ports outside the ephemeral range,
+		// held across a daemon's stop and restart.
+		"internal/testport": {},
 	}
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...").Output()
 	if err != nil {
