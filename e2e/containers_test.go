@@ -151,7 +151,7 @@ func TestContainersFindEachOtherByName(t *testing.T) {
 	os.Remove(filepath.Join(m.rootB, "srv/client/lookup"))
 	since = time.Now()
 	start(t, "host", "--dir", m.betaDir, "--root", m.rootB, "--subnet", m.subnetB.String(), "--heartbeat", "500ms",
-		"--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream)
+		"--dns", port(t), "--dns-upstream", deadUpstream)
 	poll.Until(t, 30*time.Second, "beta's container looks web.alpha.internal up again after beta's host restarted", func() (bool, string) {
 		b, err := os.ReadFile(filepath.Join(m.rootB, "srv/client/lookup"))
 		return err == nil && strings.Contains(string(b), m.addrA), fmt.Sprintf("%q %v", b, err)

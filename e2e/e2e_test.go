@@ -201,7 +201,7 @@ func TestGenesisOverAMeshIsRefused(t *testing.T) {
 	d.stop(t)
 
 	before := snapshot(t, dir)
-	_, errOut, code := runMesh(t, "genesis", "--dir", dir, "--mesh", "other", "--node", "beta", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0")
+	_, errOut, code := runMesh(t, "genesis", "--dir", dir, "--mesh", "other", "--node", "beta", "--bus", port(t), "--http", port(t), "--dns", port(t))
 	if code == 0 {
 		t.Fatal("genesis over an existing mesh succeeded")
 	}
@@ -224,7 +224,7 @@ func TestGenesisOnAnAddressInUseChangesNothing(t *testing.T) {
 	for _, flag := range []string{"--bus", "--http", "--dns"} {
 		t.Run(flag, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "state")
-			args := []string{"genesis", "--dir", dir, "--mesh", "m", "--node", "n", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0"}
+			args := []string{"genesis", "--dir", dir, "--mesh", "m", "--node", "n", "--bus", port(t), "--http", port(t), "--dns", port(t)}
 			for i := range args {
 				if args[i] == flag {
 					args[i+1] = l.Addr().String()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -63,9 +62,9 @@ func (zoneCount) Detach(string) error               { return nil }
 // when tb ends.
 func newFleet(tb testing.TB, nodes int) *fleet {
 	tb.Helper()
-	f := &fleet{dir: filepath.Join(tb.TempDir(), "ctl"), done: make(chan struct{}, nodes), pprof: loopbackAddr(tb)}
-	f.ctl = start(tb, "genesis", "--dir", f.dir, "--mesh", "fleet", "--node", "ctl", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:0",
-		"--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1", "--root", tb.TempDir(),
+	f := &fleet{dir: filepath.Join(tb.TempDir(), "ctl"), done: make(chan struct{}, nodes), pprof: port(tb)}
+	f.ctl = start(tb, "genesis", "--dir", f.dir, "--mesh", "fleet", "--node", "ctl", "--bus", port(tb), "--http", port(tb),
+		"--dns", port(tb), "--dns-upstream", deadUpstream, "--address", "127.0.0.1", "--root", tb.TempDir(),
 		"--docker", "none", "--log-level", "warn", "--pprof", f.pprof)
 	f.addrs = waitReady(tb, f.ctl, f.dir)
 	op, err := cli.DialOperator(context.Background(), f.dir)
@@ -371,15 +370,4 @@ func (f *fleet) profile(tb testing.TB, name, dir, file string) {
 	if err := os.WriteFile(filepath.Join(dir, file), body, 0o644); err != nil {
 		tb.Error(err)
 	}
-}
-
-// loopbackAddr is a free loopback host:port.
-func loopbackAddr(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -197,7 +197,7 @@ func TestKilledMidApplyConverges(t *testing.T) {
 	// Restarted, it converges on what it kept: 1,500 files written and
 	// synced one by one, which a loaded machine (CI runs the suite at
 	// once) has been seen to take past a minute over.
-	start(t, "host", "--dir", hostDir, "--root", rootB, "--heartbeat", "500ms", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream)
+	start(t, "host", "--dir", hostDir, "--root", rootB, "--heartbeat", "500ms", "--dns", port(t), "--dns-upstream", deadUpstream)
 	poll.Until(t, 3*time.Minute, "beta converged", func() (bool, string) {
 		entries, _ := os.ReadDir(filepath.Join(rootB, "data"))
 		body, _ := os.ReadFile(statePath)

@@ -99,7 +99,7 @@ func TestRemovedHostExitsSayingSo(t *testing.T) {
 
 	// Started again, it connects for the first time with a credential the
 	// bus refuses: it says so too, rather than waiting for ever.
-	again := start(t, "host", "--dir", hostDir, "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream)
+	again := start(t, "host", "--dir", hostDir, "--dns", port(t), "--dns-upstream", deadUpstream)
 	wantRemoved(again)
 	if strings.Contains(again.out.String(), "host running") {
 		t.Errorf("the removed host said it runs:\n%s", again.out.String())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/internal/testport"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/miekg/dns"
 )
@@ -39,7 +40,7 @@ func TestDriftAtStartBeforeAnyPush(t *testing.T) {
 	if err := os.WriteFile(motd, []byte("drifted\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := start(t, "controller", "--dir", m.dir, "--root", root, "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream)
+	d := start(t, "controller", "--dir", m.dir, "--root", root, "--dns", port(t), "--dns-upstream", deadUpstream)
 	waitReady(t, d, m.dir)
 	poll.Until(t, 20*time.Second, "the drift corrected and reported", func() (bool, string) {
 		d.alive(t)
@@ -181,7 +182,7 @@ func TestRestartKeepsHowItWasStarted(t *testing.T) {
 // asked for, and a restart binds it the same.
 func TestWildcardResolverOnAController(t *testing.T) {
 	t.Parallel()
-	m := newMesh(t, "--root", t.TempDir(), "--dns", "0.0.0.0:0")
+	m := newMesh(t, "--root", t.TempDir(), "--dns", testport.Addr(t, "0.0.0.0"))
 	check := func() {
 		t.Helper()
 		addr := dnsAddr(t, m.dir)
@@ -219,7 +220,7 @@ func TestBusRebindAndAdvertise(t *testing.T) {
 	}
 	m.d.stop(t)
 
-	d := start(t, "controller", "--dir", m.dir, "--bus", "127.0.0.1:0", "--advertise", "192.0.2.10", "--advertise", "mesh.example.org:7422")
+	d := start(t, "controller", "--dir", m.dir, "--bus", port(t), "--advertise", "192.0.2.10", "--advertise", "mesh.example.org:7422")
 	poll.Until(t, 20*time.Second, "addrs.json names the new bus", func() (bool, string) {
 		d.alive(t)
 		a, _ := readAddrsFile(t, m.dir)

@@ -26,13 +26,14 @@ import (
 	"github.com/mesh-fleet/mesh/cli"
 	"github.com/mesh-fleet/mesh/internal/gobuild"
 	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/internal/testport"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
 // The rig every end-to-end test shares: the binary, the processes it runs,
 // a mesh (genesis) and the hosts that join it, and the CLI calls that read
 // and push. Each test makes its own mesh in its own temporary directories,
-// on ports the kernel chooses, so tests run in parallel; those that use the
+// on ports it holds (port), so tests run in parallel; those that use the
 // Docker engine take node names, subnets and addresses of their own
 // (rig_docker_test.go).
 
@@ -167,6 +168,9 @@ func start(t testing.TB, args ...string) *daemon {
 // startBin is start with another binary than the one under test.
 func startBin(t testing.TB, bin string, args ...string) *daemon {
 	t.Helper()
+	if flag, addr, ok := kernelPort(args); ok {
+		t.Fatalf("mesh %s %s: a daemon of a test listens on a port the test holds (port), not on one the kernel chooses, which may be another process's when the daemon binds it again at a restart", flag, addr)
+	}
 	d := &daemon{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	if err := d.cmd.Start(); err != nil {
@@ -181,6 +185,23 @@ func startBin(t testing.TB, bin string, args ...string) *daemon {
 		}
 	})
 	return d
+}
+
+// listenFlags are the flags of an address a daemon listens on.
+var listenFlags = []string{"--bus", "--http", "--dns", "--pprof"}
+
+// kernelPort is the first of args' listening addresses with port 0.
+func kernelPort(args []string) (flag, addr string, ok bool) {
+	for i, a := range args {
+		name, value, inline := strings.Cut(a, "=")
+		if !inline && i+1 < len(args) {
+			value = args[i+1]
+		}
+		if slices.Contains(listenFlags, name) && strings.HasSuffix(value, ":0") {
+			return name, value, true
+		}
+	}
+	return "", "", false
 }
 
 // stop sends SIGTERM and waits for a clean exit.
@@ -298,13 +319,22 @@ type testMesh struct {
 }
 
 // genesis starts a mesh "test" whose own node is alpha, on loopback ports
-// the kernel chooses, its host with no container engine unless extra says
-// --docker; extra flags come last, so they win (--node among them).
+// the test holds (port), its host with no container engine unless extra
+// says --docker; extra flags come last, so they win (--node among them).
 func genesis(t testing.TB, dir string, extra ...string) *daemon {
 	t.Helper()
 	return start(t, append([]string{"genesis", "--dir", dir, "--mesh", "test", "--node", "alpha",
-		"--bus", "127.0.0.1:0", "--http", "127.0.0.1:0", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream, "--address", "127.0.0.1"},
+		"--bus", port(t), "--http", port(t), "--dns", port(t), "--dns-upstream", deadUpstream, "--address", "127.0.0.1"},
 		noEngine(extra)...)...)
+}
+
+// port is a loopback address on a port the test holds until it ends, for
+// a daemon to listen on: never port 0, since a daemon keeps the port it
+// was given and binds it again when the test restarts it, and a port the
+// kernel chose may be another process's by then (testport).
+func port(t testing.TB) string {
+	t.Helper()
+	return testport.Addr(t, "127.0.0.1")
 }
 
 // noEngine is extra with --docker none first, unless extra names an
@@ -380,7 +410,7 @@ func (m *testMesh) metric(t testing.TB, name string) int {
 func join(t testing.TB, token string, extra ...string) (string, *daemon) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "host")
-	d := start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", "127.0.0.1:0", "--dns-upstream", deadUpstream}, noEngine(extra)...)...)
+	d := start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", port(t), "--dns-upstream", deadUpstream}, noEngine(extra)...)...)
 	poll.Until(t, 30*time.Second, "the joined host running", func() (bool, string) {
 		select {
 		case err := <-d.done:
