@@ -20,6 +20,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/internal/dockertest"
+	"github.com/mesh-fleet/mesh/internal/testport"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -289,12 +290,9 @@ func TestContainerPublishesOnTheNodeAddress(t *testing.T) {
 	t.Parallel()
 	r := newEngineRig(t)
 	ctx := context.Background()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	// A port the test holds (testport): one the kernel chose and let go
+	// may be another process's by the time the engine publishes on it.
+	port := testport.Port(t)
 	web := httpd("web")
 	web.Ports = []spec.PortSpec{{Container: 8080, Host: uint16(port)}}
 	declared := []spec.Resource{r.network(), r.container(web)}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/testport"
 	"github.com/miekg/dns"
 )
 
@@ -208,8 +209,10 @@ func TestRun(t *testing.T) {
 		}
 	}
 
-	// Run ends when ctx does, and unbinds.
-	s2, err := New(Config{Listen: []string{"127.0.0.1:0"}, Upstreams: []string{up.addr}}, nil)
+	// Run ends when ctx does, and unbinds. The port is one the test holds
+	// (testport): one the kernel chose may be another process's by the
+	// time the test binds it again.
+	s2, err := New(Config{Listen: []string{testport.Addr(t, "127.0.0.1")}, Upstreams: []string{up.addr}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/testport"
 	"github.com/miekg/dns"
 )
 
@@ -280,7 +281,8 @@ func TestAttachAfterRun(t *testing.T) {
 
 	s, stop := runServer(t, Config{}, nil)
 	p := netip.MustParsePrefix("10.0.0.0/8")
-	a := attach(t, s, "127.0.0.2:0", p)
+	// A port the test holds, bound again below once Run ended (testport).
+	a := attach(t, s, testport.Addr(t, "127.0.0.2"), p)
 	if r := ask(t, "tcp", a, "alpha.internal.", dns.TypeA, 0); len(r.Answer) != 2 {
 		t.Fatalf("tcp %s: answer %v", a, r.Answer)
 	}
@@ -318,7 +320,8 @@ func TestAttachBindFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busyUDP.Close()
-	busyTCP, err := net.Listen("tcp", "127.0.0.2:0")
+	// A port the test holds: its UDP side is bound again below (testport).
+	busyTCP, err := net.Listen("tcp", testport.Addr(t, "127.0.0.2"))
 	if err != nil {
 		t.Fatal(err)
 	}
