@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -282,7 +283,20 @@ func TestSubnetMoveUnderContainersIsRefused(t *testing.T) {
 	}
 
 	start(t, "host", "--dir", m.betaDir)
-	poll.Until(t, 30*time.Second, "beta heard again", func() (bool, string) { return heardAfter(t, m.dir, m.b, since) })
+	// Heard again with its engine: the stopped host's last heartbeat may be
+	// recorded after since (heartbeats are written in batches), and a host
+	// that stops sends it without the engine, which it no longer asks.
+	poll.Until(t, 30*time.Second, "beta heard again with its engine", func() (bool, string) {
+		if ok, why := heardAfter(t, m.dir, m.b, since); !ok {
+			return false, why
+		}
+		for _, n := range nodeList(t, m.dir) {
+			if n.Name == m.b && n.Facts != nil && slices.Contains(n.Facts.Capabilities, spec.CapContainers) {
+				return true, ""
+			}
+		}
+		return false, m.b + " reports no container engine"
+	})
 	o := push(t, m.dir, "--force")
 	if got := outcomes(o); got[m.b]["web:container:web"] != spec.Unchanged || got[m.b]["mesh:network:mesh-"+m.b] != spec.Unchanged {
 		t.Fatalf("a push after the restart with the kept subnet: %v", got)
