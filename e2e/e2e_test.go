@@ -280,3 +280,25 @@ func TestHealthzNamesThePartNotReady(t *testing.T) {
 		t.Errorf("/healthz after the host gave up: %s, want 503 naming the host", why)
 	}
 }
+
+// TestKernelPortIsRefused: the rig's start finds a listening flag with port
+// 0, in either form, and only those.
+func TestKernelPortIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"genesis", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:20001"}, "--bus"},
+		{[]string{"host", "--dir", "d", "--dns=0.0.0.0:0"}, "--dns"},
+		{[]string{"controller", "--pprof", "[::1]:0"}, "--pprof"},
+		{[]string{"controller", "--http", "127.0.0.1:20000", "--dns", "127.0.0.1:20001"}, ""},
+		{[]string{"host", "--dir", "x:0", "--dns-upstream", "127.0.0.1:0"}, ""},
+		{[]string{"host", "--dns"}, ""},
+	} {
+		flag, _, ok := kernelPort(tc.args)
+		if flag != tc.flag || ok != (tc.flag != "") {
+			t.Errorf("%q: %q %v, want %q", tc.args, flag, ok, tc.flag)
+		}
+	}
+}
