@@ -68,8 +68,9 @@ type containerMesh struct {
 // an address of the machine that containers reach through their bridge.
 func loopbackAddress(t testing.TB, addr string) {
 	t.Helper()
-	// One a killed run left behind serves as well.
-	if out, err := exec.Command("ip", "addr", "add", addr+"/32", "dev", "lo").CombinedOutput(); err != nil && !strings.Contains(string(out), "File exists") {
+	// One a killed run left behind serves as well: iproute2 says "File
+	// exists" or (6.1 here) "Address already assigned".
+	if out, err := exec.Command("ip", "addr", "add", addr+"/32", "dev", "lo").CombinedOutput(); err != nil && !strings.Contains(string(out), "File exists") && !strings.Contains(string(out), "Address already assigned") {
 		t.Fatalf("ip addr add %s dev lo (the container tests run as root): %v: %s", addr, err, out)
 	}
 	t.Cleanup(func() { exec.Command("ip", "addr", "del", addr+"/32", "dev", "lo").Run() })
