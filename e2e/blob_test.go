@@ -22,11 +22,11 @@ import (
 // pushes, and maxBlobRSS how far above its idle peak the controller's
 // process may go while it takes and serves it.
 const (
-	bigBlob    = 64 << 20
+	bigBlob    = 100 << 20
 	maxBlobRSS = 64 << 20
 )
 
-// TestBigBlobMemoryIsBoundedByTheChunk registers a module with a 64 MiB
+// TestBigBlobMemoryIsBoundedByTheChunk registers a module with a 100 MiB
 // file and pushes it to the controller's own node (one process: the
 // controller takes the upload and serves the chunks, its host fetches and
 // writes them). The CLI that registers it stays under 64 MiB, and the
@@ -34,9 +34,9 @@ const (
 // above its peak before the register, and the file on the node has the
 // declared digest.
 func TestBigBlobMemoryIsBoundedByTheChunk(t *testing.T) {
-	optin.NeedSlow(t, "registers and pushes 64 MiB")
+	optin.NeedSlow(t, "registers and pushes 100 MiB")
 	if testing.Short() {
-		t.Skip("pushes 64 MiB; run without -short")
+		t.Skip("pushes 100 MiB; run without -short")
 	}
 	t.Parallel()
 	root := t.TempDir()

@@ -1,6 +1,6 @@
 // Package optin holds the switch for the tests that take minutes of real
 // time: a certificate's life and renewal, building and rolling real mesh
-// binaries through launchers, floods, 64 MiB transfers. A plain go test
+// binaries through launchers, floods, 100 MiB transfers. A plain go test
 // leaves them out so that make test stays a quick check; CI sets
 // MESH_TEST_SLOW=1 and runs every one of them.
 package optin
