@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
 )
@@ -47,6 +48,12 @@ func (l *Launcher) runChild(ctx context.Context, p pick) (outcome, error) {
 	cmd.Stdout, cmd.Stderr = l.cfg.Stdout, l.cfg.Stderr
 	cmd.ExtraFiles = append([]*os.File{w}, l.dns...)
 	cmd.Env = append(withoutOurs(os.Environ()), spec.ReadyFDEnv+"="+strconv.Itoa(readyFD))
+	// The child's version is the digest of the file it runs, hashed here
+	// already (verified, or the launcher's own): handed over, not read again.
+	// Without the entry the child hashes its file itself.
+	if handoff, err := release.Handoff(p.path); err == nil {
+		cmd.Env = append(cmd.Env, handoff)
+	}
 	if len(l.dns) == 2 {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%s,%d,%d", spec.HeldDNSEnv, l.cfg.DNS, readyFD+1, readyFD+2))
 	}
@@ -193,7 +200,7 @@ func exitCode(cmd *exec.Cmd, err error) int {
 func withoutOurs(env []string) []string {
 	var out []string
 	for _, e := range env {
-		if !strings.HasPrefix(e, spec.ReadyFDEnv+"=") && !strings.HasPrefix(e, spec.HeldDNSEnv+"=") {
+		if !strings.HasPrefix(e, spec.ReadyFDEnv+"=") && !strings.HasPrefix(e, spec.HeldDNSEnv+"=") && !strings.HasPrefix(e, release.HandoffEnv+"=") {
 			out = append(out, e)
 		}
 	}

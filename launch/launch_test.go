@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -194,9 +195,21 @@ func TestStandAsideStartsTheWantedVersion(t *testing.T) {
 	if !strings.HasSuffix(lines[0], "serve host --dir "+dir+" --subnet=10.9.0.0/24") {
 		t.Errorf("the first child was called %q", lines[0])
 	}
-	last := lines[len(lines)-1]
+	var last string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "start ") {
+			last = l
+		}
+	}
 	if !strings.HasPrefix(last, "start ready2") || !strings.HasSuffix(last, "serve host --dir "+dir) {
 		t.Errorf("the wanted version was called %q, want serve host --dir %s alone", last, dir)
+	}
+	// Each child was handed the digest of the file it runs, hashed by the
+	// launcher already (release.HandoffEnv).
+	for _, v := range []version{self, v2} {
+		if !regexp.MustCompile(`(?m)^handed \d+ \S+ ` + v.digest + `$`).MatchString(log) {
+			t.Errorf("no child was handed the digest %s of its file:\n%s", v.digest, log)
+		}
 	}
 }
 

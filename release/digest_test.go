@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -54,3 +55,43 @@ func TestDigestFollowsTheFile(t *testing.T) {
 		t.Fatal("Digest of a missing file: no error")
 	}
 }
+
+// TestDigestTakesTheHandoff: the digest a parent hands over (HandoffEnv)
+// is taken for the file it names, as it was, and for no other: once the
+// file changes, it is hashed again.
+func TestDigestTakesTheHandoff(t *testing.T) {
+	dir := t.TempDir()
+	path, other := filepath.Join(dir, "mesh"), filepath.Join(dir, "other")
+	for _, p := range []string{path, other} {
+		if err := os.WriteFile(p, []byte("the binary at "+p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entry, err := Handoff(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, value, _ := strings.Cut(entry, "=")
+	ident, real, _ := strings.Cut(value, " ")
+	if name != HandoffEnv || real != digestOf("the binary at "+path) {
+		t.Fatalf("Handoff = %q, want %s=IDENTITY %s", entry, HandoffEnv, digestOf("the binary at "+path))
+	}
+	// A digest no hash of the file gives: taken only if handed over.
+	handed := strings.Repeat("ab", 32)
+	t.Setenv(HandoffEnv, ident+" "+handed)
+	hashed.Clear() // what Handoff kept: this process is the child now
+	if got, _ := Digest(path); got != handed {
+		t.Fatalf("Digest of the file handed over = %s, want the handed %s", got, handed)
+	}
+	if got, _ := Digest(other); got != digestOf("the binary at "+other) {
+		t.Fatalf("Digest of another file = %s, want its own hash", got)
+	}
+	if err := os.WriteFile(path, []byte("written since"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := Digest(path); got != digestOf("written since") {
+		t.Fatalf("Digest of the handed-over file written since = %s, want its new hash", got)
+	}
+}
+
+func digestOf(s string) string { sum := sha256.Sum256([]byte(s)); return hex.EncodeToString(sum[:]) }

@@ -44,6 +44,9 @@ func main() {
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	note(dir, fmt.Sprintf("start %s %d %s", behaviour, os.Getpid(), strings.Join(os.Args[1:], " ")))
+	if handed := os.Getenv("MESH_EXEC_SHA256"); handed != "" {
+		note(dir, fmt.Sprintf("handed %d %s", os.Getpid(), handed))
+	}
 	if held := os.Getenv("MESH_DNS_HELD"); held != "" {
 		note(dir, fmt.Sprintf("held %d %s", os.Getpid(), held))
 	}
