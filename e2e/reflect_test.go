@@ -102,7 +102,10 @@ func TestRevokedTokenIsRefusedAtConnect(t *testing.T) {
 	pub, _ := kp.PublicKey()
 	connect := func() (*nats.Conn, error) {
 		return nats.Connect(strings.Join(tok.Bus, ","), nats.Nkey(pub, kp.Sign),
-			nats.Secure(ca.PinnedTLS(tok.Pin, spec.BusTLSName, nil)), nats.TLSHandshakeFirst(), nats.NoReconnect())
+			nats.Secure(ca.PinnedTLS(tok.Pin, spec.BusTLSName, nil)), nats.TLSHandshakeFirst(), nats.NoReconnect(),
+			// nats.go's default of 2 s for the dial and the handshake was
+			// too short once under the race detector on a loaded machine.
+			nats.Timeout(10*time.Second))
 	}
 	held, err := connect()
 	if err != nil {

@@ -357,12 +357,18 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var live []string
+	for _, n := range nodes {
+		if n.Removing.IsZero() {
+			live = append(live, n.Name)
+		}
+	}
+	if err := ensureConsumers(ctx, c.js, live); err != nil {
+		return err
+	}
 	for _, n := range nodes {
 		if !n.Removing.IsZero() {
 			continue
-		}
-		if err := ensureConsumer(ctx, c.js, n.Name); err != nil {
-			return err
 		}
 		if err := c.publishRecorded(ctx, n); err != nil {
 			return err
