@@ -84,6 +84,9 @@ func (b *bus) connect(t *testing.T, kp nkeys.KeyPair, opts ...nats.Option) (*nat
 		nats.Nkey(pub, kp.Sign),
 		nats.Secure(b.tls()),
 		nats.TLSHandshakeFirst(),
+		// nats.go's default of 2 s for the dial and the handshake is
+		// short for a loaded two-core machine running 8 packages at once.
+		nats.Timeout(10 * time.Second),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }),
 	}, opts...)
 	nc, err := nats.Connect("nats://"+b.srv.Addr(), opts...)

@@ -195,6 +195,7 @@ func nodeConn(t *testing.T, m *testMesh, hostDir string) (*nats.Conn, chan error
 		nats.TLSHandshakeFirst(),
 		nats.CustomInboxPrefix(spec.NodeInbox(st.Node)),
 		nats.NoReconnect(),
+		nats.Timeout(10*time.Second), // not nats.go's 2 s: a loaded machine
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }),
 	)
 	if err == nil {
@@ -309,7 +310,8 @@ func TestTokenCredentialIsInForceWhenPrinted(t *testing.T) {
 		}
 		pub, _ := kp.PublicKey()
 		nc, err := nats.Connect(strings.Join(tok.Bus, ","), nats.Nkey(pub, kp.Sign),
-			nats.Secure(ca.PinnedTLS(tok.Pin, spec.BusTLSName, nil)), nats.TLSHandshakeFirst(), nats.NoReconnect())
+			nats.Secure(ca.PinnedTLS(tok.Pin, spec.BusTLSName, nil)), nats.TLSHandshakeFirst(), nats.NoReconnect(),
+			nats.Timeout(10*time.Second)) // not nats.go's 2 s: a loaded machine
 		if err != nil {
 			t.Fatalf("token %d's credential refused right after it was printed: %v", i, err)
 		}

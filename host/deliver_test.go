@@ -120,7 +120,8 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 	<-bus.Ready()
 
 	nc, err := nats.Connect("nats://"+bus.Addr(), nats.Nkey(ctlPub, ctl.Sign),
-		nats.Secure(ca.HeldTLS(auth.Root(), spec.BusTLSName, func() []*x509.Certificate { return []*x509.Certificate{auth.Intermediate()} })), nats.TLSHandshakeFirst())
+		nats.Secure(ca.HeldTLS(auth.Root(), spec.BusTLSName, func() []*x509.Certificate { return []*x509.Certificate{auth.Intermediate()} })), nats.TLSHandshakeFirst(),
+		nats.Timeout(10*time.Second)) // not nats.go's 2 s: a loaded machine
 	if err != nil {
 		t.Fatal(err)
 	}

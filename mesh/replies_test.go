@@ -28,7 +28,10 @@ func busConn(t *testing.T, c *Controller, key nkeys.KeyPair, inbox string, errs 
 	t.Helper()
 	pub, _ := key.PublicKey()
 	opts := []nats.Option{nats.Nkey(pub, key.Sign), nats.NoReconnect(),
-		nats.Secure(ca.ClientTLS(c.deps.CA.Root(), spec.BusTLSName)), nats.TLSHandshakeFirst()}
+		nats.Secure(ca.ClientTLS(c.deps.CA.Root(), spec.BusTLSName)), nats.TLSHandshakeFirst(),
+		// Not nats.go's 2 s for the dial and the handshake: short for a
+		// loaded two-core machine running 8 packages at once.
+		nats.Timeout(10 * time.Second)}
 	if inbox != "" {
 		opts = append(opts, nats.CustomInboxPrefix(inbox))
 	}
