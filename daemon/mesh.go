@@ -134,7 +134,7 @@ func (m *Mesh) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	digest, err := binary.Digest("")
+	digest, err := binary.DigestKept("", statedir.ExecutableDigest(cfg.Dir))
 	if err != nil {
 		return fmt.Errorf("read the running binary's digest: %w", err)
 	}

@@ -126,7 +126,7 @@ func New(cfg Config, log *slog.Logger) (*Launcher, error) {
 		}
 		cfg.Self = self
 	}
-	digest, err := release.Digest(cfg.Self)
+	digest, err := release.DigestKept(cfg.Self, statedir.ExecutableDigest(cfg.Dir))
 	if err != nil {
 		return nil, err
 	}

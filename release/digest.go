@@ -57,6 +57,60 @@ func Digest(path string) (string, error) {
 	return d, nil
 }
 
+// DigestKept is Digest, kept across processes in the file keep (a state
+// directory's, statedir.ExecutableDigest): a digest kept there for the
+// file as it is now (the same identity) is taken without reading the file;
+// otherwise the file is hashed and keep written. A start of a mesh process
+// then reads its 45 MB binary only after the binary changed. keep is a
+// cache: a keep that cannot be read or written is the file hashed, as
+// Digest does, and no error.
+func DigestKept(path, keep string) (string, error) {
+	if path == "" {
+		p, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("find the running executable: %w", err)
+		}
+		path = p
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("read the executable: %w", err)
+	}
+	id, ok := identity(f)
+	f.Close()
+	if ok {
+		if _, memo := hashed.Load(id); !memo {
+			if b, err := os.ReadFile(keep); err == nil {
+				ident, d, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+				if ident == id.String() && validDigest(d) {
+					hashed.Store(id, d)
+				}
+			}
+		}
+	}
+	d, err := Digest(path)
+	if err != nil {
+		return "", err
+	}
+	if entry, err := Handoff(path); err == nil {
+		_, value, _ := strings.Cut(entry, "=")
+		if b, _ := os.ReadFile(keep); strings.TrimSpace(string(b)) != value {
+			// Not an atomic write: a torn one fails the check above, and
+			// costs one hash.
+			_ = os.WriteFile(keep, []byte(value+"\n"), 0o600)
+		}
+	}
+	return d, nil
+}
+
+func validDigest(d string) bool {
+	if len(d) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(d)
+	return err == nil
+}
+
 // HandoffEnv carries the digest of an executable to the process that runs
 // it (Handoff): a launcher hashes the version it runs before it runs it,
 // and its child, whose version is that digest, need not read 45 MB again.
@@ -89,10 +143,7 @@ func Handoff(path string) (string, error) {
 func handedOver(id fileID) (string, bool) {
 	v := os.Getenv(HandoffEnv)
 	ident, d, ok := strings.Cut(v, " ")
-	if !ok || ident != id.String() || len(d) != 64 {
-		return "", false
-	}
-	if _, err := hex.DecodeString(d); err != nil {
+	if !ok || ident != id.String() || !validDigest(d) {
 		return "", false
 	}
 	return d, true

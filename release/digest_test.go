@@ -95,3 +95,52 @@ func TestDigestTakesTheHandoff(t *testing.T) {
 }
 
 func digestOf(s string) string { sum := sha256.Sum256([]byte(s)); return hex.EncodeToString(sum[:]) }
+
+// TestDigestKept: the digest kept for a file as it is now is taken without
+// reading the file, in a process that never hashed it; one kept for the
+// file before it changed is not, and keep is written again; a keep that
+// cannot be written is no error.
+func TestDigestKept(t *testing.T) {
+	dir := t.TempDir()
+	path, keep := filepath.Join(dir, "mesh"), filepath.Join(dir, "executable.sha256")
+	if err := os.WriteFile(path, []byte("version one"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DigestKept(path, keep); err != nil || got != digestOf("version one") {
+		t.Fatalf("DigestKept = %s, %v; want %s", got, err, digestOf("version one"))
+	}
+	kept, err := os.ReadFile(keep)
+	if err != nil {
+		t.Fatalf("keep not written: %v", err)
+	}
+	ident, d, _ := strings.Cut(strings.TrimSpace(string(kept)), " ")
+	if d != digestOf("version one") {
+		t.Fatalf("keep holds %q, want the identity and %s", kept, digestOf("version one"))
+	}
+
+	// A digest no hash of the file gives: taken only from keep.
+	forged := strings.Repeat("cd", 32)
+	if err := os.WriteFile(keep, []byte(ident+" "+forged+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hashed.Clear() // a new process
+	if got, _ := DigestKept(path, keep); got != forged {
+		t.Fatalf("DigestKept with the file as kept = %s, want what keep holds, %s", got, forged)
+	}
+
+	hashed.Clear()
+	if err := os.WriteFile(path, []byte("version two"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := DigestKept(path, keep); got != digestOf("version two") {
+		t.Fatalf("DigestKept of the file written since = %s, want its new hash %s", got, digestOf("version two"))
+	}
+	if kept, _ := os.ReadFile(keep); !strings.HasSuffix(strings.TrimSpace(string(kept)), digestOf("version two")) {
+		t.Fatalf("keep after the change holds %q, want the new digest", kept)
+	}
+
+	hashed.Clear()
+	if got, err := DigestKept(path, filepath.Join(dir, "no", "such", "dir", "keep")); err != nil || got != digestOf("version two") {
+		t.Fatalf("DigestKept with a keep that cannot be written = %s, %v; want the hash and no error", got, err)
+	}
+}

@@ -1,6 +1,6 @@
 // Package statedir reads and writes the files of a mesh's state directory
 // D (docs/design.md, "Lifecycle"): D/addrs.json, D/operator.creds,
-// D/config.yaml and D/.lock. The controller's and the host's own
+// D/config.yaml, D/executable.sha256 and D/.lock. The controller's and the host's own
 // directories under D belong to mesh and host.
 package statedir
 
@@ -23,7 +23,14 @@ const (
 	LaunchLockFile = ".launch.lock"   // held by the launcher running on D
 	ControllerDir  = "controller"     // mesh.db, js/, sign.key, ca/
 	HostDir        = "host"           // state.json, node.creds
+	// DigestFile keeps the SHA-256 of the executable last run on D, under
+	// its file identity (release.DigestKept).
+	DigestFile = "executable.sha256"
 )
+
+// ExecutableDigest is where the digest of the executable run on dir is
+// kept.
+func ExecutableDigest(dir string) string { return filepath.Join(dir, DigestFile) }
 
 // Controller is the controller's directory under dir.
 func Controller(dir string) string { return filepath.Join(dir, ControllerDir) }
