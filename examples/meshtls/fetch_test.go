@@ -125,15 +125,14 @@ func TestFetchEvery(t *testing.T) {
 	poll.Until(t, 10*time.Second, "the missing roots logged", func() (bool, string) {
 		return strings.Contains(logs.String(), "no such file or directory"), logs.String()
 	})
-	if err := os.WriteFile(rootsFile, other.rootPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	// Each roots file is put in place whole: fetch, reading every 10 ms,
+	// would otherwise read one empty between its truncation and its write
+	// once in a while, and log that as a failure of its own.
+	replace(t, rootsFile, other.rootPEM)
 	poll.Until(t, 10*time.Second, "three rounds refused the server", func() (bool, string) {
 		return accepted.Load() >= 3, fmt.Sprintf("%d connections", accepted.Load())
 	})
-	if err := os.WriteFile(rootsFile, ca.rootPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	replace(t, rootsFile, ca.rootPEM)
 	poll.Until(t, 10*time.Second, "the page fetched", func() (bool, string) {
 		b, _ := os.ReadFile(out)
 		return string(b) == "Hello from test\n", string(b) + " " + logs.String()
@@ -154,6 +153,17 @@ func TestFetchEvery(t *testing.T) {
 	fetched := strings.Count(logs.String(), "level=INFO msg=fetched")
 	if failed != 2 || refused != 1 || fetched != 1 {
 		t.Errorf("logged %d failures (%d refusals of the server) and %d successes, want 2 (1) and 1:\n%s", failed, refused, fetched, logs)
+	}
+}
+
+// replace puts body at path whole, by a rename.
+func replace(t *testing.T, path string, body []byte) {
+	t.Helper()
+	if err := os.WriteFile(path+".new", body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
 	}
 }
 
