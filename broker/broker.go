@@ -103,16 +103,19 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 func (s *Server) Run(ctx context.Context) error {
 	host, portText, _ := net.SplitHostPort(s.cfg.Listen)
 	port, _ := strconv.Atoi(portText)
-	// nats-server reports a port it cannot bind through its logger only;
-	// bind it once here so the error is ours to return.
+	// nats-server reports an address it cannot bind through its logger
+	// only; bind it once here so the error is ours to return.
 	l, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("bind bus address %s: %w", s.cfg.Listen, err)
 	}
-	if port == 0 {
-		port = l.Addr().(*net.TCPAddr).Port
-	}
 	l.Close()
+	// A port 0 is the server's to choose as it binds: one chosen here and
+	// let go could be taken by another process before the server bound it,
+	// which left the bus never ready (seen under a loaded test run).
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
 
 	opts, err := s.options(host, port)
 	if err != nil {

@@ -3,12 +3,10 @@ package mesh
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -24,15 +22,9 @@ func TestStartMakesOnlyTheConsumersMissing(t *testing.T) {
 		joinNode(t, c, n)
 	}
 	nc := operatorConn(t, c)
-	var creates atomic.Int64
-	var made atomic.Value
-	made.Store("")
-	sub, err := nc.Subscribe("$JS.API.CONSUMER.>", func(m *nats.Msg) {
-		if strings.Contains(m.Subject, ".CREATE.") {
-			creates.Add(1)
-			made.Store(m.Subject)
-		}
-	})
+	// A synchronous subscription: once a flush returns, every request the
+	// bus routed before it is in the subscription's queue.
+	sub, err := nc.SubscribeSync("$JS.API.CONSUMER.>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,11 +32,26 @@ func TestStartMakesOnlyTheConsumersMissing(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	creates := func() []string {
+		t.Helper()
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var made []string
+		for {
+			m, err := sub.NextMsg(0)
+			if err != nil {
+				return made
+			}
+			if strings.Contains(m.Subject, ".CREATE.") {
+				made = append(made, m.Subject)
+			}
+		}
+	}
 
 	c = restartController(t, c)
-	nc.Flush()
-	if n := creates.Load(); n != 0 {
-		t.Fatalf("a start over %d nodes whose consumers are there asked to make %d consumers (the last %s), want none", len(nodes), n, made.Load())
+	if made := creates(); len(made) != 0 {
+		t.Fatalf("a start over %d nodes whose consumers are there asked to make %d consumers (%v), want none", len(nodes), len(made), made)
 	}
 
 	js, err := jetstream.New(nc)
@@ -55,8 +62,7 @@ func TestStartMakesOnlyTheConsumersMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	restartController(t, c)
-	nc.Flush()
-	if n, s := creates.Load(), made.Load().(string); n != 1 || !strings.HasSuffix(s, ".gamma") {
-		t.Fatalf("a start with gamma's consumer gone asked to make %d consumers (the last %s), want gamma's alone", n, s)
+	if made := creates(); len(made) != 1 || !strings.HasSuffix(made[0], ".gamma") {
+		t.Fatalf("a start with gamma's consumer gone asked to make %v, want gamma's alone", made)
 	}
 }
