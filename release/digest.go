@@ -23,38 +23,13 @@ import (
 // controller, the host), and hashing 45 MB took a third of a genesis's
 // start-up CPU.
 func Digest(path string) (string, error) {
-	if path == "" {
-		p, err := os.Executable()
-		if err != nil {
-			return "", fmt.Errorf("find the running executable: %w", err)
-		}
-		path = p
-	}
-	f, err := os.Open(path)
+	f, path, err := openExecutable(path)
 	if err != nil {
-		return "", fmt.Errorf("read the executable: %w", err)
+		return "", err
 	}
 	defer f.Close()
-	id, idOK := identity(f)
-	if idOK {
-		if d, ok := hashed.Load(id); ok {
-			return d.(string), nil
-		}
-		if d, ok := handedOver(id); ok {
-			hashed.Store(id, d)
-			return d, nil
-		}
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("read the executable %s: %w", path, err)
-	}
-	d := hex.EncodeToString(h.Sum(nil))
-	// Kept only if the file did not change while it was read.
-	if after, ok := identity(f); idOK && ok && after == id {
-		hashed.Store(id, d)
-	}
-	return d, nil
+	id, known := identity(f)
+	return digest(f, path, id, known)
 }
 
 // DigestKept is Digest, kept across processes in the file keep (a state
@@ -65,50 +40,28 @@ func Digest(path string) (string, error) {
 // cache: a keep that cannot be read or written is the file hashed, as
 // Digest does, and no error.
 func DigestKept(path, keep string) (string, error) {
-	if path == "" {
-		p, err := os.Executable()
-		if err != nil {
-			return "", fmt.Errorf("find the running executable: %w", err)
-		}
-		path = p
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("read the executable: %w", err)
-	}
-	id, ok := identity(f)
-	f.Close()
-	if ok {
-		if _, memo := hashed.Load(id); !memo {
-			if b, err := os.ReadFile(keep); err == nil {
-				ident, d, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
-				if ident == id.String() && validDigest(d) {
-					hashed.Store(id, d)
-				}
-			}
-		}
-	}
-	d, err := Digest(path)
+	f, path, err := openExecutable(path)
 	if err != nil {
 		return "", err
 	}
-	if entry, err := Handoff(path); err == nil {
-		_, value, _ := strings.Cut(entry, "=")
-		if b, _ := os.ReadFile(keep); strings.TrimSpace(string(b)) != value {
-			// Not an atomic write: a torn one fails the check above, and
-			// costs one hash.
-			_ = os.WriteFile(keep, []byte(value+"\n"), 0o600)
+	defer f.Close()
+	id, known := identity(f)
+	kept, _ := os.ReadFile(keep)
+	if _, memo := hashed.Load(id); known && !memo {
+		if d, ok := entryFor(string(kept), id); ok {
+			hashed.Store(id, d)
 		}
 	}
-	return d, nil
-}
-
-func validDigest(d string) bool {
-	if len(d) != 64 {
-		return false
+	d, err := digest(f, path, id, known)
+	if err != nil {
+		return "", err
 	}
-	_, err := hex.DecodeString(d)
-	return err == nil
+	if entry := id.String() + " " + d; known && strings.TrimSpace(string(kept)) != entry {
+		// Not an atomic write: a torn one is no entry for the file, and
+		// costs one hash.
+		_ = os.WriteFile(keep, []byte(entry+"\n"), 0o600)
+	}
+	return d, nil
 }
 
 // HandoffEnv carries the digest of an executable to the process that runs
@@ -120,30 +73,73 @@ func validDigest(d string) bool {
 const HandoffEnv = "MESH_EXEC_SHA256"
 
 // Handoff is the HandoffEnv entry ("NAME=VALUE") for the executable at
-// path: its digest, from Digest, and its identity.
+// path: its identity and its digest, from Digest.
 func Handoff(path string) (string, error) {
-	d, err := Digest(path)
+	f, path, err := openExecutable(path)
 	if err != nil {
 		return "", err
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("read the executable: %w", err)
-	}
 	defer f.Close()
-	id, ok := identity(f)
-	if !ok {
+	id, known := identity(f)
+	if !known {
 		return "", fmt.Errorf("read the executable %s: no file identity", path)
+	}
+	d, err := digest(f, path, id, known)
+	if err != nil {
+		return "", err
 	}
 	return HandoffEnv + "=" + id.String() + " " + d, nil
 }
 
-// handedOver is the digest this process's environment hands over for the
-// file id, if it names that file.
-func handedOver(id fileID) (string, bool) {
-	v := os.Getenv(HandoffEnv)
-	ident, d, ok := strings.Cut(v, " ")
-	if !ok || ident != id.String() || !validDigest(d) {
+// openExecutable opens the executable at path, or the running one when
+// path is empty, and says which path it opened.
+func openExecutable(path string) (*os.File, string, error) {
+	if path == "" {
+		p, err := os.Executable()
+		if err != nil {
+			return nil, "", fmt.Errorf("find the running executable: %w", err)
+		}
+		path = p
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("read the executable: %w", err)
+	}
+	return f, path, nil
+}
+
+// digest is the digest of f, opened from path: the one kept for its
+// identity id (when known) in this process or handed over to it, or else
+// hashed, and kept if the file did not change while it was read.
+func digest(f *os.File, path string, id fileID, known bool) (string, error) {
+	if known {
+		if d, ok := hashed.Load(id); ok {
+			return d.(string), nil
+		}
+		if d, ok := entryFor(os.Getenv(HandoffEnv), id); ok {
+			hashed.Store(id, d)
+			return d, nil
+		}
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("read the executable %s: %w", path, err)
+	}
+	d := hex.EncodeToString(h.Sum(nil))
+	if after, ok := identity(f); known && ok && after == id {
+		hashed.Store(id, d)
+	}
+	return d, nil
+}
+
+// entryFor is the digest an entry "IDENTITY DIGEST" (a handoff's value, a
+// keep file's line) gives the file of identity id, if it names that file.
+func entryFor(entry string, id fileID) (string, bool) {
+	ident, d, ok := strings.Cut(strings.TrimSpace(entry), " ")
+	if !ok || ident != id.String() || len(d) != 64 {
+		return "", false
+	}
+	if _, err := hex.DecodeString(d); err != nil {
 		return "", false
 	}
 	return d, true
