@@ -155,25 +155,25 @@ func (db *DB) migrate(ctx context.Context) error {
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("read the applied migrations: %w", err)
 		}
-		var todo []migration
+		var unapplied []migration
 		for _, m := range ms {
 			if !applied[m.version] {
-				todo = append(todo, m)
+				unapplied = append(unapplied, m)
 			}
 		}
-		return todo, nil
+		return unapplied, nil
 	}
-	todo, err := pending(db.sql)
-	if err != nil || len(todo) == 0 {
+	unapplied, err := pending(db.sql)
+	if err != nil || len(unapplied) == 0 {
 		return err
 	}
 	return db.tx(ctx, func(tx *sql.Tx) error {
-		todo, err := pending(tx) // again, under the write lock
+		unapplied, err := pending(tx) // again, under the write lock
 		if err != nil {
 			return err
 		}
 		now := time.Now().UTC().Format(time.RFC3339Nano)
-		for _, m := range todo {
+		for _, m := range unapplied {
 			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 				return fmt.Errorf("apply migration %s: %w", m.name, err)
 			}
