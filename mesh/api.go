@@ -53,6 +53,14 @@ func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg, r requester) {
 	if row, known := c.verbs[verb]; !known || row.redact.args != nil {
 		c.audit(ctx, verb, m.Data, err)
 	}
+	// A call the controller's own stop cut short is not answered: its
+	// failure would be the stop's, not the call's, and a caller that hears
+	// nothing asks again (a roll's follower, as the controller's own node
+	// swaps to the release, once took "context canceled" for the answer).
+	if err != nil && ctx.Err() != nil {
+		c.log.Info("api call cut short by the controller's stop: not answered", "verb", verb, "err", err)
+		return
+	}
 	if err != nil {
 		c.metrics.apiErrors.Add(1)
 		if spec.KindOf(err) == spec.ReplyFailed {
