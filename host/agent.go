@@ -81,6 +81,10 @@ type Agent struct {
 	// sequence of the last one whose wait was logged and reported.
 	waiting  *nats.Msg
 	waitSaid uint64
+	// askAt is the moment drawn to ask for the roster in force, which
+	// a delta announced on a base this host does not hold (zero: none
+	// drawn). Read and written by the delivery loop only.
+	askAt time.Time
 	// rosterSeq is the kept roster's sequence, for the heartbeats.
 	rosterSeq atomic.Uint64
 	// savedAppliedSeq is the applied sequence state.json holds, and

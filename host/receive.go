@@ -95,7 +95,7 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 		}
 	}
 	if len(rosters) > 0 {
-		a.takeRosters(nc, rosters, key)
+		a.takeRosters(ctx, nc, rosters, key)
 		if w := a.waiting; w != nil {
 			a.waiting = nil
 			decls = append(decls, w)
@@ -132,7 +132,7 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 				// Said once a declaration: its deliveries again say nothing
 				// new (invariant 14).
 				a.waiting = d.msg
-				a.respond(nc, d.msg, fmt.Sprintf(`-NAK {"delay": %d}`, rosterRetry.Nanoseconds()))
+				a.respond(nc, d.msg, fmt.Sprintf(`-NAK {"delay": %d}`, a.rosterWait().Nanoseconds()))
 				if a.waitSaid == d.decl.Seq {
 					a.log.Debug("declaration still waits for the roster it names", "seq", d.decl.Seq, "roster_seq", d.decl.RosterRef.Seq)
 					continue
@@ -316,6 +316,15 @@ func (a *Agent) handlePreview(ctx context.Context, nc *nats.Conn, m *nats.Msg) {
 // before it is delivered again (it is handled at once when a roster
 // arrives before).
 const rosterRetry = 5 * time.Second
+
+// rosterWait is when a declaration that waits for its roster is delivered
+// again: at the moment drawn to ask for the roster, or after rosterRetry.
+func (a *Agent) rosterWait() time.Duration {
+	if wait := time.Until(a.askAt); wait > 0 {
+		return wait + 10*time.Millisecond
+	}
+	return rosterRetry
+}
 
 // names is the roster the host serves: the one its kept declaration
 // carries when it carries one (a controller older than roster messages),

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"time"
 
@@ -82,59 +83,192 @@ func verifyRoster(raw, sig []byte, key ed25519.PublicKey, k keptRoster, now time
 	return doc, v, reason
 }
 
-// takeRosters handles the roster messages of a batch: judged in sequence
-// order, the highest accepted kept (one write of state.json, before any is
-// acked) and its names served; a refusal is terminated and logged with its
-// reason, nothing of it kept.
-func (a *Agent) takeRosters(nc *nats.Conn, msgs []*nats.Msg, key ed25519.PublicKey) {
-	type delivered struct {
-		msg    *nats.Msg
-		sig    []byte
-		doc    spec.RosterDoc
-		v      verdict
-		reason string
+// openDelta checks a roster delta as openRoster checks a roster: the size
+// cap, its own signature, then a strict decode.
+func openDelta(raw, sig []byte, key ed25519.PublicKey) (spec.RosterDelta, string) {
+	var d spec.RosterDelta
+	if len(raw) > spec.MaxRoster {
+		return d, fmt.Sprintf("the roster delta is %d bytes, over the %d-byte cap", len(raw), spec.MaxRoster)
 	}
-	ds := make([]delivered, len(msgs))
+	if len(sig) != ed25519.SignatureSize || !ed25519.Verify(key, raw, sig) {
+		return d, "the roster delta's signature does not verify against the controller's key"
+	}
+	if err := spec.Decode(raw, &d); err != nil {
+		return d, fmt.Sprintf("the roster delta does not decode: %v", err)
+	}
+	return d, ""
+}
+
+// rosterMsg is one message of RosterSubject in a batch: a whole roster,
+// or a delta (applied to the roster held, it is one).
+type rosterMsg struct {
+	msg   *nats.Msg
+	seq   uint64
+	delta *spec.RosterDelta
+	// doc, raw and sig are the roster and its signed bytes: as received,
+	// or as a delta made them of its base.
+	doc    spec.RosterDoc
+	raw    []byte
+	sig    []byte
+	v      verdict
+	reason string
+	// fetch: a delta whose base this host does not hold; it asks for the
+	// roster whole instead.
+	fetch bool
+}
+
+// takeRosters handles the roster messages of a batch, in sequence order:
+// a whole roster is judged as a declaration is; a delta is applied to the
+// roster held when that is its base (and its signature over what it makes
+// verifies), else the roster in force is asked for, at a moment drawn
+// within the window the delta gives (NAKed until then). The highest
+// accepted is kept (one write of state.json, before any is acked) and its
+// names served; a refusal is terminated and logged with its reason.
+func (a *Agent) takeRosters(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg, key ed25519.PublicKey) {
+	rs := make([]rosterMsg, len(msgs))
 	for i, m := range msgs {
-		ds[i].msg = m
-		ds[i].sig, _ = base64.StdEncoding.DecodeString(m.Header.Get(spec.SigHeader))
-		ds[i].doc, ds[i].reason = openRoster(m.Data, ds[i].sig, key)
-		if ds[i].reason != "" {
-			ds[i].v = refuse
+		r := &rs[i]
+		r.msg = m
+		sig, _ := base64.StdEncoding.DecodeString(m.Header.Get(spec.SigHeader))
+		if m.Header.Get(spec.RosterDeltaHeader) != "" {
+			d, reason := openDelta(m.Data, sig, key)
+			r.delta, r.seq, r.reason = &d, d.Seq, reason
+		} else {
+			r.doc, r.reason = openRoster(m.Data, sig, key)
+			r.seq, r.raw, r.sig = r.doc.Seq, m.Data, sig
+		}
+		if r.reason != "" {
+			r.v = refuse
 		}
 	}
-	sort.SliceStable(ds, func(i, j int) bool { return ds[i].doc.Seq < ds[j].doc.Seq })
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].seq < rs[j].seq })
 	k := a.keptRoster()
-	var take *delivered
-	for i := range ds {
-		d := &ds[i]
-		if d.v != refuse {
-			d.v, d.reason = judgeRoster(d.doc, d.msg.Data, k, time.Now())
+	cur := a.roster
+	var take *rosterMsg
+	var fetch []*rosterMsg
+	now := time.Now()
+	for i := range rs {
+		r := &rs[i]
+		if r.v == refuse {
+			continue
 		}
-		if d.v == accept {
-			take, k.seq, k.raw = d, d.doc.Seq, d.msg.Data
+		if r.delta != nil {
+			r.applyTo(cur, k, key, now)
+			if r.fetch {
+				fetch = append(fetch, r)
+				continue
+			}
+			if r.v == refuse || r.v == duplicate {
+				continue
+			}
+		}
+		r.v, r.reason = judgeRoster(r.doc, r.raw, k, now)
+		if r.v == accept {
+			take, k.seq, k.raw = r, r.doc.Seq, r.raw
+			cur = &heldRoster{doc: r.doc, raw: r.raw, digest: spec.ContentDigest(r.raw)}
 		}
 	}
 	if take != nil {
-		if err := a.keepRoster(take.doc, take.msg.Data, take.sig); err != nil {
+		if err := a.keepRoster(take.doc, take.raw, take.sig); err != nil {
 			// Not kept, so not acked: they are delivered again.
 			a.log.Error("roster not kept; it will be delivered again", "roster_seq", take.doc.Seq, "err", err)
-			for _, d := range ds {
-				if d.v == refuse {
-					a.respond(nc, d.msg, "+TERM")
+			for _, r := range rs {
+				if r.v == refuse {
+					a.respond(nc, r.msg, "+TERM")
 				}
 			}
 			return
 		}
 	}
-	for _, d := range ds {
-		switch d.v {
-		case refuse:
-			a.log.Warn("roster refused", "roster_seq", d.doc.Seq, "reason", d.reason)
-			a.respond(nc, d.msg, "+TERM")
+	for _, r := range rs {
+		switch {
+		case r.fetch:
+		case r.v == refuse:
+			a.log.Warn("roster refused", "roster_seq", r.seq, "reason", r.reason)
+			a.respond(nc, r.msg, "+TERM")
 		default:
-			a.respond(nc, d.msg, "+ACK")
+			a.respond(nc, r.msg, "+ACK")
 		}
+	}
+	a.fetchRoster(ctx, nc, fetch, key)
+}
+
+// applyTo judges delta r against the roster held (cur, kept as k): at or
+// below the sequence held it is a duplicate (it names nothing newer); on
+// its base it makes the roster it announces (refused when the signature
+// does not verify over it); on another base, when not expired and not
+// issued in the future, the roster is to be fetched whole.
+func (r *rosterMsg) applyTo(cur *heldRoster, k keptRoster, key ed25519.PublicKey, now time.Time) {
+	d := r.delta
+	switch {
+	case d.Mesh != k.mesh:
+		r.v, r.reason = refuse, fmt.Sprintf("the roster delta is for mesh %q, not %q", d.Mesh, k.mesh)
+		return
+	case d.Seq == 0:
+		r.v, r.reason = refuse, "the roster delta has no sequence"
+		return
+	case d.Seq <= k.seq:
+		r.v = duplicate
+		return
+	}
+	if cur != nil && d.Base != 0 && cur.doc.Seq == d.Base && cur.digest == d.BaseDigest {
+		doc, raw, err := d.Doc(cur.doc.Names)
+		switch {
+		case err != nil:
+			r.v, r.reason = refuse, err.Error()
+		case !ed25519.Verify(key, raw, d.FullSig):
+			r.v, r.reason = refuse, fmt.Sprintf("the roster delta %d applied to roster %d makes a roster its signature does not verify", d.Seq, d.Base)
+		default:
+			r.doc, r.raw, r.sig = doc, raw, d.FullSig
+		}
+		return
+	}
+	if v, reason := judgeSequence("roster delta", "roster sequence", sequenced{d.Seq, nil, d.Issued, d.Expires}, 0, nil, now); v == refuse {
+		r.v, r.reason = refuse, reason
+		return
+	}
+	r.fetch = true
+}
+
+// fetchRoster asks for the roster in force for the deltas of a batch whose
+// base this host does not hold, once the moment drawn for it comes: until
+// then they are NAKed to be delivered again at that moment, and after it
+// acked once a roster at or above theirs is taken (else delivered again
+// after rosterRetry).
+func (a *Agent) fetchRoster(ctx context.Context, nc *nats.Conn, fetch []*rosterMsg, key ed25519.PublicKey) {
+	if len(fetch) == 0 {
+		return
+	}
+	last := fetch[len(fetch)-1].delta
+	a.planAsk(last.FetchWithin())
+	if wait := time.Until(a.askAt); wait > 0 {
+		for _, r := range fetch {
+			a.respond(nc, r.msg, fmt.Sprintf(`-NAK {"delay": %d}`, wait.Nanoseconds()))
+		}
+		return
+	}
+	if err := a.askRoster(ctx, nc, last.Seq, key); err != nil {
+		a.log.Warn("a roster delta's base is not held, and the roster in force was asked for and not taken", "roster_seq", last.Seq, "base", last.Base, "err", err)
+	}
+	for _, r := range fetch {
+		if a.rosterSeq.Load() >= r.seq {
+			a.respond(nc, r.msg, "+ACK")
+		} else {
+			a.respond(nc, r.msg, fmt.Sprintf(`-NAK {"delay": %d}`, rosterRetry.Nanoseconds()))
+		}
+	}
+}
+
+// planAsk draws the moment to ask for the roster in force, within window
+// from now, unless one is drawn already: the fleet's hosts ask spread over
+// the window, not at once. Taking a roster clears it.
+func (a *Agent) planAsk(window time.Duration) {
+	if !a.askAt.IsZero() {
+		return
+	}
+	a.askAt = time.Now()
+	if window > 0 {
+		a.askAt = a.askAt.Add(rand.N(window))
 	}
 }
 
@@ -149,6 +283,7 @@ func (a *Agent) keepRoster(doc spec.RosterDoc, raw, sig []byte) error {
 	a.state.Roster, a.state.RosterSig = raw, sig
 	a.roster, a.rosterErr = &heldRoster{doc: doc, raw: raw, digest: spec.ContentDigest(raw)}, nil
 	a.rosterSeq.Store(doc.Seq)
+	a.askAt = time.Time{}
 	a.nudgeHeartbeat()
 	a.log.Info("roster held", "roster_seq", doc.Seq, "nodes", len(doc.Names.Nodes), "routes", len(doc.Names.Routes))
 	a.serveNames()
@@ -166,6 +301,11 @@ func (a *Agent) rosterFor(ctx context.Context, nc *nats.Conn, ref spec.RosterRef
 	}
 	if reason, ok := a.holdsRoster(ref); ok || reason != "" {
 		return reason, false
+	}
+	// A delta announced it: ask at the moment drawn, not at once with the
+	// whole fleet.
+	if a.planAsk(0); time.Until(a.askAt) > 0 {
+		return "", true
 	}
 	if err := a.askRoster(ctx, nc, ref.Seq, key); err != nil {
 		a.log.Warn("the roster a declaration names was asked for and not taken", "want", ref.Seq, "err", err)

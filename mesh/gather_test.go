@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -150,11 +151,30 @@ func rosterOnStream(t *testing.T, c *Controller) (spec.Roster, uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc spec.RosterDoc
-	if err := spec.Decode(raw.Data, &doc); err != nil {
+	if raw.Header.Get(spec.RosterDeltaHeader) == "" {
+		var doc spec.RosterDoc
+		if err := spec.Decode(raw.Data, &doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc.Names, doc.Seq
+	}
+	// A delta: it announces the roster recorded last, under its signature.
+	var d spec.RosterDelta
+	if err := spec.Decode(raw.Data, &d); err != nil {
 		t.Fatal(err)
 	}
-	return doc.Names, doc.Seq
+	last, err := c.deps.DB.LastRoster(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Seq != last.Seq || !bytes.Equal(d.FullSig, last.Sig) {
+		t.Fatalf("the delta on the stream announces roster %d, the store's last is %d (or its signature differs)", d.Seq, last.Seq)
+	}
+	names, err := rosterOf(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names, d.Seq
 }
 
 // TestNodeOwnFailureKeepsWhatItServes: beta's own set stops composing. It is

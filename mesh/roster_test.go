@@ -217,8 +217,9 @@ func TestOldConsumerTakesRosters(t *testing.T) {
 	for want := uint64(1); want <= 2; want++ {
 		select {
 		case m := <-got:
-			var doc spec.RosterDoc
-			if m.Subject != spec.RosterSubject || spec.Decode(m.Data, &doc) != nil || doc.Seq != want || (want == 2 && !slices.Contains(nodeNames(doc.Names), "beta")) {
+			var d spec.RosterDelta
+			if m.Subject != spec.RosterSubject || spec.Decode(m.Data, &d) != nil || d.Seq != want ||
+				(want == 2 && d.Base != 0 && !slices.ContainsFunc(d.SetNodes, func(n spec.RosterNode) bool { return n.Name == "beta" })) {
 				t.Fatalf("beta was delivered %s: %s, want roster %d", m.Subject, m.Data, want)
 			}
 		case <-time.After(10 * time.Second):

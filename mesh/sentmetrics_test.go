@@ -41,7 +41,8 @@ func TestDeclarationsSentAreCounted(t *testing.T) {
 	}
 }
 
-// TestRostersSentAreCounted: a roster message published counts once in
+// TestRostersSentAreCounted: a roster message published (the delta that
+// announces it, to a mesh of protocol-4 hosts) counts once in
 // mesh_rosters_sent_total and its signed body's bytes in
 // mesh_roster_bytes_total; a push that changes no name publishes none.
 func TestRostersSentAreCounted(t *testing.T) {
@@ -55,13 +56,24 @@ func TestRostersSentAreCounted(t *testing.T) {
 		}
 	}
 	r, err := db.LastRoster(ctx)
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || r.Seq != 1 {
+		t.Fatalf("the roster recorded: %d, %v; want 1", r.Seq, err)
 	}
 	if got := metric(t, c, "mesh_rosters_sent_total"); got != 1 {
 		t.Errorf("after two pushes of one roster: mesh_rosters_sent_total = %d, want 1", got)
 	}
-	if got := metric(t, c, "mesh_roster_bytes_total"); got != len(r.Body) {
-		t.Errorf("mesh_roster_bytes_total = %d, want the roster's %d bytes", got, len(r.Body))
+	s, err := c.js.Stream(ctx, spec.DeclarationStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delta, err := s.GetLastMsgForSubject(ctx, spec.RosterSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if delta.Header.Get(spec.RosterDeltaHeader) == "" {
+		t.Fatalf("the roster went as %d bytes (headers %v), want the delta announcing it", len(delta.Data), delta.Header)
+	}
+	if got := metric(t, c, "mesh_roster_bytes_total"); got != len(delta.Data) {
+		t.Errorf("mesh_roster_bytes_total = %d, want the delta's %d bytes", got, len(delta.Data))
 	}
 }

@@ -21,7 +21,11 @@ import (
 //	3  the roster is its own signed, sequenced message (RosterDoc) on
 //	   RosterSubject; a declaration names it (roster_ref) instead of
 //	   carrying it (a host of protocol 2 is sent it inline, as before)
-const Protocol = 3
+//	4  a roster change travels as a RosterDelta (the changes and the
+//	   signature of the roster they make); a host without its base asks
+//	   for the roster within the window it gives (a host of protocol 3 is
+//	   published the RosterDoc as well, and refuses the delta)
+const Protocol = 4
 
 // ProtocolCAChain is the first protocol whose declarations carry ca_chain.
 const ProtocolCAChain = 2
@@ -29,6 +33,10 @@ const ProtocolCAChain = 2
 // ProtocolRosterRef is the first protocol whose hosts take the roster as
 // its own message and whose declarations name it (roster_ref).
 const ProtocolRosterRef = 3
+
+// ProtocolRosterDelta is the first protocol whose hosts take a roster
+// change as a RosterDelta.
+const ProtocolRosterDelta = 4
 
 // Decode reads exactly one JSON value into v and refuses unknown fields and
 // trailing data: a field one side sends and the other ignores is how the seeds

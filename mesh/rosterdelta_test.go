@@ -1,0 +1,115 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestRosterChangeIsADelta: at 200 nodes, a push that adds one route
+// publishes one message on the roster subject: a delta from the roster in
+// force, a small fraction of the roster's bytes, which applied to that
+// roster makes the one recorded, under the signature it carries; its
+// window for hosts that lack the base grows with the fleet. The whole
+// roster goes on the stream only while a host of protocol 3 (which takes
+// nothing else) is in the mesh.
+func TestRosterChangeIsADelta(t *testing.T) {
+	t.Parallel()
+	c, db := newController(t, &clock{now: time.Now()})
+	meshOf(t, c, db)
+	ctx := context.Background()
+	for i := range 200 {
+		if err := db.AddNode(ctx, store.Node{Name: fmt.Sprintf("n%03d", i), Address: fmt.Sprintf("10.1.0.%d", i), NKey: fmt.Sprintf("Un%03d", i), Joined: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	addRoute := func(version string, routes ...spec.Route) {
+		t.Helper()
+		web := spec.Module{Name: "web", Version: version, Routes: routes, Resources: []spec.Resource{resource("/srv/web")}}
+		web.Resources[0].Module, web.Resources[0].Name = "web", spec.ResourceName("web", spec.KindDirectory, "/srv/web")
+		if _, err := db.RegisterModules(ctx, []spec.Module{web}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lastDelta := func() (spec.RosterDelta, *jetstream.RawStreamMsg) {
+		t.Helper()
+		s, err := c.js.Stream(ctx, spec.DeclarationStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.GetLastMsgForSubject(ctx, spec.RosterSubject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d spec.RosterDelta
+		if m.Header.Get(spec.RosterDeltaHeader) == "" || spec.Decode(m.Data, &d) != nil {
+			t.Fatalf("the last message on %s is no delta: %.200s", spec.RosterSubject, m.Data)
+		}
+		return d, m
+	}
+	before, err := db.LastRoster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rosters := onSubject(t, c, spec.RosterSubject)
+
+	addRoute("2", spec.Route{Name: "web", Port: 80}, spec.Route{Name: "admin", Port: 81})
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := onSubject(t, c, spec.RosterSubject); got != rosters+1 {
+		t.Fatalf("%d messages on %s after one route added, want %d", got, spec.RosterSubject, rosters+1)
+	}
+	after, err := db.LastRoster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, m := lastDelta()
+	if d.Seq != after.Seq || d.Base != before.Seq || d.BaseDigest != spec.ContentDigest(before.Body) {
+		t.Fatalf("delta %d on base %d %s, want %d on %d %s", d.Seq, d.Base, d.BaseDigest, after.Seq, before.Seq, spec.ContentDigest(before.Body))
+	}
+	if len(m.Data)*10 > len(after.Body) {
+		t.Fatalf("the delta is %d bytes, the roster %d: want under a tenth", len(m.Data), len(after.Body))
+	}
+	was, err := rosterOf(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, raw, err := d.Doc(was)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(raw, after.Body) || !ed25519.Verify(c.cfg.SignKey.Public().(ed25519.PublicKey), raw, d.FullSig) {
+		t.Fatalf("the delta applied to roster %d makes\n%.300s\nwant the roster recorded, under its signature\n%.300s", before.Seq, raw, after.Body)
+	}
+	if want := time.Duration(float64(len(after.Body)) * 203 / rosterFetchRate * float64(time.Second)); d.FetchWithin() != want.Truncate(time.Millisecond) {
+		t.Errorf("window %s, want %s (the roster's bytes times the nodes over the rate)", d.FetchWithin(), want)
+	}
+
+	// A host of protocol 3 in the mesh: the whole roster too.
+	if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "n007", Protocol: spec.ProtocolRosterRef}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rosters = onSubject(t, c, spec.RosterSubject)
+	addRoute("3", spec.Route{Name: "web", Port: 80})
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := onSubject(t, c, spec.RosterSubject); got != rosters+2 {
+		t.Fatalf("%d messages on %s with a host of protocol 3, want %d: the delta and the whole roster", got, spec.RosterSubject, rosters+2)
+	}
+	names, seq := rosterOnStream(t, c)
+	if last, _ := db.LastRoster(ctx); seq != last.Seq || routeNames(names) != "web.alpha.internal,web.beta.internal" {
+		t.Fatalf("the whole roster on the stream is %d with routes %s", seq, routeNames(names))
+	}
+}
