@@ -240,7 +240,7 @@ func (a *Agent) fetchRoster(ctx context.Context, nc *nats.Conn, fetch []*rosterM
 		return
 	}
 	last := fetch[len(fetch)-1].delta
-	a.planAsk(last.FetchWithin())
+	a.planAsk(last.Issued, last.FetchWithin())
 	if wait := time.Until(a.askAt); wait > 0 {
 		for _, r := range fetch {
 			a.respond(nc, r.msg, fmt.Sprintf(`-NAK {"delay": %d}`, wait.Nanoseconds()))
@@ -260,15 +260,20 @@ func (a *Agent) fetchRoster(ctx context.Context, nc *nats.Conn, fetch []*rosterM
 }
 
 // planAsk draws the moment to ask for the roster in force, within window
-// from now, unless one is drawn already: the fleet's hosts ask spread over
-// the window, not at once. Taking a roster clears it.
-func (a *Agent) planAsk(window time.Duration) {
+// from issued (the delta's issue), unless one is drawn already: the
+// fleet's hosts, which all received it then, ask spread over the window,
+// not at once. A moment already past is now: a host that joins long after
+// a delta was issued asks at once. Taking a roster clears it.
+func (a *Agent) planAsk(issued time.Time, window time.Duration) {
 	if !a.askAt.IsZero() {
 		return
 	}
-	a.askAt = time.Now()
+	a.askAt = issued
 	if window > 0 {
 		a.askAt = a.askAt.Add(rand.N(window))
+	}
+	if now := time.Now(); a.askAt.Before(now) {
+		a.askAt = now
 	}
 }
 
@@ -304,7 +309,7 @@ func (a *Agent) rosterFor(ctx context.Context, nc *nats.Conn, ref spec.RosterRef
 	}
 	// A delta announced it: ask at the moment drawn, not at once with the
 	// whole fleet.
-	if a.planAsk(0); time.Until(a.askAt) > 0 {
+	if a.planAsk(time.Now(), 0); time.Until(a.askAt) > 0 {
 		return "", true
 	}
 	if err := a.askRoster(ctx, nc, ref.Seq, key); err != nil {

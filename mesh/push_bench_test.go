@@ -143,12 +143,13 @@ func benchmarkReports(b *testing.B, nodes int) {
 // messages the controller publishes for it. Hosts of protocol 2 are sent
 // the roster inside every declaration (what every push did before roster
 // messages: N declarations of an O(N) roster); hosts of protocol 3 are sent
-// one roster message and no declaration. No host answers.
+// the whole roster as one message (and the delta, which they refuse) and
+// no declaration; hosts of protocol 4 the delta alone. No host answers.
 //
 //	go test -run '^$' -bench PushRosterChange -benchtime 3x ./mesh
 func BenchmarkPushRosterChange(b *testing.B) {
 	for _, n := range []int{100, 1000} {
-		for _, protocol := range []int{spec.ProtocolRosterRef - 1, spec.ProtocolRosterRef} {
+		for _, protocol := range []int{spec.ProtocolRosterRef - 1, spec.ProtocolRosterRef, spec.ProtocolRosterDelta} {
 			b.Run(fmt.Sprintf("nodes=%d/protocol=%d", n, protocol), func(b *testing.B) { benchmarkRosterChange(b, n, protocol) })
 		}
 	}
