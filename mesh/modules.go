@@ -228,11 +228,21 @@ func (c *Controller) changedBy(ctx context.Context, node string, record func() e
 	if err == nil {
 		err = errBefore
 	}
-	var all []string
-	if err == nil {
-		all, err = c.composedNodes(ctx)
-	}
 	routed := err == nil && !slices.Equal(routeKeys(before.Routes), routeKeys(after.Routes))
+	// The nodes a push composes: named only when the roster changes,
+	// counted otherwise (reading 10,000 names was most of an assign).
+	var all []string
+	composed := 0
+	switch {
+	case err != nil:
+	case routed:
+		all, err = c.composedNodes(ctx)
+		composed = len(all)
+	default:
+		var nodes, leaving int
+		nodes, leaving, err = c.deps.DB.NodesLeaving(ctx)
+		composed = nodes - leaving
+	}
 	var g gathered
 	inline := map[string]bool{} // nodes sent the roster inside their declaration
 	if routed {
@@ -253,7 +263,7 @@ func (c *Controller) changedBy(ctx context.Context, node string, record func() e
 		res.Unknown = err.Error()
 		return res, nil
 	}
-	res.Nodes, res.Roster = len(all), routed
+	res.Nodes, res.Roster = composed, routed
 	own := (ownBefore == nil) != (ownAfter == nil) || (ownAfter == nil && planKey(before) != planKey(after))
 	switch {
 	case routed:

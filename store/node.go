@@ -244,11 +244,18 @@ func (db *DB) NodeKeys(ctx context.Context) ([]NodeKey, error) {
 // among them, counted without reading them: the controller counts them at
 // every token.
 func (db *DB) NodeCount(ctx context.Context) (int, error) {
-	var n int
-	if err := db.sql.QueryRowContext(ctx, `SELECT COUNT(*) FROM nodes`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count nodes: %w", err)
+	n, _, err := db.NodesLeaving(ctx)
+	return n, err
+}
+
+// NodesLeaving is how many nodes the store holds and how many of them are
+// being removed, counted without reading them: an assign says how many
+// nodes a push composes.
+func (db *DB) NodesLeaving(ctx context.Context) (nodes, leaving int, err error) {
+	if err := db.sql.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(removing_at) FROM nodes`).Scan(&nodes, &leaving); err != nil {
+		return 0, 0, fmt.Errorf("count nodes: %w", err)
 	}
-	return n, nil
+	return nodes, leaving, nil
 }
 
 // NodesNamed returns the nodes of names that exist, by name, in one read:

@@ -579,6 +579,9 @@ func TestNodeKeysAndOpenTokens(t *testing.T) {
 	if n, err := db.NodeCount(ctx); err != nil || n != 2 {
 		t.Errorf("NodeCount = %d, %v, want 2 (the node being removed counts)", n, err)
 	}
+	if n, leaving, err := db.NodesLeaving(ctx); err != nil || n != 2 || leaving != 1 {
+		t.Errorf("NodesLeaving = %d, %d, %v, want 2 and 1 (web2 is being removed)", n, leaving, err)
+	}
 
 	for i, id := range []string{"open", "used", "revoked", "expired"} {
 		tok := store.Token{ID: id, Node: "n" + id, EnrolNKey: "U" + id, Created: now.Add(time.Duration(i) * time.Second), Expires: now.Add(time.Hour)}
