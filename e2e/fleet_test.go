@@ -255,7 +255,9 @@ func (f *fleet) push(tb testing.TB, force bool) pushed {
 			if json.Unmarshal(m.Data, &ev) != nil || ev.PushID != p.res.ID {
 				continue
 			}
-			if seq, ok := want[ev.Report.Node]; ok && ev.Report.Seq == seq {
+			// A host that waits for the roster its declaration names has
+			// not applied it: its report then comes later.
+			if seq, ok := want[ev.Report.Node]; ok && ev.Report.Seq == seq && ev.Report.Waiting == "" {
 				delete(want, ev.Report.Node)
 				p.reports[ev.Report.Node] = ev.Report
 			}

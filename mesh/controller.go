@@ -89,8 +89,10 @@ type Controller struct {
 
 	locksMu sync.Mutex
 	locks   map[string]*sync.Mutex // per node: sequences are taken under it
-	// rosterMu: the roster's sequence is taken under it.
-	rosterMu sync.Mutex
+	// rosterMu: the roster's sequence is taken under it, and rosterKept
+	// (the answer to a roster request, kept) read and written.
+	rosterMu   sync.Mutex
+	rosterKept *keptReply
 
 	watchMu  sync.Mutex
 	watchers map[string][]*watcher // per node: pushes waiting for its report

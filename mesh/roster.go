@@ -152,11 +152,43 @@ func (c *Controller) publishRoster(ctx context.Context, doc spec.RosterDoc, r st
 	return nil
 }
 
-// currentRoster is the roster message in force, signed again under a new
-// sequence (same names) when it expired; ErrNotFound when none was sent.
-func (c *Controller) currentRoster(ctx context.Context) (store.Roster, error) {
+// rosterReply is the answer to a roster request: the roster message in
+// force, signed again under a new sequence (same names) when it expired;
+// ErrNotFound when none was sent. Encoded once per roster message and kept
+// while it stays the last recorded (one small read tells): at 10,000 hosts
+// asking for a 400 KB roster within its window, reading it from the store
+// and encoding it for each was most of the controller's work.
+func (c *Controller) rosterReply(ctx context.Context) (seq uint64, reply []byte, err error) {
 	c.rosterMu.Lock()
 	defer c.rosterMu.Unlock()
+	last, err := c.deps.DB.LastRosterSeq(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	if k := c.rosterKept; k != nil && k.seq == last && c.cfg.Now().Before(k.expires) {
+		return k.seq, k.reply, nil
+	}
+	r, err := c.currentRoster(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	reply = spec.EncodeReply(spec.RosterReply{Body: r.Body, Sig: r.Sig}, nil)
+	c.rosterKept = &keptReply{seq: r.Seq, expires: r.Expires, reply: reply}
+	return r.Seq, reply, nil
+}
+
+// keptReply is a roster request's answer, encoded, for the roster message
+// seq, which expires then.
+type keptReply struct {
+	seq     uint64
+	expires time.Time
+	reply   []byte
+}
+
+// currentRoster is the roster message in force, signed again under a new
+// sequence (same names) when it expired; ErrNotFound when none was sent.
+// The caller holds rosterMu.
+func (c *Controller) currentRoster(ctx context.Context) (store.Roster, error) {
 	last, err := c.deps.DB.LastRoster(ctx)
 	if err != nil {
 		return store.Roster{}, err
@@ -189,7 +221,7 @@ func (c *Controller) onRoster(ctx context.Context, m *nats.Msg, who requester) {
 		reply(nil, callerError(fmt.Sprintf("malformed roster request: %v", err)))
 		return
 	}
-	r, err := c.currentRoster(ctx)
+	seq, body, err := c.rosterReply(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		reply(nil, notFoundError("no roster was sent yet: the next mesh push sends one"))
 		return
@@ -199,10 +231,10 @@ func (c *Controller) onRoster(ctx context.Context, m *nats.Msg, who requester) {
 		reply(nil, err)
 		return
 	}
-	if r.Seq < req.Want {
-		c.log.Warn("a node asks for a roster above the one in force", "node", who.name, "want", req.Want, "seq", r.Seq)
+	if seq < req.Want {
+		c.log.Warn("a node asks for a roster above the one in force", "node", who.name, "want", req.Want, "seq", seq)
 	}
-	reply(spec.RosterReply{Body: r.Body, Sig: r.Sig}, nil)
+	c.respond(m, who, body)
 }
 
 // publishRecordedRoster publishes the roster in force again when the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,5 +112,69 @@ func TestRosterChangeIsADelta(t *testing.T) {
 	names, seq := rosterOnStream(t, c)
 	if last, _ := db.LastRoster(ctx); seq != last.Seq || routeNames(names) != "web.alpha.internal,web.beta.internal" {
 		t.Fatalf("the whole roster on the stream is %d with routes %s", seq, routeNames(names))
+	}
+}
+
+// lastRosterReads counts the reads of the last roster's body.
+type lastRosterReads struct {
+	*store.DB
+	n atomic.Int64
+}
+
+func (s *lastRosterReads) LastRoster(ctx context.Context) (store.Roster, error) {
+	s.n.Add(1)
+	return s.DB.LastRoster(ctx)
+}
+
+// TestRosterReplyKeptWhileInForce: the answer to a roster request is read
+// and encoded once per roster message (a fleet asks for it together), and
+// a roster recorded after is what the next request is answered with.
+func TestRosterReplyKeptWhileInForce(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	reads := &lastRosterReads{}
+	c, db := newControllerWith(t, clk, func(db *store.DB) Store { reads.DB = db; return reads })
+	ctx := context.Background()
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	ask := func() spec.RosterReply {
+		t.Helper()
+		seq, body, err := c.rosterReply(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r spec.RosterReply
+		if err := spec.DecodeReply(body, &r); err != nil {
+			t.Fatal(err)
+		}
+		var doc spec.RosterDoc
+		if err := spec.Decode(r.Body, &doc); err != nil || doc.Seq != seq {
+			t.Fatalf("the answer holds roster %d (%v), said %d", doc.Seq, err, seq)
+		}
+		return r
+	}
+	first := ask()
+	before := reads.n.Load()
+	for range 5 {
+		if r := ask(); !bytes.Equal(r.Body, first.Body) {
+			t.Fatal("the kept answer changed")
+		}
+	}
+	if n := reads.n.Load() - before; n != 0 {
+		t.Fatalf("five requests for the same roster read it %d times, want 0: kept", n)
+	}
+	if err := db.AddNode(ctx, store.Node{Name: "beta", Address: "10.0.0.2", NKey: "Ubeta", Joined: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	last, err := db.LastRoster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := ask(); !bytes.Equal(r.Body, last.Body) || bytes.Equal(r.Body, first.Body) {
+		t.Fatal("after a new roster, the answer is not the new one")
 	}
 }

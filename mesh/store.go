@@ -63,6 +63,7 @@ type Store interface {
 	LastReceived(ctx context.Context, node string) ([]byte, error)
 	RecordRoster(ctx context.Context, r store.Roster) error
 	LastRoster(ctx context.Context) (store.Roster, error)
+	LastRosterSeq(ctx context.Context) (uint64, error)
 	RecordReports(ctx context.Context, rs []store.ReportRecord) (map[int]error, error)
 	LastReport(ctx context.Context, node string) (store.Report, error)
 

@@ -53,6 +53,20 @@ func (db *DB) RecordRoster(ctx context.Context, r Roster) error {
 	return nil
 }
 
+// LastRosterSeq is the sequence of the roster recorded last, read without
+// its body; ErrNotFound when none was.
+func (db *DB) LastRosterSeq(ctx context.Context) (uint64, error) {
+	var seq uint64
+	err := db.sql.QueryRowContext(ctx, `SELECT seq FROM rosters ORDER BY seq DESC LIMIT 1`).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("read the last roster's sequence: %w", ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the last roster's sequence: %w", err)
+	}
+	return seq, nil
+}
+
 // LastRoster returns the roster in force, the last recorded, or an error
 // wrapping ErrNotFound if none was ever sent.
 func (db *DB) LastRoster(ctx context.Context) (Roster, error) {

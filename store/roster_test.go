@@ -21,6 +21,9 @@ func TestRosterSequenceOnlyRises(t *testing.T) {
 	if _, err := db.LastRoster(ctx); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("no roster recorded: %v, want ErrNotFound", err)
 	}
+	if _, err := db.LastRosterSeq(ctx); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("no roster recorded: its sequence %v, want ErrNotFound", err)
+	}
 	sent := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	for seq := uint64(1); seq <= 20; seq++ {
 		r := store.Roster{Seq: seq, Body: []byte(`{"roster_seq":1}`), Sig: []byte("s"), Content: "sha256:x", Sent: sent, Expires: sent.Add(time.Hour)}
@@ -37,6 +40,9 @@ func TestRosterSequenceOnlyRises(t *testing.T) {
 	got, err := db.LastRoster(ctx)
 	if err != nil || got.Seq != 20 || got.Content != "sha256:x" || string(got.Sig) != "s" || !got.Expires.Equal(sent.Add(time.Hour)) {
 		t.Fatalf("the roster in force: %+v, %v", got, err)
+	}
+	if seq, err := db.LastRosterSeq(ctx); err != nil || seq != 20 {
+		t.Fatalf("the last roster's sequence: %d, %v, want 20", seq, err)
 	}
 	raw, err := sql.Open("sqlite", store.DSN(path))
 	if err != nil {
