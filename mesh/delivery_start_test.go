@@ -2,11 +2,14 @@ package mesh
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -64,5 +67,96 @@ func TestStartMakesOnlyTheConsumersMissing(t *testing.T) {
 	restartController(t, c)
 	if made := creates(); len(made) != 1 || !strings.HasSuffix(made[0], ".gamma") {
 		t.Fatalf("a start with gamma's consumer gone asked to make %v, want gamma's alone", made)
+	}
+}
+
+// TestConsumerMadeAgainDeliversOnlyTheLast: a node's consumer keeps its
+// state in memory, so the bus's restart (the controller's) loses it; the
+// controller's start makes it again, and it then delivers the node's last
+// declaration and the last roster message, not the few the stream keeps
+// before them (which a host would refuse as older than its own).
+func TestConsumerMadeAgainDeliversOnlyTheLast(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	joinNode(t, c, "beta")
+	ctx := context.Background()
+	for i := range 3 {
+		mod := spec.Module{Name: "m", Version: fmt.Sprint(i), Routes: []spec.Route{{Name: fmt.Sprintf("r%d", i), Port: 80}}, Resources: []spec.Resource{resource(fmt.Sprintf("/srv/%d", i))}}
+		mod.Resources[0].Module, mod.Resources[0].Name = "m", spec.ResourceName("m", spec.KindDirectory, mod.Resources[0].Target())
+		if _, err := db.RegisterModules(ctx, []spec.Module{mod}, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := db.Assign(ctx, "m", "beta", nil, clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.push(ctx, spec.PushRequest{Nodes: []string{"beta"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := onSubject(t, c, spec.DeclarationSubject("beta")); n != 3 {
+		t.Fatalf("%d declarations of beta on the stream, want 3", n)
+	}
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.PushConsumer(ctx, spec.DeclarationStream, "beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cons.CachedInfo().Config.MemoryStorage {
+		t.Fatal("beta's consumer keeps its state in a file")
+	}
+	// What a restart of the bus leaves: no consumer.
+	if err := js.DeleteConsumer(ctx, spec.DeclarationStream, "beta"); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *nats.Msg, 32)
+	sub, err := c.nc.ChanSubscribe(spec.DeliverySubject("beta"), got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	// What the controller's start then does.
+	if err := ensureConsumers(ctx, c.js, []string{"beta"}); err != nil {
+		t.Fatal(err)
+	}
+	lastDecl, err := db.LastDeclaration(ctx, "beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastRoster, err := db.LastRoster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decls, rosters []uint64
+	deadline := time.After(10 * time.Second)
+	for len(decls)+len(rosters) < 2 {
+		select {
+		case m := <-got:
+			var claim struct {
+				Seq   uint64 `json:"seq"`
+				Delta uint64 `json:"delta_seq"`
+			}
+			json.Unmarshal(m.Data, &claim)
+			if m.Subject == spec.RosterSubject {
+				rosters = append(rosters, claim.Delta)
+			} else {
+				decls = append(decls, claim.Seq)
+			}
+		case <-deadline:
+			t.Fatalf("the consumer made again delivered declarations %v and rosters %v", decls, rosters)
+		}
+	}
+	select {
+	case m := <-got:
+		t.Fatalf("the consumer made again delivered more than the last of each subject: %s %.100s", m.Subject, m.Data)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if len(decls) != 1 || decls[0] != lastDecl.Seq || len(rosters) != 1 || rosters[0] != lastRoster.Seq {
+		t.Fatalf("delivered declarations %v and rosters %v, want [%d] and [%d]", decls, rosters, lastDecl.Seq, lastRoster.Seq)
 	}
 }
