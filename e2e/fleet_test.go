@@ -235,7 +235,12 @@ func (f *fleet) push(tb testing.TB, force bool) pushed {
 	defer sub.Unsubscribe()
 	p := pushed{reports: map[string]spec.Report{}}
 	start := time.Now()
-	f.call(tb, spec.VerbPush, spec.PushRequest{Progress: progress, Force: force}, &p.res)
+	// A push to a large fleet may take longer than the verb's 2 minutes
+	// to answer (it did at 9,999 hosts): a minute more a thousand hosts.
+	within := 2*time.Minute + time.Duration(len(f.nodes)/1000)*time.Minute
+	if err := f.op.CallWithin(spec.VerbPush, spec.PushRequest{Progress: progress, Force: force}, &p.res, within); err != nil {
+		tb.Fatalf("%s: %v", spec.VerbPush, err)
+	}
 	p.replied = time.Since(start)
 	want := map[string]uint64{}
 	for _, n := range p.res.Nodes {
@@ -247,7 +252,7 @@ func (f *fleet) push(tb testing.TB, force bool) pushed {
 		}
 	}
 	p.sent = len(want)
-	timeout := time.After(3 * time.Minute)
+	timeout := time.After(3*time.Minute + time.Duration(len(f.nodes)/1000)*time.Minute)
 	for len(want) > 0 {
 		select {
 		case m := <-events:
@@ -262,7 +267,7 @@ func (f *fleet) push(tb testing.TB, force bool) pushed {
 				p.reports[ev.Report.Node] = ev.Report
 			}
 		case <-timeout:
-			tb.Fatalf("%d of %d nodes did not report within 3m", len(want), p.sent)
+			tb.Fatalf("%d of %d nodes did not report within %s", len(want), p.sent, 3*time.Minute+time.Duration(len(f.nodes)/1000)*time.Minute)
 		}
 	}
 	p.last = time.Since(start)
