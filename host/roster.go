@@ -236,6 +236,16 @@ func (r *rosterMsg) applyTo(cur *heldRoster, k keptRoster, key ed25519.PublicKey
 // acked once a roster at or above theirs is taken (else delivered again
 // after rosterRetry).
 func (a *Agent) fetchRoster(ctx context.Context, nc *nats.Conn, fetch []*rosterMsg, key ed25519.PublicKey) {
+	// A roster taken in this batch may hold what they announce already.
+	var still []*rosterMsg
+	for _, r := range fetch {
+		if a.rosterSeq.Load() >= r.seq {
+			a.respond(nc, r.msg, "+ACK")
+		} else {
+			still = append(still, r)
+		}
+	}
+	fetch = still
 	if len(fetch) == 0 {
 		return
 	}

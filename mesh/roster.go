@@ -111,15 +111,12 @@ const maxFetchWithin = 2 * time.Minute
 // receives every message on the subject, so the delta is what the fleet
 // receives; the whole roster goes to a host only when it asks.
 func (c *Controller) publishRoster(ctx context.Context, doc spec.RosterDoc, r store.Roster, base *store.Roster) error {
-	nodes, err := c.deps.DB.Nodes(ctx)
+	nodes, old, err := c.deps.DB.NodesSpeaking(ctx, spec.ProtocolRosterRef, spec.ProtocolRosterDelta)
 	if err != nil {
-		return fmt.Errorf("read the nodes a roster goes to: %w", err)
+		return fmt.Errorf("count the nodes a roster goes to: %w", err)
 	}
-	whole := false
-	for _, n := range nodes {
-		whole = whole || (n.Protocol >= spec.ProtocolRosterRef && n.Protocol < spec.ProtocolRosterDelta)
-	}
-	within := time.Duration(float64(len(r.Body)) * float64(len(nodes)) / rosterFetchRate * float64(time.Second))
+	whole := old > 0
+	within := time.Duration(float64(len(r.Body)) * float64(nodes) / rosterFetchRate * float64(time.Second))
 	delta := spec.RosterDelta{Mesh: doc.Mesh, Seq: doc.Seq, Issued: doc.Issued, Expires: doc.Expires, Protocol: doc.Protocol,
 		FullSig: r.Sig, FetchWithinMS: min(within, maxFetchWithin).Milliseconds()}
 	if base != nil {
