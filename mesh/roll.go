@@ -229,6 +229,7 @@ func (c *Controller) sendEach(ctx context.Context, nodes []string) []spec.PushNo
 	}
 	out := make([]spec.PushNode, len(nodes))
 	g, gerr := c.gather(ctx)
+	roster := c.rosterOnce(ctx, g)
 	for i, node := range nodes {
 		pn := spec.PushNode{Node: node}
 		switch {
@@ -240,7 +241,7 @@ func (c *Controller) sendEach(ctx context.Context, nodes []string) []spec.PushNo
 			n, err := c.deps.DB.Node(ctx, node)
 			var ct content
 			if err == nil {
-				ct, err = c.contentNow(ctx, n, g)
+				ct, err = c.contentNow(ctx, n, g, roster)
 			}
 			if err == nil {
 				pn.Resources = len(ct.resources)
@@ -428,7 +429,7 @@ func (c *Controller) rollDeliver(ctx context.Context, r store.Roll, n store.Roll
 	if err != nil {
 		return err
 	}
-	ct, err := c.contentNow(ctx, node, g)
+	ct, err := c.contentNow(ctx, node, g, c.rosterOnce(ctx, g))
 	if err != nil {
 		return err // the controller's: tried again next tick
 	}

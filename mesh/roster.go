@@ -281,15 +281,31 @@ func (c *Controller) publishRecordedRoster(ctx context.Context) error {
 // reference to the roster in force, sent first when it changed (see
 // sendRoster). A roster that cannot be sent is an error: nothing that
 // would name it is sent.
-func (c *Controller) contentNow(ctx context.Context, n store.Node, g gathered) (content, error) {
+func (c *Controller) contentNow(ctx context.Context, n store.Node, g gathered, roster func() (*spec.RosterRef, error)) (content, error) {
 	var ref *spec.RosterRef
 	if protocolFor(n) >= spec.ProtocolRosterRef {
 		var err error
-		if ref, err = c.sendRoster(ctx, g.roster); err != nil {
+		if ref, err = roster(); err != nil {
 			return content{}, fmt.Errorf("send the roster: %w", err)
 		}
 	}
 	return contentFor(n, g.plans[n.Name].Resources, g, ref), nil
+}
+
+// rosterOnce is sendRoster of g's roster, called once however many nodes
+// ask: each call encodes and hashes the whole roster and reads the last
+// one recorded, so a call a node made sending to every node O(N^2).
+func (c *Controller) rosterOnce(ctx context.Context, g gathered) func() (*spec.RosterRef, error) {
+	var ref *spec.RosterRef
+	var err error
+	done := false
+	return func() (*spec.RosterRef, error) {
+		if !done {
+			ref, err = c.sendRoster(ctx, g.roster)
+			done = true
+		}
+		return ref, err
+	}
 }
 
 // rosterOf is the roster recorded as r.

@@ -178,3 +178,31 @@ func TestRosterReplyKeptWhileInForce(t *testing.T) {
 		t.Fatal("after a new roster, the answer is not the new one")
 	}
 }
+
+// TestSendEachSendsTheRosterOnce: sending to each of several nodes in turn
+// (a roll's abort sending the reverted their declarations) makes and reads
+// the roster in force once, not once a node.
+func TestSendEachSendsTheRosterOnce(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	reads := &lastRosterReads{}
+	c, db := newControllerWith(t, clk, func(db *store.DB) Store { reads.DB = db; return reads })
+	ctx := context.Background()
+	nodes := []string{"alpha"}
+	for i := range 5 {
+		n := fmt.Sprintf("n%d", i)
+		if err := db.AddNode(ctx, store.Node{Name: n, Address: fmt.Sprintf("10.0.0.%d", i+2), NKey: "U" + n, Joined: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	before := reads.n.Load()
+	for _, pn := range c.sendEach(ctx, nodes) {
+		if pn.Error != "" || pn.Seq == 0 {
+			t.Fatalf("send to %s: %+v", pn.Node, pn)
+		}
+	}
+	if n := reads.n.Load() - before; n != 1 {
+		t.Fatalf("sending to %d nodes read the roster in force %d times, want once", len(nodes), n)
+	}
+}
