@@ -195,9 +195,10 @@ func (a *Agent) takeRosters(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 
 // applyTo judges delta r against the roster held (cur, kept as k): at or
 // below the sequence held it is a duplicate (it names nothing newer); on
-// its base it makes the roster it announces (refused when the signature
-// does not verify over it); on another base, when not expired and not
-// issued in the future, the roster is to be fetched whole.
+// its base it makes the roster it announces when the signature verifies
+// over that; on another base, or making what the signature does not
+// verify, when not expired and not issued in the future, the roster is to
+// be fetched whole.
 func (r *rosterMsg) applyTo(cur *heldRoster, k keptRoster, key ed25519.PublicKey, now time.Time) {
 	d := r.delta
 	switch {
@@ -213,15 +214,15 @@ func (r *rosterMsg) applyTo(cur *heldRoster, k keptRoster, key ed25519.PublicKey
 	}
 	if cur != nil && d.Base != 0 && cur.doc.Seq == d.Base && cur.digest == d.BaseDigest {
 		doc, raw, err := d.Doc(cur.doc.Names)
-		switch {
-		case err != nil:
-			r.v, r.reason = refuse, err.Error()
-		case !ed25519.Verify(key, raw, d.FullSig):
-			r.v, r.reason = refuse, fmt.Sprintf("the roster delta %d applied to roster %d makes a roster its signature does not verify", d.Seq, d.Base)
-		default:
+		if err == nil && ed25519.Verify(key, raw, d.FullSig) {
 			r.doc, r.raw, r.sig = doc, raw, d.FullSig
+			return
 		}
-		return
+		// The delta is the controller's (its own signature verified), but
+		// what it makes of the base is not what the controller signed: a
+		// difference in encoding, or a fault. Nothing of it is kept; the
+		// roster in force is asked for, as for another base.
+		r.reason = fmt.Sprintf("the roster delta %d applied to roster %d makes a roster its signature does not verify; the roster in force is asked for", d.Seq, d.Base)
 	}
 	if v, reason := judgeSequence("roster delta", "roster sequence", sequenced{d.Seq, nil, d.Issued, d.Expires}, 0, nil, now); v == refuse {
 		r.v, r.reason = refuse, reason
@@ -248,6 +249,11 @@ func (a *Agent) fetchRoster(ctx context.Context, nc *nats.Conn, fetch []*rosterM
 	fetch = still
 	if len(fetch) == 0 {
 		return
+	}
+	for _, r := range fetch {
+		if r.reason != "" && a.askAt.IsZero() {
+			a.log.Warn("roster delta not applied", "roster_seq", r.seq, "reason", r.reason)
+		}
 	}
 	last := fetch[len(fetch)-1].delta
 	a.planAsk(last.Issued, last.FetchWithin())
