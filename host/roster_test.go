@@ -213,24 +213,15 @@ func TestDeclarationWaitsForItsRoster(t *testing.T) {
 	// with the roster in force, under alpha's inbox.
 	inForce := make(chan []byte, 1)
 	asked := make(chan spec.RosterRequest, 16)
-	sub, err := b.nc.Subscribe(spec.NodeSubject("alpha", spec.KindRoster), func(m *nats.Msg) {
-		var req spec.RosterRequest
-		if err := spec.Decode(m.Data, &req); err != nil {
-			t.Errorf("roster request: %v", err)
-		}
+	b.answerRosters(func(req spec.RosterRequest) []byte {
 		asked <- req
 		select {
 		case raw := <-inForce:
-			m.Respond(spec.EncodeReply(spec.RosterReply{Body: raw, Sig: ed25519.Sign(b.key, raw)}, nil))
+			return raw
 		default:
-			m.Respond(spec.EncodeReply(nil, &spec.ReplyError{Kind: spec.ReplyNotFound, Message: "no roster yet"}))
+			return nil
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	b.nc.Flush()
 	b.start()
 	r1 := encodeRoster(t, rosterDoc(1, "10.1.0.1"))
 	b.answered(b.publishRoster(r1, nil))

@@ -56,6 +56,32 @@ func (b *bench) publishDeltaRaw(raw []byte, key ed25519.PrivateKey) uint64 {
 	return ack.Sequence
 }
 
+// answerRosters answers alpha's roster requests, under its inbox, as the
+// controller would: with the roster answer returns for each, signed with
+// the mesh's key, or none sent yet when it returns nil.
+func (b *bench) answerRosters(answer func(spec.RosterRequest) []byte) {
+	b.t.Helper()
+	sub, err := b.nc.Subscribe(spec.NodeSubject("alpha", spec.KindRoster), func(m *nats.Msg) {
+		var req spec.RosterRequest
+		if err := spec.Decode(m.Data, &req); err != nil {
+			b.t.Errorf("roster request: %v", err)
+		}
+		raw := answer(req)
+		if raw == nil {
+			m.Respond(spec.EncodeReply(nil, &spec.ReplyError{Kind: spec.ReplyNotFound, Message: "no roster yet"}))
+			return
+		}
+		m.Respond(spec.EncodeReply(spec.RosterReply{Body: raw, Sig: ed25519.Sign(b.key, raw)}, nil))
+	})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { sub.Unsubscribe() })
+	if err := b.nc.Flush(); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
 // TestDeltaOnItsBaseIsTaken: a roster delta on the roster held makes the
 // roster it announces, kept byte for byte as the controller signed it and
 // served; each delta that must not be taken is refused (or, at or below
@@ -127,14 +153,7 @@ func TestDeltaOnItsBaseIsTaken(t *testing.T) {
 	// what it signed (an encoding that differs, or a fault): nothing of it
 	// is kept; the host asks for the roster in force and keeps that.
 	raw7 := encodeRoster(t, r7)
-	sub, err := b.nc.Subscribe(spec.NodeSubject("alpha", spec.KindRoster), func(m *nats.Msg) {
-		m.Respond(spec.EncodeReply(spec.RosterReply{Body: raw7, Sig: ed25519.Sign(b.key, raw7)}, nil))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	b.nc.Flush()
+	b.answerRosters(func(spec.RosterRequest) []byte { return raw7 })
 	for _, c := range []struct {
 		name string
 		lie  func(d *spec.RosterDelta)
@@ -178,19 +197,7 @@ func TestDeltaOnAnotherBaseAsksForTheRoster(t *testing.T) {
 	r9 := rosterDoc(9, "10.1.0.9")
 	raw9 := encodeRoster(t, r9)
 	asked := make(chan spec.RosterRequest, 16)
-	sub, err := b.nc.Subscribe(spec.NodeSubject("alpha", spec.KindRoster), func(m *nats.Msg) {
-		var req spec.RosterRequest
-		if err := spec.Decode(m.Data, &req); err != nil {
-			t.Errorf("roster request: %v", err)
-		}
-		asked <- req
-		m.Respond(spec.EncodeReply(spec.RosterReply{Body: raw9, Sig: ed25519.Sign(b.key, raw9)}, nil))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	b.nc.Flush()
+	b.answerRosters(func(req spec.RosterRequest) []byte { asked <- req; return raw9 })
 	b.start()
 
 	expired := b.deltaTo(rosterDoc(7, "x"), []byte("seven"), rosterDoc(8, "10.9.9.9"))

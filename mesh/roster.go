@@ -119,19 +119,21 @@ func (c *Controller) publishRoster(ctx context.Context, doc spec.RosterDoc, r st
 	within := time.Duration(float64(len(r.Body)) * float64(nodes) / rosterFetchRate * float64(time.Second))
 	delta := spec.RosterDelta{Mesh: doc.Mesh, Seq: doc.Seq, Issued: doc.Issued, Expires: doc.Expires, Protocol: doc.Protocol,
 		FullSig: r.Sig, FetchWithinMS: min(within, maxFetchWithin).Milliseconds()}
+	var body []byte
 	if base != nil {
 		if was, err := rosterOf(*base); err == nil {
 			d := delta
 			d.Base, d.BaseDigest = base.Seq, spec.ContentDigest(base.Body)
 			d.SetNodes, d.DropNodes, d.SetRoutes, d.DropRoutes = spec.Changes(was, doc.Names)
 			if b, err := json.Marshal(d); err == nil && len(b) < len(r.Body)/2 {
-				delta = d
+				body = b
 			}
 		}
 	}
-	body, err := json.Marshal(delta)
-	if err != nil {
-		return fmt.Errorf("encode the delta of roster %d: %w", doc.Seq, err)
+	if body == nil {
+		if body, err = json.Marshal(delta); err != nil {
+			return fmt.Errorf("encode the delta of roster %d: %w", doc.Seq, err)
+		}
 	}
 	msg := signedMsg(spec.RosterSubject, body, ed25519.Sign(c.cfg.SignKey, body))
 	msg.Header.Set(spec.RosterDeltaHeader, "1")
