@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -83,8 +84,18 @@ type Agent struct {
 	waitSaid uint64
 	// askAt is the moment drawn to ask for the roster in force, which
 	// a delta announced on a base this host does not hold (zero: none
-	// drawn). Read and written by the delivery loop only.
-	askAt time.Time
+	// drawn); askWant is the roster sequence that delta announced, and
+	// askDue fires when the host is to ask for it (at askAt, or again
+	// after rosterRetry): the delta came by a plain subscription, so
+	// nothing delivers it again. Read and written by the delivery loop
+	// only.
+	askAt   time.Time
+	askWant uint64
+	askDue  *time.Timer
+	// rosterCheck has the host ask for the roster in force, naming the
+	// one it holds: each time it connects to the bus, since a roster
+	// message published while it was away is not delivered again.
+	rosterCheck chan struct{}
 	// rosterSeq is the kept roster's sequence, for the heartbeats.
 	rosterSeq atomic.Uint64
 	// savedAppliedSeq is the applied sequence state.json holds, and
@@ -165,7 +176,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 29 {
 		return nil, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", cfg.Subnet)
 	}
-	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), kicks: make(chan struct{}, 1),
+	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), kicks: make(chan struct{}, 1), rosterCheck: make(chan struct{}, 1),
 		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState}
 	a.appliedSeq.Store(st.AppliedSeq)
 	if len(st.Declaration) > 0 {
@@ -258,13 +269,20 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.log.Warn("bus connection lost", "err", err)
 			}
 		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.log.Warn("bus error", "err", err) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			a.log.Warn("bus error", "err", err)
+			// A roster message dropped here is not delivered again.
+			if errors.Is(err, nats.ErrSlowConsumer) && sub != nil && sub.Subject == spec.RosterDelivery {
+				nudge(a.rosterCheck)
+			}
+		}),
 		// Back on the bus: heard at once, not at the next heartbeat (a
 		// restarted controller hears its fleet within their reconnects'
 		// spread).
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			a.log.Info("bus connection back", "url", nc.ConnectedUrl())
 			a.nudgeHeartbeat()
+			nudge(a.rosterCheck)
 		}),
 	)
 	if err != nil {
@@ -292,6 +310,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe to the delivery subject: %w", err)
 	}
 	defer sub.Unsubscribe()
+	// The roster messages the stream republishes, into the same channel:
+	// handled in the order the bus sends them, with the declarations.
+	rsub, err := nc.ChanSubscribe(spec.RosterDelivery, deliveries)
+	if err != nil {
+		return fmt.Errorf("subscribe to the roster subject: %w", err)
+	}
+	defer rsub.Unsubscribe()
+	a.askDue = time.NewTimer(time.Hour)
+	a.askDue.Stop()
+	defer a.askDue.Stop()
 	previews := make(chan *nats.Msg, 16)
 	psub, err := nc.ChanSubscribe(spec.PreviewSubject(a.state.Node), previews)
 	if err != nil {
@@ -353,6 +381,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Error("no names are served from the kept roster until another is received", "err", a.rosterErr)
 	}
 	a.safely("names", a.serveNames)
+	// Roster messages published while this host was away are not
+	// delivered again: it asks for the roster in force, naming its own.
+	nudge(a.rosterCheck)
 	close(a.ready)
 	a.log.Info("host ready", "node", a.state.Node, "bus", nc.ConnectedUrl(), "version", version[:12])
 	// A container that stops is started again and reported within
@@ -384,6 +415,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			// A renewal is copied where it is declared by a pass, which
 			// writes only what differs: the certificates' directories.
 			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
+		case <-a.rosterCheck:
+			a.safely("roster check", func() { a.checkRoster(ctx, nc) })
+			continue
+		case <-a.askDue.C:
+			a.safely("roster ask", func() { a.askDueNow(ctx, nc) })
 		case m := <-previews:
 			a.safely("preview", func() { a.handlePreview(ctx, nc, m) })
 			continue // a preview applies nothing

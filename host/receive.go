@@ -88,7 +88,7 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 	// one of them.
 	var rosters, decls []*nats.Msg
 	for _, m := range msgs {
-		if m.Subject == spec.RosterSubject {
+		if isRoster(m) {
 			rosters = append(rosters, m)
 		} else {
 			decls = append(decls, m)

@@ -232,10 +232,10 @@ func (r *rosterMsg) applyTo(cur *heldRoster, k keptRoster, key ed25519.PublicKey
 }
 
 // fetchRoster asks for the roster in force for the deltas of a batch whose
-// base this host does not hold, once the moment drawn for it comes: until
-// then they are NAKed to be delivered again at that moment, and after it
-// acked once a roster at or above theirs is taken (else delivered again
-// after rosterRetry).
+// base this host does not hold, once the moment drawn for it comes. They
+// are acked (a consumer of protocol 4 delivered them; the stream's
+// republish delivers nothing again): until the moment, and again after
+// rosterRetry while the roster is not taken, askDue has the host ask.
 func (a *Agent) fetchRoster(ctx context.Context, nc *nats.Conn, fetch []*rosterMsg, key ed25519.PublicKey) {
 	// A roster taken in this batch may hold what they announce already.
 	var still []*rosterMsg
@@ -257,22 +257,79 @@ func (a *Agent) fetchRoster(ctx context.Context, nc *nats.Conn, fetch []*rosterM
 	}
 	last := fetch[len(fetch)-1].delta
 	a.planAsk(last.Issued, last.FetchWithin())
+	a.askWant = max(a.askWant, last.Seq)
 	if wait := time.Until(a.askAt); wait > 0 {
-		for _, r := range fetch {
-			a.respond(nc, r.msg, fmt.Sprintf(`-NAK {"delay": %d}`, wait.Nanoseconds()))
-		}
-		return
-	}
-	if err := a.askRoster(ctx, nc, last.Seq, key); err != nil {
-		a.log.Warn("a roster delta's base is not held, and the roster in force was asked for and not taken", "roster_seq", last.Seq, "base", last.Base, "err", err)
+		a.askDue.Reset(wait)
+	} else {
+		a.askDueNow(ctx, nc)
 	}
 	for _, r := range fetch {
-		if a.rosterSeq.Load() >= r.seq {
-			a.respond(nc, r.msg, "+ACK")
-		} else {
-			a.respond(nc, r.msg, fmt.Sprintf(`-NAK {"delay": %d}`, rosterRetry.Nanoseconds()))
-		}
+		a.respond(nc, r.msg, "+ACK")
 	}
+}
+
+// askDueNow asks for the roster in force when a delta announced one this
+// host has not taken (askWant) and the moment drawn for it came; taken, the
+// declaration waiting for it is handled. Not taken, it asks again after
+// rosterRetry.
+func (a *Agent) askDueNow(ctx context.Context, nc *nats.Conn) {
+	want := a.askWant
+	if want == 0 || a.rosterSeq.Load() >= want {
+		a.askWant = 0
+		return
+	}
+	if wait := time.Until(a.askAt); wait > 0 {
+		a.askDue.Reset(wait)
+		return
+	}
+	key, err := a.signKey()
+	if err != nil {
+		a.log.Error("rosters cannot be verified", "err", err)
+		return
+	}
+	if err := a.askRoster(ctx, nc, want, key); err != nil {
+		a.log.Warn("a roster delta's base is not held, and the roster in force was asked for and not taken", "roster_seq", want, "err", err)
+	}
+	if a.rosterSeq.Load() < want {
+		a.askDue.Reset(rosterRetry)
+		return
+	}
+	a.askWant = 0
+	if w := a.waiting; w != nil {
+		a.waiting = nil
+		a.handleBatch(ctx, nc, []*nats.Msg{w})
+	}
+}
+
+// checkRoster asks for the roster in force, naming the one held: a host
+// that connects may have missed roster messages (the stream's republish
+// delivers nothing again), and one that holds the roster in force is
+// answered so in a few bytes. None sent yet is no error.
+func (a *Agent) checkRoster(ctx context.Context, nc *nats.Conn) {
+	key, err := a.signKey()
+	if err != nil {
+		a.log.Error("rosters cannot be verified", "err", err)
+		return
+	}
+	before := a.rosterSeq.Load()
+	err = a.askRoster(ctx, nc, 0, key)
+	if spec.KindOf(err) == spec.ReplyNotFound {
+		return
+	}
+	if err != nil {
+		a.log.Warn("the roster in force was asked for and not taken; the next roster message or declaration that names one has it asked again", "err", err)
+		return
+	}
+	if w := a.waiting; w != nil && a.rosterSeq.Load() > before {
+		a.waiting = nil
+		a.handleBatch(ctx, nc, []*nats.Msg{w})
+	}
+}
+
+// isRoster says whether m is a roster message: from the stream's republish
+// or from a consumer of protocol 4, which delivers it with its subject.
+func isRoster(m *nats.Msg) bool {
+	return m.Subject == spec.RosterDelivery || m.Subject == spec.RosterSubject
 }
 
 // planAsk draws the moment to ask for the roster in force, within window
@@ -357,9 +414,16 @@ func (a *Agent) holdsRoster(ref spec.RosterRef) (string, bool) {
 func (a *Agent) askRoster(ctx context.Context, nc *nats.Conn, want uint64, key ed25519.PublicKey) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	req := spec.RosterRequest{Want: want}
+	if a.roster != nil {
+		req.Have, req.HaveDigest = a.roster.doc.Seq, a.roster.digest
+	}
 	var reply spec.RosterReply
-	if err := request(ctx, nc, spec.NodeSubject(a.state.Node, spec.KindRoster), spec.RosterRequest{Want: want}, &reply); err != nil {
+	if err := request(ctx, nc, spec.NodeSubject(a.state.Node, spec.KindRoster), req, &reply); err != nil {
 		return err
+	}
+	if reply.Held {
+		return nil
 	}
 	doc, v, reason := verifyRoster(reply.Body, reply.Sig, key, a.keptRoster(), time.Now())
 	switch v {

@@ -359,10 +359,10 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var live []string
+	var live []store.Node
 	for _, n := range nodes {
 		if n.Removing.IsZero() {
-			live = append(live, n.Name)
+			live = append(live, n)
 		}
 	}
 	if err := ensureConsumers(ctx, c.js, live); err != nil {

@@ -15,11 +15,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ensureStream creates (or updates) the stream that carries declarations:
-// one subject per node, a few kept per node, every write synced, and room
-// for maxNodes consumers (one per node) set on the stream itself: left
-// unset, nats-server caps a stream at 1,000. An existing stream takes the
-// limit at the controller's next start.
+// ensureStream creates (or updates) the stream that carries declarations
+// and roster messages: one subject per node, a few kept per node, every
+// write synced, and room for maxNodes consumers (one per node) set on the
+// stream itself: left unset, nats-server caps a stream at 1,000. Each
+// roster message, once stored, is republished on spec.RosterDelivery,
+// which every host of protocol 5 subscribes to: one copy a host, and no
+// consumer scanning the stream for it. An existing stream takes the limit
+// and the republish at the controller's next start.
 func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes int) error {
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              spec.DeclarationStream,
@@ -30,6 +33,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes int) err
 		MaxMsgSize:        max(spec.MaxDeclaration, spec.MaxRoster) + 4096,
 		Discard:           jetstream.DiscardOld,
 		MaxConsumers:      maxNodes,
+		RePublish:         &jetstream.RePublish{Source: spec.RosterSubject, Destination: spec.RosterDelivery},
 		// A push's declarations go in atomic batches: one write and one
 		// sync a batch (see publish).
 		AllowAtomicPublish: true,
@@ -40,20 +44,18 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes int) err
 	return nil
 }
 
-// ensureConsumer creates node's durable push consumer, or updates one
-// made before roster messages (filtering the node's declarations alone) to
-// take them too. Only the controller creates consumers; its delivery
-// subject carries the stream and the node (invariant 8); it delivers the
-// node's own declarations and the mesh's roster messages, one consumer
-// for both.
-func ensureConsumer(ctx context.Context, js jetstream.JetStream, node string) error {
-	want := consumerConfig(node)
+// ensureConsumer creates node's durable push consumer, as
+// consumerConfig makes it for a host of protocol, or updates one made
+// otherwise. Only the controller creates consumers; its delivery subject
+// carries the stream and the node (invariant 8).
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, node string, protocol int) error {
+	want := consumerConfig(node, protocol)
 	_, err := js.CreateOrUpdatePushConsumer(ctx, spec.DeclarationStream, want)
 	if err != nil {
 		// One made before with what nats-server does not update (its
-		// storage, its deliver policy) is made again.
+		// storage, its deliver policy, its filters) is made again.
 		if c, gone := js.PushConsumer(ctx, spec.DeclarationStream, node); gone == nil {
-			if have := c.CachedInfo().Config; have.MemoryStorage != want.MemoryStorage || have.DeliverPolicy != want.DeliverPolicy {
+			if have := c.CachedInfo().Config; !sameConsumer(have, want) {
 				if err = deleteConsumer(ctx, js, node); err == nil {
 					_, err = js.CreateOrUpdatePushConsumer(ctx, spec.DeclarationStream, want)
 				}
@@ -66,35 +68,46 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, node string) er
 	return nil
 }
 
-// consumerConfig is node's consumer as the controller makes it. Its state
-// (what was delivered and acked) is kept in memory, not in a file synced
-// at each acknowledgement: at 10,000 nodes those writes were a quarter of
-// the controller's CPU during a push, and a file consumer costs some 6 KiB
-// more. The bus runs in the controller's process, so the state is lost
-// only when the controller stops, and its start makes every consumer
-// again (ensureConsumers), each delivering from the last message of each
-// subject it filters: the node's last declaration and the last roster
-// message, which a host that holds them takes for duplicates. A host
-// needs no declaration older than its last, and a roster delta on a base
-// it does not hold has it ask for the roster in force.
-func consumerConfig(node string) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
+// consumerConfig is node's consumer as the controller makes it for a host
+// of protocol. It filters the node's own declarations, and for a host
+// older than spec.ProtocolRosterPublished the roster messages too (a
+// newer one takes them from the stream's republish). With two filter
+// subjects, a consumer finds its next message by reading the messages of
+// every other node's subject between (nats-server's LoadNextMsgMulti: O(N)
+// a consumer, O(N^2) a push, 16-18% of the controller's CPU in a push to
+// 10,000 nodes); with one, from that subject's own index.
+//
+// Its state (what was delivered and acked) is kept in memory, not in a
+// file synced at each acknowledgement: at 10,000 nodes those writes were a
+// quarter of the controller's CPU during a push, and a file consumer costs
+// some 6 KiB more. The bus runs in the controller's process, so the state
+// is lost only when the controller stops, and its start makes every
+// consumer again (ensureConsumers), each delivering from the last message
+// of each subject it filters: the node's last declaration (and the last
+// roster message), which a host that holds them takes for duplicates.
+func consumerConfig(node string, protocol int) jetstream.ConsumerConfig {
+	c := jetstream.ConsumerConfig{
 		Durable:        node,
 		DeliverSubject: spec.DeliverySubject(node),
-		FilterSubjects: []string{spec.DeclarationSubject(node), spec.RosterSubject},
+		FilterSubject:  spec.DeclarationSubject(node),
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        30 * time.Second,
 		MaxAckPending:  32,
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 		MemoryStorage:  true,
 	}
+	if protocol < spec.ProtocolRosterPublished {
+		c.FilterSubject, c.FilterSubjects = "", []string{spec.DeclarationSubject(node), spec.RosterSubject}
+	}
+	return c
 }
 
 // ensureConsumers is ensureConsumer for each of nodes whose consumer the
-// stream lacks or holds otherwise made: the stream's consumers are listed
-// once, so a start over a fleet whose consumers are all there makes no
-// call a node (a thousand nodes took some 5 s of the controller's start).
-func ensureConsumers(ctx context.Context, js jetstream.JetStream, nodes []string) error {
+// stream lacks or holds otherwise made (for the protocol its host last
+// spoke, protocolFor): the stream's consumers are listed once, so a start
+// over a fleet whose consumers are all there makes no call a node (a
+// thousand nodes took some 5 s of the controller's start).
+func ensureConsumers(ctx context.Context, js jetstream.JetStream, nodes []store.Node) error {
 	stream, err := js.Stream(ctx, spec.DeclarationStream)
 	if err != nil {
 		return fmt.Errorf("read stream %s: %w", spec.DeclarationStream, err)
@@ -107,11 +120,12 @@ func ensureConsumers(ctx context.Context, js jetstream.JetStream, nodes []string
 	if err := list.Err(); err != nil {
 		return fmt.Errorf("list the consumers of stream %s: %w", spec.DeclarationStream, err)
 	}
-	for _, node := range nodes {
-		if have, ok := held[node]; ok && sameConsumer(have, consumerConfig(node)) {
+	for _, n := range nodes {
+		p := protocolFor(n)
+		if have, ok := held[n.Name]; ok && sameConsumer(have, consumerConfig(n.Name, p)) {
 			continue
 		}
-		if err := ensureConsumer(ctx, js, node); err != nil {
+		if err := ensureConsumer(ctx, js, n.Name, p); err != nil {
 			return err
 		}
 	}
@@ -122,9 +136,18 @@ func ensureConsumers(ctx context.Context, js jetstream.JetStream, nodes []string
 // field the controller sets.
 func sameConsumer(have, want jetstream.ConsumerConfig) bool {
 	return have.Durable == want.Durable && have.DeliverSubject == want.DeliverSubject &&
-		slices.Equal(have.FilterSubjects, want.FilterSubjects) && have.AckPolicy == want.AckPolicy &&
+		slices.Equal(filters(have), filters(want)) && have.AckPolicy == want.AckPolicy &&
 		have.AckWait == want.AckWait && have.MaxAckPending == want.MaxAckPending && have.DeliverPolicy == want.DeliverPolicy &&
 		have.MemoryStorage == want.MemoryStorage
+}
+
+// filters is what c filters, however it says it (nats-server may hold one
+// filter in either field).
+func filters(c jetstream.ConsumerConfig) []string {
+	if c.FilterSubject != "" {
+		return []string{c.FilterSubject}
+	}
+	return c.FilterSubjects
 }
 
 // deleteConsumer removes node's consumer; one already gone is no error.

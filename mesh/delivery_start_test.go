@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -110,20 +112,6 @@ func TestConsumerMadeAgainDeliversOnlyTheLast(t *testing.T) {
 	if !cons.CachedInfo().Config.MemoryStorage {
 		t.Fatal("beta's consumer keeps its state in a file")
 	}
-	// What a restart of the bus leaves: no consumer.
-	if err := js.DeleteConsumer(ctx, spec.DeclarationStream, "beta"); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *nats.Msg, 32)
-	sub, err := c.nc.ChanSubscribe(spec.DeliverySubject("beta"), got)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	// What the controller's start then does.
-	if err := ensureConsumers(ctx, c.js, []string{"beta"}); err != nil {
-		t.Fatal(err)
-	}
 	lastDecl, err := db.LastDeclaration(ctx, "beta")
 	if err != nil {
 		t.Fatal(err)
@@ -132,31 +120,53 @@ func TestConsumerMadeAgainDeliversOnlyTheLast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var decls, rosters []uint64
-	deadline := time.After(10 * time.Second)
-	for len(decls)+len(rosters) < 2 {
+	// A host of protocol 4 takes the roster messages from its consumer; a
+	// newer one from the stream's republish, its consumer filtering its own
+	// declarations alone.
+	for _, host := range []struct {
+		protocol int
+		rosters  []uint64
+	}{{spec.ProtocolRosterDelta, []uint64{lastRoster.Seq}}, {spec.Protocol, nil}} {
+		// What a restart of the bus leaves: no consumer.
+		if err := js.DeleteConsumer(ctx, spec.DeclarationStream, "beta"); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *nats.Msg, 32)
+		sub, err := c.nc.ChanSubscribe(spec.DeliverySubject("beta"), got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What the controller's start then does.
+		if err := ensureConsumers(ctx, c.js, []store.Node{{Name: "beta", Protocol: host.protocol}}); err != nil {
+			t.Fatal(err)
+		}
+		var decls, rosters []uint64
+		deadline := time.After(10 * time.Second)
+		for len(decls)+len(rosters) < 1+len(host.rosters) {
+			select {
+			case m := <-got:
+				var claim struct {
+					Seq   uint64 `json:"seq"`
+					Delta uint64 `json:"delta_seq"`
+				}
+				json.Unmarshal(m.Data, &claim)
+				if m.Subject == spec.RosterSubject {
+					rosters = append(rosters, claim.Delta)
+				} else {
+					decls = append(decls, claim.Seq)
+				}
+			case <-deadline:
+				t.Fatalf("protocol %d: the consumer made again delivered declarations %v and rosters %v", host.protocol, decls, rosters)
+			}
+		}
 		select {
 		case m := <-got:
-			var claim struct {
-				Seq   uint64 `json:"seq"`
-				Delta uint64 `json:"delta_seq"`
-			}
-			json.Unmarshal(m.Data, &claim)
-			if m.Subject == spec.RosterSubject {
-				rosters = append(rosters, claim.Delta)
-			} else {
-				decls = append(decls, claim.Seq)
-			}
-		case <-deadline:
-			t.Fatalf("the consumer made again delivered declarations %v and rosters %v", decls, rosters)
+			t.Fatalf("protocol %d: the consumer made again delivered more than the last of each subject it filters: %s %.100s", host.protocol, m.Subject, m.Data)
+		case <-time.After(500 * time.Millisecond):
 		}
-	}
-	select {
-	case m := <-got:
-		t.Fatalf("the consumer made again delivered more than the last of each subject: %s %.100s", m.Subject, m.Data)
-	case <-time.After(500 * time.Millisecond):
-	}
-	if len(decls) != 1 || decls[0] != lastDecl.Seq || len(rosters) != 1 || rosters[0] != lastRoster.Seq {
-		t.Fatalf("delivered declarations %v and rosters %v, want [%d] and [%d]", decls, rosters, lastDecl.Seq, lastRoster.Seq)
+		sub.Unsubscribe()
+		if len(decls) != 1 || decls[0] != lastDecl.Seq || !slices.Equal(rosters, host.rosters) {
+			t.Fatalf("protocol %d: delivered declarations %v and rosters %v, want [%d] and %v", host.protocol, decls, rosters, lastDecl.Seq, host.rosters)
+		}
 	}
 }

@@ -423,7 +423,7 @@ func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.T
 	if err := c.deps.DB.RecordFacts(ctx, facts, now); err != nil {
 		c.log.Warn("facts sent at enrolment not recorded", "node", req.Node, "err", err)
 	}
-	if err := jsCall(ctx, func(ctx context.Context) error { return ensureConsumer(ctx, c.js, req.Node) }); err != nil {
+	if err := jsCall(ctx, func(ctx context.Context) error { return ensureConsumer(ctx, c.js, req.Node, spec.Protocol) }); err != nil {
 		return spec.EnrolResult{}, err
 	}
 	// The node's credential is in force before the host hears it joined.

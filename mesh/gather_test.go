@@ -52,7 +52,7 @@ func meshOf(t *testing.T, c *Controller, db *store.DB) {
 		}
 	}
 	for _, n := range []string{"alpha", "beta", "gamma"} {
-		if err := ensureConsumer(ctx, c.js, n); err != nil {
+		if err := ensureConsumer(ctx, c.js, n, spec.Protocol); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -114,7 +114,7 @@ func TestStreamLimitLiftsServerDefault(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := 1; i <= tc.refusedAt; i++ {
-				err := ensureConsumer(ctx, js, fmt.Sprintf("n%d", i))
+				err := ensureConsumer(ctx, js, fmt.Sprintf("n%d", i), spec.Protocol)
 				switch {
 				case i <= tc.made && err != nil:
 					t.Fatalf("consumer %d: %v", i, err)

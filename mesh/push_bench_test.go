@@ -46,7 +46,7 @@ func fleetOf(b *testing.B, c *Controller, db *store.DB, clk *clock, nodes int) [
 		if err := db.AddNode(ctx, store.Node{Name: name, Address: "10.0.0.1", NKey: "U" + name, Joined: clk.Now()}); err != nil {
 			b.Fatal(err)
 		}
-		if err := ensureConsumer(ctx, c.js, name); err != nil {
+		if err := ensureConsumer(ctx, c.js, name, spec.Protocol); err != nil {
 			b.Fatal(err)
 		}
 		names = append(names, name)
@@ -171,7 +171,7 @@ func benchmarkRosterChange(b *testing.B, nodes, protocol int) {
 		if err := db.AddNode(ctx, store.Node{Name: name, Address: fmt.Sprintf("10.%d.%d.1", i/256, i%256), NKey: "U" + name, Joined: clk.Now()}); err != nil {
 			b.Fatal(err)
 		}
-		if err := ensureConsumer(ctx, c.js, name); err != nil {
+		if err := ensureConsumer(ctx, c.js, name, spec.Protocol); err != nil {
 			b.Fatal(err)
 		}
 		if err := db.Assign(ctx, "m", name, nil, clk.Now()); err != nil {

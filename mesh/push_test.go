@@ -235,7 +235,7 @@ func TestPushFailureIsTheNodes(t *testing.T) {
 				if err := db.AddNode(ctx, store.Node{Name: n, Address: "127.0.0.9", NKey: "U" + n, Joined: time.Now()}); err != nil {
 					t.Fatal(err)
 				}
-				if err := ensureConsumer(ctx, c.js, n); err != nil {
+				if err := ensureConsumer(ctx, c.js, n, spec.Protocol); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -295,7 +295,7 @@ func TestPushPublishesInOneBatch(t *testing.T) {
 				if err := db.AddNode(ctx, store.Node{Name: n, Address: "127.0.0.9", NKey: "U" + n, Joined: time.Now()}); err != nil {
 					t.Fatal(err)
 				}
-				if err := ensureConsumer(ctx, c.js, n); err != nil {
+				if err := ensureConsumer(ctx, c.js, n, spec.Protocol); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -157,32 +157,36 @@ func (c *Controller) publishRoster(ctx context.Context, doc spec.RosterDoc, r st
 // while it stays the last recorded (one small read tells): at 10,000 hosts
 // asking for a 400 KB roster within its window, reading it from the store
 // and encoding it for each was most of the controller's work.
-func (c *Controller) rosterReply(ctx context.Context) (seq uint64, reply []byte, err error) {
+func (c *Controller) rosterReply(ctx context.Context) (*keptReply, error) {
 	c.rosterMu.Lock()
 	defer c.rosterMu.Unlock()
 	last, err := c.deps.DB.LastRosterSeq(ctx)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	if k := c.rosterKept; k != nil && k.seq == last && c.cfg.Now().Before(k.expires) {
-		return k.seq, k.reply, nil
+		return k, nil
 	}
 	r, err := c.currentRoster(ctx)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
-	reply = spec.EncodeReply(spec.RosterReply{Body: r.Body, Sig: r.Sig}, nil)
-	c.rosterKept = &keptReply{seq: r.Seq, expires: r.Expires, reply: reply}
-	return r.Seq, reply, nil
+	c.rosterKept = &keptReply{seq: r.Seq, digest: spec.ContentDigest(r.Body), expires: r.Expires,
+		reply: spec.EncodeReply(spec.RosterReply{Body: r.Body, Sig: r.Sig}, nil)}
+	return c.rosterKept, nil
 }
 
 // keptReply is a roster request's answer, encoded, for the roster message
-// seq, which expires then.
+// seq (its signed bytes' digest), which expires then.
 type keptReply struct {
 	seq     uint64
+	digest  string
 	expires time.Time
 	reply   []byte
 }
+
+// heldReply is the answer to a host that holds the roster in force.
+var heldReply = spec.EncodeReply(spec.RosterReply{Held: true}, nil)
 
 // currentRoster is the roster message in force, signed again under a new
 // sequence (same names) when it expired; ErrNotFound when none was sent.
@@ -209,7 +213,10 @@ func (c *Controller) currentRoster(ctx context.Context) (store.Roster, error) {
 
 // onRoster answers a node's request for the roster in force, only under the
 // node's own inbox: a host holding a declaration that names a roster it
-// has not got asks for it rather than wait or apply against older names.
+// has not got asks for it rather than wait or apply against older names,
+// and a host asks each time it connects. One that holds the roster in
+// force (Have, HaveDigest) is told so in a few bytes: a fleet reconnecting
+// to a restarted controller is not sent the roster again.
 func (c *Controller) onRoster(ctx context.Context, m *nats.Msg, who requester) {
 	if !c.allowReply(m, who) {
 		return
@@ -220,7 +227,7 @@ func (c *Controller) onRoster(ctx context.Context, m *nats.Msg, who requester) {
 		reply(nil, callerError(fmt.Sprintf("malformed roster request: %v", err)))
 		return
 	}
-	seq, body, err := c.rosterReply(ctx)
+	kept, err := c.rosterReply(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		reply(nil, notFoundError("no roster was sent yet: the next mesh push sends one"))
 		return
@@ -230,10 +237,14 @@ func (c *Controller) onRoster(ctx context.Context, m *nats.Msg, who requester) {
 		reply(nil, err)
 		return
 	}
-	if seq < req.Want {
-		c.log.Warn("a node asks for a roster above the one in force", "node", who.name, "want", req.Want, "seq", seq)
+	if kept.seq < req.Want {
+		c.log.Warn("a node asks for a roster above the one in force", "node", who.name, "want", req.Want, "seq", kept.seq)
 	}
-	c.respond(m, who, body)
+	if req.Have == kept.seq && req.HaveDigest == kept.digest {
+		c.respond(m, who, heldReply)
+		return
+	}
+	c.respond(m, who, kept.reply)
 }
 
 // publishRecordedRoster publishes the roster in force again when the

@@ -107,12 +107,7 @@ func TestRosterRequestAnsweredOnlyUnderTheNodesInbox(t *testing.T) {
 	ctx := context.Background()
 	ask := func() (spec.RosterReply, error) {
 		t.Helper()
-		m, err := nc.Request(spec.NodeSubject("beta", spec.KindRoster), mustJSON(t, spec.RosterRequest{Want: 1}), 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r spec.RosterReply
-		return r, spec.DecodeReply(m.Data, &r)
+		return askRoster(t, nc, spec.RosterRequest{Want: 1})
 	}
 	if _, err := ask(); err == nil || !strings.Contains(err.Error(), "no roster was sent yet") || spec.KindOf(err) != spec.ReplyNotFound {
 		t.Fatalf("before any push: %v, want not found, saying no roster was sent", err)
@@ -134,6 +129,18 @@ func TestRosterRequestAnsweredOnlyUnderTheNodesInbox(t *testing.T) {
 	}
 	if !ed25519.Verify(pub, r.Body, r.Sig) || string(r.Body) != string(last.Body) {
 		t.Fatal("the answer is not the roster in force as signed")
+	}
+	// A host that names the roster in force (as each does when it
+	// connects) is told it holds it, and sent nothing of it; one that
+	// names it with other bytes, or an older one, is sent it.
+	held := spec.RosterRequest{Have: last.Seq, HaveDigest: spec.ContentDigest(last.Body)}
+	if r, err := askRoster(t, nc, held); err != nil || !r.Held || r.Body != nil || r.Sig != nil {
+		t.Fatalf("a host holding the roster in force was answered %+v, %v; want held, no body", r, err)
+	}
+	for _, req := range []spec.RosterRequest{{Have: last.Seq, HaveDigest: "sha256:other"}, {Have: last.Seq - 1, HaveDigest: held.HaveDigest}, {}} {
+		if r, err := askRoster(t, nc, req); err != nil || r.Held || string(r.Body) != string(last.Body) {
+			t.Fatalf("a host naming %d as %s was answered %+v, %v; want the roster in force", req.Have, req.HaveDigest, r, err)
+		}
 	}
 
 	clk.Add(spec.DefaultExpiry + time.Minute)
@@ -162,12 +169,15 @@ func nodeNames(r spec.Roster) []string {
 	return out
 }
 
-// TestOldConsumerTakesRosters: a node's consumer made before roster
-// messages (filtering its own declarations alone) and a stream without the
-// roster subject are updated when the controller starts: the consumer then
-// delivers the roster messages too, on the node's own delivery subject. A
-// roster recorded and not published (the stream would not take it) is
-// published at the start, before the declarations.
+// TestOldConsumerTakesRosters: a stream made before roster messages (no
+// roster subject, no republish) and a node's consumer made then are
+// updated when the controller starts: the stream then republishes each
+// roster message on spec.RosterDelivery, where the node's host (of this
+// protocol) takes it, and the consumer filters the node's declarations
+// alone, in memory. A roster recorded and not published (the stream would
+// not take it) is published at the start, before the declarations. (A
+// host of protocol 4 keeps a consumer that filters the roster too:
+// TestConsumerMadeAgainDeliversOnlyTheLast.)
 func TestOldConsumerTakesRosters(t *testing.T) {
 	t.Parallel()
 	c, db := newController(t, &clock{now: time.Now()})
@@ -189,6 +199,15 @@ func TestOldConsumerTakesRosters(t *testing.T) {
 		t.Fatal("a roster was published on a stream without its subject")
 	}
 
+	got := make(chan *nats.Msg, 4)
+	sub, err := c.nc.ChanSubscribe(spec.RosterDelivery, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.ensureDelivery(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -200,15 +219,9 @@ func TestOldConsumerTakesRosters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Config.FilterSubject != "" || !slices.Equal(info.Config.FilterSubjects, []string{spec.DeclarationSubject("beta"), spec.RosterSubject}) {
-		t.Fatalf("beta's consumer filters %q and %q after the start", info.Config.FilterSubject, info.Config.FilterSubjects)
+	if !slices.Equal(filters(info.Config), []string{spec.DeclarationSubject("beta")}) || !info.Config.MemoryStorage {
+		t.Fatalf("beta's consumer filters %q and %q after the start (in memory: %v), want beta's declarations alone", info.Config.FilterSubject, info.Config.FilterSubjects, info.Config.MemoryStorage)
 	}
-	got := make(chan *nats.Msg, 4)
-	sub, err := c.nc.ChanSubscribe(spec.DeliverySubject("beta"), got)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
 		t.Fatal(err)
 	}
@@ -218,12 +231,12 @@ func TestOldConsumerTakesRosters(t *testing.T) {
 		select {
 		case m := <-got:
 			var d spec.RosterDelta
-			if m.Subject != spec.RosterSubject || spec.Decode(m.Data, &d) != nil || d.Seq != want ||
+			if m.Subject != spec.RosterDelivery || spec.Decode(m.Data, &d) != nil || d.Seq != want ||
 				(want == 2 && d.Base != 0 && !slices.ContainsFunc(d.SetNodes, func(n spec.RosterNode) bool { return n.Name == "beta" })) {
 				t.Fatalf("beta was delivered %s: %s, want roster %d", m.Subject, m.Data, want)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("beta's consumer made the old way delivered no roster message %d", want)
+			t.Fatalf("the stream made the old way republished no roster message %d", want)
 		}
 	}
 }
@@ -362,4 +375,15 @@ func TestStatusSaysAHostBehindOnTheRoster(t *testing.T) {
 	if n, err := db.Node(ctx, "alpha"); err != nil || n.RosterSeq != 0 {
 		t.Fatalf("alpha's roster as kept: %d, %v", n.RosterSeq, err)
 	}
+}
+
+// askRoster sends req on beta's roster subject over nc and reads the answer.
+func askRoster(t *testing.T, nc *nats.Conn, req spec.RosterRequest) (spec.RosterReply, error) {
+	t.Helper()
+	m, err := nc.Request(spec.NodeSubject("beta", spec.KindRoster), mustJSON(t, req), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r spec.RosterReply
+	return r, spec.DecodeReply(m.Data, &r)
 }

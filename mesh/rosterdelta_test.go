@@ -140,17 +140,17 @@ func TestRosterReplyKeptWhileInForce(t *testing.T) {
 	}
 	ask := func() spec.RosterReply {
 		t.Helper()
-		seq, body, err := c.rosterReply(ctx)
+		kept, err := c.rosterReply(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var r spec.RosterReply
-		if err := spec.DecodeReply(body, &r); err != nil {
+		if err := spec.DecodeReply(kept.reply, &r); err != nil {
 			t.Fatal(err)
 		}
 		var doc spec.RosterDoc
-		if err := spec.Decode(r.Body, &doc); err != nil || doc.Seq != seq {
-			t.Fatalf("the answer holds roster %d (%v), said %d", doc.Seq, err, seq)
+		if err := spec.Decode(r.Body, &doc); err != nil || doc.Seq != kept.seq || spec.ContentDigest(r.Body) != kept.digest {
+			t.Fatalf("the answer holds roster %d (%v), said %d as %s", doc.Seq, err, kept.seq, kept.digest)
 		}
 		return r
 	}

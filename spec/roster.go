@@ -107,9 +107,14 @@ func (r RosterRef) Check() error {
 
 // RosterRequest asks the controller for the mesh's current roster message,
 // on mesh.node.<node>.roster, answered under the node's own inbox: a host
-// holding a declaration that names roster Want, which it has not got.
+// holding a declaration that names roster Want, which it has not got, or
+// (Want 0) one that connected and may have missed a roster message. Have
+// and HaveDigest name the roster the host holds (none: 0 and ""): when it
+// is the one in force the answer says so (Held) instead of carrying it.
 type RosterRequest struct {
-	Want uint64 `json:"want"`
+	Want       uint64 `json:"want"`
+	Have       uint64 `json:"have,omitempty"`
+	HaveDigest string `json:"have_digest,omitempty"`
 }
 
 // RosterReply is the current roster message: its exact signed bytes and
@@ -119,6 +124,9 @@ type RosterRequest struct {
 // when they are compact JSON with HTML escaped, which is what json.Marshal
 // made of the roster.
 type RosterReply struct {
-	Body json.RawMessage `json:"body"`
-	Sig  []byte          `json:"sig"`
+	Body json.RawMessage `json:"body,omitempty"`
+	Sig  []byte          `json:"sig,omitempty"`
+	// Held says the roster the request named is the one in force: no
+	// body, nothing to take.
+	Held bool `json:"held,omitempty"`
 }

@@ -25,7 +25,12 @@ import (
 //	   signature of the roster they make); a host without its base asks
 //	   for the roster within the window it gives (a host of protocol 3 is
 //	   published the RosterDoc as well, and refuses the delta)
-const Protocol = 4
+//	5  the roster messages reach a host through the stream's republish on
+//	   RosterDelivery, not through its consumer, which filters only its
+//	   own declarations; a host asks for the roster in force (naming the
+//	   one it holds) each time it connects (a host of protocol 4 keeps a
+//	   consumer that filters the roster messages too)
+const Protocol = 5
 
 // ProtocolCAChain is the first protocol whose declarations carry ca_chain.
 const ProtocolCAChain = 2
@@ -37,6 +42,13 @@ const ProtocolRosterRef = 3
 // ProtocolRosterDelta is the first protocol whose hosts take a roster
 // change as a RosterDelta.
 const ProtocolRosterDelta = 4
+
+// ProtocolRosterPublished is the first protocol whose hosts take the
+// roster messages the stream republishes on RosterDelivery (a plain
+// subscription) and ask for the roster in force when they connect: their
+// consumers filter their own declarations alone. An older host's consumer
+// filters the roster messages too.
+const ProtocolRosterPublished = 5
 
 // Decode reads exactly one JSON value into v and refuses unknown fields and
 // trailing data: a field one side sends and the other ignores is how the seeds

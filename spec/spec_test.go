@@ -180,19 +180,25 @@ func TestNodePermissions(t *testing.T) {
 	if !slices.Contains(p.Subscribe, "_INBOX.alpha.>") {
 		t.Errorf("Subscribe = %q, want it to hold _INBOX.alpha.> (the node's own replies)", p.Subscribe)
 	}
+	// The one subject beyond its own: the mesh's roster messages, which
+	// every node reads (as its consumer delivered them before protocol
+	// 5) and none publishes.
+	if !slices.Contains(p.Subscribe, spec.RosterDelivery) || slices.Contains(p.Publish, spec.RosterDelivery) {
+		t.Errorf("Subscribe = %q, Publish = %q: want %s read, never published", p.Subscribe, p.Publish, spec.RosterDelivery)
+	}
 	all := append(append([]string(nil), p.Publish...), p.Subscribe...)
 	for _, s := range all {
 		if strings.HasPrefix(s, "$JS.API") || s == ">" || s == "_INBOX.>" || s == "*" {
 			t.Errorf("node alpha holds %q: a node holds no JetStream API or catch-all permission", s)
 		}
-		if !ownSubject("alpha", s) {
+		if !ownSubject("alpha", s) && s != spec.RosterDelivery {
 			t.Errorf("node alpha holds %q, which reaches beyond its own subjects", s)
 		}
 	}
-	// Two nodes share nothing.
+	// Two nodes share nothing but the roster they both read.
 	beta := spec.NodePermissions("beta")
 	for _, s := range append(append([]string(nil), beta.Publish...), beta.Subscribe...) {
-		if slices.Contains(all, s) {
+		if slices.Contains(all, s) && s != spec.RosterDelivery {
 			t.Errorf("nodes alpha and beta both hold %q", s)
 		}
 	}

@@ -52,9 +52,17 @@ const DeclarationStream = "DECLARATIONS"
 func DeclarationSubject(node string) string { return "mesh.decl." + node }
 
 // RosterSubject is the stream subject of the mesh's roster messages
-// (RosterDoc); only the controller publishes there, and every node's
-// consumer filters it beside the node's own declarations.
+// (RosterDoc and RosterDelta); only the controller publishes there. The
+// stream republishes each, once stored, on RosterDelivery; the consumer of
+// a host older than ProtocolRosterPublished filters it beside the node's
+// own declarations.
 const RosterSubject = "mesh.roster"
+
+// RosterDelivery is where the stream republishes each roster message once
+// it stored it (with the headers it was published with), to every host's
+// plain subscription: one copy a host, and no consumer state. It is not a
+// node's DeliverySubject: a node's name holds no dot.
+const RosterDelivery = "_DELIVER." + DeclarationStream + "." + RosterSubject
 
 // AckSubjects are the JetStream acknowledgement subjects of node's own
 // consumer (named after the node) on the declaration stream.
@@ -84,7 +92,7 @@ type Permissions struct {
 func NodePermissions(node string) Permissions {
 	return Permissions{
 		Publish:   []string{"mesh.node." + node + ".>", AckSubjects(node)},
-		Subscribe: []string{DeliverySubject(node), PreviewSubject(node), NodeInbox(node) + ".>"},
+		Subscribe: []string{DeliverySubject(node), RosterDelivery, PreviewSubject(node), NodeInbox(node) + ".>"},
 	}
 }
 
