@@ -75,7 +75,8 @@ func TestStartMakesOnlyTheConsumersMissing(t *testing.T) {
 // TestConsumerMadeAgainDeliversOnlyTheLast: a node's consumer keeps its
 // state in memory, so the bus's restart (the controller's) loses it; the
 // controller's start makes it again, and it then delivers the node's last
-// declaration and the last roster message, not the few the stream keeps
+// declaration (and, to a host of protocol 4, the last roster message; a
+// newer host's consumer filters no roster), not the few the stream keeps
 // before them (which a host would refuse as older than its own).
 func TestConsumerMadeAgainDeliversOnlyTheLast(t *testing.T) {
 	t.Parallel()
