@@ -84,18 +84,23 @@ type Agent struct {
 	waitSaid uint64
 	// askAt is the moment drawn to ask for the roster in force, which
 	// a delta announced on a base this host does not hold (zero: none
-	// drawn); askWant is the roster sequence that delta announced, and
-	// askDue fires when the host is to ask for it (at askAt, or again
-	// after rosterRetry): the delta came by a plain subscription, so
-	// nothing delivers it again. Read and written by the delivery loop
-	// only.
+	// drawn); askWant is the roster sequence that delta announced.
 	askAt   time.Time
 	askWant uint64
-	askDue  *time.Timer
-	// rosterCheck has the host ask for the roster in force, naming the
-	// one it holds: each time it connects to the bus, since a roster
-	// message published while it was away is not delivered again.
-	rosterCheck chan struct{}
+	// retry fires at retryAt (zero: not armed) for what the host does
+	// again by itself, since nothing delivers a republished message
+	// again: ask for the roster a delta announced (askWant), handle the
+	// declaration waiting for its roster again, ask for the last
+	// declaration when one could not be kept (refetch). See catchup.go.
+	// Read and written by the delivery loop only.
+	retry   *time.Timer
+	retryAt time.Time
+	refetch bool
+	// catchUp has the host ask for the roster in force and its node's last
+	// declaration, naming those it holds: each time it connects to the
+	// bus, since what was published while it was away is not delivered
+	// again.
+	catchUp chan struct{}
 	// rosterSeq is the kept roster's sequence, for the heartbeats.
 	rosterSeq atomic.Uint64
 	// savedAppliedSeq is the applied sequence state.json holds, and
@@ -176,7 +181,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 29 {
 		return nil, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", cfg.Subnet)
 	}
-	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), kicks: make(chan struct{}, 1), rosterCheck: make(chan struct{}, 1),
+	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), kicks: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
 		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState}
 	a.appliedSeq.Store(st.AppliedSeq)
 	if len(st.Declaration) > 0 {
@@ -271,9 +276,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			a.log.Warn("bus error", "err", err)
-			// A roster message dropped here is not delivered again.
-			if errors.Is(err, nats.ErrSlowConsumer) && sub != nil && sub.Subject == spec.RosterDelivery {
-				nudge(a.rosterCheck)
+			// A message dropped here is not delivered again.
+			if errors.Is(err, nats.ErrSlowConsumer) && sub != nil && (sub.Subject == spec.RosterDelivery || sub.Subject == spec.DeclarationDelivery(a.state.Node)) {
+				nudge(a.catchUp)
 			}
 		}),
 		// Back on the bus: heard at once, not at the next heartbeat (a
@@ -282,7 +287,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			a.log.Info("bus connection back", "url", nc.ConnectedUrl())
 			a.nudgeHeartbeat()
-			nudge(a.rosterCheck)
+			nudge(a.catchUp)
 		}),
 	)
 	if err != nil {
@@ -310,16 +315,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe to the delivery subject: %w", err)
 	}
 	defer sub.Unsubscribe()
-	// The roster messages the stream republishes, into the same channel:
-	// handled in the order the bus sends them, with the declarations.
-	rsub, err := nc.ChanSubscribe(spec.RosterDelivery, deliveries)
-	if err != nil {
-		return fmt.Errorf("subscribe to the roster subject: %w", err)
+	// The node's declarations and the roster messages the stream
+	// republishes (protocol 6: no consumer; the one above delivers to a
+	// controller older), into the same channel: handled in the order the
+	// bus sends them.
+	for _, subject := range []string{spec.DeclarationDelivery(a.state.Node), spec.RosterDelivery} {
+		rsub, err := nc.ChanSubscribe(subject, deliveries)
+		if err != nil {
+			return fmt.Errorf("subscribe to %s: %w", subject, err)
+		}
+		defer rsub.Unsubscribe()
 	}
-	defer rsub.Unsubscribe()
-	a.askDue = time.NewTimer(time.Hour)
-	a.askDue.Stop()
-	defer a.askDue.Stop()
+	a.retry = time.NewTimer(time.Hour)
+	a.retry.Stop()
+	defer a.retry.Stop()
 	previews := make(chan *nats.Msg, 16)
 	psub, err := nc.ChanSubscribe(spec.PreviewSubject(a.state.Node), previews)
 	if err != nil {
@@ -381,9 +390,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Error("no names are served from the kept roster until another is received", "err", a.rosterErr)
 	}
 	a.safely("names", a.serveNames)
-	// Roster messages published while this host was away are not
-	// delivered again: it asks for the roster in force, naming its own.
-	nudge(a.rosterCheck)
+	// What was published while this host was away is not delivered
+	// again: it asks for the roster in force and its last declaration,
+	// naming its own.
+	nudge(a.catchUp)
 	close(a.ready)
 	a.log.Info("host ready", "node", a.state.Node, "bus", nc.ConnectedUrl(), "version", version[:12])
 	// A container that stops is started again and reported within
@@ -415,11 +425,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			// A renewal is copied where it is declared by a pass, which
 			// writes only what differs: the certificates' directories.
 			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
-		case <-a.rosterCheck:
-			a.safely("roster check", func() { a.checkRoster(ctx, nc) })
-			continue
-		case <-a.askDue.C:
-			a.safely("roster ask", func() { a.askDueNow(ctx, nc) })
+		case <-a.catchUp:
+			a.safely("catch up", func() { a.catchUpNow(ctx, nc) })
+			a.nudgeHeartbeat()
+		case <-a.retry.C:
+			a.safely("retry", func() { a.retryNow(ctx, nc) })
+			a.nudgeHeartbeat()
 		case m := <-previews:
 			a.safely("preview", func() { a.handlePreview(ctx, nc, m) })
 			continue // a preview applies nothing

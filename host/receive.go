@@ -133,6 +133,9 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 				// new (invariant 14).
 				a.waiting = d.msg
 				a.respond(nc, d.msg, fmt.Sprintf(`-NAK {"delay": %d}`, a.rosterWait().Nanoseconds()))
+				if d.msg.Reply == "" {
+					a.arm(a.rosterWait())
+				}
 				if a.waitSaid == d.decl.Seq {
 					a.log.Debug("declaration still waits for the roster it names", "seq", d.decl.Seq, "roster_seq", d.decl.RosterRef.Seq)
 					continue
@@ -155,8 +158,13 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 		case accept:
 			d.sig, _ = base64.StdEncoding.DecodeString(d.msg.Header.Get(spec.SigHeader))
 			if err := a.keep(d); err != nil {
-				// Not kept, so not acked: it is delivered again.
+				// Not kept, so not acked: it is delivered again (by a
+				// consumer), or asked for again (republished).
 				a.log.Error("declaration not kept; it will be delivered again", "seq", d.decl.Seq, "err", err)
+				if d.msg.Reply == "" {
+					a.refetch = true
+					a.arm(rosterRetry)
+				}
 				continue
 			}
 			a.respond(nc, d.msg, "+ACK")

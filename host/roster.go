@@ -170,8 +170,13 @@ func (a *Agent) takeRosters(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 	}
 	if take != nil {
 		if err := a.keepRoster(take.doc, take.raw, take.sig); err != nil {
-			// Not kept, so not acked: they are delivered again.
+			// Not kept, so not acked: they are delivered again (by a
+			// consumer), or the roster is asked for again (republished).
 			a.log.Error("roster not kept; it will be delivered again", "roster_seq", take.doc.Seq, "err", err)
+			if take.msg.Reply == "" {
+				a.askWant = max(a.askWant, take.doc.Seq)
+				a.arm(rosterRetry)
+			}
 			for _, r := range rs {
 				if r.v == refuse {
 					a.respond(nc, r.msg, "+TERM")
@@ -235,7 +240,7 @@ func (r *rosterMsg) applyTo(cur *heldRoster, k keptRoster, key ed25519.PublicKey
 // base this host does not hold, once the moment drawn for it comes. They
 // are acked (a consumer of protocol 4 delivered them; the stream's
 // republish delivers nothing again): until the moment, and again after
-// rosterRetry while the roster is not taken, askDue has the host ask.
+// rosterRetry while the roster is not taken, the host's retry has it ask.
 func (a *Agent) fetchRoster(ctx context.Context, nc *nats.Conn, fetch []*rosterMsg, key ed25519.PublicKey) {
 	// A roster taken in this batch may hold what they announce already.
 	var still []*rosterMsg
@@ -259,7 +264,7 @@ func (a *Agent) fetchRoster(ctx context.Context, nc *nats.Conn, fetch []*rosterM
 	a.planAsk(last.Issued, last.FetchWithin())
 	a.askWant = max(a.askWant, last.Seq)
 	if wait := time.Until(a.askAt); wait > 0 {
-		a.askDue.Reset(wait)
+		a.arm(wait)
 	} else {
 		a.askDueNow(ctx, nc)
 	}
@@ -279,7 +284,7 @@ func (a *Agent) askDueNow(ctx context.Context, nc *nats.Conn) {
 		return
 	}
 	if wait := time.Until(a.askAt); wait > 0 {
-		a.askDue.Reset(wait)
+		a.arm(wait)
 		return
 	}
 	key, err := a.signKey()
@@ -291,7 +296,7 @@ func (a *Agent) askDueNow(ctx context.Context, nc *nats.Conn) {
 		a.log.Warn("a roster delta's base is not held, and the roster in force was asked for and not taken", "roster_seq", want, "err", err)
 	}
 	if a.rosterSeq.Load() < want {
-		a.askDue.Reset(rosterRetry)
+		a.arm(rosterRetry)
 		return
 	}
 	a.askWant = 0
@@ -304,26 +309,19 @@ func (a *Agent) askDueNow(ctx context.Context, nc *nats.Conn) {
 // checkRoster asks for the roster in force, naming the one held: a host
 // that connects may have missed roster messages (the stream's republish
 // delivers nothing again), and one that holds the roster in force is
-// answered so in a few bytes. None sent yet is no error.
-func (a *Agent) checkRoster(ctx context.Context, nc *nats.Conn) {
-	key, err := a.signKey()
-	if err != nil {
-		a.log.Error("rosters cannot be verified", "err", err)
-		return
-	}
+// answered so in a few bytes. None sent yet is no error. It says whether
+// a newer roster was taken.
+func (a *Agent) checkRoster(ctx context.Context, nc *nats.Conn, key ed25519.PublicKey) bool {
 	before := a.rosterSeq.Load()
-	err = a.askRoster(ctx, nc, 0, key)
+	err := a.askRoster(ctx, nc, 0, key)
 	if spec.KindOf(err) == spec.ReplyNotFound {
-		return
+		return false
 	}
 	if err != nil {
 		a.log.Warn("the roster in force was asked for and not taken; the next roster message or declaration that names one has it asked again", "err", err)
-		return
+		return false
 	}
-	if w := a.waiting; w != nil && a.rosterSeq.Load() > before {
-		a.waiting = nil
-		a.handleBatch(ctx, nc, []*nats.Msg{w})
-	}
+	return a.rosterSeq.Load() > before
 }
 
 // isRoster says whether m is a roster message: from the stream's republish

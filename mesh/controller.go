@@ -93,6 +93,13 @@ type Controller struct {
 	// (the answer to a roster request, kept) read and written.
 	rosterMu   sync.Mutex
 	rosterKept *keptReply
+	// consumers are the nodes that have a consumer (their hosts older than
+	// protocol 6), with the protocol it was made for (keepConsumer).
+	consumersMu sync.Mutex
+	consumers   map[string]int
+	// stream is the declaration stream's handle (declarations).
+	streamMu sync.Mutex
+	stream   jetstream.Stream
 
 	watchMu  sync.Mutex
 	watchers map[string][]*watcher // per node: pushes waiting for its report
@@ -226,6 +233,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		{spec.NodeSubject("*", spec.KindBlob), "blob", byNodeSubject, func(m *nats.Msg, r requester) { c.onBlob(ctx, m, r) }},
 		{spec.NodeSubject("*", spec.KindCSR), "csr", byNodeSubject, func(m *nats.Msg, r requester) { c.onCSR(ctx, m, r) }},
 		{spec.NodeSubject("*", spec.KindRoster), "roster", byNodeSubject, func(m *nats.Msg, r requester) { c.onRoster(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindDeclaration), "declaration", byNodeSubject, func(m *nats.Msg, r requester) { c.onDeclaration(ctx, m, r) }},
 	}
 	for _, s := range subs {
 		if _, err := serving.QueueSubscribe(s.subject, s.queue, c.guardMsg(s.subject, s.who, s.handle)); err != nil {
@@ -325,6 +333,53 @@ func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
 	if c.beats.add(keptHeartbeat(hb), c.cfg.Now()) {
 		c.metrics.heartbeatsExcess.Add(1)
 	}
+	c.keepConsumer(ctx, node, hb.Protocol)
+}
+
+// keepConsumer gives node the consumer its host's protocol wants: one for a
+// host older than protocol 6 (made once a run, or again for another
+// protocol), none for a newer one (one made before is deleted). A host
+// said nothing else of its own: the consumer delivers it only its own
+// declarations (and the roster every host reads), and the work is once a
+// node a run. A failure is logged, and the next heartbeat tries again.
+func (c *Controller) keepConsumer(ctx context.Context, node string, protocol int) {
+	if protocol <= 0 {
+		return
+	}
+	c.consumersMu.Lock()
+	made, has := c.consumers[node]
+	old := protocol < spec.ProtocolNoConsumer
+	if has == old && (!old || made == protocol) {
+		c.consumersMu.Unlock()
+		return
+	}
+	if c.consumers == nil {
+		c.consumers = map[string]int{}
+	}
+	if old {
+		c.consumers[node] = protocol
+	} else {
+		delete(c.consumers, node)
+	}
+	c.consumersMu.Unlock()
+	err := jsCall(ctx, func(ctx context.Context) error {
+		if old {
+			return ensureConsumer(ctx, c.js, node, protocol)
+		}
+		return deleteConsumer(ctx, c.js, node)
+	})
+	if err != nil {
+		c.log.Error("a node's consumer not made as its host's protocol wants; its next heartbeat tries again", "node", node, "protocol", protocol, "err", err)
+		c.consumersMu.Lock()
+		if old {
+			delete(c.consumers, node)
+		} else {
+			c.consumers[node] = made
+		}
+		c.consumersMu.Unlock()
+		return
+	}
+	c.log.Info("a node's consumer made for its host's protocol", "node", node, "protocol", protocol, "consumer", old)
 }
 
 func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
@@ -365,9 +420,13 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 			live = append(live, n)
 		}
 	}
-	if err := ensureConsumers(ctx, c.js, live); err != nil {
+	made, err := ensureConsumers(ctx, c.js, live)
+	if err != nil {
 		return err
 	}
+	c.consumersMu.Lock()
+	c.consumers = made
+	c.consumersMu.Unlock()
 	for _, n := range nodes {
 		if !n.Removing.IsZero() {
 			continue

@@ -17,12 +17,16 @@ import (
 
 // ensureStream creates (or updates) the stream that carries declarations
 // and roster messages: one subject per node, a few kept per node, every
-// write synced, and room for maxNodes consumers (one per node) set on the
-// stream itself: left unset, nats-server caps a stream at 1,000. Each
-// roster message, once stored, is republished on spec.RosterDelivery,
-// which every host of protocol 5 subscribes to: one copy a host, and no
-// consumer scanning the stream for it. An existing stream takes the limit
-// and the republish at the controller's next start.
+// write synced, and room for maxNodes consumers (one per node of a host
+// older than protocol 6) set on the stream itself: left unset, nats-server
+// caps a stream at 1,000. Each message, once stored, is republished under
+// spec.Republished: a node's declarations on its DeclarationDelivery,
+// which its host alone may subscribe to, the roster messages on
+// RosterDelivery, to every host. One copy a host, no consumer a node
+// (some 37 KiB and a goroutine each in nats-server), no consumer scanning
+// the stream. The controller reads a node's last declaration by a direct
+// get (AllowDirect) when its host asks. An existing stream takes the
+// limit and the republish at the controller's next start.
 func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes int) error {
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              spec.DeclarationStream,
@@ -33,7 +37,8 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes int) err
 		MaxMsgSize:        max(spec.MaxDeclaration, spec.MaxRoster) + 4096,
 		Discard:           jetstream.DiscardOld,
 		MaxConsumers:      maxNodes,
-		RePublish:         &jetstream.RePublish{Source: spec.RosterSubject, Destination: spec.RosterDelivery},
+		RePublish:         &jetstream.RePublish{Source: ">", Destination: spec.Republished(">")},
+		AllowDirect:       true,
 		// A push's declarations go in atomic batches: one write and one
 		// sync a batch (see publish).
 		AllowAtomicPublish: true,
@@ -102,15 +107,19 @@ func consumerConfig(node string, protocol int) jetstream.ConsumerConfig {
 	return c
 }
 
-// ensureConsumers is ensureConsumer for each of nodes whose consumer the
-// stream lacks or holds otherwise made (for the protocol its host last
-// spoke, protocolFor): the stream's consumers are listed once, so a start
-// over a fleet whose consumers are all there makes no call a node (a
-// thousand nodes took some 5 s of the controller's start).
-func ensureConsumers(ctx context.Context, js jetstream.JetStream, nodes []store.Node) error {
+// ensureConsumers makes the stream's consumers what nodes (the live ones)
+// want, and returns the nodes that have one, with the protocol it was made
+// for: a node whose host last said a protocol older than
+// spec.ProtocolNoConsumer has its consumer made for that protocol; one
+// whose host said a newer one, and any consumer of no live node, has none
+// (deleted); a node whose host never said (joined, not heard yet) keeps
+// what it has. The stream's consumers are listed once, so a start over a
+// fleet whose consumers are all as wanted makes no call a node (a thousand
+// nodes took some 5 s of the controller's start).
+func ensureConsumers(ctx context.Context, js jetstream.JetStream, nodes []store.Node) (map[string]int, error) {
 	stream, err := js.Stream(ctx, spec.DeclarationStream)
 	if err != nil {
-		return fmt.Errorf("read stream %s: %w", spec.DeclarationStream, err)
+		return nil, fmt.Errorf("read stream %s: %w", spec.DeclarationStream, err)
 	}
 	held := map[string]jetstream.ConsumerConfig{}
 	list := stream.ListConsumers(ctx)
@@ -118,18 +127,36 @@ func ensureConsumers(ctx context.Context, js jetstream.JetStream, nodes []store.
 		held[info.Name] = info.Config
 	}
 	if err := list.Err(); err != nil {
-		return fmt.Errorf("list the consumers of stream %s: %w", spec.DeclarationStream, err)
+		return nil, fmt.Errorf("list the consumers of stream %s: %w", spec.DeclarationStream, err)
 	}
+	made := map[string]int{}
 	for _, n := range nodes {
-		p := protocolFor(n)
-		if have, ok := held[n.Name]; ok && sameConsumer(have, consumerConfig(n.Name, p)) {
-			continue
-		}
-		if err := ensureConsumer(ctx, js, n.Name, p); err != nil {
-			return err
+		have, ok := held[n.Name]
+		delete(held, n.Name)
+		switch p := n.Protocol; {
+		case p == 0:
+			if ok {
+				made[n.Name] = spec.ProtocolRosterPublished
+			}
+		case p < spec.ProtocolNoConsumer:
+			if !ok || !sameConsumer(have, consumerConfig(n.Name, p)) {
+				if err := ensureConsumer(ctx, js, n.Name, p); err != nil {
+					return nil, err
+				}
+			}
+			made[n.Name] = p
+		case ok:
+			if err := deleteConsumer(ctx, js, n.Name); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return nil
+	for name := range held {
+		if err := deleteConsumer(ctx, js, name); err != nil {
+			return nil, err
+		}
+	}
+	return made, nil
 }
 
 // sameConsumer says whether have, as the server holds it, is want in each
@@ -222,4 +249,66 @@ func signedMsg(subject string, body, sig []byte) *nats.Msg {
 	msg.Data = body
 	msg.Header.Set(spec.SigHeader, base64.StdEncoding.EncodeToString(sig))
 	return msg
+}
+
+// onDeclaration answers a host's request for its node's last declaration,
+// only under the node's own inbox: each host asks when it connects, since
+// nothing delivers a republished declaration again. The answer is the
+// stream's last message on the node's subject (a direct get), as signed;
+// a host that names its digest (Have) is told it holds it, in a few bytes,
+// so a fleet reconnecting to a restarted controller is sent nothing again.
+func (c *Controller) onDeclaration(ctx context.Context, m *nats.Msg, who requester) {
+	if !c.allowReply(m, who) {
+		return
+	}
+	reply := func(v any, err error) { c.respond(m, who, spec.EncodeReply(v, err)) }
+	var req spec.DeclarationRequest
+	if err := spec.Decode(m.Data, &req); err != nil {
+		reply(nil, callerError(fmt.Sprintf("malformed declaration request: %v", err)))
+		return
+	}
+	var held *jetstream.RawStreamMsg
+	err := jsCall(ctx, func(ctx context.Context) error {
+		stream, err := c.declarations(ctx)
+		if err != nil {
+			return err
+		}
+		held, err = stream.GetLastMsgForSubject(ctx, spec.DeclarationSubject(who.name))
+		return err
+	})
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		reply(nil, notFoundError(fmt.Sprintf("nothing was sent to node %q yet: mesh push sends it its declaration", who.name)))
+		return
+	case err != nil:
+		c.log.Error("declaration request not answered", "node", who.name, "err", err)
+		reply(nil, fmt.Errorf("read the last declaration of node %q in the stream: %w", who.name, err))
+		return
+	}
+	if req.Have != "" && req.Have == spec.ContentDigest(held.Data) {
+		reply(spec.DeclarationReply{Held: true}, nil)
+		return
+	}
+	sig, err := base64.StdEncoding.DecodeString(held.Header.Get(spec.SigHeader))
+	if err != nil {
+		reply(nil, fmt.Errorf("the last declaration of node %q in the stream has no signature: %w", who.name, err))
+		return
+	}
+	reply(spec.DeclarationReply{Body: held.Data, Sig: sig}, nil)
+}
+
+// declarations is the declaration stream's handle, read once (its
+// configuration says to read messages by direct get).
+func (c *Controller) declarations(ctx context.Context) (jetstream.Stream, error) {
+	c.streamMu.Lock()
+	defer c.streamMu.Unlock()
+	if c.stream != nil {
+		return c.stream, nil
+	}
+	s, err := c.js.Stream(ctx, spec.DeclarationStream)
+	if err != nil {
+		return nil, fmt.Errorf("read stream %s: %w", spec.DeclarationStream, err)
+	}
+	c.stream = s
+	return s, nil
 }

@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,16 +17,22 @@ import (
 )
 
 // TestStartMakesOnlyTheConsumersMissing: a controller that starts over
-// nodes whose consumers the stream holds as it makes them asks the bus to
-// make none (one listing, not a call a node); one consumer gone is made
-// again, alone.
+// nodes whose consumers the stream holds as it makes them (their hosts of
+// protocol 5, which have one) asks the bus to make none (one listing, not
+// a call a node); one consumer gone is made again, alone.
 func TestStartMakesOnlyTheConsumersMissing(t *testing.T) {
 	t.Parallel()
-	c, _ := newController(t, &clock{now: time.Now()})
+	c, db := newController(t, &clock{now: time.Now()})
 	nodes := []string{"beta", "gamma", "delta", "epsilon", "zeta"}
+	var beats []spec.Heartbeat
 	for _, n := range nodes {
 		joinNode(t, c, n)
+		beats = append(beats, spec.Heartbeat{Node: n, Time: time.Now(), Protocol: spec.ProtocolRosterPublished})
 	}
+	if _, err := db.RecordHeartbeats(context.Background(), beats, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	c = restartController(t, c)
 	nc := operatorConn(t, c)
 	// A synchronous subscription: once a flush returns, every request the
 	// bus routed before it is in the subscription's queue.
@@ -106,12 +113,8 @@ func TestConsumerMadeAgainDeliversOnlyTheLast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.PushConsumer(ctx, spec.DeclarationStream, "beta")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !cons.CachedInfo().Config.MemoryStorage {
-		t.Fatal("beta's consumer keeps its state in a file")
+	if _, err := js.PushConsumer(ctx, spec.DeclarationStream, "beta"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("beta joined and was made a consumer (%v): a host of protocol %d has none, and an older one is made one when it says so", err, spec.Protocol)
 	}
 	lastDecl, err := db.LastDeclaration(ctx, "beta")
 	if err != nil {
@@ -121,15 +124,15 @@ func TestConsumerMadeAgainDeliversOnlyTheLast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A host of protocol 4 takes the roster messages from its consumer; a
-	// newer one from the stream's republish, its consumer filtering its own
-	// declarations alone.
+	// A host of protocol 4 takes the roster messages from its consumer; one
+	// of protocol 5 from the stream's republish, its consumer filtering its
+	// own declarations alone.
 	for _, host := range []struct {
 		protocol int
 		rosters  []uint64
-	}{{spec.ProtocolRosterDelta, []uint64{lastRoster.Seq}}, {spec.Protocol, nil}} {
+	}{{spec.ProtocolRosterDelta, []uint64{lastRoster.Seq}}, {spec.ProtocolRosterPublished, nil}} {
 		// What a restart of the bus leaves: no consumer.
-		if err := js.DeleteConsumer(ctx, spec.DeclarationStream, "beta"); err != nil {
+		if err := js.DeleteConsumer(ctx, spec.DeclarationStream, "beta"); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			t.Fatal(err)
 		}
 		got := make(chan *nats.Msg, 32)
@@ -138,8 +141,11 @@ func TestConsumerMadeAgainDeliversOnlyTheLast(t *testing.T) {
 			t.Fatal(err)
 		}
 		// What the controller's start then does.
-		if err := ensureConsumers(ctx, c.js, []store.Node{{Name: "beta", Protocol: host.protocol}}); err != nil {
-			t.Fatal(err)
+		if made, err := ensureConsumers(ctx, c.js, []store.Node{{Name: "beta", Protocol: host.protocol}}); err != nil || made["beta"] != host.protocol {
+			t.Fatalf("protocol %d: made %v, %v", host.protocol, made, err)
+		}
+		if cons, err := js.PushConsumer(ctx, spec.DeclarationStream, "beta"); err != nil || !cons.CachedInfo().Config.MemoryStorage {
+			t.Fatalf("protocol %d: beta's consumer is not in memory (%v)", host.protocol, err)
 		}
 		var decls, rosters []uint64
 		deadline := time.After(10 * time.Second)
@@ -168,6 +174,19 @@ func TestConsumerMadeAgainDeliversOnlyTheLast(t *testing.T) {
 		sub.Unsubscribe()
 		if len(decls) != 1 || decls[0] != lastDecl.Seq || !slices.Equal(rosters, host.rosters) {
 			t.Fatalf("protocol %d: delivered declarations %v and rosters %v, want [%d] and %v", host.protocol, decls, rosters, lastDecl.Seq, host.rosters)
+		}
+	}
+	// Its host now of protocol 6: the start deletes the consumer, and one
+	// of no live node too.
+	if err := ensureConsumer(ctx, c.js, "gone", spec.ProtocolRosterPublished); err != nil {
+		t.Fatal(err)
+	}
+	if made, err := ensureConsumers(ctx, c.js, []store.Node{{Name: "beta", Protocol: spec.Protocol}}); err != nil || len(made) != 0 {
+		t.Fatalf("a start with beta's host of protocol %d made %v, %v; want no consumer", spec.Protocol, made, err)
+	}
+	for _, name := range []string{"beta", "gone"} {
+		if _, err := js.PushConsumer(ctx, spec.DeclarationStream, name); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Fatalf("%s's consumer after the start: %v, want none", name, err)
 		}
 	}
 }

@@ -156,10 +156,11 @@ func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateReques
 }
 
 // roomFor refuses a token for node when the mesh already admits as many
-// nodes as it may: every node it holds (joined or being removed: each
-// still has its consumer) and every other name an unused, unrevoked,
-// unexpired token could join as. The join would otherwise fail half-way,
-// at the consumer, for that host alone. It counts the nodes and reads only
+// nodes as it may: every node it holds (joined or being removed) and every
+// other name an unused, unrevoked, unexpired token could join as. The
+// limit is the fleet the mesh was measured at, and the stream's room for
+// consumers (one a node whose host is older than protocol 6): a join past
+// it would fail half-way, for that host alone. It counts the nodes and reads only
 // the open tokens and their names' nodes, so a token costs the same at
 // 10 nodes and at 10,000. A read that failed is an error.
 func (c *Controller) roomFor(ctx context.Context, node string) error {
@@ -186,7 +187,7 @@ func (c *Controller) roomFor(ctx context.Context, node string) error {
 	}
 	pending := len(names) - len(nodes)
 	if max, held := c.maxNodes(), joined+pending; held >= max {
-		return refusedError(fmt.Sprintf("the mesh admits at most %d nodes (one delivery consumer each on stream %s) and %d are held: %d joined and %d unused tokens; remove a node (mesh node remove) or revoke a token (mesh token revoke) first",
+		return refusedError(fmt.Sprintf("the mesh admits at most %d nodes (the fleet it is measured at, and room on stream %s for a consumer each) and %d are held: %d joined and %d unused tokens; remove a node (mesh node remove) or revoke a token (mesh token revoke) first",
 			max, spec.DeclarationStream, held, joined, pending))
 	}
 	return nil
@@ -360,7 +361,9 @@ func (c *Controller) enrolAnswering(ctx context.Context, data []byte, answer fun
 }
 
 // enrolSteps checks the request and the token it proves, and records the
-// node, its consumer and its credential. Before the store spends the token
+// node and its credential (no consumer: a host of protocol 6 has none, and
+// an older one is made one when its heartbeat says its protocol, see
+// keepConsumer). Before the store spends the token
 // it holds the token's enrolment user on the bus, and says so in held.
 func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.Token) (spec.EnrolResult, error) {
 	var req spec.EnrolRequest
@@ -422,9 +425,6 @@ func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.T
 	facts.Node = req.Node
 	if err := c.deps.DB.RecordFacts(ctx, facts, now); err != nil {
 		c.log.Warn("facts sent at enrolment not recorded", "node", req.Node, "err", err)
-	}
-	if err := jsCall(ctx, func(ctx context.Context) error { return ensureConsumer(ctx, c.js, req.Node, spec.Protocol) }); err != nil {
-		return spec.EnrolResult{}, err
 	}
 	// The node's credential is in force before the host hears it joined.
 	if err := c.addUser(nodeUser(req.Node, req.NKey)); err != nil {

@@ -117,11 +117,12 @@ func TestExpiredIsResentAsSent(t *testing.T) {
 }
 
 // TestRemovedNodeLosesItsConsumer: node remove deletes the node's delivery
-// consumer.
+// consumer (one its host of protocol 5 was made).
 func TestRemovedNodeLosesItsConsumer(t *testing.T) {
 	t.Parallel()
 	c, _ := newController(t, &clock{now: time.Now()})
 	ctx := context.Background()
+	c.keepConsumer(ctx, "alpha", spec.ProtocolRosterPublished)
 	if _, err := c.js.PushConsumer(ctx, spec.DeclarationStream, "alpha"); err != nil {
 		t.Fatalf("alpha has no consumer: %v", err)
 	}

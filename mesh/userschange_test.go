@@ -68,8 +68,5 @@ func TestEnrolWhileTheBusUsersChange(t *testing.T) {
 		if _, err := db.Node(ctx, node); err != nil {
 			t.Error(err)
 		}
-		if _, err := c.js.PushConsumer(ctx, spec.DeclarationStream, node); err != nil {
-			t.Errorf("%s joined without its consumer: %v", node, err)
-		}
 	}
 }

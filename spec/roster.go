@@ -130,3 +130,22 @@ type RosterReply struct {
 	// body, nothing to take.
 	Held bool `json:"held,omitempty"`
 }
+
+// DeclarationRequest asks the controller for the node's last declaration,
+// on mesh.node.<node>.declaration, answered under the node's own inbox: a
+// host asks each time it connects (nothing delivers a republished
+// declaration again), and when it could not keep one. Have names the
+// digest of the declaration the host holds ("" none): when it is the last
+// the answer says so (Held) instead of carrying it.
+type DeclarationRequest struct {
+	Have string `json:"have,omitempty"`
+}
+
+// DeclarationReply is the node's last declaration as the stream holds it:
+// its exact signed bytes (base64: byte for byte, whatever JSON they hold)
+// and the signature, checked as one delivered.
+type DeclarationReply struct {
+	Body []byte `json:"body,omitempty"`
+	Sig  []byte `json:"sig,omitempty"`
+	Held bool   `json:"held,omitempty"`
+}

@@ -30,7 +30,12 @@ import (
 //	   own declarations; a host asks for the roster in force (naming the
 //	   one it holds) each time it connects (a host of protocol 4 keeps a
 //	   consumer that filters the roster messages too)
-const Protocol = 5
+//	6  no consumer: the stream republishes a node's declarations on
+//	   DeclarationDelivery(node); a host asks for its last declaration
+//	   (naming the one it holds) each time it connects, and retries by its
+//	   own timer what a consumer delivered again (a host of protocol 5 or
+//	   older is made a consumer when its heartbeat says so)
+const Protocol = 6
 
 // ProtocolCAChain is the first protocol whose declarations carry ca_chain.
 const ProtocolCAChain = 2
@@ -49,6 +54,10 @@ const ProtocolRosterDelta = 4
 // consumers filter their own declarations alone. An older host's consumer
 // filters the roster messages too.
 const ProtocolRosterPublished = 5
+
+// ProtocolNoConsumer is the first protocol whose hosts take their
+// declarations from the stream's republish, with no consumer.
+const ProtocolNoConsumer = 6
 
 // Decode reads exactly one JSON value into v and refuses unknown fields and
 // trailing data: a field one side sends and the other ignores is how the seeds

@@ -22,6 +22,9 @@ const (
 	KindBlob      = "blob"
 	KindCSR       = "csr"    // a certificate signing request (cert.go)
 	KindRoster    = "roster" // a request for the current roster message (roster.go)
+	// KindDeclaration is a request for the node's last declaration
+	// (DeclarationRequest), which a host makes each time it connects.
+	KindDeclaration = "declaration"
 )
 
 // APISubject is the subject an operator calls for verb.
@@ -58,11 +61,20 @@ func DeclarationSubject(node string) string { return "mesh.decl." + node }
 // own declarations.
 const RosterSubject = "mesh.roster"
 
-// RosterDelivery is where the stream republishes each roster message once
-// it stored it (with the headers it was published with), to every host's
-// plain subscription: one copy a host, and no consumer state. It is not a
-// node's DeliverySubject: a node's name holds no dot.
-const RosterDelivery = "_DELIVER." + DeclarationStream + "." + RosterSubject
+// Republished is where the stream republishes each message once it stored
+// it (with the headers it was published with): the subject it was
+// published on, under the stream's delivery prefix. A host's plain
+// subscription takes it there: one copy a host, and no consumer state.
+// It is never a node's DeliverySubject: a node's name holds no dot.
+func Republished(subject string) string { return "_DELIVER." + DeclarationStream + "." + subject }
+
+// RosterDelivery is where the stream republishes the roster messages, to
+// every host.
+var RosterDelivery = Republished(RosterSubject)
+
+// DeclarationDelivery is where the stream republishes node's declarations,
+// to node's host alone (protocol 6: no consumer).
+func DeclarationDelivery(node string) string { return Republished(DeclarationSubject(node)) }
 
 // AckSubjects are the JetStream acknowledgement subjects of node's own
 // consumer (named after the node) on the declaration stream.
@@ -92,7 +104,7 @@ type Permissions struct {
 func NodePermissions(node string) Permissions {
 	return Permissions{
 		Publish:   []string{"mesh.node." + node + ".>", AckSubjects(node)},
-		Subscribe: []string{DeliverySubject(node), RosterDelivery, PreviewSubject(node), NodeInbox(node) + ".>"},
+		Subscribe: []string{DeliverySubject(node), DeclarationDelivery(node), RosterDelivery, PreviewSubject(node), NodeInbox(node) + ".>"},
 	}
 }
 
@@ -117,6 +129,6 @@ func ControllerServePermissions() Permissions {
 		Subscribe: []string{APIPrefix + ">", EnrolSubject,
 			NodeSubject("*", KindHeartbeat), NodeSubject("*", KindFacts),
 			NodeSubject("*", KindReport), NodeSubject("*", KindBlob), NodeSubject("*", KindCSR),
-			NodeSubject("*", KindRoster)},
+			NodeSubject("*", KindRoster), NodeSubject("*", KindDeclaration)},
 	}
 }
