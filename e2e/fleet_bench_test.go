@@ -15,9 +15,9 @@ import (
 
 // BenchmarkFleetPush pushes to fleets of simulated hosts (newFleet: the
 // controller is the real binary in its own process, the hosts are real
-// agents in this one, each with its own token, credential and consumer,
-// their state on tmpfs), 50 and 1,000 unless MESH_BENCH_FLEET lists other
-// sizes ("50,1000"). Each op is three pushes, each timed from the request:
+// agents in this one, each with its own token and credential, no consumer
+// (protocol 6), their state on tmpfs), 50 and 1,000 unless MESH_BENCH_FLEET
+// lists other sizes ("50,1000"). Each op is three pushes, each timed from the request:
 //
 //   - change: a new version of module motd, assigned to every node: to the
 //     last node's report (change-p50-ms, change-p99-ms), to the push's

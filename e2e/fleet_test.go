@@ -26,7 +26,7 @@ import (
 
 // A fleet is a controller, the real binary in its own process, and
 // simulated hosts: real agents (host.Agent) run as goroutines of the test's
-// process, each joined with its own token, credential and consumer, their
+// process, each joined with its own token and credential, their
 // state on tmpfs (/dev/shm when there is one) so that a figure measures
 // the mesh and not this machine's disk.
 type fleet struct {
@@ -58,7 +58,7 @@ func (zoneCount) Detach(string) error               { return nil }
 
 // newFleet starts a controller, registers module motd (a file with the
 // node's name) and joins nodes simulated hosts, each assigned motd and
-// ready (connected, its consumer bound) when it returns. It is stopped
+// ready (connected, its subscriptions made) when it returns. It is stopped
 // when tb ends.
 func newFleet(tb testing.TB, nodes int) *fleet {
 	tb.Helper()
