@@ -87,6 +87,9 @@ type Agent struct {
 	// drawn); askWant is the roster sequence that delta announced.
 	askAt   time.Time
 	askWant uint64
+	// askWindow is the window the last delta gave, and askBackoff the one
+	// the next ask after a failed one is drawn within (askAgain).
+	askWindow, askBackoff time.Duration
 	// retry fires at retryAt (zero: not armed) for what the host does
 	// again by itself, since nothing delivers a republished message
 	// again: ask for the roster a delta announced (askWant), handle the
@@ -426,11 +429,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			// writes only what differs: the certificates' directories.
 			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
 		case <-a.catchUp:
+			applied := a.appliedSeq.Load()
 			a.safely("catch up", func() { a.catchUpNow(ctx, nc) })
-			a.nudgeHeartbeat()
+			if a.appliedSeq.Load() != applied {
+				a.nudgeHeartbeat()
+			}
 		case <-a.retry.C:
+			applied := a.appliedSeq.Load()
 			a.safely("retry", func() { a.retryNow(ctx, nc) })
-			a.nudgeHeartbeat()
+			if a.appliedSeq.Load() != applied {
+				a.nudgeHeartbeat()
+			}
 		case m := <-previews:
 			a.safely("preview", func() { a.handlePreview(ctx, nc, m) })
 			continue // a preview applies nothing

@@ -72,10 +72,10 @@ func (a *Agent) checkDeclaration(ctx context.Context, nc *nats.Conn) {
 	if a.held != nil {
 		req.Have = a.held.digest
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	var reply spec.DeclarationReply
-	err := request(ctx, nc, spec.NodeSubject(a.state.Node, spec.KindDeclaration), req, &reply)
+	asking, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := request(asking, nc, spec.NodeSubject(a.state.Node, spec.KindDeclaration), req, &reply)
+	cancel()
 	switch {
 	case spec.KindOf(err) == spec.ReplyNotFound:
 		return

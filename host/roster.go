@@ -261,7 +261,8 @@ func (a *Agent) fetchRoster(ctx context.Context, nc *nats.Conn, fetch []*rosterM
 		}
 	}
 	last := fetch[len(fetch)-1].delta
-	a.planAsk(last.Issued, last.FetchWithin())
+	a.askWindow = last.FetchWithin()
+	a.planAsk(last.Issued, a.askWindow)
 	a.askWant = max(a.askWant, last.Seq)
 	if wait := time.Until(a.askAt); wait > 0 {
 		a.arm(wait)
@@ -296,7 +297,7 @@ func (a *Agent) askDueNow(ctx context.Context, nc *nats.Conn) {
 		a.log.Warn("a roster delta's base is not held, and the roster in force was asked for and not taken", "roster_seq", want, "err", err)
 	}
 	if a.rosterSeq.Load() < want {
-		a.arm(rosterRetry)
+		a.askAgain()
 		return
 	}
 	a.askWant = 0
@@ -359,7 +360,7 @@ func (a *Agent) keepRoster(doc spec.RosterDoc, raw, sig []byte) error {
 	a.state.Roster, a.state.RosterSig = raw, sig
 	a.roster, a.rosterErr = &heldRoster{doc: doc, raw: raw, digest: spec.ContentDigest(raw)}, nil
 	a.rosterSeq.Store(doc.Seq)
-	a.askAt = time.Time{}
+	a.askAt, a.askBackoff = time.Time{}, 0
 	a.nudgeHeartbeat()
 	a.log.Info("roster held", "roster_seq", doc.Seq, "nodes", len(doc.Names.Nodes), "routes", len(doc.Names.Routes))
 	a.serveNames()
@@ -389,7 +390,25 @@ func (a *Agent) rosterFor(ctx context.Context, nc *nats.Conn, ref spec.RosterRef
 	if reason, ok := a.holdsRoster(ref); ok || reason != "" {
 		return reason, false
 	}
+	a.askAgain()
 	return "", true
+}
+
+// maxAskBackoff caps the window a host that could not take the roster in
+// force draws its next ask within.
+const maxAskBackoff = 2 * time.Minute
+
+// askAgain draws the moment to ask again for the roster in force after an
+// ask that did not bring it: within a window twice the last (at least the
+// delta's, at least rosterRetry, at most maxAskBackoff) from now, so a
+// fleet whose asks the controller could not answer in time spreads the
+// next ones wider instead of asking together again (at 10,000 hosts and a
+// 400 KB roster, asks every 5 s kept every answer from arriving in time).
+func (a *Agent) askAgain() {
+	a.askBackoff = min(max(2*a.askBackoff, a.askWindow, rosterRetry), maxAskBackoff)
+	a.askAt = time.Time{}
+	a.planAsk(time.Now(), a.askBackoff)
+	a.arm(time.Until(a.askAt))
 }
 
 // holdsRoster says whether the roster held is ref's or a later one; a
@@ -406,13 +425,18 @@ func (a *Agent) holdsRoster(ref spec.RosterRef) (string, bool) {
 	return "", true
 }
 
+// rosterAskTimeout bounds an ask for the roster in force: long enough for
+// a few hundred KB to arrive while the fleet's other hosts ask too (the
+// bytes of an answer that came too late are spent for nothing).
+const rosterAskTimeout = 30 * time.Second
+
 // askRoster asks the controller for the roster in force, on the node's own
 // subject (answered under its own inbox), and takes it as one from the
 // stream: the same refusals.
 func (a *Agent) askRoster(ctx context.Context, nc *nats.Conn, want uint64, key ed25519.PublicKey) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, rosterAskTimeout)
 	defer cancel()
-	req := spec.RosterRequest{Want: want}
+	req := spec.RosterRequest{Want: want, Gzip: true}
 	if a.roster != nil {
 		req.Have, req.HaveDigest = a.roster.doc.Seq, a.roster.digest
 	}
@@ -422,6 +446,13 @@ func (a *Agent) askRoster(ctx context.Context, nc *nats.Conn, want uint64, key e
 	}
 	if reply.Held {
 		return nil
+	}
+	if reply.BodyGzip != nil {
+		body, err := spec.Gunzip(reply.BodyGzip, spec.MaxRoster)
+		if err != nil {
+			return fmt.Errorf("the controller's roster: %w", err)
+		}
+		reply.Body = body
 	}
 	doc, v, reason := verifyRoster(reply.Body, reply.Sig, key, a.keptRoster(), time.Now())
 	switch v {

@@ -46,3 +46,34 @@ func TestAskDrawnWithinTheWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestAskAgainSpreadsWider: after an ask for the roster that did not bring
+// it, the next is drawn within a window twice the last (from the delta's,
+// at least rosterRetry, at most maxAskBackoff), from now, and set on the
+// host's timer; a roster taken starts again from the delta's window. A
+// fleet whose asks the controller could not answer in time then asks
+// spread wider, not together again every few seconds.
+func TestAskAgainSpreadsWider(t *testing.T) {
+	t.Parallel()
+	a := &Agent{retry: time.NewTimer(time.Hour), askWindow: 30 * time.Second}
+	defer a.retry.Stop()
+	for _, want := range []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 2 * time.Minute} {
+		before := time.Now()
+		a.askAgain()
+		if a.askBackoff != want {
+			t.Fatalf("backoff %s, want %s", a.askBackoff, want)
+		}
+		if d := a.askAt.Sub(before); d < 0 || d > want {
+			t.Fatalf("the next ask drawn %s from now, want within %s", d, want)
+		}
+		if d := a.retryAt.Sub(a.askAt); d < -time.Millisecond || d > 10*time.Millisecond {
+			t.Fatalf("the timer is set %s from the ask, want at it", d)
+		}
+		a.retryAt = time.Time{} // as retryNow does when it fires
+	}
+	a = &Agent{retry: time.NewTimer(time.Hour)}
+	defer a.retry.Stop()
+	if a.askAgain(); a.askBackoff != rosterRetry {
+		t.Fatalf("with no delta's window the backoff starts at %s, want %s", a.askBackoff, rosterRetry)
+	}
+}

@@ -137,6 +137,12 @@ func TestRosterRequestAnsweredOnlyUnderTheNodesInbox(t *testing.T) {
 	if r, err := askRoster(t, nc, held); err != nil || !r.Held || r.Body != nil || r.Sig != nil {
 		t.Fatalf("a host holding the roster in force was answered %+v, %v; want held, no body", r, err)
 	}
+	// A host that takes it gzipped is sent it gzipped: the same bytes.
+	if r, err := askRoster(t, nc, spec.RosterRequest{Gzip: true}); err != nil || r.Body != nil || r.BodyGzip == nil {
+		t.Fatalf("a host taking gzip was answered %+v, %v; want the body gzipped alone", r, err)
+	} else if body, err := spec.Gunzip(r.BodyGzip, spec.MaxRoster); err != nil || string(body) != string(last.Body) || !ed25519.Verify(pub, body, r.Sig) {
+		t.Fatalf("the gzipped answer is not the roster in force as signed: %v", err)
+	}
 	for _, req := range []spec.RosterRequest{{Have: last.Seq, HaveDigest: "sha256:other"}, {Have: last.Seq - 1, HaveDigest: held.HaveDigest}, {}} {
 		if r, err := askRoster(t, nc, req); err != nil || r.Held || string(r.Body) != string(last.Body) {
 			t.Fatalf("a host naming %d as %s was answered %+v, %v; want the roster in force", req.Have, req.HaveDigest, r, err)

@@ -1,8 +1,11 @@
 package spec
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"io"
 	"sort"
 	"time"
 )
@@ -115,6 +118,8 @@ type RosterRequest struct {
 	Want       uint64 `json:"want"`
 	Have       uint64 `json:"have,omitempty"`
 	HaveDigest string `json:"have_digest,omitempty"`
+	// Gzip says the host takes the body gzipped (BodyGzip).
+	Gzip bool `json:"gzip,omitempty"`
 }
 
 // RosterReply is the current roster message: its exact signed bytes and
@@ -125,7 +130,11 @@ type RosterRequest struct {
 // made of the roster.
 type RosterReply struct {
 	Body json.RawMessage `json:"body,omitempty"`
-	Sig  []byte          `json:"sig,omitempty"`
+	// BodyGzip is the body gzipped, instead of Body, to a host that said
+	// Gzip: a roster of names and addresses is a fifth of itself gzipped,
+	// and a fleet that joins asks for it host by host.
+	BodyGzip []byte `json:"body_gzip,omitempty"`
+	Sig      []byte `json:"sig,omitempty"`
 	// Held says the roster the request named is the one in force: no
 	// body, nothing to take.
 	Held bool `json:"held,omitempty"`
@@ -148,4 +157,29 @@ type DeclarationReply struct {
 	Body []byte `json:"body,omitempty"`
 	Sig  []byte `json:"sig,omitempty"`
 	Held bool   `json:"held,omitempty"`
+}
+
+// Gzip is b gzipped.
+func Gzip(b []byte) []byte {
+	var out bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&out, gzip.BestSpeed)
+	w.Write(b)
+	w.Close()
+	return out.Bytes()
+}
+
+// Gunzip is b gunzipped, refused past limit bytes (a bomb) or malformed.
+func Gunzip(b []byte, limit int) ([]byte, error) {
+	r, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("gunzip: %w", err)
+	}
+	out, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("gunzip: %w", err)
+	}
+	if len(out) > limit {
+		return nil, fmt.Errorf("gunzip: more than %d bytes", limit)
+	}
+	return out, nil
 }

@@ -90,3 +90,23 @@ func TestRosterReplyKeepsTheSignedBytes(t *testing.T) {
 		t.Fatal("the roster's bytes changed on the way")
 	}
 }
+
+// TestGunzipBounded: a gzipped body comes back as it was; past the limit
+// (a bomb) or malformed, it is refused.
+func TestGunzipBounded(t *testing.T) {
+	body := bytes.Repeat([]byte(`{"name":"n00001","address":"10.0.0.1"},`), 1000)
+	z := spec.Gzip(body)
+	if len(z) >= len(body)/5 {
+		t.Fatalf("gzipped %d bytes to %d: not a fifth", len(body), len(z))
+	}
+	got, err := spec.Gunzip(z, len(body))
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("gunzipped %d bytes, %v; want the %d bytes gzipped", len(got), err, len(body))
+	}
+	if _, err := spec.Gunzip(z, len(body)-1); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("a body past the limit: %v, want refused", err)
+	}
+	if _, err := spec.Gunzip(body, len(body)); err == nil {
+		t.Fatal("a body not gzipped was taken")
+	}
+}
