@@ -229,10 +229,12 @@ func TestNodeTouchesOnlyItsOwnSubjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What alpha may do: publish its own heartbeat, subscribe its inbox and
-	// its own delivery subject.
-	if _, err := nc.SubscribeSync(spec.DeliverySubject("alpha")); err != nil {
-		t.Fatal(err)
+	// What alpha may do: publish its own heartbeat, subscribe its inbox,
+	// its own delivery subjects and the roster every host reads.
+	for _, own := range []string{spec.DeliverySubject("alpha"), spec.DeclarationDelivery("alpha"), spec.RosterDelivery} {
+		if _, err := nc.SubscribeSync(own); err != nil {
+			t.Fatal(err)
+		}
 	}
 	nc.Publish(spec.NodeSubject("alpha", spec.KindHeartbeat), []byte(`{}`))
 	nc.Flush()
@@ -244,6 +246,8 @@ func TestNodeTouchesOnlyItsOwnSubjects(t *testing.T) {
 
 	subs := []struct{ subject, what string }{
 		{spec.DeliverySubject("beta"), "subscription to \"" + spec.DeliverySubject("beta")},
+		{spec.DeclarationDelivery("beta"), "subscription to \"" + spec.DeclarationDelivery("beta")},
+		{spec.Republished(">"), "subscription to \"" + spec.Republished(">")},
 		{"_INBOX.>", "subscription to \"_INBOX.>"},
 		{spec.NodeInbox("beta") + ".>", "subscription to \"_INBOX.beta.>"},
 		{"mesh.>", "subscription to \"mesh.>"},
