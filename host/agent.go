@@ -429,17 +429,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			// writes only what differs: the certificates' directories.
 			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
 		case <-a.catchUp:
-			applied := a.appliedSeq.Load()
-			a.safely("catch up", func() { a.catchUpNow(ctx, nc) })
-			if a.appliedSeq.Load() != applied {
-				a.nudgeHeartbeat()
-			}
+			a.beatIfApplied("catch up", func() { a.catchUpNow(ctx, nc) })
 		case <-a.retry.C:
-			applied := a.appliedSeq.Load()
-			a.safely("retry", func() { a.retryNow(ctx, nc) })
-			if a.appliedSeq.Load() != applied {
-				a.nudgeHeartbeat()
-			}
+			a.beatIfApplied("retry", func() { a.retryNow(ctx, nc) })
 		case m := <-previews:
 			a.safely("preview", func() { a.handlePreview(ctx, nc, m) })
 			continue // a preview applies nothing
@@ -451,6 +443,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err := a.standAside(nc, version); err != nil {
 			return err
 		}
+	}
+}
+
+// beatIfApplied runs f (safely, as what) and has a heartbeat sent at once
+// when it applied a declaration: a catch-up or a retry that changed
+// nothing says nothing.
+func (a *Agent) beatIfApplied(what string, f func()) {
+	applied := a.appliedSeq.Load()
+	a.safely(what, f)
+	if a.appliedSeq.Load() != applied {
+		a.nudgeHeartbeat()
 	}
 }
 

@@ -34,8 +34,7 @@ func (a *Agent) retryNow(ctx context.Context, nc *nats.Conn) {
 	a.retryAt = time.Time{}
 	a.askDueNow(ctx, nc)
 	if w := a.waiting; w != nil && w.Reply == "" {
-		a.waiting = nil
-		a.handleBatch(ctx, nc, []*nats.Msg{w})
+		a.handleWaiting(ctx, nc)
 	}
 	if a.refetch {
 		a.refetch = false
@@ -54,10 +53,7 @@ func (a *Agent) catchUpNow(ctx context.Context, nc *nats.Conn) {
 		return
 	}
 	if a.checkRoster(ctx, nc, key) {
-		if w := a.waiting; w != nil {
-			a.waiting = nil
-			a.handleBatch(ctx, nc, []*nats.Msg{w})
-		}
+		a.handleWaiting(ctx, nc)
 	}
 	a.checkDeclaration(ctx, nc)
 }
@@ -89,4 +85,13 @@ func (a *Agent) checkDeclaration(ctx context.Context, nc *nats.Conn) {
 	m.Data = reply.Body
 	m.Header.Set(spec.SigHeader, base64.StdEncoding.EncodeToString(reply.Sig))
 	a.handleBatch(ctx, nc, []*nats.Msg{m})
+}
+
+// handleWaiting handles the declaration that waits for its roster (if one
+// does) again: after a roster was taken, or when its retry is due.
+func (a *Agent) handleWaiting(ctx context.Context, nc *nats.Conn) {
+	if w := a.waiting; w != nil {
+		a.waiting = nil
+		a.handleBatch(ctx, nc, []*nats.Msg{w})
+	}
 }

@@ -301,10 +301,7 @@ func (a *Agent) askDueNow(ctx context.Context, nc *nats.Conn) {
 		return
 	}
 	a.askWant = 0
-	if w := a.waiting; w != nil {
-		a.waiting = nil
-		a.handleBatch(ctx, nc, []*nats.Msg{w})
-	}
+	a.handleWaiting(ctx, nc)
 }
 
 // checkRoster asks for the roster in force, naming the one held: a host
