@@ -86,10 +86,13 @@ func TestDeclarationRequestAnswered(t *testing.T) {
 // TestConsumerFollowsTheHostsProtocol: a node has a consumer only while its
 // host's heartbeats say a protocol older than 6, made for that protocol
 // (filtering the roster too for protocol 4), and made once, not at each
-// heartbeat; a host that says 6 has its consumer deleted.
+// heartbeat, nor more often than once a minute (a host whose protocol
+// flips at each heartbeat does not have the bus make and delete it as
+// often); a host that says 6 has its consumer deleted.
 func TestConsumerFollowsTheHostsProtocol(t *testing.T) {
 	t.Parallel()
-	c, _ := newController(t, &clock{now: time.Now()})
+	clk := &clock{now: time.Now()}
+	c, _ := newController(t, clk)
 	joinNode(t, c, "beta")
 	ctx := context.Background()
 	beat := func(protocol int) {
@@ -109,6 +112,7 @@ func TestConsumerFollowsTheHostsProtocol(t *testing.T) {
 		return filters(cons.CachedInfo().Config)
 	}
 	decl := spec.DeclarationSubject("beta")
+	moved := false // the first change is made at once
 	for _, step := range []struct {
 		protocol int
 		want     []string
@@ -118,10 +122,20 @@ func TestConsumerFollowsTheHostsProtocol(t *testing.T) {
 		{spec.ProtocolRosterDelta, []string{decl, spec.RosterSubject}},
 		{spec.Protocol, nil},
 	} {
+		was := filtering()
 		beat(step.protocol)
+		if moved && !slices.Equal(was, step.want) {
+			// Within the minute of the last change, nothing changes.
+			if got := filtering(); !slices.Equal(got, was) {
+				t.Fatalf("a heartbeat of protocol %d within a minute of the last change made beta's consumer filter %q, want %q as it was", step.protocol, got, was)
+			}
+			clk.Add(consumerMoveEvery)
+			beat(step.protocol)
+		}
 		if got := filtering(); !slices.Equal(got, step.want) {
 			t.Fatalf("after a heartbeat of protocol %d beta's consumer filters %q, want %q (none: no consumer)", step.protocol, got, step.want)
 		}
+		moved = moved || !slices.Equal(was, step.want)
 	}
 	// Made once: a second heartbeat of protocol 5 asks the bus nothing.
 	beat(spec.ProtocolRosterPublished)

@@ -97,6 +97,9 @@ type Controller struct {
 	// protocol 6), with the protocol it was made for (keepConsumer).
 	consumersMu sync.Mutex
 	consumers   map[string]int
+	// consumerMoved is when keepConsumer last made or deleted a node's
+	// consumer: at most once a minute a node, whatever its heartbeats say.
+	consumerMoved map[string]time.Time
 	// stream is the declaration stream's handle (declarations).
 	streamMu sync.Mutex
 	stream   jetstream.Stream
@@ -336,6 +339,10 @@ func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
 	c.keepConsumer(ctx, node, hb.Protocol)
 }
 
+// consumerMoveEvery is how often keepConsumer may make or delete one node's
+// consumer.
+const consumerMoveEvery = time.Minute
+
 // keepConsumer gives node the consumer its host's protocol wants: one for a
 // host older than protocol 6 (made once a run, or again for another
 // protocol), none for a newer one (one made before is deleted). A host
@@ -353,9 +360,21 @@ func (c *Controller) keepConsumer(ctx context.Context, node string, protocol int
 		c.consumersMu.Unlock()
 		return
 	}
+	now := c.cfg.Now()
+	if at, ok := c.consumerMoved[node]; ok && now.Sub(at) < consumerMoveEvery {
+		// A host whose protocol flips at each heartbeat (a broken or lying
+		// one) does not have the bus make and delete its consumer as
+		// often: its next heartbeat after the minute is heard.
+		c.consumersMu.Unlock()
+		return
+	}
 	if c.consumers == nil {
 		c.consumers = map[string]int{}
 	}
+	if c.consumerMoved == nil {
+		c.consumerMoved = map[string]time.Time{}
+	}
+	c.consumerMoved[node] = now
 	if old {
 		c.consumers[node] = protocol
 	} else {
