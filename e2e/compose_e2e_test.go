@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
@@ -19,15 +20,10 @@ import (
 // message it kept, or else the roster in its kept declaration.
 func keptRoster(t *testing.T, hostDir string) string {
 	t.Helper()
-	body, err := os.ReadFile(filepath.Join(hostDir, "host", "state.json"))
+	st, _, err := host.ReadState(filepath.Join(hostDir, "host"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st struct {
-		Declaration []byte `json:"declaration"`
-		Roster      []byte `json:"roster"`
-	}
-	json.Unmarshal(body, &st)
 	if len(st.Roster) > 0 {
 		var doc struct {
 			Names json.RawMessage `json:"names"`

@@ -111,10 +111,12 @@ type Agent struct {
 	// since state.json was last written (or a write of it failed).
 	savedAppliedSeq uint64
 	recordUnsaved   bool
-	// decode decodes the declarations received, and writeState writes
-	// state.json: spec.Decode and WriteState, wrapped by tests that count.
-	decode     func(data []byte, v any) error
-	writeState func(dir string, st State) error
+	// decode decodes the declarations received, writeState writes
+	// state.json and writeRoster RosterFile: spec.Decode, WriteState and
+	// WriteRoster, wrapped by tests that count.
+	decode      func(data []byte, v any) error
+	writeState  func(dir string, st State) error
+	writeRoster func(dir string, raw, sig []byte) error
 	// lastFailures are the failures of the last apply, so a reconcile pass
 	// that fails the same way again says nothing new.
 	lastFailures string
@@ -185,7 +187,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", cfg.Subnet)
 	}
 	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), kicks: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
-		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState}
+		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState, writeRoster: WriteRoster}
 	a.appliedSeq.Store(st.AppliedSeq)
 	if len(st.Declaration) > 0 {
 		var decl spec.Declaration

@@ -25,6 +25,18 @@ func CountStateWrites(a *Agent, fail func(n int64) error) *atomic.Int64 {
 	return &n
 }
 
+// CountRosterWrites counts the RosterFile writes a makes from now on (call
+// it before a runs).
+func CountRosterWrites(a *Agent) *atomic.Int64 {
+	var n atomic.Int64
+	write := a.writeRoster
+	a.writeRoster = func(dir string, raw, sig []byte) error {
+		n.Add(1)
+		return write(dir, raw, sig)
+	}
+	return &n
+}
+
 // CountDecodes counts the declarations a decodes from now on (call it
 // before a runs).
 func CountDecodes(a *Agent) *atomic.Int64 {

@@ -2,6 +2,8 @@ package host_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -61,6 +63,88 @@ func TestInitReadState(t *testing.T) {
 	got, _, err = host.ReadState(dir)
 	if err != nil || got.AppliedSeq != 18 {
 		t.Errorf("after WriteState: %+v, %v", got, err)
+	}
+}
+
+// TestRosterKeptApart: the roster lives in RosterFile, not state.json; a
+// state.json that an earlier host wrote with the roster inside is read
+// with it, and the first state write moves it to RosterFile before
+// state.json loses it; RosterFile, once there, is what is read, and only
+// WriteRoster changes it.
+func TestRosterKeptApart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "host")
+	if err := host.Init(dir, sampleState(), []byte("SUAEXAMPLESEED")); err != nil {
+		t.Fatal(err)
+	}
+	// state.json as an earlier host wrote it: the roster inside.
+	old := sampleState()
+	old.Roster, old.RosterSig = []byte(`{"seq":1}`), []byte("sig1")
+	body, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, host.StateFile), body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := host.ReadState(dir)
+	if err != nil || string(st.Roster) != `{"seq":1}` || string(st.RosterSig) != "sig1" {
+		t.Fatalf("an earlier state: roster %q sig %q, %v; want the roster inside it", st.Roster, st.RosterSig, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, host.RosterFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("reading made %s: %v", host.RosterFile, err)
+	}
+	st.AppliedSeq = 18
+	if err := host.WriteState(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	body, err = os.ReadFile(filepath.Join(dir, host.StateFile))
+	if err != nil || bytes.Contains(body, []byte(`"roster`)) {
+		t.Fatalf("%s after a write: %s, %v; want no roster inside", host.StateFile, body, err)
+	}
+	if got, _, err := host.ReadState(dir); err != nil || string(got.Roster) != `{"seq":1}` || got.AppliedSeq != 18 {
+		t.Fatalf("after the write: roster %q applied %d, %v; want the roster moved beside", got.Roster, got.AppliedSeq, err)
+	}
+
+	// A state write does not change the roster kept; WriteRoster does.
+	st.Roster, st.RosterSig = []byte(`{"seq":9}`), []byte("sig9")
+	if err := host.WriteState(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := host.ReadState(dir); string(got.Roster) != `{"seq":1}` {
+		t.Fatalf("a state write changed the kept roster to %q", got.Roster)
+	}
+	if err := host.WriteRoster(dir, []byte(`{"seq":2}`), []byte("sig2")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := host.ReadState(dir); err != nil || string(got.Roster) != `{"seq":2}` || string(got.RosterSig) != "sig2" {
+		t.Fatalf("after WriteRoster: roster %q sig %q, %v", got.Roster, got.RosterSig, err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, host.RosterFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: %v, %v; want mode 0600", host.RosterFile, fi, err)
+	}
+
+	// A RosterFile that does not decode is an error naming it, not "no
+	// roster".
+	if err := os.WriteFile(filepath.Join(dir, host.RosterFile), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := host.ReadState(dir); err == nil || !strings.Contains(err.Error(), host.RosterFile) {
+		t.Fatalf("a broken %s read as %v, want an error naming it", host.RosterFile, err)
+	}
+
+	// One left in a directory without a state is not the next join's.
+	other := filepath.Join(t.TempDir(), "host")
+	if err := os.MkdirAll(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.WriteRoster(other, []byte(`{"seq":5}`), []byte("sig5")); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Init(other, sampleState(), []byte("SUAEXAMPLESEED")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := host.ReadState(other); err != nil || got.Roster != nil {
+		t.Fatalf("a join into a directory with a roster left: roster %q, %v; want none", got.Roster, err)
 	}
 }
 

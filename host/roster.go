@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// heldRoster is the roster message the host keeps (state.Roster), decoded
+// heldRoster is the roster message the host keeps (RosterFile), decoded
 // once, on receipt or at start, with its signed bytes and their digest
 // (what a declaration's roster_ref names).
 type heldRoster struct {
@@ -347,11 +347,9 @@ func (a *Agent) planAsk(issued time.Time, window time.Duration) {
 }
 
 // keepRoster makes doc (raw, signed by sig) the roster held: written to
-// state.json first, then served. A write that fails keeps nothing of it.
+// RosterFile first, then served. A write that fails keeps nothing of it.
 func (a *Agent) keepRoster(doc spec.RosterDoc, raw, sig []byte) error {
-	st := a.state
-	st.Roster, st.RosterSig = raw, sig
-	if err := a.save(st); err != nil {
+	if err := a.writeRoster(a.cfg.Dir, raw, sig); err != nil {
 		return err
 	}
 	a.state.Roster, a.state.RosterSig = raw, sig

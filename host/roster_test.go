@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -8,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -302,7 +305,7 @@ func TestDeclarationWaitsForItsRoster(t *testing.T) {
 	servesWeb(t, names, "10.1.0.3")
 }
 
-// TestRosterKeptAcrossRestart: the roster held is in state.json; a host
+// TestRosterKeptAcrossRestart: the roster held is in RosterFile; a host
 // started again serves its names at once, before any message arrives,
 // into a resolver that knows nothing, and its heartbeats name it.
 func TestRosterKeptAcrossRestart(t *testing.T) {
@@ -346,16 +349,17 @@ func TestRosterKeptAcrossRestart(t *testing.T) {
 
 // TestRosterBatchWritesOnce: roster messages waiting for a host that
 // starts are judged in sequence order and the highest kept, with one
-// write of state.json.
+// write of RosterFile and none of state.json; a declaration then writes
+// state.json and not the roster again (a push that changes a module does
+// not have every host write the whole roster).
 func TestRosterBatchWritesOnce(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	names := runResolver(t, resolver.Zone{})
 	b.names = names
-	var writes func() int64
+	var states, rosters func() int64
 	b.prepare = func(a *host.Agent) {
-		n := host.CountStateWrites(a, nil)
-		writes = n.Load
+		states, rosters = host.CountStateWrites(a, nil).Load, host.CountRosterWrites(a).Load
 	}
 	var last uint64
 	for _, seq := range []uint64{3, 1, 2} {
@@ -364,12 +368,27 @@ func TestRosterBatchWritesOnce(t *testing.T) {
 	b.start()
 	b.answered(last)
 	servesWeb(t, names, "10.1.0.3")
-	if n := writes(); n != 1 {
-		t.Fatalf("%d writes of state.json for a batch of rosters, want 1", n)
+	if r, s := rosters(), states(); r != 1 || s != 0 {
+		t.Fatalf("%d writes of %s and %d of %s for a batch of rosters, want 1 and 0", r, host.RosterFile, s, host.StateFile)
 	}
 	if strings.Contains(b.logs.String(), "roster refused") {
 		t.Fatalf("a roster of the batch was refused:\n%s", b.logs.String())
 	}
+	b.publish(encode(t, b.declaration(1, fileResource("/one", "1"))), nil)
+	if r := b.report(); r.Seq != 1 || r.Refused != "" {
+		t.Fatalf("declaration 1: report %+v", r)
+	}
+	if r, s := rosters(), states(); r != 1 || s == 0 {
+		t.Fatalf("after a declaration: %d writes of %s and %d of %s, want 1 and some", r, host.RosterFile, s, host.StateFile)
+	}
+	body, err := os.ReadFile(filepath.Join(b.hostDir, host.StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(body, []byte(`"roster`)) {
+		t.Fatalf("%s holds the roster: %s", host.StateFile, body)
+	}
+	servesWeb(t, names, "10.1.0.3")
 }
 
 // TestInlineRosterIsServed: a declaration that carries the roster itself

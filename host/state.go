@@ -16,6 +16,12 @@ import (
 const (
 	StateFile = "state.json"
 	CredsFile = "node.creds"
+	// RosterFile holds the roster message the host holds, apart from
+	// state.json: a roster is O(fleet) bytes and changes when the roster
+	// does, a state is O(node) and changes at every delivery, so a push
+	// that changes one module does not have every host write the whole
+	// roster again.
+	RosterFile = "roster.json"
 )
 
 // State is what a host must never forget. It is written atomically and its
@@ -57,8 +63,17 @@ type State struct {
 	// Roster and RosterSig are the roster message the host holds (the
 	// highest accepted: its names are what the resolver serves), its
 	// exact signed bytes and signature, kept before the names are served.
+	// They live in RosterFile (WriteRoster); ReadState reads them from
+	// there, or from state.json as earlier hosts kept them,
+	// and WriteState moves them to RosterFile the first time it writes.
 	Roster    []byte `json:"roster,omitempty"`
 	RosterSig []byte `json:"roster_sig,omitempty"`
+}
+
+// rosterKept is RosterFile's content.
+type rosterKept struct {
+	Roster []byte `json:"roster"`
+	Sig    []byte `json:"sig"`
 }
 
 // ReadState reads the host's state and seed from dir.
@@ -70,6 +85,16 @@ func ReadState(dir string) (State, []byte, error) {
 	}
 	if err := spec.Decode(body, &st); err != nil {
 		return State{}, nil, fmt.Errorf("read host state %s: %w", filepath.Join(dir, StateFile), err)
+	}
+	switch body, err := os.ReadFile(filepath.Join(dir, RosterFile)); {
+	case err == nil:
+		var r rosterKept
+		if err := spec.Decode(body, &r); err != nil {
+			return State{}, nil, fmt.Errorf("read kept roster %s: %w", filepath.Join(dir, RosterFile), err)
+		}
+		st.Roster, st.RosterSig = r.Roster, r.Sig
+	case !errors.Is(err, os.ErrNotExist):
+		return State{}, nil, fmt.Errorf("read kept roster: %w", err)
 	}
 	seed, err := os.ReadFile(filepath.Join(dir, CredsFile))
 	if err != nil {
@@ -95,20 +120,52 @@ func Init(dir string, st State, seed []byte) error {
 	if err := safefile.WriteFile(filepath.Join(dir, CredsFile), append(append([]byte(nil), seed...), '\n'), 0o600); err != nil {
 		return fmt.Errorf("write node credential: %w", err)
 	}
+	// A roster left without its state (a join cut short, a state removed
+	// by hand) is no roster of this host's.
+	if err := os.Remove(filepath.Join(dir, RosterFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove a kept roster left without its state: %w", err)
+	}
 	return WriteState(dir, st)
 }
 
 // WriteState writes st to dir atomically, compact: indenting it took two
 // thirds of the encoding (a profile of 1,000 simulated hosts taking a
-// push), and what it holds is mostly base64 (the declaration and roster
-// bytes) that indentation does not make readable.
+// push), and what it holds is mostly base64 (the declaration's bytes)
+// that indentation does not make readable. The roster is not written
+// (WriteRoster does), except to RosterFile when that is missing: a state
+// that an older host wrote with its roster inside loses it from
+// state.json only once it is kept beside.
 func WriteState(dir string, st State) error {
+	if len(st.Roster) > 0 {
+		switch _, err := os.Stat(filepath.Join(dir, RosterFile)); {
+		case errors.Is(err, os.ErrNotExist):
+			if err := WriteRoster(dir, st.Roster, st.RosterSig); err != nil {
+				return err
+			}
+		case err != nil:
+			return fmt.Errorf("look for the kept roster: %w", err)
+		}
+	}
+	st.Roster, st.RosterSig = nil, nil
 	body, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encode host state: %w", err)
 	}
 	if err := safefile.WriteFile(filepath.Join(dir, StateFile), append(body, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write host state: %w", err)
+	}
+	return nil
+}
+
+// WriteRoster writes the roster message held (its signed bytes and
+// signature) to dir atomically.
+func WriteRoster(dir string, raw, sig []byte) error {
+	body, err := json.Marshal(rosterKept{Roster: raw, Sig: sig})
+	if err != nil {
+		return fmt.Errorf("encode kept roster: %w", err)
+	}
+	if err := safefile.WriteFile(filepath.Join(dir, RosterFile), append(body, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write kept roster: %w", err)
 	}
 	return nil
 }
