@@ -16,7 +16,8 @@ import (
 // BenchmarkFleetPush pushes to fleets of simulated hosts (newFleet: the
 // controller is the real binary in its own process, the hosts are real
 // agents in this one, each with its own token and credential, no consumer
-// (protocol 6), their state on tmpfs), 50 and 1,000 unless MESH_BENCH_FLEET
+// (protocol 6), their state on tmpfs, one copy of each roster in memory
+// for all: host.RosterPool), 50 and 1,000 unless MESH_BENCH_FLEET
 // lists other sizes ("50,1000"). Each op is three pushes, each timed from the request:
 //
 //   - change: a new version of module motd, assigned to every node: to the
@@ -183,7 +184,7 @@ func benchFleet(b *testing.B, nodes int) {
 	b.ReportMetric(ready.Seconds(), "restart-ready-s")
 	b.ReportMetric(ms(p.last), "restart-change-ms")
 	b.ReportMetric(restartPeak, "restart-peak-MiB")
-	b.Logf("%d simulated hosts, their state on tmpfs: %v", nodes, f.shm)
+	b.Logf("%d simulated hosts, their state on tmpfs: %v; one copy of each roster held in this process for all of them (host.RosterPool)", nodes, f.shm)
 }
 
 // quantile is the q-th percentile of ds (nearest rank).

@@ -46,6 +46,11 @@ type fleet struct {
 	// zones counts the zones the hosts were given to serve (zoneCount):
 	// each takes one per roster it holds.
 	zones atomic.Int64
+	// rosters is shared by the simulated hosts: each roster is held once
+	// in this process, as ten thousand machines would each hold it once
+	// (held by each of 9,999 hosts, the rosters were 13–20 GB of this
+	// process, and the machine thrashed before a push could be timed).
+	rosters host.RosterPool
 }
 
 // zoneCount is a simulated host's resolver: it serves nothing, and counts
@@ -169,7 +174,7 @@ func (f *fleet) joinOne(ctx context.Context, dir, exe, node string, log *slog.Lo
 		return nil, err
 	}
 	return host.New(host.Config{Dir: dir, Root: filepath.Join(dir, "root"), Executable: exe, HeartbeatEvery: 10 * time.Second,
-		Names: zoneCount{&f.zones}}, log)
+		Names: zoneCount{&f.zones}, Rosters: &f.rosters}, log)
 }
 
 func (f *fleet) call(tb testing.TB, verb string, req, res any) {

@@ -58,6 +58,10 @@ type Config struct {
 	// Panics counts the panics recovered in the agent; main shares it with
 	// the controller's /metrics on a controller's machine. Nil: its own.
 	Panics *atomic.Uint64
+	// Rosters, when set, is shared by the hosts of one process (the fleet
+	// benchmark's simulated hosts) so that each roster is held once; nil,
+	// as for every real host: this one holds its own.
+	Rosters *RosterPool
 }
 
 // Agent is the host's agent.
@@ -202,7 +206,8 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		if err := spec.Decode(st.Roster, &doc); err != nil {
 			a.rosterErr = fmt.Errorf("the kept roster in %s does not decode: %w", cfg.Dir, err)
 		} else {
-			a.roster = &heldRoster{doc: doc, raw: st.Roster, digest: spec.ContentDigest(st.Roster)}
+			a.roster = cfg.Rosters.share(&heldRoster{doc: doc, raw: st.Roster, digest: spec.ContentDigest(st.Roster)})
+			a.state.Roster = a.roster.raw
 			a.rosterSeq.Store(doc.Seq)
 		}
 	}

@@ -113,11 +113,16 @@ func TestRosterKeptApart(t *testing.T) {
 	if got, _, _ := host.ReadState(dir); string(got.Roster) != `{"seq":1}` {
 		t.Fatalf("a state write changed the kept roster to %q", got.Roster)
 	}
-	if err := host.WriteRoster(dir, []byte(`{"seq":2}`), []byte("sig2")); err != nil {
+	// Its bytes kept exactly as signed (not compacted), and refused when
+	// they are not JSON.
+	if err := host.WriteRoster(dir, []byte(`{ "seq": 2 }`), []byte("sig2")); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, err := host.ReadState(dir); err != nil || string(got.Roster) != `{"seq":2}` || string(got.RosterSig) != "sig2" {
+	if got, _, err := host.ReadState(dir); err != nil || string(got.Roster) != `{ "seq": 2 }` || string(got.RosterSig) != "sig2" {
 		t.Fatalf("after WriteRoster: roster %q sig %q, %v", got.Roster, got.RosterSig, err)
+	}
+	if err := host.WriteRoster(dir, []byte(`{"seq":3`), []byte("sig3")); err == nil {
+		t.Fatal("a roster that is not JSON was written")
 	}
 	if fi, err := os.Stat(filepath.Join(dir, host.RosterFile)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("%s: %v, %v; want mode 0600", host.RosterFile, fi, err)

@@ -352,8 +352,8 @@ func (a *Agent) keepRoster(doc spec.RosterDoc, raw, sig []byte) error {
 	if err := a.writeRoster(a.cfg.Dir, raw, sig); err != nil {
 		return err
 	}
-	a.state.Roster, a.state.RosterSig = raw, sig
-	a.roster, a.rosterErr = &heldRoster{doc: doc, raw: raw, digest: spec.ContentDigest(raw)}, nil
+	a.roster, a.rosterErr = a.cfg.Rosters.share(&heldRoster{doc: doc, raw: raw, digest: spec.ContentDigest(raw)}), nil
+	a.state.Roster, a.state.RosterSig = a.roster.raw, sig
 	a.rosterSeq.Store(doc.Seq)
 	a.askAt, a.askBackoff = time.Time{}, 0
 	a.nudgeHeartbeat()

@@ -1,8 +1,13 @@
 package host
 
 import (
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
+
+	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/spec"
 )
 
 // TestAskDrawnWithinTheWindow: the moment a host asks for a roster whose
@@ -75,5 +80,37 @@ func TestAskAgainSpreadsWider(t *testing.T) {
 	defer a.retry.Stop()
 	if a.askAgain(); a.askBackoff != rosterRetry {
 		t.Fatalf("with no delta's window the backoff starts at %s, want %s", a.askBackoff, rosterRetry)
+	}
+}
+
+// TestRosterPoolShares: hosts sharing a pool hold one roster for each
+// digest (the fleet benchmark's ten thousand hosts in one process), the
+// entry goes once no host holds it, and a nil pool (every real host)
+// shares nothing.
+func TestRosterPoolShares(t *testing.T) {
+	p := new(RosterPool)
+	held := func(raw string) *heldRoster {
+		return &heldRoster{raw: []byte(raw), digest: spec.ContentDigest([]byte(raw))}
+	}
+	a, b := p.share(held(`{"seq":1}`)), p.share(held(`{"seq":1}`))
+	if a != b {
+		t.Fatal("two hosts taking the same roster hold two copies")
+	}
+	c := p.share(held(`{"seq":2}`))
+	if c == a || p.size() != 2 {
+		t.Fatalf("another roster shared with the first (%v), or %d entries, want 2", c == a, p.size())
+	}
+	var none *RosterPool
+	if x, y := none.share(held(`{"seq":1}`)), none.share(held(`{"seq":1}`)); x == y {
+		t.Fatal("hosts without a pool share a roster")
+	}
+	runtime.KeepAlive(a)
+	a, b = nil, nil
+	poll.Until(t, 10*time.Second, "the pool forgets the roster no host holds", func() (bool, string) {
+		runtime.GC()
+		return p.size() == 1, fmt.Sprintf("%d entries", p.size())
+	})
+	if p.share(held(`{"seq":2}`)) != c {
+		t.Fatal("the roster still held is not shared")
 	}
 }
