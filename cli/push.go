@@ -155,8 +155,15 @@ func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, event
 			if !ok {
 				continue
 			}
-			delete(pending, ev.Report.Node)
 			r := ev.Report
+			if r.Waiting != "" {
+				// Not applied yet (the host waits for the roster the
+				// declaration names): said, and waited for.
+				outcome.Nodes[i].Report = &r
+				fmt.Fprintf(w, "%s: declaration %d waits: %s\n", r.Node, r.Seq, r.Waiting)
+				continue
+			}
+			delete(pending, ev.Report.Node)
 			outcome.Nodes[i].Report, outcome.Nodes[i].Answered = &r, true
 			if !printReport(w, r, verbose) {
 				outcome.OK = false
@@ -170,11 +177,24 @@ func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, event
 			outcome.OK = false
 			return outcome
 		case <-deadline.C:
-			for node := range pending {
+			var silent, waiting []string
+			for node, i := range pending {
 				outcome.Silent = append(outcome.Silent, node)
+				if outcome.Nodes[i].Report != nil {
+					waiting = append(waiting, node)
+				} else {
+					silent = append(silent, node)
+				}
 			}
 			sort.Strings(outcome.Silent)
-			fmt.Fprintf(w, "no answer within %s from: %s\n", wait, strings.Join(outcome.Silent, ", "))
+			sort.Strings(silent)
+			sort.Strings(waiting)
+			if len(silent) > 0 {
+				fmt.Fprintf(w, "no answer within %s from: %s\n", wait, strings.Join(silent, ", "))
+			}
+			if len(waiting) > 0 {
+				fmt.Fprintf(w, "still waiting after %s (mesh status says for what): %s\n", wait, strings.Join(waiting, ", "))
+			}
 			outcome.OK = false
 			return outcome
 		}

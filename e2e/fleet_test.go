@@ -258,8 +258,19 @@ func (f *fleet) push(tb testing.TB, force bool) pushed {
 	}
 	p.sent = len(want)
 	timeout := time.After(3*time.Minute + time.Duration(len(f.nodes)/1000)*time.Minute)
+	// A push to thousands of hosts says how it goes every half minute.
+	var every <-chan time.Time
+	if len(f.nodes) >= 2000 {
+		tb.Logf("push %s answered after %s: %d nodes sent a declaration", p.res.ID, p.replied.Round(time.Millisecond), p.sent)
+		tick := time.NewTicker(30 * time.Second)
+		defer tick.Stop()
+		every = tick.C
+	}
+	waiting := map[string]bool{}
 	for len(want) > 0 {
 		select {
+		case <-every:
+			tb.Logf("push %s after %s: %d of %d nodes not reported yet, %d of them said they wait", p.res.ID, time.Since(start).Round(time.Second), len(want), p.sent, len(waiting))
 		case m := <-events:
 			var ev spec.PushEvent
 			if json.Unmarshal(m.Data, &ev) != nil || ev.PushID != p.res.ID {
@@ -267,8 +278,12 @@ func (f *fleet) push(tb testing.TB, force bool) pushed {
 			}
 			// A host that waits for the roster its declaration names has
 			// not applied it: its report then comes later.
+			if seq, ok := want[ev.Report.Node]; ok && ev.Report.Seq == seq && ev.Report.Waiting != "" {
+				waiting[ev.Report.Node] = true
+			}
 			if seq, ok := want[ev.Report.Node]; ok && ev.Report.Seq == seq && ev.Report.Waiting == "" {
 				delete(want, ev.Report.Node)
+				delete(waiting, ev.Report.Node)
 				p.reports[ev.Report.Node] = ev.Report
 			}
 		case <-timeout:

@@ -296,13 +296,21 @@ loop:
 	return nil
 }
 
+// inProcessTimeout bounds the handshake of the controller's own
+// connections. The bus may be taking thousands of hosts reconnecting at
+// once, each with a TLS handshake, when the controller starts again: with
+// nats.go's 2 s default, 5,000 simulated hosts made the restarted
+// controller's connection time out and the controller exit.
+const inProcessTimeout = time.Minute
+
 // connect opens an in-process connection to the bus as key's user.
 func (c *Controller) connect(key nkeys.KeyPair, name string) (*nats.Conn, error) {
 	pub, err := key.PublicKey()
 	if err != nil {
 		return nil, fmt.Errorf("%s bus key: %w", name, err)
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(c.deps.Bus.NATS()), nats.Nkey(pub, key.Sign), nats.Name(name))
+	nc, err := nats.Connect("", nats.InProcessServer(c.deps.Bus.NATS()), nats.Nkey(pub, key.Sign), nats.Name(name),
+		nats.Timeout(inProcessTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("connect %s to the bus: %w", name, err)
 	}

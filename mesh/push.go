@@ -486,9 +486,11 @@ func (c *Controller) setSeq(node string, w *watcher, seq uint64) {
 	w.mu.Unlock()
 	for _, r := range early {
 		if r.Preview == w.preview && r.Seq >= seq {
-			c.unwatch(node, w)
 			c.notify(w, r)
-			return
+			if r.Waiting == "" {
+				c.unwatch(node, w)
+				return
+			}
 		}
 	}
 }
@@ -546,7 +548,9 @@ func (c *Controller) unwatch(node string, w *watcher) {
 	}
 }
 
-// forward hands r to the watchers of its node that it answers.
+// forward hands r to the watchers of its node that it answers. A report
+// that the declaration waits (for the roster it names) is handed on and
+// ends no watch: the apply's report comes later.
 func (c *Controller) forward(r spec.Report) {
 	c.watchMu.Lock()
 	var keep, due []*watcher
@@ -559,6 +563,9 @@ func (c *Controller) forward(r spec.Report) {
 			keep = append(keep, w)
 		case w.seq != 0 && r.Seq >= w.seq:
 			due = append(due, w)
+			if r.Waiting != "" {
+				keep = append(keep, w)
+			}
 		case w.seq == 0:
 			w.early = append(w.early, r)
 			keep = append(keep, w)

@@ -45,14 +45,12 @@ func (c *Controller) onReport(ctx context.Context, m *nats.Msg) {
 	if r.Waiting != "" {
 		// Not applied, not refused: the host takes it when the roster it
 		// names arrives, and reports then. Kept as the node's last report
-		// (status says why it has not applied), not forwarded to a push
-		// that waits for the apply.
+		// (status says why it has not applied), and forwarded to the push
+		// that waits for the apply, which goes on waiting.
 		c.log.Warn("declaration waits for its roster", "node", node, "seq", r.Seq, "waiting", spec.Clip(r.Waiting, spec.MaxStatusText))
 	}
 	if r.Preview {
-		if r.Waiting == "" {
-			c.reported(r)
-		}
+		c.reported(r)
 		return
 	}
 	select {
@@ -133,9 +131,7 @@ func (c *Controller) recordReports(ctx context.Context, batch []queuedReport) {
 			c.log.Error("report not recorded", "node", r.Node, "err", err)
 			continue
 		}
-		if r.Waiting == "" {
-			c.reported(r)
-		}
+		c.reported(r)
 	}
 }
 

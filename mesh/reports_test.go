@@ -170,3 +170,46 @@ func TestReportsAreRecordedBeforeForwarded(t *testing.T) {
 		t.Fatalf("forwarded %q (%v), want n02's report alone", node, ok)
 	}
 }
+
+// TestWaitingReportWatchedThrough: a report that the declaration waits
+// (for the roster it names) is forwarded to the push, and the push goes
+// on watching: the apply's report that follows is forwarded too. At
+// 9,999 hosts every host waited for the first push's roster, and the push
+// then heard no apply at all.
+func TestWaitingReportWatchedThrough(t *testing.T) {
+	t.Parallel()
+	c, _ := newController(t, &clock{now: time.Now()})
+	ctx := context.Background()
+	progress := spec.OperatorInbox + ".waiting"
+	events := make(chan *nats.Msg, 16)
+	sub, err := c.nc.ChanSubscribe(progress, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.push(ctx, spec.PushRequest{Force: true, Progress: progress, Nodes: []string{"alpha"}})
+	if err != nil || len(res.Nodes) != 1 || res.Nodes[0].Seq == 0 {
+		t.Fatalf("push: %+v, %v", res, err)
+	}
+	seq := res.Nodes[0].Seq
+	for _, r := range []spec.Report{
+		{Node: "alpha", Seq: seq, Digest: "sha256:x", Waiting: "it names roster 7, which this host has not got"},
+		{Node: "alpha", Seq: seq, Digest: "sha256:x"},
+	} {
+		if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindReport), mustJSON(t, r)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-events:
+			var ev spec.PushEvent
+			if err := json.Unmarshal(m.Data, &ev); err != nil || ev.PushID != res.ID || ev.Report.Waiting != r.Waiting {
+				t.Fatalf("forwarded %s (%v), want the report %+v", m.Data, err, r)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the report %+v was not forwarded to the push", r)
+		}
+	}
+}

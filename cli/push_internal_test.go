@@ -1,0 +1,59 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats.go"
+)
+
+// TestWaitForReportsThroughAWait: a report that the declaration waits (for
+// the roster it names) is said and waited through to the apply's; a node
+// that only said it waits is named as waiting at the deadline, not as
+// silent, and neither is taken for done.
+func TestWaitForReportsThroughAWait(t *testing.T) {
+	t.Parallel()
+	waits := spec.Report{Node: "alpha", Seq: 4, Waiting: "it names roster 7, which this host has not got"}
+	applied := spec.Report{Node: "alpha", Seq: 4, Results: []spec.ResourceResult{{Name: "motd:file:/etc/motd", Outcome: spec.Changed}}}
+	for _, tc := range []struct {
+		name    string
+		reports []spec.Report
+		ok      bool
+		lines   []string
+		silent  []string
+	}{
+		{"waits, then applies", []spec.Report{waits, applied}, true,
+			[]string{"alpha: sent declaration 4 (1 resources)", "alpha: declaration 4 waits: it names roster 7, which this host has not got", "alpha: applied declaration 4: 0 created, 1 changed, 0 removed, 0 unchanged, 0 failed (0 writes)", "  ~ motd:file:/etc/motd"}, nil},
+		{"waits past the deadline", []spec.Report{waits}, false,
+			[]string{"alpha: sent declaration 4 (1 resources)", "alpha: declaration 4 waits: it names roster 7, which this host has not got", "still waiting after 200ms (mesh status says for what): alpha"}, []string{"alpha"}},
+		{"says nothing", nil, false,
+			[]string{"alpha: sent declaration 4 (1 resources)", "no answer within 200ms from: alpha"}, []string{"alpha"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			events := make(chan *nats.Msg, len(tc.reports))
+			for _, r := range tc.reports {
+				body, _ := json.Marshal(spec.PushEvent{PushID: "p1", Report: r})
+				events <- &nats.Msg{Data: body}
+			}
+			var out bytes.Buffer
+			res := spec.PushResult{ID: "p1", Nodes: []spec.PushNode{{Node: "alpha", Seq: 4, Resources: 1}}}
+			o := waitForReports(context.Background(), &out, res, events, 200*time.Millisecond, false, false)
+			if got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); !slices.Equal(got, tc.lines) {
+				t.Errorf("printed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.lines, "\n"))
+			}
+			if o.OK != tc.ok || !slices.Equal(o.Silent, append([]string{}, tc.silent...)) {
+				t.Errorf("outcome ok %v silent %v, want %v %v", o.OK, o.Silent, tc.ok, tc.silent)
+			}
+			if tc.ok && (o.Nodes[0].Report == nil || o.Nodes[0].Report.Waiting != "" || !o.Nodes[0].Answered) {
+				t.Errorf("the outcome holds report %+v, answered %v: want the apply's", o.Nodes[0].Report, o.Nodes[0].Answered)
+			}
+		})
+	}
+}
