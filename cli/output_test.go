@@ -32,7 +32,7 @@ func TestOutputGolden(t *testing.T) {
 			{Name: "motd:file:/etc/motd", Outcome: spec.Unchanged}, {Name: "web:directory:/srv", Outcome: spec.Failed, Error: "mkdir /srv: read-only file system"},
 			{Name: "web:container:web", Outcome: spec.Changed, Note: "started again: it had exited with code 137 at 2026-11-30T11:59:00Z"}}}}
 	never := spec.Node{Name: "beta", Address: "10.0.0.2", Joined: at.Add(-time.Minute)}
-	foreign := spec.Node{Name: "gamma", Address: "10.0.0.3", Joined: at, LastHeard: &heard, HeardAgo: "3s", SilentAfterMS: 30000, HostVersion: "ffff", Protocol: 7}
+	foreign := spec.Node{Name: "gamma", Address: "10.0.0.3", Joined: at, LastHeard: &heard, HeardAgo: "3s", SilentAfterMS: 30000, HostVersion: "ffff", Protocol: 99}
 	st := func(clear bool) spec.StatusResult {
 		r := spec.StatusResult{Time: at, Versions: map[string][]string{"1a2b3c4d5e6f": {"alpha"}}, AllClear: clear, Problems: []string{},
 			Intermediate: "7d0804e7bdd7c66fe60e43e654cb364f",

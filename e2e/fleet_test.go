@@ -106,7 +106,17 @@ func newFleet(tb testing.TB, nodes int) *fleet {
 			<-f.done
 		}
 	})
+	// MESH_BENCH_HOST_LOG=FILE keeps the simulated hosts' warnings and
+	// errors, each with its node; else they say nothing.
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if file := os.Getenv("MESH_BENCH_HOST_LOG"); file != "" {
+		w, err := os.Create(file)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { w.Close() })
+		quiet = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	f.nodes = make([]string, nodes)
 	for i := range nodes {
 		f.nodes[i] = fmt.Sprintf("n%05d", i)
@@ -120,7 +130,7 @@ func newFleet(tb testing.TB, nodes int) *fleet {
 	begin := time.Now()
 	agents := make([]*host.Agent, nodes)
 	for i, node := range f.nodes {
-		a, err := f.joinOne(ctx, f.hostDir(node), exe, node, quiet)
+		a, err := f.joinOne(ctx, f.hostDir(node), exe, node, quiet.With("node", node))
 		if err != nil {
 			tb.Fatalf("join %s: %v", node, err)
 		}

@@ -58,6 +58,9 @@ type Config struct {
 	// Panics counts the panics recovered in the agent; main shares it with
 	// the controller's /metrics on a controller's machine. Nil: its own.
 	Panics *atomic.Uint64
+	// ReportRetry is how long a report waits for the controller's answer
+	// before it is sent again (protocol 7); zero means 30 s.
+	ReportRetry time.Duration
 	// Rosters, when set, is shared by the hosts of one process (the fleet
 	// benchmark's simulated hosts) so that each roster is held once; nil,
 	// as for every real host: this one holds its own.
@@ -121,6 +124,9 @@ type Agent struct {
 	decode      func(data []byte, v any) error
 	writeState  func(dir string, st State) error
 	writeRoster func(dir string, raw, sig []byte) error
+	// unacked is the last report sent, until the controller answers it
+	// (protocol 7); nil once answered.
+	unacked *sentReport
 	// lastFailures are the failures of the last apply, so a reconcile pass
 	// that fails the same way again says nothing new.
 	lastFailures string
@@ -180,6 +186,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	if cfg.Root == "" {
 		cfg.Root = "/"
+	}
+	if cfg.ReportRetry <= 0 {
+		cfg.ReportRetry = reportRetry
 	}
 	if cfg.Panics == nil {
 		cfg.Panics = new(atomic.Uint64)
@@ -345,6 +354,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe to the preview subject: %w", err)
 	}
 	defer psub.Unsubscribe()
+	acks := make(chan *nats.Msg, 16)
+	asub, err := nc.ChanSubscribe(spec.ReportAckSubject(a.state.Node), acks)
+	if err != nil {
+		return fmt.Errorf("subscribe to the reports' answers: %w", err)
+	}
+	defer asub.Unsubscribe()
 
 	facts := time.NewTicker(a.cfg.FactsEvery)
 	defer facts.Stop()
@@ -442,6 +457,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		case m := <-previews:
 			a.safely("preview", func() { a.handlePreview(ctx, nc, m) })
 			continue // a preview applies nothing
+		case m := <-acks:
+			a.acked(m)
+			continue
 		case m := <-deliveries:
 			a.safely("delivery", func() { a.handleBatch(ctx, nc, drain(m, deliveries)) })
 			a.nudgeHeartbeat()

@@ -26,12 +26,14 @@ func (a *Agent) arm(d time.Duration) {
 	a.retry.Reset(d)
 }
 
-// retryNow does again what is due: asks for the roster a delta announced,
+// retryNow does again what is due: sends the last report again while the
+// controller has not answered it, asks for the roster a delta announced,
 // handles the declaration that waits for its roster again (it asks for
 // the roster again), asks for the node's last declaration when one could
 // not be kept. What is not due yet arms the timer again.
 func (a *Agent) retryNow(ctx context.Context, nc *nats.Conn) {
 	a.retryAt = time.Time{}
+	a.resendReport(nc, false)
 	a.askDueNow(ctx, nc)
 	if w := a.waiting; w != nil && w.Reply == "" {
 		a.handleWaiting(ctx, nc)
@@ -45,7 +47,8 @@ func (a *Agent) retryNow(ctx context.Context, nc *nats.Conn) {
 // catchUpNow asks for the roster in force and the node's last
 // declaration, naming those held (answered "held" in a few bytes when they
 // are the last): the roster first, which a declaration may name. A
-// declaration that waited for a roster the check took is handled.
+// declaration that waited for a roster the check took is handled. The
+// last report, not answered yet, is sent again.
 func (a *Agent) catchUpNow(ctx context.Context, nc *nats.Conn) {
 	key, err := a.signKey()
 	if err != nil {
@@ -56,6 +59,7 @@ func (a *Agent) catchUpNow(ctx context.Context, nc *nats.Conn) {
 		a.handleWaiting(ctx, nc)
 	}
 	a.checkDeclaration(ctx, nc)
+	a.resendReport(nc, true)
 }
 
 // checkDeclaration asks the controller for the node's last declaration,

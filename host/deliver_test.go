@@ -45,6 +45,10 @@ type bench struct {
 	// heartbeat is the host's heartbeat interval, and reconcile how often
 	// it reconciles: an hour each unless a test sets them before start.
 	heartbeat, reconcile time.Duration
+	// reportRetry is the host's Config.ReportRetry; ack, when set, says
+	// which reports the bench answers (all, when unset).
+	reportRetry time.Duration
+	ack         atomic.Pointer[func(spec.Report) bool]
 	// prepare, when set, is given each agent started, before it runs.
 	prepare func(*host.Agent)
 	// auth is the mesh's authority: its root is the one the host pinned.
@@ -137,10 +141,15 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 		bus: bus, nodeUser: broker.User{NKey: nodePub, Publish: p.Publish, Subscribe: p.Subscribe}}
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	b.key = priv
+	// The reports, answered as a controller of protocol 7 does unless
+	// b.ack says otherwise.
 	if _, err := nc.Subscribe(spec.NodeSubject("alpha", spec.KindReport), func(m *nats.Msg) {
 		var r spec.Report
 		if err := json.Unmarshal(m.Data, &r); err == nil {
 			b.reports <- r
+			if ack := b.ack.Load(); m.Reply != "" && (ack == nil || (*ack)(r)) {
+				m.Respond(spec.EncodeReply(spec.ReportAck{Seq: r.Seq, Time: r.Time}, nil))
+			}
 		}
 	}); err != nil {
 		t.Fatal(err)
@@ -153,7 +162,8 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 	var agentDone chan struct{}
 	agentCancel := func() {}
 	b.start = func() {
-		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: b.heartbeat, ReconcileEvery: b.reconcile, Names: b.names, Launched: b.launched, Panics: b.panics}, hostLog)
+		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: b.heartbeat, ReconcileEvery: b.reconcile, Names: b.names, Launched: b.launched, Panics: b.panics,
+			ReportRetry: b.reportRetry}, hostLog)
 		if err != nil {
 			t.Fatal(err)
 		}

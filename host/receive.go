@@ -383,16 +383,6 @@ func (a *Agent) respond(nc *nats.Conn, m *nats.Msg, ack string) {
 	}
 }
 
-func (a *Agent) report(nc *nats.Conn, r spec.Report) {
-	r.Node, r.Time = a.state.Node, time.Now().UTC()
-	if r.Results == nil {
-		r.Results = []spec.ResourceResult{}
-	}
-	if err := publish(nc, spec.NodeSubject(a.state.Node, spec.KindReport), r); err != nil {
-		a.log.Warn("report not sent", "seq", r.Seq, "err", err)
-	}
-}
-
 // busBlobs fetches blobs from the controller, chunk by chunk.
 type busBlobs struct {
 	nc   *nats.Conn

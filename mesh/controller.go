@@ -232,7 +232,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		{spec.NodeSubject("*", spec.KindHeartbeat), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onHeartbeat(ctx, m) }},
 		{spec.NodeSubject("*", spec.KindFacts), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onFacts(ctx, m) }},
 		{spec.EnrolSubject, "enrol", c.enrolRequester(ctx), func(m *nats.Msg, r requester) { c.onEnrol(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindReport), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onReport(ctx, m) }},
+		{spec.NodeSubject("*", spec.KindReport), "", byNodeSubject, func(m *nats.Msg, r requester) { c.onReport(ctx, m, r) }},
 		{spec.NodeSubject("*", spec.KindBlob), "blob", byNodeSubject, func(m *nats.Msg, r requester) { c.onBlob(ctx, m, r) }},
 		{spec.NodeSubject("*", spec.KindCSR), "csr", byNodeSubject, func(m *nats.Msg, r requester) { c.onCSR(ctx, m, r) }},
 		{spec.NodeSubject("*", spec.KindRoster), "roster", byNodeSubject, func(m *nats.Msg, r requester) { c.onRoster(ctx, m, r) }},

@@ -27,9 +27,10 @@ const (
 )
 
 // onReport takes a node's report: checked, clipped, and queued for the
-// report writer (writeReports). A preview's answer is stored nowhere: it
-// is forwarded at once.
-func (c *Controller) onReport(ctx context.Context, m *nats.Msg) {
+// report writer (writeReports), which answers it once recorded (protocol
+// 7: the host sends it again until then). A preview's answer is stored
+// nowhere: it is forwarded at once.
+func (c *Controller) onReport(ctx context.Context, m *nats.Msg, who requester) {
 	c.metrics.reports.Add(1)
 	node, _, _ := spec.NodeFromSubject(m.Subject)
 	var r spec.Report
@@ -54,15 +55,27 @@ func (c *Controller) onReport(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	select {
-	case c.reportq <- queuedReport{r: r, at: c.cfg.Now()}:
+	case c.reportq <- queuedReport{r: r, at: c.cfg.Now(), msg: m, who: who}:
 	case <-ctx.Done():
 	}
 }
 
-// queuedReport is a report waiting for the writer, and when it came.
+// queuedReport is a report waiting for the writer, and when it came; msg
+// and who are its message and sender, answered once it is recorded.
 type queuedReport struct {
-	r  spec.Report
-	at time.Time
+	r   spec.Report
+	at  time.Time
+	msg *nats.Msg
+	who requester
+}
+
+// ack answers q's report, when its host asked for an answer: the
+// controller holds it, so it need not come again.
+func (c *Controller) ack(q queuedReport) {
+	if q.msg == nil || q.msg.Reply == "" {
+		return
+	}
+	c.respond(q.msg, q.who, spec.EncodeReply(spec.ReportAck{Seq: q.r.Seq, Time: q.r.Time}, nil))
 }
 
 // writeReports writes the queued reports until ctx ends: whatever is
@@ -106,17 +119,18 @@ func (c *Controller) recordReports(ctx context.Context, batch []queuedReport) {
 		return
 	}
 	records := make([]store.ReportRecord, 0, len(batch))
-	kept := make([]spec.Report, 0, len(batch))
+	kept := make([]queuedReport, 0, len(batch))
 	for _, q := range batch {
 		r := q.r
 		if !c.weigh(r.Node, r.Seq, heads[r.Node].Seq) {
 			c.log.Warn("report refused: it names a declaration far above the last sent to the node", "node", r.Node, "seq", r.Seq)
+			c.ack(q) // refused for good: sent again, it would be again
 			continue
 		}
 		body, _ := json.Marshal(r)
 		records = append(records, store.ReportRecord{Report: store.Report{Node: r.Node, Seq: r.Seq, Body: body, Received: q.at},
 			Applied: r.Refused == "" && r.Waiting == ""})
-		kept = append(kept, r)
+		kept = append(kept, q)
 	}
 	if len(records) == 0 {
 		return
@@ -126,12 +140,13 @@ func (c *Controller) recordReports(ctx context.Context, batch []queuedReport) {
 		c.log.Error("reports not recorded", "reports", len(records), "err", err)
 		return
 	}
-	for i, r := range kept {
+	for i, q := range kept {
 		if err := failed[i]; err != nil {
-			c.log.Error("report not recorded", "node", r.Node, "err", err)
+			c.log.Error("report not recorded", "node", q.r.Node, "err", err)
 			continue
 		}
-		c.reported(r)
+		c.ack(q)
+		c.reported(q.r)
 	}
 }
 

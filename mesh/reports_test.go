@@ -213,3 +213,72 @@ func TestWaitingReportWatchedThrough(t *testing.T) {
 		}
 	}
 }
+
+// TestReportAnsweredOnceRecorded: a report is answered (protocol 7) once
+// the store holds it, under the node's own inbox, naming it; one the
+// store did not take is not answered (its host sends it again), and one
+// whose reply subject is another's inbox is recorded and answered nowhere.
+func TestReportAnsweredOnceRecorded(t *testing.T) {
+	t.Parallel()
+	seam := &reportSeam{recorded: map[string]bool{}, tried: make(chan string, 64)}
+	c, _ := newControllerWith(t, &clock{now: time.Now()}, func(db *store.DB) Store { seam.DB = db; return seam })
+	ackIn := spec.ReportAckSubject("alpha")
+	acks := make(chan *nats.Msg, 8)
+	sub, err := c.nc.ChanSubscribe(spec.NodeInbox("alpha")+".>", acks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	send := func(reply string, r spec.Report) {
+		t.Helper()
+		if err := c.nc.PublishRequest(spec.NodeSubject("alpha", spec.KindReport), reply, mustJSON(t, r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	when := time.Now().UTC().Truncate(time.Microsecond)
+	send(ackIn, spec.Report{Node: "alpha", Seq: 0, Time: when, Digest: "sha256:x"})
+	select {
+	case m := <-acks:
+		var ack spec.ReportAck
+		if err := spec.DecodeReply(m.Data, &ack); err != nil || m.Subject != ackIn || ack.Seq != 0 || !ack.Time.Equal(when) {
+			t.Fatalf("answer %s on %s (%v), want one naming the report on %s", m.Data, m.Subject, err, ackIn)
+		}
+		if !seam.wasRecorded("alpha") {
+			t.Fatal("the report was answered before it was recorded")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the report was not answered")
+	}
+
+	seam.mu.Lock()
+	seam.failNode = "alpha"
+	seam.mu.Unlock()
+	for len(seam.tried) > 0 {
+		<-seam.tried
+	}
+	send(ackIn, spec.Report{Node: "alpha", Seq: 0, Time: when.Add(time.Second), Digest: "sha256:x"})
+	for node := range seam.tried {
+		if node == "alpha" {
+			break
+		}
+	}
+	seam.mu.Lock()
+	seam.failNode = ""
+	seam.mu.Unlock()
+	// Another's inbox: recorded, answered nowhere; then one answered, which
+	// comes after any answer the two before it would have had.
+	send(spec.NodeInbox("beta")+".report", spec.Report{Node: "alpha", Seq: 0, Time: when.Add(2 * time.Second), Digest: "sha256:x"})
+	send(ackIn, spec.Report{Node: "alpha", Seq: 0, Time: when.Add(3 * time.Second), Digest: "sha256:x"})
+	select {
+	case m := <-acks:
+		var ack spec.ReportAck
+		if err := spec.DecodeReply(m.Data, &ack); err != nil || !ack.Time.Equal(when.Add(3*time.Second)) {
+			t.Fatalf("answer %s (%v), want only the last report's: the one the store did not take is not answered", m.Data, err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the last report was not answered")
+	}
+}

@@ -309,7 +309,7 @@ func TestWaitingForTheRosterIsShown(t *testing.T) {
 	report := func(r spec.Report) {
 		t.Helper()
 		r.Node, r.Time = "alpha", time.Now()
-		c.onReport(ctx, &nats.Msg{Subject: spec.NodeSubject("alpha", spec.KindReport), Data: mustJSON(t, r)})
+		c.onReport(ctx, &nats.Msg{Subject: spec.NodeSubject("alpha", spec.KindReport), Data: mustJSON(t, r)}, requester{})
 	}
 	const says = "alpha has not applied declaration 1 yet: it names roster 7"
 	has := func(st spec.StatusResult) bool {

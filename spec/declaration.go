@@ -171,6 +171,14 @@ type Report struct {
 	Omitted int `json:"omitted,omitempty"`
 }
 
+// ReportAck answers a report (protocol ProtocolReportAck) on
+// ReportAckSubject: the controller holds it, recorded or refused for
+// good, so the host need not send it again. Seq and Time name the report.
+type ReportAck struct {
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+}
+
 // ResourceResult is one resource's outcome.
 type ResourceResult struct {
 	Name    string `json:"name"`

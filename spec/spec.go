@@ -35,7 +35,12 @@ import (
 //	   (naming the one it holds) each time it connects, and retries by its
 //	   own timer what a consumer delivered again (a host of protocol 5 or
 //	   older is made a consumer when its heartbeat says so)
-const Protocol = 6
+//	7  the controller answers each report once it holds it (ReportAck,
+//	   under the host's own inbox); a host whose declaration is of this
+//	   protocol sends its last report again until it is answered: after
+//	   reportRetry, and at once when it connects again (a report published
+//	   as its connection dropped is lost)
+const Protocol = 7
 
 // ProtocolCAChain is the first protocol whose declarations carry ca_chain.
 const ProtocolCAChain = 2
@@ -58,6 +63,10 @@ const ProtocolRosterPublished = 5
 // ProtocolNoConsumer is the first protocol whose hosts take their
 // declarations from the stream's republish, with no consumer.
 const ProtocolNoConsumer = 6
+
+// ProtocolReportAck is the first protocol whose controller answers each
+// report, and whose hosts send their last report again until answered.
+const ProtocolReportAck = 7
 
 // Decode reads exactly one JSON value into v and refuses unknown fields and
 // trailing data: a field one side sends and the other ignores is how the seeds

@@ -91,6 +91,10 @@ func DeliverySubject(node string) string { return "_DELIVER." + DeclarationStrea
 // NodeInbox is the inbox prefix of node's bus connection.
 func NodeInbox(node string) string { return "_INBOX." + node }
 
+// ReportAckSubject is where node's host hears the answers to its reports
+// (ReportAck): under its own inbox, where only it may listen.
+func ReportAckSubject(node string) string { return NodeInbox(node) + ".report" }
+
 // Permissions are what one bus user may publish and subscribe to. Anything
 // not listed is denied.
 type Permissions struct {
