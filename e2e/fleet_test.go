@@ -301,6 +301,9 @@ func (f *fleet) push(tb testing.TB, force bool) pushed {
 		}
 	}
 	p.last = time.Since(start)
+	if every != nil {
+		tb.Logf("push %s: the last report %s after it", p.res.ID, p.last.Round(time.Millisecond))
+	}
 	return p
 }
 
