@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,6 +68,7 @@ func (zoneCount) Detach(string) error               { return nil }
 // when tb ends.
 func newFleet(tb testing.TB, nodes int) *fleet {
 	tb.Helper()
+	raiseOpenFiles(tb, uint64(4*nodes+4096))
 	f := &fleet{dir: filepath.Join(tb.TempDir(), "ctl"), done: make(chan struct{}, nodes), pprof: port(tb)}
 	f.ctl = start(tb, "genesis", "--dir", f.dir, "--mesh", "fleet", "--node", "ctl", "--bus", port(tb), "--http", port(tb),
 		"--dns", port(tb), "--dns-upstream", deadUpstream, "--address", "127.0.0.1", "--root", tb.TempDir(),
@@ -156,6 +158,22 @@ func newFleet(tb testing.TB, nodes int) *fleet {
 	}
 	f.assigned = time.Since(begin)
 	return f
+}
+
+// raiseOpenFiles lifts this process's open-file limit to want, before the
+// controller is started (it inherits it): each simulated host holds a
+// socket, two while it reconnects, and 9,999 hosts reconnecting to a
+// restarted controller passed this machine's 20,000 ("too many open
+// files"), as the controller's clients would. Root may raise the hard
+// limit; anyone else is told what they have.
+func raiseOpenFiles(tb testing.TB, want uint64) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil || l.Cur >= want {
+		return
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: max(l.Max, want)}); err != nil {
+		tb.Logf("open files: %d, not the %d a fleet of this size wants (%v): a restart of the controller may run out", l.Cur, want, err)
+	}
 }
 
 // metric reads one counter from the controller's /metrics.
