@@ -26,8 +26,8 @@ type sentReport struct {
 // while the declaration held is of a protocol whose controller answers.
 // Published once, a report lost (the connection dropping as it went, a
 // bus that dropped it) would leave a push waiting for it, and status
-// showing an older one. A preview's answer is not kept: the dry run that asked
-// for it waits a few seconds, not for a retry.
+// showing an older one. A preview's answer is not kept: the dry run that
+// asked for it waits a few seconds, not for a retry.
 func (a *Agent) report(nc *nats.Conn, r spec.Report) {
 	r.Node, r.Time = a.state.Node, time.Now().UTC()
 	if r.Results == nil {
@@ -38,12 +38,11 @@ func (a *Agent) report(nc *nats.Conn, r spec.Report) {
 		a.log.Warn("report not sent", "seq", r.Seq, "err", err)
 		return
 	}
-	subject := spec.NodeSubject(a.state.Node, spec.KindReport)
 	if r.Preview {
-		err = nc.Publish(subject, body)
+		err = nc.Publish(spec.NodeSubject(a.state.Node, spec.KindReport), body)
 	} else {
 		a.unacked = &sentReport{seq: r.Seq, time: r.Time, body: body, sent: time.Now()}
-		err = nc.PublishRequest(subject, spec.ReportAckSubject(a.state.Node), body)
+		err = a.publishReport(nc, body)
 		if a.expectsAck() {
 			a.arm(a.cfg.ReportRetry)
 		}
@@ -87,10 +86,16 @@ func (a *Agent) resendReport(nc *nats.Conn, now bool) {
 		return
 	}
 	u.sent = time.Now()
-	if err := nc.PublishRequest(spec.NodeSubject(a.state.Node, spec.KindReport), spec.ReportAckSubject(a.state.Node), u.body); err != nil {
+	if err := a.publishReport(nc, u.body); err != nil {
 		a.log.Warn("report not sent again", "seq", u.seq, "err", err)
 	} else {
 		a.log.Info("report sent again: the controller did not answer it", "seq", u.seq)
 	}
 	a.arm(a.cfg.ReportRetry)
+}
+
+// publishReport publishes a report's body, its answer asked for under the
+// host's own inbox.
+func (a *Agent) publishReport(nc *nats.Conn, body []byte) error {
+	return nc.PublishRequest(spec.NodeSubject(a.state.Node, spec.KindReport), spec.ReportAckSubject(a.state.Node), body)
 }
