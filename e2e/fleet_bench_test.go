@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -104,9 +105,24 @@ func benchFleet(b *testing.B, nodes int) {
 		} else {
 			close(cpu)
 		}
+		// The CPU each side spent on the first change, and with
+		// MESH_BENCH_PROFILES where the simulated hosts spent theirs: on
+		// this machine they share its cores with the controller.
+		ctlCPU, hostsCPU := procCPU(b, f.controllerPid(b)), procCPU(b, os.Getpid())
+		hostsProfile := profiles != "" && i == 0 && startCPUProfile(b, filepath.Join(profiles, fmt.Sprintf("hosts-cpu-change-%d.pb.gz", nodes)))
 		b.StartTimer()
 		p := f.push(b, false)
 		b.StopTimer()
+		if hostsProfile {
+			pprof.StopCPUProfile()
+		}
+		if i == 0 {
+			ctlCPU, hostsCPU = procCPU(b, f.controllerPid(b))-ctlCPU, procCPU(b, os.Getpid())-hostsCPU
+			b.Logf("a change to all %d: the controller used %.1f s of CPU, the simulated hosts %.1f s (%.2f ms a host), in %s", nodes,
+				ctlCPU.Seconds(), hostsCPU.Seconds(), float64(hostsCPU.Microseconds())/1000/float64(nodes), p.last.Round(time.Millisecond))
+			b.ReportMetric(ctlCPU.Seconds(), "change-controller-cpu-s")
+			b.ReportMetric(hostsCPU.Seconds(), "change-hosts-cpu-s")
+		}
 		<-cpu
 		if p.sent != nodes {
 			b.Fatalf("a change to motd sent to %d nodes, want %d", p.sent, nodes)
@@ -198,6 +214,39 @@ func quantile(ds []time.Duration, q int) time.Duration {
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[min(len(s)-1, (len(s)*q)/100)]
+}
+
+// procCPU is the CPU process pid has used, user and system, from
+// /proc/PID/stat (in the kernel's clock ticks, 100 a second here).
+func procCPU(b testing.TB, pid int) time.Duration {
+	body, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command, which is in parentheses and may
+	// hold spaces: utime and stime are the 14th and 15th of the line.
+	_, rest, _ := strings.Cut(string(body), ") ")
+	f := strings.Fields(rest)
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// startCPUProfile profiles this process, the simulated hosts, into file
+// until pprof.StopCPUProfile; false when it cannot.
+func startCPUProfile(b testing.TB, file string) bool {
+	w, err := os.Create(file)
+	if err != nil {
+		b.Error(err)
+		return false
+	}
+	if err := pprof.StartCPUProfile(w); err != nil {
+		w.Close()
+		b.Error(err)
+		return false
+	}
+	b.Cleanup(func() { w.Close() })
+	return true
 }
 
 // procKiB reads a field of /proc/PID/status, in KiB.

@@ -337,25 +337,29 @@ func (a *Agent) rosterWait() time.Duration {
 // names is the roster the host serves: the one its kept declaration
 // carries when it carries one (a controller older than roster messages),
 // else the kept roster message; false when it holds neither.
-func (a *Agent) names() (spec.Roster, bool) {
+func (a *Agent) names() (roster spec.Roster, source string, ok bool) {
 	switch {
 	case a.held != nil && a.held.decl.RosterRef == nil && (a.held.decl.Roster.Nodes != nil || a.held.decl.Roster.Routes != nil):
-		return a.held.decl.Roster, true
+		return a.held.decl.Roster, "declaration " + a.held.digest, true
 	case a.roster != nil:
-		return a.roster.doc.Names, true
+		return a.roster.doc.Names, "roster " + a.roster.digest, true
 	case a.held != nil:
-		return a.held.decl.Roster, true
+		return a.held.decl.Roster, "declaration " + a.held.digest, true
 	}
-	return spec.Roster{}, false
+	return spec.Roster{}, "", false
 }
 
-// serveNames hands the roster held (names) to the resolver, whole.
+// serveNames hands the roster held (names) to the resolver, whole, unless
+// the resolver was last handed these same names: a declaration that
+// names the roster held changes no name, and building the zone is work
+// in the size of the fleet (at 10,000 nodes, a push to every host would
+// build 10,000 zones of 10,000 names for nothing).
 func (a *Agent) serveNames() {
 	if a.cfg.Names == nil {
 		return
 	}
-	roster, ok := a.names()
-	if !ok {
+	roster, source, ok := a.names()
+	if !ok || source == a.served {
 		return
 	}
 	z := zoneOf(roster)
@@ -363,6 +367,7 @@ func (a *Agent) serveNames() {
 		a.log.Warn("the roster holds names the resolver cannot serve; it serves the rest", "err", err)
 	}
 	a.cfg.Names.SetZone(z)
+	a.served = source
 }
 
 // reconcile applies the kept declaration again, as it was decoded when it

@@ -12,7 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,6 +88,52 @@ func servesWeb(t *testing.T, names *resolver.Server, addr string) {
 		got := webAnswers(t, names)
 		return slices.Equal(got, []string{addr}), fmt.Sprintf("it answers %v", got)
 	})
+}
+
+// countedNames is a real resolver that counts the zones it is handed.
+type countedNames struct {
+	*resolver.Server
+	zones *atomic.Int64
+}
+
+func (n countedNames) SetZone(z resolver.Zone) {
+	n.zones.Add(1)
+	n.Server.SetZone(z)
+}
+
+// TestNamesServedOncePerRoster: the resolver is handed the names once for
+// each roster the host takes, not again for each declaration naming the
+// roster it holds (building the zone costs the size of the fleet, and a
+// push to every host would build one a host for nothing).
+func TestNamesServedOncePerRoster(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	names := runResolver(t, resolver.Zone{})
+	zones := new(atomic.Int64)
+	b.names = countedNames{Server: names, zones: zones}
+	b.start()
+	r1 := encodeRoster(t, rosterDoc(1, "10.1.0.1"))
+	b.answered(b.publishRoster(r1, nil))
+	servesWeb(t, names, "10.1.0.1")
+	after1 := zones.Load()
+
+	for seq := uint64(1); seq <= 2; seq++ {
+		d := b.declaration(seq, fileResource("/f", strconv.FormatUint(seq, 10)))
+		d.RosterRef = &spec.RosterRef{Seq: 1, Digest: spec.ContentDigest(r1)}
+		b.publish(encode(t, d), nil)
+		if rep := b.report(); rep.Seq != seq || rep.Refused != "" || rep.Waiting != "" {
+			t.Fatalf("declaration %d: report %+v", seq, rep)
+		}
+		if n := zones.Load(); n != after1 {
+			t.Fatalf("declaration %d, naming the roster held: the resolver was handed %d zones more, want none", seq, n-after1)
+		}
+	}
+
+	b.publishRoster(encodeRoster(t, rosterDoc(2, "10.1.0.2")), nil)
+	servesWeb(t, names, "10.1.0.2")
+	if n := zones.Load(); n != after1+1 {
+		t.Fatalf("roster 2: the resolver was handed %d zones, want 1", n-after1)
+	}
 }
 
 func keptRosterSeq(t *testing.T, b *bench) uint64 {
