@@ -278,8 +278,14 @@ func TestBinaryKilledMidFetch(t *testing.T) {
 	content := bytes.Repeat([]byte("mesh binary v4 "), 100000)
 	rel, r := binaryRelease(content)
 	if dir := os.Getenv(killedEnv); dir != "" {
-		// The child: deliver, and hang half-way until killed.
-		e := host.NewEngine(t.TempDir(), halfBlobs{content: content, started: filepath.Join(dir, "..", "started")})
+		// The child: deliver, and hang half-way until killed. Its root is
+		// in the parent's directory, not a t.TempDir of its own, which
+		// its SIGKILL would leave behind.
+		root := filepath.Join(dir, "..", "root")
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e := host.NewEngine(root, halfBlobs{content: content, started: filepath.Join(dir, "..", "started")})
 		e.Versions(dir)
 		e.Apply(context.Background(), []spec.Resource{r}, nil)
 		t.Fatal("the fetch ended; it should have been killed")
