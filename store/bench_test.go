@@ -1,7 +1,9 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -48,6 +50,50 @@ func BenchmarkNodes(b *testing.B) {
 	for b.Loop() {
 		if _, err := db.Nodes(ctx); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDeclarationHeads reads the heads of 100 of 2,000 nodes, as a
+// batch of heartbeats or reports does: each node was sent a declaration of
+// 1.2 KB and applied it, so its row holds the body twice.
+func BenchmarkDeclarationHeads(b *testing.B) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(b.TempDir(), "mesh.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	const nodes = 2000
+	body := bytes.Repeat([]byte("x"), 1200)
+	names := make([]string, nodes)
+	ds := make([]store.Declaration, nodes)
+	rs := make([]store.ReportRecord, nodes)
+	now := time.Now()
+	for i := range names {
+		names[i] = fmt.Sprintf("n%d", i)
+		if err := db.AddNode(ctx, store.Node{Name: names[i], Address: "127.0.0.1", NKey: "U" + names[i], Joined: now}); err != nil {
+			b.Fatal(err)
+		}
+		ds[i] = store.Declaration{Node: names[i], Seq: 1, Body: body, Sig: bytes.Repeat([]byte("s"), 64), Content: "sha256:c", Sent: now, Expires: now.Add(time.Hour)}
+		rs[i] = store.ReportRecord{Report: store.Report{Node: names[i], Seq: 1, Body: []byte("{}"), Received: now}, Applied: true}
+	}
+	if _, err := db.RecordDeclarations(ctx, ds); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.RecordReports(ctx, rs); err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	for b.Loop() {
+		batch := make([]string, 100)
+		for j := range batch {
+			batch[j] = names[(i*7919+j*104729)%nodes]
+		}
+		i++
+		heads, err := db.DeclarationHeads(ctx, batch)
+		if err != nil || len(heads) == 0 {
+			b.Fatal(len(heads), err)
 		}
 	}
 }

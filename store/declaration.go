@@ -103,8 +103,12 @@ func (db *DB) DeclarationHeads(ctx context.Context, nodes []string) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("read the last declarations of %d nodes: %w", len(nodes), err)
 	}
-	rows, err := db.sql.QueryContext(ctx, `SELECT node, seq, CASE WHEN content = '' THEN body END, sig, content, sent_at, expires_at
-		FROM declarations WHERE node IN (SELECT value FROM json_each(?))`, string(names))
+	// From the index declaration_heads alone, which holds every column
+	// named here: the rows' bodies are not read. The body of a row that
+	// has no content digest (recorded before the store kept one) is read
+	// after, on its own.
+	rows, err := db.sql.QueryContext(ctx, `SELECT node, seq, sig, content, sent_at, expires_at
+		FROM declarations INDEXED BY declaration_heads WHERE node IN (SELECT value FROM json_each(?))`, string(names))
 	if err != nil {
 		return nil, fmt.Errorf("read the last declarations of %d nodes: %w", len(nodes), err)
 	}
@@ -113,7 +117,7 @@ func (db *DB) DeclarationHeads(ctx context.Context, nodes []string) (map[string]
 	for rows.Next() {
 		var d Declaration
 		var sent, expires string
-		if err := rows.Scan(&d.Node, &d.Seq, &d.Body, &d.Sig, &d.Content, &sent, &expires); err != nil {
+		if err := rows.Scan(&d.Node, &d.Seq, &d.Sig, &d.Content, &sent, &expires); err != nil {
 			return nil, fmt.Errorf("read the last declarations of %d nodes: %w", len(nodes), err)
 		}
 		if d.Sent, err = parseTime(sent); err != nil {
@@ -126,6 +130,16 @@ func (db *DB) DeclarationHeads(ctx context.Context, nodes []string) (map[string]
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the last declarations of %d nodes: %w", len(nodes), err)
+	}
+	rows.Close()
+	for node, d := range out {
+		if d.Content != "" {
+			continue
+		}
+		if err := db.sql.QueryRowContext(ctx, `SELECT body FROM declarations WHERE node = ?`, node).Scan(&d.Body); err != nil {
+			return nil, fmt.Errorf("read the last declaration of node %q: %w", node, err)
+		}
+		out[node] = d
 	}
 	return out, nil
 }
