@@ -289,6 +289,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(reconnectWait),
 		nats.Timeout(busTimeout),
+		nats.SetCustomDialer(newBusDialer()),
 		nats.RetryOnFailedConnect(true),
 		// A write to the bus that timed out leaves the connection's
 		// writer failed for good: every later heartbeat and report fails

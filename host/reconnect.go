@@ -2,6 +2,8 @@ package host
 
 import (
 	"math/rand/v2"
+	"net"
+	"sync"
 	"time"
 )
 
@@ -37,3 +39,37 @@ func reconnectDelay(round int, draw func(int64) int64) time.Duration {
 // reconnectWait is reconnectDelay with a random draw, as nats.go's
 // CustomReconnectDelay takes it.
 func reconnectWait(round int) time.Duration { return reconnectDelay(round, rand.Int64N) }
+
+// busDialer dials the bus for one connection (nats.SetCustomDialer), and
+// closes the socket it dialed before each new one. nats.go (v1.55.0)
+// leaves a reconnect's socket open when the handshake on it fails
+// (doReconnect goes on to the next try without closing it) until the
+// collector finalizes it. After a controller restart with 10,000 hosts
+// reconnecting, handshakes time out by the thousand: the simulated
+// hosts' process passed its 20,000 open files, and a real host holds a
+// socket for each failed try. A connection nats.go replaces is dead
+// whichever way it went, so closing it again is harmless.
+type busDialer struct {
+	d    net.Dialer
+	mu   sync.Mutex
+	last net.Conn
+}
+
+func newBusDialer() *busDialer { return &busDialer{d: net.Dialer{Timeout: busTimeout}} }
+
+func (b *busDialer) Dial(network, address string) (net.Conn, error) {
+	b.mu.Lock()
+	if b.last != nil {
+		b.last.Close()
+		b.last = nil
+	}
+	b.mu.Unlock()
+	c, err := b.d.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.last = c
+	b.mu.Unlock()
+	return c, nil
+}

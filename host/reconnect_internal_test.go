@@ -1,9 +1,16 @@
 package host
 
 import (
+	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/nats-io/nats.go"
 )
 
 // TestReconnectDelaySpreads: each round's wait lies in its window, which
@@ -39,4 +46,50 @@ func TestReconnectDelaySpreads(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFailedTriesLeaveNoSocketOpen: a bus that accepts and never answers
+// fails every try's handshake; each try's socket is closed when the next
+// is dialed, so only the try in flight is open. nats.go alone leaves each
+// one open until the collector finds it (the reconnect loop does not
+// close a socket whose handshake failed): fails with the dialer removed.
+func TestFailedTriesLeaveNoSocketOpen(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var accepted, closed atomic.Int32
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer c.Close()
+				io.Copy(io.Discard, c) // until the host closes its end
+				closed.Add(1)
+			}()
+		}
+	}()
+	nc, err := nats.Connect("nats://"+l.Addr().String(),
+		nats.SetCustomDialer(newBusDialer()),
+		nats.Timeout(100*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(func(int) time.Duration { return 10 * time.Millisecond }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	poll.Until(t, 20*time.Second, "five tries", func() (bool, string) {
+		return accepted.Load() >= 5, fmt.Sprintf("%d tries", accepted.Load())
+	})
+	poll.Until(t, 5*time.Second, "every try but the one in flight closed", func() (bool, string) {
+		a, c := accepted.Load(), closed.Load()
+		return c >= a-1, fmt.Sprintf("%d tries, %d of them closed", a, c)
+	})
 }
