@@ -95,35 +95,11 @@ func benchFleet(b *testing.B, nodes int) {
 		b.StopTimer()
 		f.registerMotd(b, strconv.Itoa(i+2))
 		before := sentBytes()
-		cpu := make(chan struct{})
-		if profiles != "" && i == 0 {
-			go func() {
-				defer close(cpu)
-				f.profile(b, "profile?seconds=30", profiles, fmt.Sprintf("cpu-change-%d.pb.gz", nodes))
-			}()
-			time.Sleep(200 * time.Millisecond) // the profile begun
-		} else {
-			close(cpu)
-		}
-		// The CPU each side spent on the first change, and with
-		// MESH_BENCH_PROFILES where the simulated hosts spent theirs: on
-		// this machine they share its cores with the controller.
-		ctlCPU, hostsCPU := procCPU(b, f.controllerPid(b)), procCPU(b, os.Getpid())
-		hostsProfile := profiles != "" && i == 0 && startCPUProfile(b, filepath.Join(profiles, fmt.Sprintf("hosts-cpu-change-%d.pb.gz", nodes)))
+		watched := f.watchCPU(b, i == 0, profiles, "change")
 		b.StartTimer()
 		p := f.push(b, false)
 		b.StopTimer()
-		if hostsProfile {
-			pprof.StopCPUProfile()
-		}
-		if i == 0 {
-			ctlCPU, hostsCPU = procCPU(b, f.controllerPid(b))-ctlCPU, procCPU(b, os.Getpid())-hostsCPU
-			b.Logf("a change to all %d: the controller used %.1f s of CPU, the simulated hosts %.1f s (%.2f ms a host), in %s", nodes,
-				ctlCPU.Seconds(), hostsCPU.Seconds(), float64(hostsCPU.Microseconds())/1000/float64(nodes), p.last.Round(time.Millisecond))
-			b.ReportMetric(ctlCPU.Seconds(), "change-controller-cpu-s")
-			b.ReportMetric(hostsCPU.Seconds(), "change-hosts-cpu-s")
-		}
-		<-cpu
+		watched(p.last)
 		if p.sent != nodes {
 			b.Fatalf("a change to motd sent to %d nodes, want %d", p.sent, nodes)
 		}
@@ -138,6 +114,7 @@ func benchFleet(b *testing.B, nodes int) {
 		f.call(b, verb, spec.AssignRequest{Module: "web", Node: f.nodes[0]}, &spec.AssignResult{})
 		before = sentBytes()
 		zones := f.zones.Load()
+		watched = f.watchCPU(b, i == 0, profiles, "roster")
 		began := time.Now()
 		b.StartTimer()
 		p = f.push(b, false)
@@ -158,6 +135,7 @@ func benchFleet(b *testing.B, nodes int) {
 			b.Logf("every host took the new roster %s after the push", time.Since(began).Round(time.Millisecond))
 		}
 		b.StopTimer()
+		watched(time.Since(began))
 		if p.sent != 0 {
 			b.Fatalf("a roster change sent declarations to %d nodes, want none: the roster travels as its own message", p.sent)
 		}
@@ -214,6 +192,45 @@ func quantile(ds []time.Duration, q int) time.Duration {
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[min(len(s)-1, (len(s)*q)/100)]
+}
+
+// watchCPU, when on, measures the CPU the controller and the simulated
+// hosts (this process) spend on one step of the benchmark (step: change,
+// roster), from now until the function it returns is called with the
+// step's time; that says it and reports it. With profiles (a directory:
+// MESH_BENCH_PROFILES) it profiles both too: the controller's first 30 s
+// (cpu-STEP-N.pb.gz) and the hosts' whole step (hosts-cpu-STEP-N.pb.gz).
+// On this machine they share its two cores: a step is as long as the two
+// together take.
+func (f *fleet) watchCPU(b *testing.B, on bool, profiles, step string) func(took time.Duration) {
+	if !on {
+		return func(time.Duration) {}
+	}
+	nodes := len(f.nodes)
+	ctlProfile := make(chan struct{})
+	hostsProfile := false
+	if profiles != "" {
+		go func() {
+			defer close(ctlProfile)
+			f.profile(b, "profile?seconds=30", profiles, fmt.Sprintf("cpu-%s-%d.pb.gz", step, nodes))
+		}()
+		time.Sleep(200 * time.Millisecond) // the profile begun
+		hostsProfile = startCPUProfile(b, filepath.Join(profiles, fmt.Sprintf("hosts-cpu-%s-%d.pb.gz", step, nodes)))
+	} else {
+		close(ctlProfile)
+	}
+	ctl, hosts := procCPU(b, f.controllerPid(b)), procCPU(b, os.Getpid())
+	return func(took time.Duration) {
+		ctl, hosts = procCPU(b, f.controllerPid(b))-ctl, procCPU(b, os.Getpid())-hosts
+		if hostsProfile {
+			pprof.StopCPUProfile()
+		}
+		b.Logf("%s, %d hosts: the controller used %.1f s of CPU, the simulated hosts %.1f s (%.2f ms a host), in %s", step, nodes,
+			ctl.Seconds(), hosts.Seconds(), float64(hosts.Microseconds())/1000/float64(nodes), took.Round(time.Millisecond))
+		b.ReportMetric(ctl.Seconds(), step+"-controller-cpu-s")
+		b.ReportMetric(hosts.Seconds(), step+"-hosts-cpu-s")
+		<-ctlProfile
+	}
 }
 
 // procCPU is the CPU process pid has used, user and system, from
