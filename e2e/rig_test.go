@@ -27,6 +27,7 @@ import (
 	"github.com/mesh-fleet/mesh/internal/gobuild"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/internal/testport"
+	"github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -45,6 +46,15 @@ const deadUpstream = "127.0.0.1:9"
 // Makefile uses; binDir is a directory of the run's, for the files its
 // tests share.
 var meshBin, binDir string
+
+// meshEnv is the environment every process of meshBin runs with: this
+// process's, and the binary's digest handed over (release.Handoff), as a
+// launcher hands it to the process it starts. Each test's daemons have a
+// state directory of their own, so each would hash the 45 MB binary again
+// at its start: some 130 times a run, 4 s of CPU. A process of any other
+// binary, or of a copy of it, hashes it as before: the handoff names the
+// file by its identity.
+var meshEnv []string
 
 // builds are the other binaries tests build (releases: mesh stamped
 // differently, programs for other targets), each once per run, when a
@@ -68,18 +78,24 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	var release func()
-	if meshBin, release, err = buildMesh(); err != nil {
+	var unlock func()
+	if meshBin, unlock, err = buildMesh(); err != nil {
 		fmt.Fprintln(os.Stderr, "build mesh:", err)
 		os.Exit(1)
 	}
+	handoff, err := release.Handoff(meshBin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hash mesh:", err)
+		os.Exit(1)
+	}
+	meshEnv = append(os.Environ(), handoff)
 	if builds, err = gobuild.New(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
 	builds.Close()
-	release()
+	unlock()
 	removeSharedImage()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -172,6 +188,9 @@ func startBin(t testing.TB, bin string, args ...string) *daemon {
 		t.Fatalf("mesh %s %s: a daemon of a test listens on a port the test holds (port), not on one the kernel chooses, which may be another process's when the daemon binds it again at a restart", flag, addr)
 	}
 	d := &daemon{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	if bin == meshBin {
+		d.cmd.Env = meshEnv
+	}
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -291,6 +310,7 @@ var operatorCommands = map[string]bool{
 func runBinary(t testing.TB, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(meshBin, args...)
+	cmd.Env = meshEnv
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
