@@ -50,17 +50,28 @@ func generation(name string, m *dns.Msg) int {
 
 // TestSwapUnderQueries: several clients query over UDP and TCP while the
 // zone flips between A and B; every answer is wholly A's or wholly B's, and
-// both are seen. Run with -race.
+// both are seen. Run with -race. It runs until both zones answered and
+// enough queries and swaps went through (queriesUnderSwaps,
+// swapsUnderQueries), not for a set time: on
+// a machine as loaded as CI's, 2 s once saw 6 answers, all A's.
 func TestSwapUnderQueries(t *testing.T) {
 	t.Parallel()
 	up := startUpstream(t, answerA(300))
 	s, addr := start(t, Config{Upstreams: []string{up.addr}}, zoneA)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var seen [2]atomic.Int64
 	var swaps atomic.Int64
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			if a, b := seen[0].Load(), seen[1].Load(); a > 0 && b > 0 && a+b >= queriesUnderSwaps && swaps.Load() >= swapsUnderQueries {
+				cancel()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
 	wg.Go(func() {
 		for i := 0; ctx.Err() == nil; i++ {
 			if i%2 == 0 {
@@ -102,6 +113,11 @@ func TestSwapUnderQueries(t *testing.T) {
 	}
 	t.Logf("%d swaps, %d answers from A, %d from B", swaps.Load(), seen[0].Load(), seen[1].Load())
 }
+
+// queriesUnderSwaps and swapsUnderQueries are how many answers
+// TestSwapUnderQueries checks at least, and how many times the zone flips
+// under them at least.
+const queriesUnderSwaps, swapsUnderQueries = 2000, 1000
 
 // TestSwapHandler does the same through the handler directly, many more
 // times than the network allows, and checks Zone follows.
