@@ -61,6 +61,10 @@ type Config struct {
 	// ReportRetry is how long a report waits for the controller's answer
 	// before it is sent again (protocol 7); zero means 30 s.
 	ReportRetry time.Duration
+	// BatchWait is how long a delivery waits for those the stream says
+	// are pending behind it, to be handled with it as one batch (drain);
+	// zero means batchWait.
+	BatchWait time.Duration
 	// Rosters, when set, is shared by the hosts of one process (the fleet
 	// benchmark's simulated hosts) so that each roster is held once; nil,
 	// as for every real host: this one holds its own.
@@ -192,6 +196,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	if cfg.ReportRetry <= 0 {
 		cfg.ReportRetry = reportRetry
+	}
+	if cfg.BatchWait <= 0 {
+		cfg.BatchWait = batchWait
 	}
 	if cfg.Panics == nil {
 		cfg.Panics = new(atomic.Uint64)
@@ -471,7 +478,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.acked(m)
 			continue
 		case m := <-deliveries:
-			a.safely("delivery", func() { a.handleBatch(ctx, nc, drain(m, deliveries)) })
+			a.safely("delivery", func() { a.handleBatch(ctx, nc, drain(m, deliveries, a.cfg.BatchWait)) })
 			a.nudgeHeartbeat()
 		}
 		// After an apply, its report sent: a new version may be delivered.

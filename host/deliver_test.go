@@ -49,6 +49,8 @@ type bench struct {
 	// which reports the bench answers (all, when unset).
 	reportRetry time.Duration
 	ack         atomic.Pointer[func(spec.Report) bool]
+	// batchWait is the host's Config.BatchWait (its default when unset).
+	batchWait time.Duration
 	// prepare, when set, is given each agent started, before it runs.
 	prepare func(*host.Agent)
 	// auth is the mesh's authority: its root is the one the host pinned.
@@ -163,7 +165,7 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 	agentCancel := func() {}
 	b.start = func() {
 		agent, err := host.New(host.Config{Dir: b.hostDir, Root: b.root, HeartbeatEvery: b.heartbeat, ReconcileEvery: b.reconcile, Names: b.names, Launched: b.launched, Panics: b.panics,
-			ReportRetry: b.reportRetry}, hostLog)
+			ReportRetry: b.reportRetry, BatchWait: b.batchWait}, hostLog)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,6 +330,7 @@ func TestEachRefusal(t *testing.T) {
 func TestBatchInSequenceOrder(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
+	b.batchWait = time.Minute // one batch however slow the machine
 	b.publish(encode(t, b.declaration(7, fileResource("/f", "seven"))), nil)
 	b.publish(encode(t, b.declaration(6, fileResource("/f", "six"))), nil)
 	b.start()

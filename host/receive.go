@@ -39,13 +39,18 @@ type held struct {
 	digest string
 }
 
+// batchWait is how long a batch waits for its pending deliveries unless
+// Config.BatchWait says: they are on their way, so a quarter second is
+// ample on a machine that is not starved.
+const batchWait = 250 * time.Millisecond
+
 // drain takes first and every delivery the stream says is still pending
 // behind it (the count each delivery carries in its reply subject): a batch,
-// handled in sequence order rather than arrival order. It waits at most a
-// quarter second for the pending ones.
-func drain(first *nats.Msg, ch <-chan *nats.Msg) []*nats.Msg {
+// handled in sequence order rather than arrival order. It waits at most
+// wait (Config.BatchWait) for the pending ones.
+func drain(first *nats.Msg, ch <-chan *nats.Msg, wait time.Duration) []*nats.Msg {
 	batch := []*nats.Msg{first}
-	deadline := time.After(250 * time.Millisecond)
+	deadline := time.After(wait)
 	for last := first; pending(last) > 0; {
 		select {
 		case last = <-ch:
