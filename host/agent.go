@@ -88,8 +88,8 @@ type Agent struct {
 	// or, with rosterErr saying why, the kept bytes do not decode).
 	roster    *heldRoster
 	rosterErr error
-	// served names what the resolver was last given (namesSource): the
-	// names are handed again only when it changes.
+	// served is the source (as names says it) of the names the resolver
+	// was last handed: they are handed again only when it changes.
 	served string
 	// waiting is the last declaration that named a roster the host has
 	// not got: handled again as soon as a roster is taken. waitSaid is the
