@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -241,9 +242,9 @@ func procCPU(b testing.TB, pid int) time.Duration {
 		b.Fatal(err)
 	}
 	// The fields after the command, which is in parentheses and may
-	// hold spaces: utime and stime are the 14th and 15th of the line.
-	_, rest, _ := strings.Cut(string(body), ") ")
-	f := strings.Fields(rest)
+	// hold spaces and parentheses itself: utime and stime are the 14th
+	// and 15th of the line.
+	f := strings.Fields(string(body[bytes.LastIndexByte(body, ')')+1:]))
 	utime, _ := strconv.Atoi(f[11])
 	stime, _ := strconv.Atoi(f[12])
 	return time.Duration(utime+stime) * 10 * time.Millisecond
