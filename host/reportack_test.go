@@ -18,6 +18,7 @@ func TestReportSentAgainUntilAnswered(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	b.reportRetry = 200 * time.Millisecond
+	b.resends.Store(true)
 	var sent atomic.Int32
 	third := func(spec.Report) bool { return sent.Add(1) >= 3 }
 	b.ack.Store(&third)
