@@ -136,10 +136,15 @@ func (db *DB) DeclarationHeads(ctx context.Context, nodes []string) (map[string]
 		if d.Content != "" {
 			continue
 		}
-		if err := db.sql.QueryRowContext(ctx, `SELECT body FROM declarations WHERE node = ?`, node).Scan(&d.Body); err != nil {
+		err := db.sql.QueryRowContext(ctx, `SELECT body FROM declarations WHERE node = ?`, node).Scan(&d.Body)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			delete(out, node) // removed since the first read: nothing sent to it now
+		case err != nil:
 			return nil, fmt.Errorf("read the last declaration of node %q: %w", node, err)
+		default:
+			out[node] = d
 		}
-		out[node] = d
 	}
 	return out, nil
 }
