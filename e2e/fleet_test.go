@@ -162,10 +162,10 @@ func newFleet(tb testing.TB, nodes int) *fleet {
 
 // raiseOpenFiles lifts this process's open-file limit to want, before the
 // controller is started (it inherits it): each simulated host holds a
-// socket, two while it reconnects, and 9,999 hosts reconnecting to a
-// restarted controller passed this machine's 20,000 ("too many open
-// files"), as the controller's clients would. Root may raise the hard
-// limit; anyone else is told what they have.
+// socket (one: busDialer closes a failed try's), and 9,999 of them with
+// the controller's own pass 10,000. Past the hard limit only a process
+// allowed to raise it can (root here is not: EPERM, at 20,000); one that
+// cannot is told what it has.
 func raiseOpenFiles(tb testing.TB, want uint64) {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil || l.Cur >= want {
