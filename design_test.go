@@ -1,11 +1,18 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -151,4 +158,177 @@ func TestDesignNamesRealTests(t *testing.T) {
 			t.Errorf("docs/design.md names %s, which no _test.go defines: name the test that holds it now", m[1])
 		}
 	}
+}
+
+// TestImportArrowsMatchTheRules: the arrows of docs/design.md's "Which way
+// imports point" block are the allowed table of TestImportDirections, so
+// neither names a package or an import the other does not.
+func TestImportArrowsMatchTheRules(t *testing.T) {
+	doc, err := os.ReadFile("docs/design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrows, err := importArrows(string(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := allowedImports("design_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(arrows, "main") // TestImportDirections lets main import anything
+	for _, pkg := range sortedKeys(rules) {
+		got, ok := arrows[pkg]
+		if !ok {
+			t.Errorf("%s has an import rule but no row in docs/design.md's import arrows", pkg)
+			continue
+		}
+		for _, dep := range sortedKeys(rules[pkg]) {
+			if !got[dep] {
+				t.Errorf("%s may import %s, which docs/design.md's arrows leave out", pkg, dep)
+			}
+		}
+		for _, dep := range sortedKeys(got) {
+			if !rules[pkg][dep] {
+				t.Errorf("docs/design.md's arrows let %s import %s, which TestImportDirections does not allow", pkg, dep)
+			}
+		}
+	}
+	for _, pkg := range sortedKeys(arrows) {
+		if _, ok := rules[pkg]; !ok {
+			t.Errorf("docs/design.md's import arrows have a row for %s, which TestImportDirections has no rule for", pkg)
+		}
+	}
+}
+
+// importArrows reads the block under "### Which way imports point": each
+// row is "pkg, pkg -> dep, dep", continued on lines without an arrow;
+// "nothing" is no project package, and a parenthesis is a comment.
+func importArrows(doc string) (map[string]map[string]bool, error) {
+	_, rest, ok := strings.Cut(doc, "### Which way imports point")
+	if !ok {
+		return nil, errors.New("docs/design.md has no \"Which way imports point\" section")
+	}
+	_, rest, ok = strings.Cut(rest, "```\n")
+	if !ok {
+		return nil, errors.New("the import arrows are not in a ``` block")
+	}
+	block, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		return nil, errors.New("the import arrows' block does not end")
+	}
+	comment := regexp.MustCompile(`\([^)]*\)`)
+	name := regexp.MustCompile(`^[a-z][a-z0-9]*(/[a-z][a-z0-9]*)*$`)
+	arrows := map[string]map[string]bool{}
+	var row []string
+	for _, line := range strings.Split(block, "\n") {
+		line = strings.TrimSpace(comment.ReplaceAllString(line, ""))
+		if line == "" {
+			continue
+		}
+		left, right, isRow := strings.Cut(line, "->")
+		if isRow {
+			row = nil
+			for _, pkg := range strings.Split(left, ",") {
+				pkg = strings.TrimSpace(pkg)
+				if !name.MatchString(pkg) {
+					return nil, fmt.Errorf("import arrows: %q is not a package", pkg)
+				}
+				if _, dup := arrows[pkg]; dup {
+					return nil, fmt.Errorf("import arrows: %s has two rows", pkg)
+				}
+				arrows[pkg] = map[string]bool{}
+				row = append(row, pkg)
+			}
+		} else if row == nil {
+			return nil, fmt.Errorf("import arrows: %q continues no row", line)
+		} else {
+			right = line
+		}
+		for _, dep := range strings.Split(right, ",") {
+			dep = strings.TrimSpace(dep)
+			if dep == "" || dep == "nothing" {
+				continue
+			}
+			if !name.MatchString(dep) {
+				return nil, fmt.Errorf("import arrows: %q is not a package", dep)
+			}
+			for _, pkg := range row {
+				arrows[pkg][dep] = true
+			}
+		}
+	}
+	return arrows, nil
+}
+
+// allowedImports reads the allowed table from TestImportDirections's
+// source, so that test stays the one place the rules are written.
+func allowedImports(file string) (map[string]map[string]bool, error) {
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read the import rules: %w", err)
+	}
+	var table *ast.CompositeLit
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Name.Name != "TestImportDirections" {
+			continue
+		}
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			as, ok := n.(*ast.AssignStmt)
+			if !ok || table != nil || len(as.Lhs) != 1 || len(as.Rhs) != 1 {
+				return true
+			}
+			if id, ok := as.Lhs[0].(*ast.Ident); ok && id.Name == "allowed" {
+				table, _ = as.Rhs[0].(*ast.CompositeLit)
+			}
+			return true
+		})
+	}
+	if table == nil {
+		return nil, errors.New("read the import rules: TestImportDirections has no allowed := map literal")
+	}
+	rules := map[string]map[string]bool{}
+	for _, e := range table.Elts {
+		kv, ok := e.(*ast.KeyValueExpr)
+		if !ok {
+			return nil, errors.New("read the import rules: an entry of allowed is not key: value")
+		}
+		pkg, err := stringLit(kv.Key)
+		if err != nil {
+			return nil, err
+		}
+		deps, ok := kv.Value.(*ast.CompositeLit)
+		if !ok {
+			return nil, fmt.Errorf("read the import rules: %s's value is not a list", pkg)
+		}
+		rules[pkg] = map[string]bool{}
+		for _, d := range deps.Elts {
+			dep, err := stringLit(d)
+			if err != nil {
+				return nil, err
+			}
+			rules[pkg][dep] = true
+		}
+	}
+	return rules, nil
+}
+
+// stringLit is the value of a string literal.
+func stringLit(e ast.Expr) (string, error) {
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return "", fmt.Errorf("read the import rules: %T is not a string literal", e)
+	}
+	return strconv.Unquote(lit.Value)
+}
+
+// sortedKeys is m's keys in order, so failures read the same each run.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
