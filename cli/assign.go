@@ -8,7 +8,7 @@ import (
 )
 
 func assignCommands() []*cli.Command {
-	mk := func(name, verb, usage, past, description string, flags []cli.Flag) *cli.Command {
+	mk := func(name string, verb spec.Verb[spec.AssignRequest, spec.AssignResult], usage, past, description string, flags []cli.Flag) *cli.Command {
 		return &cli.Command{
 			Name:        name,
 			Usage:       usage,
@@ -39,8 +39,8 @@ func assignCommands() []*cli.Command {
 					}
 					req.Settings[k] = v
 				}
-				var res spec.AssignResult
-				if err := callCmd(c, verb, req, &res); err != nil {
+				res, err := callCmd(c, verb, req)
+				if err != nil {
 					return err
 				}
 				printAssigned(c.App.Writer, req.Module+" "+past+" "+req.Node, res)
@@ -49,7 +49,7 @@ func assignCommands() []*cli.Command {
 		}
 	}
 	return []*cli.Command{
-		mk("assign", spec.VerbAssign, "assign a module to a node, with its settings", "assigned to",
+		mk("assign", spec.Assign, "assign a module to a node, with its settings", "assigned to",
 			`Gives the module its settings on that node (--set NAME=VALUE, once per
 setting); a required setting left out, a value of the wrong type, or a name
 the module does not declare is refused, naming it, and nothing is recorded.
@@ -58,7 +58,7 @@ Assigning again replaces the settings. Takes effect at the next mesh push.
 Example:
    mesh assign --set greeting=hello --set port=8080 hello alpha && mesh push alpha`,
 			[]cli.Flag{dirFlag(), &cli.StringSliceFlag{Name: "set", Usage: "a setting, NAME=VALUE (repeat for each)"}}),
-		mk("unassign", spec.VerbUnassign, "unassign a module from a node: the next push removes what it declared there", "unassigned from",
+		mk("unassign", spec.Unassign, "unassign a module from a node: the next push removes what it declared there", "unassigned from",
 			"Takes effect at the next mesh push.\n\nExample:\n   mesh unassign motd alpha && mesh push alpha",
 			[]cli.Flag{dirFlag()}),
 	}

@@ -23,8 +23,8 @@ func auditCommand() *cli.Command {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
 			}
-			var res spec.AuditResult
-			if err := callCmd(c, spec.VerbAudit, spec.AuditRequest{Since: time.Now().Add(-c.Duration("since")), Limit: c.Int("limit")}, &res); err != nil {
+			res, err := callCmd(c, spec.Audit, spec.AuditRequest{Since: time.Now().Add(-c.Duration("since")), Limit: c.Int("limit")})
+			if err != nil {
 				return err
 			}
 			if res.More {

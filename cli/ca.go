@@ -25,8 +25,8 @@ Example:
 				if err := wantArgs(c, 0, "no arguments"); err != nil {
 					return err
 				}
-				var res spec.CARootsResult
-				if err := callCmd(c, spec.VerbCARoots, spec.CARootsRequest{}, &res); err != nil {
+				res, err := callCmd(c, spec.CARoots, spec.CARootsRequest{})
+				if err != nil {
 					return err
 				}
 				if c.Bool("json") {
@@ -64,8 +64,8 @@ Example:
 					if err := spec.CheckCADomain(domain); err != nil {
 						return usageError{err.Error()}
 					}
-					var res spec.CADomainAddResult
-					if err := callCmd(c, spec.VerbCADomainAdd, spec.CADomainAddRequest{Domain: domain}, &res); err != nil {
+					res, err := callCmd(c, spec.CADomainAdd, spec.CADomainAddRequest{Domain: domain})
+					if err != nil {
 						return err
 					}
 					printDomainAdded(c.App.Writer, domain, res)
@@ -86,8 +86,8 @@ Example:
 					if err := wantArgs(c, 0, "no arguments"); err != nil {
 						return err
 					}
-					var res spec.CADomainListResult
-					if err := callCmd(c, spec.VerbCADomainList, spec.CADomainListRequest{}, &res); err != nil {
+					res, err := callCmd(c, spec.CADomainList, spec.CADomainListRequest{})
+					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
@@ -133,8 +133,8 @@ func listCerts(c *cli.Context) ([]spec.IssuedCert, error) {
 	certs := []spec.IssuedCert{}
 	req := spec.CACertsRequest{}
 	for {
-		var res spec.CACertsResult
-		if err := op.call(spec.VerbCACerts, req, &res); err != nil {
+		res, err := call(op, spec.CACerts, req)
+		if err != nil {
 			return nil, err
 		}
 		certs = append(certs, res.Certs...)

@@ -80,25 +80,30 @@ func DialOperator(ctx context.Context, dir string) (*Operator, error) {
 
 func (o *Operator) Close() { o.nc.Close() }
 
-// call asks the controller to do verb with req and decodes its result into
-// res, waiting as long as the verb's descriptor says. An error the
-// controller answers is a *spec.ReplyError, with its kind.
-func (o *Operator) call(verb string, req, res any) error {
-	wait := spec.DefaultVerbTimeout
-	if v, ok := spec.LookupVerb(verb); ok {
-		wait = v.Timeout
-	}
-	return o.callWithin(verb, req, res, wait)
+// call asks the controller to do v with req and returns its result,
+// waiting as long as v's Timeout. An error the controller answers is a
+// *spec.ReplyError, with its kind.
+func call[Req, Res any](o *Operator, v spec.Verb[Req, Res], req Req) (Res, error) {
+	return CallWithin(o, v, req, v.Timeout)
+}
+
+// Call is call for programs outside the package (the fleet benchmark, the
+// end-to-end tests).
+func Call[Req, Res any](o *Operator, v spec.Verb[Req, Res], req Req) (Res, error) {
+	return call(o, v, req)
 }
 
 // CallWithin is Call, waiting for the answer as long as wait rather than
 // the verb's own timeout: the fleet benchmark's first push to 10,000
 // hosts.
-func (o *Operator) CallWithin(verb string, req, res any, wait time.Duration) error {
-	return o.callWithin(verb, req, res, wait)
+func CallWithin[Req, Res any](o *Operator, v spec.Verb[Req, Res], req Req, wait time.Duration) (Res, error) {
+	var res Res
+	err := o.request(v.Name, req, &res, wait)
+	return res, err
 }
 
-func (o *Operator) callWithin(verb string, req, res any, wait time.Duration) error {
+// request sends req to verb's subject and decodes the answer into res.
+func (o *Operator) request(verb string, req, res any, wait time.Duration) error {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("encode %s request: %w", verb, err)
@@ -129,19 +134,17 @@ func (o *Operator) callWithin(verb string, req, res any, wait time.Duration) err
 	return err
 }
 
-// Call is call for programs outside the package (the fleet benchmark).
-func (o *Operator) Call(verb string, req, res any) error { return o.call(verb, req, res) }
-
 // Conn is the operator's bus connection, for listening to a push's
 // progress outside the package (the fleet benchmark).
 func (o *Operator) Conn() *nats.Conn { return o.nc }
 
 // callCmd dials the operator API, makes one call and closes.
-func callCmd(c *cli.Context, verb string, req, res any) error {
+func callCmd[Req, Res any](c *cli.Context, v spec.Verb[Req, Res], req Req) (Res, error) {
 	op, err := dialOperator(c)
 	if err != nil {
-		return err
+		var zero Res
+		return zero, err
 	}
 	defer op.Close()
-	return op.call(verb, req, res)
+	return call(op, v, req)
 }

@@ -54,8 +54,8 @@ Example:
 							return err
 						}
 					}
-					var res spec.ModuleRegisterResult
-					if err := op.call(spec.VerbModuleRegister, spec.ModuleRegisterRequest{Modules: mods}, &res); err != nil {
+					res, err := call(op, spec.ModuleRegister, spec.ModuleRegisterRequest{Modules: mods})
+					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
@@ -80,8 +80,8 @@ Example:
 					if err := wantArgs(c, 0, "no arguments"); err != nil {
 						return err
 					}
-					var res spec.ModuleListResult
-					if err := callCmd(c, spec.VerbModuleList, spec.ModuleListRequest{}, &res); err != nil {
+					res, err := callCmd(c, spec.ModuleList, spec.ModuleListRequest{})
+					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
@@ -105,8 +105,8 @@ Example:
 					if err := wantArgs(c, 1, "one argument, the module's name"); err != nil {
 						return err
 					}
-					var res spec.ModuleShowResult
-					if err := callCmd(c, spec.VerbModuleShow, spec.ModuleShowRequest{Name: c.Args().First()}, &res); err != nil {
+					res, err := callCmd(c, spec.ModuleShow, spec.ModuleShowRequest{Name: c.Args().First()})
+					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
@@ -148,8 +148,8 @@ Example:
 					if err := spec.CheckName("module", c.Args().First()); err != nil {
 						return usageError{err.Error()}
 					}
-					var res spec.ModuleRemoveResult
-					if err := callCmd(c, spec.VerbModuleRemove, spec.ModuleRemoveRequest{Name: c.Args().First()}, &res); err != nil {
+					res, err := callCmd(c, spec.ModuleRemove, spec.ModuleRemoveRequest{Name: c.Args().First()})
+					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
@@ -273,8 +273,8 @@ func uploadBlob(op *Operator, digest string, size int64, r io.ReaderAt) error {
 		if err != nil && !(errors.Is(err, io.EOF) && int64(n) == min(spec.BlobChunk, size-off)) {
 			return fmt.Errorf("read blob %s at %d: %w", digest, off, err)
 		}
-		var res spec.BlobPutResult
-		if err := op.call(spec.VerbBlobPut, spec.BlobPutRequest{Digest: digest, Size: size, Offset: off, Data: buf[:n]}, &res); err != nil {
+		res, err := call(op, spec.BlobPut, spec.BlobPutRequest{Digest: digest, Size: size, Offset: off, Data: buf[:n]})
+		if err != nil {
 			return fmt.Errorf("upload blob %s: %w", digest, err)
 		}
 		if res.Complete {

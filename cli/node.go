@@ -35,8 +35,7 @@ Example:
 					if err := spec.CheckName("node", name); err != nil {
 						return usageError{err.Error()}
 					}
-					var res spec.Empty
-					if err := callCmd(c, spec.VerbNodeRemove, spec.NodeRemoveRequest{Name: name}, &res); err != nil {
+					if _, err := callCmd(c, spec.NodeRemove, spec.NodeRemoveRequest{Name: name}); err != nil {
 						return err
 					}
 					fmt.Fprintf(c.App.Writer, "node %s removed\n", name)
@@ -80,8 +79,8 @@ Example:
 					if err := spec.CheckName("node", name); err != nil {
 						return usageError{err.Error()}
 					}
-					var res spec.NodeShowResult
-					if err := callCmd(c, spec.VerbNodeShow, spec.NodeShowRequest{Name: name}, &res); err != nil {
+					res, err := callCmd(c, spec.NodeShow, spec.NodeShowRequest{Name: name})
+					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
@@ -105,8 +104,8 @@ func listNodes(c *cli.Context) ([]spec.Node, error) {
 	nodes := []spec.Node{}
 	req := spec.NodeListRequest{}
 	for {
-		var res spec.NodeListResult
-		if err := op.call(spec.VerbNodeList, req, &res); err != nil {
+		res, err := call(op, spec.NodeList, req)
+		if err != nil {
 			return nil, err
 		}
 		nodes = append(nodes, res.Nodes...)
@@ -130,9 +129,8 @@ func holdCommands() []*cli.Command {
 				if err := wantArgs(c, 1, "one argument, the node's name"); err != nil {
 					return err
 				}
-				var res spec.Empty
 				req := spec.HoldRequest{Node: c.Args().First(), Hold: hold, Reason: c.String("reason")}
-				if err := callCmd(c, spec.VerbHold, req, &res); err != nil {
+				if _, err := callCmd(c, spec.NodeHold, req); err != nil {
 					return err
 				}
 				if hold {

@@ -90,8 +90,8 @@ Examples:
 			if err := op.nc.Flush(); err != nil {
 				return fmt.Errorf("listen for the push's progress: %w", err)
 			}
-			var res spec.PushResult
-			if err := op.call(spec.VerbPush, spec.PushRequest{Nodes: c.Args().Slice(), Progress: progress, DryRun: c.Bool("dry-run"), Force: c.Bool("force")}, &res); err != nil {
+			res, err := call(op, spec.Push, spec.PushRequest{Nodes: c.Args().Slice(), Progress: progress, DryRun: c.Bool("dry-run"), Force: c.Bool("force")})
+			if err != nil {
 				return err
 			}
 			out := io.Discard

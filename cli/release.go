@@ -69,8 +69,8 @@ Example:
 				if err := uploadBlob(op, "sha256:"+digest, size, f); err != nil {
 					return fmt.Errorf("upload %s (%s): %w", path, t, err)
 				}
-				var res spec.ReleasePublishResult
-				if err := op.call(spec.VerbReleasePublish, spec.ReleasePublishRequest{Digest: digest}, &res); err != nil {
+				res, err := call(op, spec.ReleasePublish, spec.ReleasePublishRequest{Digest: digest})
+				if err != nil {
 					return err
 				}
 				if c.Bool("json") {
@@ -195,14 +195,14 @@ func rollAction(c *cli.Context) error {
 	var res spec.ReleaseRollResult
 	switch {
 	case c.Bool("show"):
-		err = op.call(spec.VerbRollShow, spec.ReleaseRollShowRequest{}, &res)
+		res, err = call(op, spec.RollShow, spec.ReleaseRollShowRequest{})
 	case c.Bool("abort"):
-		err = op.call(spec.VerbRollAbort, spec.ReleaseRollAbortRequest{}, &res)
+		res, err = call(op, spec.RollAbort, spec.ReleaseRollAbortRequest{})
 	case c.Bool("resume"):
-		err = op.call(spec.VerbRollResume, spec.ReleaseRollResumeRequest{}, &res)
+		res, err = call(op, spec.RollResume, spec.ReleaseRollResumeRequest{})
 	default:
-		err = op.call(spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: c.Args().First(), Nodes: nodes,
-			HealthyWithinMS: c.Duration("healthy-within").Milliseconds()}, &res)
+		res, err = call(op, spec.ReleaseRoll, spec.ReleaseRollRequest{Digest: c.Args().First(), Nodes: nodes,
+			HealthyWithinMS: c.Duration("healthy-within").Milliseconds()})
 	}
 	if err != nil {
 		op.Close()
@@ -283,8 +283,7 @@ func followGrace(r spec.Roll) time.Duration {
 // show is roll id as the controller has it now.
 func (f *follower) show(id int64) (spec.Roll, error) {
 	for {
-		var res spec.ReleaseRollResult // decoded afresh: the caller keeps the last
-		err := f.op.call(spec.VerbRollShow, spec.ReleaseRollShowRequest{ID: id}, &res)
+		res, err := call(f.op, spec.RollShow, spec.ReleaseRollShowRequest{ID: id})
 		var re *spec.ReplyError
 		if err == nil || errors.As(err, &re) {
 			f.since = time.Time{}
@@ -459,8 +458,8 @@ func listReleases(c *cli.Context) ([]spec.Release, error) {
 	rs := []spec.Release{}
 	req := spec.ReleaseListRequest{}
 	for {
-		var res spec.ReleaseListResult
-		if err := op.call(spec.VerbReleaseList, req, &res); err != nil {
+		res, err := call(op, spec.ReleaseList, req)
+		if err != nil {
 			return nil, err
 		}
 		rs = append(rs, res.Releases...)

@@ -31,8 +31,8 @@ Example:
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
 			}
-			var res spec.StatusResult
-			if err := callCmd(c, spec.VerbStatus, spec.StatusRequest{}, &res); err != nil {
+			res, err := callCmd(c, spec.Status, spec.StatusRequest{})
+			if err != nil {
 				return err
 			}
 			if c.Bool("json") {

@@ -44,8 +44,8 @@ Example:
 					if ttl := c.Duration("ttl"); ttl < mesh.MinTokenTTL || ttl > mesh.MaxTokenTTL {
 						return usagef("--ttl %s: a token lives from %s to %s; nothing was made", ttl, mesh.MinTokenTTL, mesh.MaxTokenTTL)
 					}
-					var res spec.TokenCreateResult
-					if err := callCmd(c, spec.VerbTokenCreate, spec.TokenCreateRequest{Node: node, TTL: c.Duration("ttl")}, &res); err != nil {
+					res, err := callCmd(c, spec.TokenCreate, spec.TokenCreateRequest{Node: node, TTL: c.Duration("ttl")})
+					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
@@ -73,8 +73,8 @@ Example:
 					if err := wantArgs(c, 0, "no arguments"); err != nil {
 						return err
 					}
-					var res spec.TokenListResult
-					if err := callCmd(c, spec.VerbTokenList, spec.TokenListRequest{All: c.Bool("all")}, &res); err != nil {
+					res, err := callCmd(c, spec.TokenList, spec.TokenListRequest{All: c.Bool("all")})
+					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
@@ -99,8 +99,7 @@ Example:
 					if err := wantArgs(c, 1, "one argument, the token's ID (mesh token list shows them)"); err != nil {
 						return err
 					}
-					var res spec.Empty
-					if err := callCmd(c, spec.VerbTokenRevoke, spec.TokenRevokeRequest{ID: c.Args().First()}, &res); err != nil {
+					if _, err := callCmd(c, spec.TokenRevoke, spec.TokenRevokeRequest{ID: c.Args().First()}); err != nil {
 						return err
 					}
 					fmt.Fprintf(c.App.Writer, "token %s revoked\n", c.Args().First())

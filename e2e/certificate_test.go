@@ -161,8 +161,7 @@ func issuedFor(t testing.TB, dir, name string) []spec.IssuedCert {
 	var out []spec.IssuedCert
 	req := spec.CACertsRequest{}
 	for {
-		var res spec.CACertsResult
-		call(t, dir, spec.VerbCACerts, req, &res)
+		res := call(t, dir, spec.CACerts, req)
 		for _, c := range res.Certs {
 			if len(c.Names) == 1 && c.Names[0] == name {
 				out = append(out, c)

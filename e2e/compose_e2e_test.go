@@ -93,11 +93,11 @@ func TestSettingsRoutesAndALockedStore(t *testing.T) {
 	verbs := map[string]int{}
 	for _, e := range entries {
 		verbs[e.Verb]++
-		if e.Verb == spec.VerbAssign && e.Outcome == "ok" && !strings.Contains(e.Args, `"token":"(secret)"`) {
+		if e.Verb == spec.Assign.Name && e.Outcome == "ok" && !strings.Contains(e.Args, `"token":"(secret)"`) {
 			t.Errorf("an assignment's audit entry does not redact the token: %s", e.Args)
 		}
 	}
-	if verbs[spec.VerbAssign] != 4 || verbs[spec.VerbPush] != 1 || verbs[spec.VerbModuleRegister] != 1 {
+	if verbs[spec.Assign.Name] != 4 || verbs[spec.Push.Name] != 1 || verbs[spec.ModuleRegister.Name] != 1 {
 		t.Errorf("audited verbs %v, want 4 assign (2 refused), 1 push, 1 module.register", verbs)
 	}
 	if strings.Contains(audit, secretA) || strings.Contains(audit, secretB) {

@@ -108,11 +108,11 @@ func benchFleet(b *testing.B, nodes int) {
 		changeReply = append(changeReply, p.replied)
 		changeBytes += sentBytes() - before
 
-		verb := spec.VerbAssign
+		verb := spec.Assign
 		if i%2 == 1 {
-			verb = spec.VerbUnassign
+			verb = spec.Unassign
 		}
-		f.call(b, verb, spec.AssignRequest{Module: "web", Node: f.nodes[0]}, &spec.AssignResult{})
+		fleetCall(b, f, verb, spec.AssignRequest{Module: "web", Node: f.nodes[0]})
 		before = sentBytes()
 		zones := f.zones.Load()
 		watched = f.watchCPU(b, i == 0, profiles, "roster")

@@ -154,7 +154,7 @@ func newFleet(tb testing.TB, nodes int) *fleet {
 
 	begin = time.Now()
 	for _, n := range f.nodes {
-		f.call(tb, spec.VerbAssign, spec.AssignRequest{Module: "motd", Node: n}, &spec.AssignResult{})
+		fleetCall(tb, f, spec.Assign, spec.AssignRequest{Module: "motd", Node: n})
 	}
 	f.assigned = time.Since(begin)
 	return f
@@ -187,8 +187,8 @@ func (f *fleet) hostDir(node string) string { return filepath.Join(f.hosts, node
 
 // joinOne creates node's token and joins it in dir.
 func (f *fleet) joinOne(ctx context.Context, dir, exe, node string, log *slog.Logger) (*host.Agent, error) {
-	var tok spec.TokenCreateResult
-	if err := f.op.Call(spec.VerbTokenCreate, spec.TokenCreateRequest{Node: node}, &tok); err != nil {
+	tok, err := cli.Call(f.op, spec.TokenCreate, spec.TokenCreateRequest{Node: node})
+	if err != nil {
 		return nil, fmt.Errorf("token create: %w", err)
 	}
 	parsed, err := spec.ParseToken(tok.Token)
@@ -205,11 +205,14 @@ func (f *fleet) joinOne(ctx context.Context, dir, exe, node string, log *slog.Lo
 		Names: zoneCount{&f.zones}, Rosters: &f.rosters}, log)
 }
 
-func (f *fleet) call(tb testing.TB, verb string, req, res any) {
+// fleetCall makes one API call to f's mesh; an error ends the test.
+func fleetCall[Req, Res any](tb testing.TB, f *fleet, v spec.Verb[Req, Res], req Req) Res {
 	tb.Helper()
-	if err := f.op.Call(verb, req, res); err != nil {
-		tb.Fatalf("%s: %v", verb, err)
+	res, err := cli.Call(f.op, v, req)
+	if err != nil {
+		tb.Fatalf("%s: %v", v.Name, err)
 	}
+	return res
 }
 
 // registerMotd registers module motd at version, its file's content
@@ -271,8 +274,9 @@ func (f *fleet) push(tb testing.TB, force bool) pushed {
 	// A push to a large fleet may take longer than the verb's 2 minutes
 	// to answer (it did at 9,999 hosts): a minute more a thousand hosts.
 	within := 2*time.Minute + time.Duration(len(f.nodes)/1000)*time.Minute
-	if err := f.op.CallWithin(spec.VerbPush, spec.PushRequest{Progress: progress, Force: force}, &p.res, within); err != nil {
-		tb.Fatalf("%s: %v", spec.VerbPush, err)
+	p.res, err = cli.CallWithin(f.op, spec.Push, spec.PushRequest{Progress: progress, Force: force}, within)
+	if err != nil {
+		tb.Fatalf("%s: %v", spec.Push.Name, err)
 	}
 	p.replied = time.Since(start)
 	want := map[string]uint64{}
@@ -356,8 +360,8 @@ func (f *fleet) heardSince(tb testing.TB, since time.Time, within time.Duration)
 		heard, total := 0, 0
 		var after string
 		for {
-			var res spec.NodeListResult
-			if err := f.op.Call(spec.VerbNodeList, spec.NodeListRequest{After: after}, &res); err != nil {
+			res, err := cli.Call(f.op, spec.NodeList, spec.NodeListRequest{After: after})
+			if err != nil {
 				tb.Fatalf("node list: %v", err)
 			}
 			for _, n := range res.Nodes {

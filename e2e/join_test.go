@@ -261,7 +261,7 @@ func TestNodeTouchesOnlyItsOwnSubjects(t *testing.T) {
 	}
 	pubs := []string{
 		spec.NodeSubject("beta", spec.KindHeartbeat),
-		spec.APISubject(spec.VerbNodeList),
+		spec.APISubject(spec.NodeList.Name),
 		"$JS.API.CONSUMER.CREATE." + spec.DeclarationStream + ".x",
 		"$JS.API.INFO",
 		"$JS.API.STREAM.LIST",
@@ -274,7 +274,7 @@ func TestNodeTouchesOnlyItsOwnSubjects(t *testing.T) {
 		wantViolation(t, errs, "publish to \""+p)
 	}
 	// The API answers no one but the operator: a request gets no reply.
-	if _, err := nc.Request(spec.APISubject(spec.VerbNodeList), []byte(`{}`), time.Second); err == nil {
+	if _, err := nc.Request(spec.APISubject(spec.NodeList.Name), []byte(`{}`), time.Second); err == nil {
 		t.Error("alpha's credential called the operator API")
 	}
 

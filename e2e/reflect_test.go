@@ -32,7 +32,7 @@ func auditVerbs(t *testing.T, dir string) []string {
 	}
 	var verbs []string
 	for _, e := range es {
-		if e.Verb != spec.VerbAudit {
+		if e.Verb != spec.Audit.Name {
 			verbs = append(verbs, e.Verb)
 		}
 	}
@@ -53,7 +53,7 @@ func TestNodeCannotMakeTheControllerAnswerElsewhere(t *testing.T) {
 	before := auditVerbs(t, m.dir)
 	refused := m.metric(t, "mesh_replies_refused_total")
 	body := []byte(`{"digest":"sha256:` + strings.Repeat("0", 64) + `"}`)
-	targets := []string{spec.DeclarationSubject("alpha"), spec.DeliverySubject("alpha"), spec.APISubject(spec.VerbNodeRemove)}
+	targets := []string{spec.DeclarationSubject("alpha"), spec.DeliverySubject("alpha"), spec.APISubject(spec.NodeRemove.Name)}
 	for _, reply := range targets {
 		if err := nc.PublishRequest(spec.NodeSubject("alpha", spec.KindBlob), reply, body); err != nil {
 			t.Fatal(err)

@@ -519,19 +519,20 @@ var operators = struct {
 
 // call makes one operator API call to the mesh kept in dir; a connection
 // lost to a controller's restart is dialled again, once.
-func call(t testing.TB, dir, verb string, req, res any) {
+func call[Req, Res any](t testing.TB, dir string, v spec.Verb[Req, Res], req Req) Res {
 	t.Helper()
 	for try := 0; ; try++ {
 		op, err := operator(t, dir)
+		var res Res
 		if err == nil {
-			err = op.Call(verb, req, res)
+			res, err = cli.Call(op, v, req)
 		}
 		var answered *spec.ReplyError
 		if err == nil {
-			return
+			return res
 		}
 		if errors.As(err, &answered) || try == 1 {
-			t.Fatalf("%s to the mesh in %s: %v", verb, dir, err)
+			t.Fatalf("%s to the mesh in %s: %v", v.Name, dir, err)
 		}
 		operators.Lock()
 		if operators.m[dir] == op {
@@ -574,8 +575,7 @@ func nodeList(t testing.TB, dir string) []spec.Node {
 	nodes := []spec.Node{}
 	req := spec.NodeListRequest{}
 	for {
-		var res spec.NodeListResult
-		call(t, dir, spec.VerbNodeList, req, &res)
+		res := call(t, dir, spec.NodeList, req)
 		nodes = append(nodes, res.Nodes...)
 		if res.Next == "" || res.Next <= req.After {
 			return nodes
@@ -587,8 +587,7 @@ func nodeList(t testing.TB, dir string) []spec.Node {
 // nodeShow is what mesh node show --json NODE says.
 func nodeShow(t testing.TB, dir, node string) spec.Node {
 	t.Helper()
-	var res spec.NodeShowResult
-	call(t, dir, spec.VerbNodeShow, spec.NodeShowRequest{Name: node}, &res)
+	res := call(t, dir, spec.NodeShow, spec.NodeShowRequest{Name: node})
 	return res.Node
 }
 
@@ -622,8 +621,7 @@ func lastResult(t testing.TB, dir, node, name string) (spec.ResourceResult, *spe
 // (the all-clear).
 func statusOf(t testing.TB, dir string) (spec.StatusResult, bool) {
 	t.Helper()
-	var res spec.StatusResult
-	call(t, dir, spec.VerbStatus, spec.StatusRequest{}, &res)
+	res := call(t, dir, spec.Status, spec.StatusRequest{})
 	return res, res.AllClear
 }
 

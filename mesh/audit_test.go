@@ -52,10 +52,10 @@ func TestBusyStoreLosesNoAudit(t *testing.T) {
 		return r
 	}
 	// A call that fails, then one that succeeds, while audits are refused.
-	if r := call(spec.VerbNodeShow, spec.NodeShowRequest{Name: "ghost"}); !strings.Contains(r.Error, "no node called") {
+	if r := call(spec.NodeShow.Name, spec.NodeShowRequest{Name: "ghost"}); !strings.Contains(r.Error, "no node called") {
 		t.Fatalf("node show ghost: %+v", r)
 	}
-	if r := call(spec.VerbHold, spec.HoldRequest{Node: "alpha", Hold: true, Reason: "busy test"}); r.Error != "" {
+	if r := call(spec.NodeHold.Name, spec.HoldRequest{Node: "alpha", Hold: true, Reason: "busy test"}); r.Error != "" {
 		t.Fatalf("node hold: %s", r.Error)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -69,7 +69,7 @@ func TestBusyStoreLosesNoAudit(t *testing.T) {
 			got = append(got, e.Verb+" "+e.Outcome)
 		}
 		if len(got) == 2 {
-			if !strings.HasPrefix(got[0], spec.VerbNodeShow+` no node called "ghost"`) || got[1] != spec.VerbHold+" ok" {
+			if !strings.HasPrefix(got[0], spec.NodeShow.Name+` no node called "ghost"`) || got[1] != spec.NodeHold.Name+" ok" {
 				t.Fatalf("audited %q, want the failed node.show then the hold", got)
 			}
 			break

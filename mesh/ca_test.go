@@ -66,7 +66,7 @@ func TestCADomainAdd(t *testing.T) {
 	oldInter := c.deps.CA.Intermediate()
 
 	var res spec.CADomainAddResult
-	if err := callAPI(t, op, spec.VerbCADomainAdd, spec.CADomainAddRequest{Domain: "example.org"}, &res); err != nil {
+	if err := callAPI(t, op, spec.CADomainAdd.Name, spec.CADomainAddRequest{Domain: "example.org"}, &res); err != nil {
 		t.Fatalf("ca.domain.add example.org: %v", err)
 	}
 	inter := c.deps.CA.Intermediate()
@@ -84,13 +84,13 @@ func TestCADomainAdd(t *testing.T) {
 		t.Errorf("intermediate.crt is not the new intermediate: %v", err)
 	}
 	var list spec.CADomainListResult
-	if err := callAPI(t, op, spec.VerbCADomainList, spec.CADomainListRequest{}, &list); err != nil {
+	if err := callAPI(t, op, spec.CADomainList.Name, spec.CADomainListRequest{}, &list); err != nil {
 		t.Fatal(err)
 	}
 	if len(list.Domains) != 1 || list.Domains[0].Name != "example.org" || !slices.Equal(list.Permitted, want) || list.Intermediate != res.Intermediate {
 		t.Errorf("ca.domain.list = %+v", list)
 	}
-	if e := lastAudit(t, db); e.Verb != spec.VerbCADomainList {
+	if e := lastAudit(t, db); e.Verb != spec.CADomainList.Name {
 		t.Errorf("the last audit entry is %+v, want the list", e)
 	}
 
@@ -158,7 +158,7 @@ func TestCADomainRefusals(t *testing.T) {
 		{"example.org", spec.ReplyRefused, "example.org is already declared"},
 	} {
 		rows := auditRows(t, db)
-		err := callAPI(t, op, spec.VerbCADomainAdd, spec.CADomainAddRequest{Domain: tc.domain}, nil)
+		err := callAPI(t, op, spec.CADomainAdd.Name, spec.CADomainAddRequest{Domain: tc.domain}, nil)
 		var re *spec.ReplyError
 		if !errors.As(err, &re) || re.Kind != tc.kind || !strings.Contains(re.Message, tc.want) {
 			t.Errorf("add %q: %v, want a %s error saying %q", tc.domain, err, tc.kind, tc.want)
@@ -171,7 +171,7 @@ func TestCADomainRefusals(t *testing.T) {
 		}
 		if auditRows(t, db) != rows+1 {
 			t.Errorf("add %q was not audited", tc.domain)
-		} else if e := lastAudit(t, db); e.Verb != spec.VerbCADomainAdd || !strings.Contains(e.Outcome, tc.want) {
+		} else if e := lastAudit(t, db); e.Verb != spec.CADomainAdd.Name || !strings.Contains(e.Outcome, tc.want) {
 			t.Errorf("add %q audited as %+v", tc.domain, e)
 		}
 	}
@@ -263,7 +263,7 @@ func TestCACerts(t *testing.T) {
 		}
 	}
 	var res spec.CACertsResult
-	if err := callAPI(t, operatorConn(t, c), spec.VerbCACerts, spec.CACertsRequest{}, &res); err != nil {
+	if err := callAPI(t, operatorConn(t, c), spec.CACerts.Name, spec.CACertsRequest{}, &res); err != nil {
 		t.Fatal(err)
 	}
 	stored, _ := db.Certs(context.Background(), 0, 10)

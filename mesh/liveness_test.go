@@ -64,7 +64,7 @@ func TestStatusSilentByInterval(t *testing.T) {
 	if p := strings.Join(res.Problems, "\n"); !strings.Contains(p, "alpha has not been heard for 4s (it sends a heartbeat every 1s)") {
 		t.Fatalf("problems %q", p)
 	}
-	shown, err := c.call(ctx, spec.VerbNodeShow, mustJSON(t, spec.NodeShowRequest{Name: "alpha"}))
+	shown, err := c.call(ctx, spec.NodeShow.Name, mustJSON(t, spec.NodeShowRequest{Name: "alpha"}))
 	if err != nil {
 		t.Fatal(err)
 	}

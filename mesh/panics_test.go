@@ -80,11 +80,11 @@ func TestPanicInAHandlerLeavesTheBusServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An API verb that panics is answered with a failure that says so.
-	if r := api(spec.VerbTokenList, spec.TokenListRequest{}); !strings.Contains(r.Error, "internal error") {
+	if r := api(spec.TokenList.Name, spec.TokenListRequest{}); !strings.Contains(r.Error, "internal error") {
 		t.Fatalf("token list that panicked answered %+v, want a failure naming an internal error", r)
 	}
 	// The bus, and the other handlers, still answer.
-	r := api(spec.VerbNodeList, spec.NodeListRequest{})
+	r := api(spec.NodeList.Name, spec.NodeListRequest{})
 	if r.Error != "" {
 		t.Fatalf("node list after the panics: %s", r.Error)
 	}
@@ -166,7 +166,7 @@ func TestPanicInAnHTTPHandlerIsA500(t *testing.T) {
 		t.Errorf("GET /metrics after the panic: %d, want 200 counting one panic:\n%s", code, body)
 	}
 	op := operatorConn(t, c)
-	if _, err := op.Request(spec.APIPrefix+spec.VerbNodeList, mustJSON(t, spec.NodeListRequest{}), 10*time.Second); err != nil {
+	if _, err := op.Request(spec.APIPrefix+spec.NodeList.Name, mustJSON(t, spec.NodeListRequest{}), 10*time.Second); err != nil {
 		t.Errorf("the bus after an HTTP handler's panic: %v", err)
 	}
 }

@@ -140,7 +140,7 @@ func TestRepliesFitWhateverNodesSent(t *testing.T) {
 	pages := 0
 	for req := (spec.NodeListRequest{}); ; pages++ {
 		var res spec.NodeListResult
-		size := call(spec.VerbNodeList, req, &res)
+		size := call(spec.NodeList.Name, req, &res)
 		t.Logf("node list page %d: %d nodes, %d bytes", pages, len(res.Nodes), size)
 		for _, n := range res.Nodes {
 			if n.Name == "alpha" {
@@ -165,21 +165,21 @@ func TestRepliesFitWhateverNodesSent(t *testing.T) {
 		}
 	}
 	var show spec.NodeShowResult
-	call(spec.VerbNodeShow, spec.NodeShowRequest{Name: "n03"}, &show)
+	call(spec.NodeShow.Name, spec.NodeShowRequest{Name: "n03"}, &show)
 	if !strings.HasSuffix(show.Node.Facts.Hostname, " bytes cut]") || !strings.HasSuffix(show.Node.LastReport.Results[0].Error, " bytes cut]") {
 		t.Fatalf("node show: texts not cut: hostname %d bytes", len(show.Node.Facts.Hostname))
 	}
 	// Audit entries as large as a request can be: cut, and as many as fit.
 	for range 40 {
-		if err := db.Audit(ctx, store.AuditEntry{At: clk.Now(), Operator: "operator", Verb: spec.VerbAssign, Args: big + big, Outcome: big}); err != nil {
+		if err := db.Audit(ctx, store.AuditEntry{At: clk.Now(), Operator: "operator", Verb: spec.Assign.Name, Args: big + big, Outcome: big}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var audit spec.AuditResult
-	call(spec.VerbAudit, spec.AuditRequest{Since: clk.Now().Add(-time.Hour), Limit: 10000}, &audit)
+	call(spec.Audit.Name, spec.AuditRequest{Since: clk.Now().Add(-time.Hour), Limit: 10000}, &audit)
 	assigns := 0
 	for _, e := range audit.Entries {
-		if e.Verb == spec.VerbAssign {
+		if e.Verb == spec.Assign.Name {
 			assigns++
 			if !strings.HasSuffix(e.Args, " bytes cut]") || !strings.HasSuffix(e.Outcome, " bytes cut]") {
 				t.Fatalf("audit: an entry's texts not cut: args %d bytes, outcome %d", len(e.Args), len(e.Outcome))
@@ -190,7 +190,7 @@ func TestRepliesFitWhateverNodesSent(t *testing.T) {
 		t.Fatalf("audit: %d of the 40 entries, more %v", assigns, audit.More)
 	}
 	var st spec.StatusResult
-	size := call(spec.VerbStatus, spec.StatusRequest{}, &st)
+	size := call(spec.Status.Name, spec.StatusRequest{}, &st)
 	t.Logf("status: %d bytes for %d nodes", size, len(st.Nodes))
 	for _, n := range st.Nodes {
 		if n.Node == "alpha" {
@@ -208,12 +208,12 @@ func TestOversizedReplyIsAnError(t *testing.T) {
 	t.Parallel()
 	c, _ := newController(t, &clock{now: time.Now()})
 	small := mustJSON(t, spec.Reply{Result: json.RawMessage(`{}`)})
-	if got := c.bounded(spec.VerbStatus, small); string(got) != string(small) {
+	if got := c.bounded(spec.Status.Name, small); string(got) != string(small) {
 		t.Fatalf("a reply that fits was changed: %s", got)
 	}
 	big := mustJSON(t, spec.Reply{Result: mustJSON(t, strings.Repeat("x", spec.MaxReply))})
 	var r spec.Reply
-	if err := json.Unmarshal(c.bounded(spec.VerbStatus, big), &r); err != nil || r.Result != nil ||
+	if err := json.Unmarshal(c.bounded(spec.Status.Name, big), &r); err != nil || r.Result != nil ||
 		!strings.Contains(r.Error, fmt.Sprintf("status: the answer is %d bytes, more than the %d a reply may carry", len(big), spec.MaxReply)) {
 		t.Fatalf("an oversized reply became %+v (%v)", r, err)
 	}

@@ -43,7 +43,7 @@ func upload(t *testing.T, op *nats.Conn, b []byte) {
 	for off := 0; off < len(b); off += spec.BlobChunk {
 		end := min(off+spec.BlobChunk, len(b))
 		var res spec.BlobPutResult
-		if err := callAPI(t, op, spec.VerbBlobPut, spec.BlobPutRequest{Digest: digest, Size: int64(len(b)), Offset: int64(off), Data: b[off:end]}, &res); err != nil {
+		if err := callAPI(t, op, spec.BlobPut.Name, spec.BlobPutRequest{Digest: digest, Size: int64(len(b)), Offset: int64(off), Data: b[off:end]}, &res); err != nil {
 			t.Fatalf("blob.put at %d: %v", off, err)
 		}
 		if res.Complete {
@@ -55,7 +55,7 @@ func upload(t *testing.T, op *nats.Conn, b []byte) {
 func releaseList(t *testing.T, op *nats.Conn) []spec.Release {
 	t.Helper()
 	var res spec.ReleaseListResult
-	if err := callAPI(t, op, spec.VerbReleaseList, spec.ReleaseListRequest{}, &res); err != nil {
+	if err := callAPI(t, op, spec.ReleaseList.Name, spec.ReleaseListRequest{}, &res); err != nil {
 		t.Fatal(err)
 	}
 	return res.Releases
@@ -75,18 +75,18 @@ func TestPublishRelease(t *testing.T) {
 	upload(t, op, amd)
 
 	var res spec.ReleasePublishResult
-	if err := callAPI(t, op, spec.VerbReleasePublish, spec.ReleasePublishRequest{Digest: hexDigest(amd)}, &res); err != nil {
+	if err := callAPI(t, op, spec.ReleasePublish.Name, spec.ReleasePublishRequest{Digest: hexDigest(amd)}, &res); err != nil {
 		t.Fatalf("release.publish: %v", err)
 	}
 	want := spec.Release{Digest: hexDigest(amd), GOOS: "linux", GOARCH: "amd64", Go: runtime.Version(), Size: int64(len(amd)), Published: clk.Now()}
 	if res.Existed || res.Release != want {
 		t.Errorf("release.publish = %+v, want %+v, new", res, want)
 	}
-	if e := lastAudit(t, db); e.Verb != spec.VerbReleasePublish || e.Outcome != "ok" || !strings.Contains(e.Args, hexDigest(amd)) {
+	if e := lastAudit(t, db); e.Verb != spec.ReleasePublish.Name || e.Outcome != "ok" || !strings.Contains(e.Args, hexDigest(amd)) {
 		t.Errorf("the last audit entry is %+v, want the publish", e)
 	}
 	clk.Add(time.Hour)
-	if err := callAPI(t, op, spec.VerbReleasePublish, spec.ReleasePublishRequest{Digest: hexDigest(amd)}, &res); err != nil || !res.Existed || res.Release != want {
+	if err := callAPI(t, op, spec.ReleasePublish.Name, spec.ReleasePublishRequest{Digest: hexDigest(amd)}, &res); err != nil || !res.Existed || res.Release != want {
 		t.Errorf("publishing again = %+v, %v; want the release as first published, existed", res, err)
 	}
 
@@ -102,12 +102,12 @@ func TestPublishRelease(t *testing.T) {
 		{"never uploaded", hexDigest([]byte("nothing")), spec.ReplyNotFound, "its binary was not uploaded"},
 		{"not a digest", "sha256:" + hexDigest(amd), spec.ReplyCaller, "is not a SHA-256"},
 	} {
-		err := callAPI(t, op, spec.VerbReleasePublish, spec.ReleasePublishRequest{Digest: tc.digest}, &res)
+		err := callAPI(t, op, spec.ReleasePublish.Name, spec.ReleasePublishRequest{Digest: tc.digest}, &res)
 		var re *spec.ReplyError
 		if !errors.As(err, &re) || re.Kind != tc.kind || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: release.publish = %v, want a %s error saying %q", tc.name, err, tc.kind, tc.says)
 		}
-		if e := lastAudit(t, db); e.Verb != spec.VerbReleasePublish || e.Outcome == "ok" {
+		if e := lastAudit(t, db); e.Verb != spec.ReleasePublish.Name || e.Outcome == "ok" {
 			t.Errorf("%s: the last audit entry is %+v, want the refused publish", tc.name, e)
 		}
 	}
@@ -144,7 +144,7 @@ func TestPublishReadFailureIsNoVerdict(t *testing.T) {
 	upload(t, op, amd)
 	fs.fail.Store(true)
 	var res spec.ReleasePublishResult
-	err := callAPI(t, op, spec.VerbReleasePublish, spec.ReleasePublishRequest{Digest: hexDigest(amd)}, &res)
+	err := callAPI(t, op, spec.ReleasePublish.Name, spec.ReleasePublishRequest{Digest: hexDigest(amd)}, &res)
 	var re *spec.ReplyError
 	if !errors.As(err, &re) || re.Kind != spec.ReplyFailed || !strings.Contains(err.Error(), "disk I/O error") {
 		t.Errorf("release.publish over a failing read = %v, want the controller's failure naming the read", err)
@@ -167,7 +167,7 @@ func TestReleaseListPages(t *testing.T) {
 		b := meshProgram(t, arch)
 		upload(t, op, b)
 		var res spec.ReleasePublishResult
-		if err := callAPI(t, op, spec.VerbReleasePublish, spec.ReleasePublishRequest{Digest: hexDigest(b)}, &res); err != nil {
+		if err := callAPI(t, op, spec.ReleasePublish.Name, spec.ReleasePublishRequest{Digest: hexDigest(b)}, &res); err != nil {
 			t.Fatal(err)
 		}
 		digests = append(digests, hexDigest(b))
@@ -178,7 +178,7 @@ func TestReleaseListPages(t *testing.T) {
 		t.Fatalf("release.list = %+v, want arm64 then amd64, as published", got)
 	}
 	var page spec.ReleaseListResult
-	if err := callAPI(t, op, spec.VerbReleaseList, spec.ReleaseListRequest{After: 1}, &page); err != nil || len(page.Releases) != 1 || page.Releases[0].Digest != digests[1] {
+	if err := callAPI(t, op, spec.ReleaseList.Name, spec.ReleaseListRequest{After: 1}, &page); err != nil || len(page.Releases) != 1 || page.Releases[0].Digest != digests[1] {
 		t.Errorf("release.list after 1 = %+v, %v; want the second only", page, err)
 	}
 }

@@ -112,7 +112,7 @@ func foreign(own string) []string {
 	all := []string{
 		spec.DeclarationSubject("alpha"),
 		spec.DeliverySubject("alpha"),
-		spec.APISubject(spec.VerbNodeRemove),
+		spec.APISubject(spec.NodeRemove.Name),
 		spec.NodeInbox("alpha") + ".x",
 		spec.OperatorInbox + ".x",
 		spec.EnrolInbox("tother") + ".x",
@@ -352,7 +352,7 @@ func TestOperatorIsAnsweredOnlyUnderItsInbox(t *testing.T) {
 	attempts := same(foreign(own), mustJSON(t, spec.NodeRemoveRequest{Name: "beta"}))
 	// The calls that would remove beta are dropped; the one with its own
 	// inbox is answered and audited.
-	reply := tryReflect(t, c, db, nc, own, spec.APISubject(spec.VerbNodeRemove), attempts, mustJSON(t, spec.NodeRemoveRequest{Name: "nosuch"}), 1)
+	reply := tryReflect(t, c, db, nc, own, spec.APISubject(spec.NodeRemove.Name), attempts, mustJSON(t, spec.NodeRemoveRequest{Name: "nosuch"}), 1)
 	if !strings.Contains(reply.Error, `no node called "nosuch"`) {
 		t.Errorf("the call with its own inbox: %+v, want the refusal naming nosuch", reply)
 	}
@@ -417,7 +417,7 @@ func TestServingUserPublishesOnlyToInboxes(t *testing.T) {
 	for _, s := range []string{
 		"mesh.decl.x",
 		spec.DeliverySubject("alpha"),
-		spec.APISubject(spec.VerbNodeRemove),
+		spec.APISubject(spec.NodeRemove.Name),
 		spec.PreviewSubject("alpha"),
 		spec.NodeSubject("alpha", spec.KindReport),
 		"$JS.API.INFO",

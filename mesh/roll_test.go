@@ -190,7 +190,7 @@ func waitRoll(t *testing.T, op *nats.Conn) spec.Roll {
 	var r spec.Roll
 	poll.Until(t, 20*time.Second, "the roll to finish or halt", func() (bool, string) {
 		var err error
-		r, err = roll(t, op, spec.VerbRollShow, spec.ReleaseRollShowRequest{})
+		r, err = roll(t, op, spec.RollShow.Name, spec.ReleaseRollShowRequest{})
 		return err == nil && r.Finished(), r.State
 	})
 	return r
@@ -234,7 +234,7 @@ func TestRollInOrder(t *testing.T) {
 	rel := publishFake(t, db, clk, "mesh v2", runtime.GOARCH)
 	hosts := simulate(t, c, db, clk, old, map[string]string{"alpha": upgrade, "beta": upgrade, "gamma": upgrade})
 
-	started, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest})
+	started, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestRollInOrder(t *testing.T) {
 
 	// A push keeps the binary declared.
 	var pushed spec.PushResult
-	if err := callAPI(t, op, spec.VerbPush, spec.PushRequest{}, &pushed); err != nil {
+	if err := callAPI(t, op, spec.Push.Name, spec.PushRequest{}, &pushed); err != nil {
 		t.Fatal(err)
 	}
 	for _, pn := range pushed.Nodes {
@@ -273,7 +273,7 @@ func TestRollInOrder(t *testing.T) {
 		}
 	}
 
-	again, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest})
+	again, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestRollHaltsAtFallback(t *testing.T) {
 	rel := publishFake(t, db, clk, "mesh v3", runtime.GOARCH)
 	hosts := simulate(t, c, db, clk, old, map[string]string{"alpha": upgrade, "beta": fallBack, "gamma": upgrade})
 
-	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
+	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
 		t.Fatal(err)
 	}
 	r := waitRoll(t, op)
@@ -363,13 +363,13 @@ func TestRollHaltsAtFallback(t *testing.T) {
 		t.Errorf("beta's fallbacks in status: %+v", fb)
 	}
 
-	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err == nil || !strings.Contains(err.Error(), "is halted: mesh release roll --resume or --abort it first") {
+	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest}); err == nil || !strings.Contains(err.Error(), "is halted: mesh release roll --resume or --abort it first") {
 		t.Errorf("a roll while one is halted: %v", err)
 	}
 	// Resumed, beta is asked to try the release again (retry 1), falls
 	// back again under that count, and the roll halts again at it.
 	before, _ := db.LastDeclaration(context.Background(), "beta")
-	if _, err := roll(t, op, spec.VerbRollResume, spec.ReleaseRollResumeRequest{}); err != nil {
+	if _, err := roll(t, op, spec.RollResume.Name, spec.ReleaseRollResumeRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	r = waitRoll(t, op)
@@ -385,7 +385,7 @@ func TestRollHaltsAtFallback(t *testing.T) {
 	}
 	// Given up on again, it is asked once more at the next resume (a node
 	// that failed otherwise is asked nothing: TestRollDeadline).
-	if _, err := roll(t, op, spec.VerbRollResume, spec.ReleaseRollResumeRequest{}); err != nil {
+	if _, err := roll(t, op, spec.RollResume.Name, spec.ReleaseRollResumeRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if r = waitRoll(t, op); r.State != spec.RollHalted {
@@ -395,7 +395,7 @@ func TestRollHaltsAtFallback(t *testing.T) {
 		t.Errorf("the second resume sent beta %+v, want retry 2", binaryIn(t, d))
 	}
 	var aborted spec.ReleaseRollResult
-	if err := callAPI(t, op, spec.VerbRollAbort, spec.ReleaseRollAbortRequest{}, &aborted); err != nil || aborted.Roll.State != spec.RollAborted || aborted.Roll.Ended == nil {
+	if err := callAPI(t, op, spec.RollAbort.Name, spec.ReleaseRollAbortRequest{}, &aborted); err != nil || aborted.Roll.State != spec.RollAborted || aborted.Roll.Ended == nil {
 		t.Fatalf("abort: %+v %v", aborted, err)
 	}
 	// beta carried no binary before the roll: it carries none again.
@@ -408,7 +408,7 @@ func TestRollHaltsAtFallback(t *testing.T) {
 	if p := strings.Join(statusOf(t, c).Problems, "\n"); strings.Contains(p, "gave up on") || strings.Contains(p, "pending") {
 		t.Errorf("after the abort, status still says:\n%s", p)
 	}
-	for _, verb := range []string{spec.VerbRollResume, spec.VerbRollAbort} {
+	for _, verb := range []string{spec.RollResume.Name, spec.RollAbort.Name} {
 		if _, err := roll(t, op, verb, struct{}{}); err == nil || !strings.Contains(err.Error(), "no roll is halted or running") {
 			t.Errorf("%s with no roll: %v", verb, err)
 		}
@@ -430,7 +430,7 @@ func TestRollDeadline(t *testing.T) {
 	rel := publishFake(t, db, clk, "mesh v4", runtime.GOARCH)
 	hosts := simulate(t, c, db, clk, old, map[string]string{"alpha": upgrade, "beta": silent, "gamma": upgrade})
 
-	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"alpha", "beta"}, HealthyWithinMS: 5000}); err != nil {
+	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"alpha", "beta"}, HealthyWithinMS: 5000}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
@@ -464,7 +464,7 @@ func TestRollDeadline(t *testing.T) {
 	sent, _ := db.LastDeclaration(context.Background(), "beta")
 
 	hosts.set("beta", upgrade)
-	if _, err := roll(t, op, spec.VerbRollResume, spec.ReleaseRollResumeRequest{}); err != nil {
+	if _, err := roll(t, op, spec.RollResume.Name, spec.ReleaseRollResumeRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if r := waitRoll(t, op); r.State != spec.RollDone || states(r) != "beta=healthy alpha=healthy" {
@@ -494,7 +494,7 @@ func TestRollSkipsAnotherArch(t *testing.T) {
 	}
 	hosts := simulate(t, c, db, clk, hexDigest([]byte("v1")), map[string]string{"alpha": upgrade, "beta": upgrade, "gamma": upgrade})
 
-	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
+	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
 		t.Fatal(err)
 	}
 	r := waitRoll(t, op)
@@ -533,14 +533,14 @@ func TestRollRefusals(t *testing.T) {
 		req  any
 		want string
 	}{
-		{spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: hexDigest([]byte("never"))}, "is not published (mesh release list shows what is"},
-		{spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: "v2"}, `release digest "v2" is not a SHA-256`},
-		{spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"beta", "zeta"}}, `no node called "zeta"`},
-		{spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"beta", "beta"}}, `node "beta" is named twice`},
-		{spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest, HealthyWithinMS: 10}, "--healthy-within 10ms is not between 1s and 24h0m0s"},
-		{spec.VerbRollResume, spec.ReleaseRollResumeRequest{}, "no roll is halted or running: nothing to resume"},
-		{spec.VerbRollAbort, spec.ReleaseRollAbortRequest{}, "no roll is halted or running: nothing to abort"},
-		{spec.VerbRollShow, spec.ReleaseRollShowRequest{}, "no release was ever rolled"},
+		{spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: hexDigest([]byte("never"))}, "is not published (mesh release list shows what is"},
+		{spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: "v2"}, `release digest "v2" is not a SHA-256`},
+		{spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"beta", "zeta"}}, `no node called "zeta"`},
+		{spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"beta", "beta"}}, `node "beta" is named twice`},
+		{spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest, HealthyWithinMS: 10}, "--healthy-within 10ms is not between 1s and 24h0m0s"},
+		{spec.RollResume.Name, spec.ReleaseRollResumeRequest{}, "no roll is halted or running: nothing to resume"},
+		{spec.RollAbort.Name, spec.ReleaseRollAbortRequest{}, "no roll is halted or running: nothing to abort"},
+		{spec.RollShow.Name, spec.ReleaseRollShowRequest{}, "no release was ever rolled"},
 	} {
 		_, err := roll(t, op, tc.verb, tc.req)
 		var re *spec.ReplyError
@@ -565,7 +565,7 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 	rel := publishFake(t, db, clk, "mesh v5", runtime.GOARCH)
 	hosts := simulate(t, c, db, clk, old, map[string]string{"alpha": upgrade, "beta": silent, "gamma": upgrade})
 
-	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
+	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
@@ -576,7 +576,7 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 	c = restartController(t, c)
 	hosts.setController(c)
 	op = operatorConn(t, c)
-	if r, err := roll(t, op, spec.VerbRollShow, spec.ReleaseRollShowRequest{}); err != nil || states(r) != "beta=sending gamma=pending alpha=pending" {
+	if r, err := roll(t, op, spec.RollShow.Name, spec.ReleaseRollShowRequest{}); err != nil || states(r) != "beta=sending gamma=pending alpha=pending" {
 		t.Fatalf("after the restart: %s %v", states(r), err)
 	}
 	hosts.set("beta", upgrade)
@@ -591,7 +591,7 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 	// Halted, restarted: still halted, nothing sent.
 	v6 := publishFake(t, db, clk, "mesh v6", runtime.GOARCH)
 	hosts.set("beta", fallBack)
-	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: v6.Digest}); err != nil {
+	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: v6.Digest}); err != nil {
 		t.Fatal(err)
 	}
 	if r := waitRoll(t, op); r.State != spec.RollHalted {
@@ -606,7 +606,7 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 	}
 	// Aborted, beta carries v5 again, as before the v6 roll.
 	var aborted spec.ReleaseRollResult
-	if err := callAPI(t, op, spec.VerbRollAbort, spec.ReleaseRollAbortRequest{}, &aborted); err != nil || len(aborted.Reverted) != 1 {
+	if err := callAPI(t, op, spec.RollAbort.Name, spec.ReleaseRollAbortRequest{}, &aborted); err != nil || len(aborted.Reverted) != 1 {
 		t.Fatalf("abort: %+v %v", aborted, err)
 	}
 	poll.Until(t, 10*time.Second, "beta's declaration to carry v5 again", func() (bool, string) {
@@ -628,7 +628,7 @@ func TestRollDeadlinePassedWhileDown(t *testing.T) {
 	old := hexDigest([]byte("v1"))
 	rel := publishFake(t, db, clk, "mesh v7", runtime.GOARCH)
 	hosts := simulate(t, c, db, clk, old, map[string]string{"alpha": upgrade, "beta": silent, "gamma": upgrade})
-	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"beta"}}); err != nil {
+	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"beta"}}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
@@ -645,7 +645,7 @@ func TestRollDeadlinePassedWhileDown(t *testing.T) {
 	hosts.setController(again)
 	op = operatorConn(t, again)
 	time.Sleep(3 * rollTick) // a controller that judged at once would have halted
-	if r, err := roll(t, op, spec.VerbRollShow, spec.ReleaseRollShowRequest{}); err != nil || r.State != spec.RollRunning {
+	if r, err := roll(t, op, spec.RollShow.Name, spec.ReleaseRollShowRequest{}); err != nil || r.State != spec.RollRunning {
 		t.Fatalf("after the restart, beta not yet heard: %s %s (%s) %v, want running", r.State, states(r), r.Cause, err)
 	}
 	hosts.set("beta", upgrade)
@@ -704,7 +704,7 @@ func TestRollSendFailureIsRetried(t *testing.T) {
 	rel := publishFake(t, db, clk, "mesh v7", runtime.GOARCH)
 	hosts := simulate(t, c, db, clk, hexDigest([]byte("v1")), map[string]string{"alpha": upgrade, "beta": upgrade})
 
-	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
+	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
 		t.Fatal(err)
 	}
 	if r := waitRoll(t, op); r.State != spec.RollDone || states(r) != "beta=healthy alpha=healthy" {
@@ -720,11 +720,11 @@ func TestRollSendFailureIsRetried(t *testing.T) {
 	hosts.set("alpha", silent)
 	time.Sleep(5 * beatBatchGap) // the heartbeats sent before are written at the clock as it is
 	clk.Add(10 * time.Second)
-	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"alpha"}, HealthyWithinMS: 5000}); err != nil {
+	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"alpha"}, HealthyWithinMS: 5000}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * rollTick)
-	if r, _ := roll(t, op, spec.VerbRollShow, spec.ReleaseRollShowRequest{}); states(r) != "alpha=sending" {
+	if r, _ := roll(t, op, spec.RollShow.Name, spec.ReleaseRollShowRequest{}); states(r) != "alpha=sending" {
 		t.Errorf("a silent node that last reported the digest: %s, want it waited for", states(r))
 	}
 	clk.Add(6 * time.Second)
@@ -775,7 +775,7 @@ func TestNoRollNoReads(t *testing.T) {
 	op := operatorConn(t, c)
 	rel := publishFake(t, db, clk, "mesh v2", runtime.GOARCH)
 	simulate(t, c, db, clk, hexDigest([]byte("v1")), map[string]string{"alpha": upgrade})
-	if _, err := roll(t, op, spec.VerbReleaseRoll, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
+	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
 		t.Fatal(err)
 	}
 	if r := waitRoll(t, op); r.State != spec.RollDone {

@@ -39,7 +39,7 @@ func TestCallCutShortByTheStopIsNotAnswered(t *testing.T) {
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		m, err := op.Request(spec.APISubject(spec.VerbRollShow), mustJSON(t, spec.ReleaseRollShowRequest{ID: 1}), 3*time.Second)
+		m, err := op.Request(spec.APISubject(spec.RollShow.Name), mustJSON(t, spec.ReleaseRollShowRequest{ID: 1}), 3*time.Second)
 		answered <- answer{m, err}
 	}()
 	select {

@@ -9,62 +9,61 @@ import (
 )
 
 // The operator API is this table: one row per verb. A row is the verb as
-// spec describes it to both sides (its name, how long a caller waits), its
-// handler, and how the audit keeps its arguments (a redaction, which every
-// row must name: there is no default). serveAPI serves every row the same
-// way. Adding a verb is its constant and descriptor in spec/verbs.go, its
-// row here, its handler, and its CLI command; TestEveryVerbHasARow fails
-// for a verb spec lists that has no row, no redaction or no timeout.
+// spec describes it to both sides (its name, its request and result types,
+// how long a caller waits), its handler, and how the audit keeps its
+// arguments (a redaction, which every row must name: there is no default).
+// serveAPI serves every row the same way. A row whose handler does not take
+// its verb's request and return its result does not compile. Adding a verb
+// is its Verb in spec/verbs.go, its row here, its handler, and its CLI
+// command; TestEveryVerbHasARow fails for a verb spec lists that has no
+// row, no redaction or no timeout, and cli's TestEveryVerbHasACaller for
+// one no command calls.
 func (c *Controller) verbRows() []row {
 	return []row{
-		verb(spec.VerbNodeList, c.listNodes, redactNone),
-		verb(spec.VerbNodeShow, c.showNode, redactNone),
-		verb(spec.VerbNodeRemove, c.removeNode, redactNone),
-		verb(spec.VerbHold, c.hold, redactNone),
-		verb(spec.VerbTokenCreate, c.createToken, redactNone),
-		verb(spec.VerbTokenList, c.listTokens, redactNone),
-		verb(spec.VerbTokenRevoke, c.revokeToken, redactNone),
-		verb(spec.VerbModuleRegister, c.registerModules, redactModules),
-		verb(spec.VerbModuleList, c.listModules, redactNone),
-		verb(spec.VerbModuleShow, c.showModule, redactNone),
-		verb(spec.VerbModuleRemove, c.removeModule, redactNone),
-		verb(spec.VerbAssign, c.assign, redactSettings),
-		verb(spec.VerbUnassign, c.unassign, redactNone),
-		verb(spec.VerbBlobPut, c.putBlob, notAudited),
-		verb(spec.VerbPush, c.push, redactNone),
-		verb(spec.VerbStatus, c.status, redactNone),
-		verb(spec.VerbAudit, c.auditLog, redactNone),
-		verb(spec.VerbCARoots, c.caRoots, redactNone),
-		verb(spec.VerbCADomainAdd, c.addCADomain, redactNone),
-		verb(spec.VerbCADomainList, c.listCADomains, redactNone),
-		verb(spec.VerbCACerts, c.listCerts, redactNone),
-		verb(spec.VerbReleasePublish, c.publishRelease, redactNone),
-		verb(spec.VerbReleaseList, c.listReleases, redactNone),
-		verb(spec.VerbReleaseRoll, c.startRoll, redactNone),
-		verb(spec.VerbRollResume, c.resumeRoll, redactNone),
-		verb(spec.VerbRollAbort, c.abortRoll, redactNone),
-		verb(spec.VerbRollShow, c.showRoll, redactNone),
+		verb(spec.NodeList, c.listNodes, redactNone),
+		verb(spec.NodeShow, c.showNode, redactNone),
+		verb(spec.NodeRemove, c.removeNode, redactNone),
+		verb(spec.NodeHold, c.hold, redactNone),
+		verb(spec.TokenCreate, c.createToken, redactNone),
+		verb(spec.TokenList, c.listTokens, redactNone),
+		verb(spec.TokenRevoke, c.revokeToken, redactNone),
+		verb(spec.ModuleRegister, c.registerModules, redactModules),
+		verb(spec.ModuleList, c.listModules, redactNone),
+		verb(spec.ModuleShow, c.showModule, redactNone),
+		verb(spec.ModuleRemove, c.removeModule, redactNone),
+		verb(spec.Assign, c.assign, redactSettings),
+		verb(spec.Unassign, c.unassign, redactNone),
+		verb(spec.BlobPut, c.putBlob, notAudited),
+		verb(spec.Push, c.push, redactNone),
+		verb(spec.Status, c.status, redactNone),
+		verb(spec.Audit, c.auditLog, redactNone),
+		verb(spec.CARoots, c.caRoots, redactNone),
+		verb(spec.CADomainAdd, c.addCADomain, redactNone),
+		verb(spec.CADomainList, c.listCADomains, redactNone),
+		verb(spec.CACerts, c.listCerts, redactNone),
+		verb(spec.ReleasePublish, c.publishRelease, redactNone),
+		verb(spec.ReleaseList, c.listReleases, redactNone),
+		verb(spec.ReleaseRoll, c.startRoll, redactNone),
+		verb(spec.RollResume, c.resumeRoll, redactNone),
+		verb(spec.RollAbort, c.abortRoll, redactNone),
+		verb(spec.RollShow, c.showRoll, redactNone),
 	}
 }
 
 // row is one verb of the operator API as the controller serves it.
 type row struct {
-	spec.Verb // the name, and the timeout callers wait
+	spec.VerbInfo // the name, and the timeout callers wait
 	// call decodes a request, carries it out and encodes its result.
 	call   func(ctx context.Context, data []byte) (json.RawMessage, error)
 	redact redaction
 }
 
-// verb is the row of the verb called name: its request is decoded as a
-// Req, unknown fields refused (the caller's mistake), and handed to fn,
-// whose Res is the result. The descriptor comes from spec; a name spec
-// does not describe gets none, which the table's test refuses.
-func verb[Req, Res any](name string, fn func(context.Context, Req) (Res, error), redact redaction) row {
-	desc, ok := spec.LookupVerb(name)
-	if !ok {
-		desc = spec.Verb{Name: name}
-	}
-	return row{Verb: desc, redact: redact, call: func(ctx context.Context, data []byte) (json.RawMessage, error) {
+// verb is the row of v: its request is decoded as a Req, unknown fields
+// refused (the caller's mistake), and handed to fn, whose Res is the
+// result.
+func verb[Req, Res any](v spec.Verb[Req, Res], fn func(context.Context, Req) (Res, error), redact redaction) row {
+	name := v.Name
+	return row{VerbInfo: v.Info(), redact: redact, call: func(ctx context.Context, data []byte) (json.RawMessage, error) {
 		var req Req
 		if err := spec.Decode(data, &req); err != nil {
 			return nil, callerError(fmt.Sprintf("%s: malformed request: %v", name, err))

@@ -108,21 +108,21 @@ func TestRepliesCarryTheirKind(t *testing.T) {
 		kind string
 		says string
 	}{
-		{spec.VerbNodeShow, `{"name":"alpha","extra":1}`, spec.ReplyCaller, "node.show: malformed request"},
-		{spec.VerbNodeShow, `{"name":"Bad_Name"}`, spec.ReplyCaller, `node name "Bad_Name"`},
+		{spec.NodeShow.Name, `{"name":"alpha","extra":1}`, spec.ReplyCaller, "node.show: malformed request"},
+		{spec.NodeShow.Name, `{"name":"Bad_Name"}`, spec.ReplyCaller, `node name "Bad_Name"`},
 		{"no.such.verb", `{}`, spec.ReplyCaller, `unknown verb "no.such.verb"`},
-		{spec.VerbTokenCreate, `{"node":"gamma","ttl":1000}`, spec.ReplyCaller, "a token lives from"},
-		{spec.VerbNodeShow, `{"name":"ghost"}`, spec.ReplyNotFound, `no node called "ghost"`},
-		{spec.VerbNodeRemove, `{"name":"ghost"}`, spec.ReplyNotFound, `no node called "ghost"`},
-		{spec.VerbModuleShow, `{"name":"ghost"}`, spec.ReplyNotFound, `no module called "ghost"`},
-		{spec.VerbAssign, `{"module":"ghost","node":"alpha"}`, spec.ReplyNotFound, `no module called "ghost"`},
-		{spec.VerbUnassign, `{"module":"ghost","node":"alpha"}`, spec.ReplyNotFound, `module "ghost" is not assigned to node "alpha"`},
-		{spec.VerbTokenRevoke, `{"id":"tnope"}`, spec.ReplyNotFound, `no token "tnope"`},
-		{spec.VerbPush, `{"nodes":["ghost"]}`, spec.ReplyNotFound, `no node called "ghost"`},
-		{spec.VerbHold, `{"node":"ghost","hold":true}`, spec.ReplyNotFound, `no node called "ghost"`},
-		{spec.VerbTokenRevoke, `{"id":"` + used.ID + `"}`, spec.ReplyRefused, "was already used, by node \"beta\""},
-		{spec.VerbTokenCreate, `{"node":"beta"}`, spec.ReplyRefused, `a node called "beta" is already in the mesh`},
-		{spec.VerbAudit, `{}`, spec.ReplyFailed, "read the audit: disk I/O error"},
+		{spec.TokenCreate.Name, `{"node":"gamma","ttl":1000}`, spec.ReplyCaller, "a token lives from"},
+		{spec.NodeShow.Name, `{"name":"ghost"}`, spec.ReplyNotFound, `no node called "ghost"`},
+		{spec.NodeRemove.Name, `{"name":"ghost"}`, spec.ReplyNotFound, `no node called "ghost"`},
+		{spec.ModuleShow.Name, `{"name":"ghost"}`, spec.ReplyNotFound, `no module called "ghost"`},
+		{spec.Assign.Name, `{"module":"ghost","node":"alpha"}`, spec.ReplyNotFound, `no module called "ghost"`},
+		{spec.Unassign.Name, `{"module":"ghost","node":"alpha"}`, spec.ReplyNotFound, `module "ghost" is not assigned to node "alpha"`},
+		{spec.TokenRevoke.Name, `{"id":"tnope"}`, spec.ReplyNotFound, `no token "tnope"`},
+		{spec.Push.Name, `{"nodes":["ghost"]}`, spec.ReplyNotFound, `no node called "ghost"`},
+		{spec.NodeHold.Name, `{"node":"ghost","hold":true}`, spec.ReplyNotFound, `no node called "ghost"`},
+		{spec.TokenRevoke.Name, `{"id":"` + used.ID + `"}`, spec.ReplyRefused, "was already used, by node \"beta\""},
+		{spec.TokenCreate.Name, `{"node":"beta"}`, spec.ReplyRefused, `a node called "beta" is already in the mesh`},
+		{spec.Audit.Name, `{}`, spec.ReplyFailed, "read the audit: disk I/O error"},
 	} {
 		wire, err := ask(op, spec.APISubject(tc.verb), []byte(tc.body))
 		check(tc.verb+" "+tc.body, wire, err, tc.kind, tc.says)

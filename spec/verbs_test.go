@@ -12,11 +12,11 @@ import (
 	"github.com/mesh-fleet/mesh/spec"
 )
 
-// TestEveryVerbIsDescribed: every Verb constant this package declares (read
-// from its source, so a new one cannot hide) is in spec.Verbs() once, with
-// a timeout a caller can wait; and Verbs() lists nothing else.
+// TestEveryVerbIsDescribed: every Verb this package declares (read from its
+// source, so a new one cannot hide) is in spec.Verbs() once, with a timeout
+// a caller can wait; and Verbs() lists nothing else.
 func TestEveryVerbIsDescribed(t *testing.T) {
-	declared := map[string]string{} // verb -> constant
+	declared := map[string]string{} // verb -> variable
 	fset := token.NewFileSet()
 	paths, err := filepath.Glob("*.go")
 	if err != nil {
@@ -32,28 +32,31 @@ func TestEveryVerbIsDescribed(t *testing.T) {
 		}
 		for _, d := range f.Decls {
 			g, ok := d.(*ast.GenDecl)
-			if !ok || g.Tok != token.CONST {
+			if !ok || g.Tok != token.VAR {
 				continue
 			}
 			for _, s := range g.Specs {
 				vs := s.(*ast.ValueSpec)
 				for i, name := range vs.Names {
-					if !strings.HasPrefix(name.Name, "Verb") || i >= len(vs.Values) {
+					if i >= len(vs.Values) {
 						continue
 					}
-					lit, ok := vs.Values[i].(*ast.BasicLit)
-					if !ok || lit.Kind != token.STRING {
-						t.Errorf("%s is not a string literal", name.Name)
+					lit, ok := vs.Values[i].(*ast.CompositeLit)
+					if !ok || !isVerbType(lit.Type) {
 						continue
 					}
-					v, _ := strconv.Unquote(lit.Value)
+					v, ok := verbName(lit)
+					if !ok {
+						t.Errorf("%s: its name is not a string literal", name.Name)
+						continue
+					}
 					declared[v] = name.Name
 				}
 			}
 		}
 	}
 	if len(declared) == 0 {
-		t.Fatal("no Verb constant found in the package's source")
+		t.Fatal("no Verb found in the package's source")
 	}
 	seen := map[string]bool{}
 	for _, v := range spec.Verbs() {
@@ -62,7 +65,7 @@ func TestEveryVerbIsDescribed(t *testing.T) {
 		}
 		seen[v.Name] = true
 		if _, ok := declared[v.Name]; !ok {
-			t.Errorf("verb %q is listed but no Verb constant names it", v.Name)
+			t.Errorf("verb %q is listed but no Verb variable names it", v.Name)
 		}
 		if v.Timeout <= 0 {
 			t.Errorf("verb %q has no timeout", v.Name)
@@ -79,4 +82,35 @@ func TestEveryVerbIsDescribed(t *testing.T) {
 	if _, ok := spec.LookupVerb("no.such"); ok {
 		t.Error("LookupVerb found a verb that does not exist")
 	}
+}
+
+// isVerbType says whether a type expression is Verb[Req, Res].
+func isVerbType(e ast.Expr) bool {
+	x, ok := e.(*ast.IndexListExpr)
+	if !ok {
+		return false
+	}
+	id, ok := x.X.(*ast.Ident)
+	return ok && id.Name == "Verb"
+}
+
+// verbName is the Name a Verb literal gives, by key or as its first field.
+func verbName(lit *ast.CompositeLit) (string, bool) {
+	for i, e := range lit.Elts {
+		if kv, ok := e.(*ast.KeyValueExpr); ok {
+			if k, ok := kv.Key.(*ast.Ident); !ok || k.Name != "Name" {
+				continue
+			}
+			e = kv.Value
+		} else if i != 0 {
+			continue
+		}
+		b, ok := e.(*ast.BasicLit)
+		if !ok || b.Kind != token.STRING {
+			return "", false
+		}
+		v, err := strconv.Unquote(b.Value)
+		return v, err == nil
+	}
+	return "", false
 }
