@@ -332,18 +332,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer nc.Close()
 	removed, stopWatching := a.watchRemoval(nc)
 	defer stopWatching()
-	a.engine = NewEngine(a.cfg.Root, busBlobs{nc: nc, node: a.state.Node})
-	a.engine.Trust(a.state.CARoot)
-	a.engine.Versions(filepath.Join(a.cfg.Dir, spec.VersionsDir))
-	a.engine.Panicked = a.panicked
-	a.engine.Containers(a.cfg.Docker, a.state.Node, a.state.Address, a.cfg.Subnet, a.cfg.Names)
 	// Certificates: certmagic over the host's own storage, its CSRs signed
 	// by the controller over the node's subject; its renewal checks stop
 	// before the bus connection closes.
 	certs := newCerts(certsConfig{dir: filepath.Join(a.cfg.Dir, CertmagicDir), mesh: a.state.Mesh, root: root, rootPEM: a.state.CARoot,
 		renewCheck: a.cfg.CertRenewCheck, sign: busSigner(nc, a.state.Node), held: a.Intermediates}, a.log)
 	defer certs.stop()
-	a.engine.certificates(certs)
+	a.engine = NewEngine(a.services(nc, certs))
+	a.engine.Panicked = a.panicked
 
 	deliveries := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(spec.DeliverySubject(a.state.Node), deliveries)
@@ -485,6 +481,23 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err := a.standAside(nc, version); err != nil {
 			return err
 		}
+	}
+}
+
+// services are what the host offers the kinds it holds, over nc, with
+// certs its certificate manager.
+func (a *Agent) services(nc *nats.Conn, certs *certs) Services {
+	return Services{
+		Root:     a.cfg.Root,
+		Blobs:    busBlobs{nc: nc, node: a.state.Node},
+		Docker:   a.cfg.Docker,
+		Node:     a.state.Node,
+		Address:  a.state.Address,
+		Subnet:   a.cfg.Subnet,
+		Names:    a.cfg.Names,
+		CARoot:   a.state.CARoot,
+		Versions: filepath.Join(a.cfg.Dir, spec.VersionsDir),
+		certs:    certs,
 	}
 }
 

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"os/user"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,9 +58,8 @@ type Result struct {
 }
 
 // Applier holds one kind of resource. It is made for an engine (see
-// NewEngine) with what it needs: the engine's root, where blobs come from,
-// the container engine and the node's address. Every call ends when its
-// ctx does.
+// NewEngine) with what its kind needs of the host's Services. Every call
+// ends when its ctx does.
 type Applier interface {
 	// Plan says what Apply would do and changes nothing.
 	Plan(ctx context.Context, r spec.Resource) (Result, error)
@@ -72,45 +69,6 @@ type Applier interface {
 	// Remove removes what a was. It never takes what is still declared:
 	// held are the paths of the files and directories declared now.
 	Remove(ctx context.Context, a Applied, held []string, w *Writes) (Result, error)
-}
-
-// setup is what appliers are made with.
-type setup struct {
-	root   string
-	blobs  BlobFetcher
-	docker *Docker // nil: no container engine, and what it holds fails saying so
-	node   string
-	// address is the node's address, where containers publish ports.
-	address string
-	// subnet is the node's container network; its gateway is where the
-	// machine's resolver serves the containers.
-	subnet netip.Prefix
-	names  Names // nil: names are not served to containers
-	// caRoot is the mesh's root (PEM) the host pinned at join, which the
-	// trust kind installs; "" until Trust names it.
-	caRoot string
-	// certs obtains and renews certificates; nil: certificate resources
-	// fail, saying the host has no certificate manager.
-	certs *certs
-	// versions is D/host/versions, where binaries are delivered; "":
-	// binary resources fail, saying the host keeps none.
-	versions string
-	// goos and goarch are the system this host runs (runtime's): a binary
-	// built for another fails.
-	goos, goarch string
-	// verified remembers the delivered binaries already hashed.
-	verified *verifiedBinaries
-}
-
-// spool is where a large blob is fetched to before it is handed on: the
-// host's own directory (beside versions) when it keeps one, so an image
-// archive does not fill a /tmp held in memory; else the system's
-// temporary directory.
-func (s setup) spool() string {
-	if s.versions == "" {
-		return ""
-	}
-	return filepath.Dir(s.versions)
 }
 
 // hostKind is how the host holds one kind of resource, registered from init in
@@ -128,8 +86,9 @@ type hostKind struct {
 	// record, when set, keeps in the record what removing a resource of
 	// the kind needs of its spec.
 	record func(s spec.Spec, a *Applied)
-	// applier makes the kind's applier for an engine.
-	applier func(setup) Applier
+	// applier makes the kind's applier for an engine, taking what the
+	// kind needs of the host's services.
+	applier func(*Services) Applier
 }
 
 // hostKinds are the kinds the host holds, by name.
@@ -170,55 +129,20 @@ type Engine struct {
 	// Panicked hears of a panic recovered in an applier, with its stack;
 	// the resource fails with it. Nil: it is only that failure.
 	Panicked func(what string, v any, stack []byte)
-	setup    setup
+	services Services
 }
 
-// NewEngine is an engine under root, fetching blobs from blobs. Until
-// Containers names an engine, containers and the network fail saying the
-// host has none.
-func NewEngine(root string, blobs BlobFetcher) *Engine {
-	goos, goarch := thisSystem()
-	e := &Engine{setup: setup{root: root, blobs: blobs, goos: goos, goarch: goarch, verified: &verifiedBinaries{}}}
+// NewEngine is an engine holding resources with the host's services s.
+func NewEngine(s Services) *Engine {
+	e := &Engine{services: s.withDefaults()}
 	e.makeAppliers()
 	return e
-}
-
-// Versions has the engine deliver binaries to dir (D/host/versions: see
-// spec/launch.go). Every applier is made anew.
-func (e *Engine) Versions(dir string) {
-	e.setup.versions = dir
-	e.makeAppliers()
-}
-
-// Containers has the engine hold containers and the node's network in the
-// engine docker (nil: those resources fail with the reason), publishing
-// ports on address and putting containers on subnet, whose gateway names
-// (the machine's resolver) serves while the network is there. Nil names:
-// names are not served to containers. Every applier is made anew.
-func (e *Engine) Containers(docker *Docker, node, address string, subnet netip.Prefix, names Names) {
-	e.setup.docker, e.setup.node, e.setup.address, e.setup.subnet, e.setup.names = docker, node, address, subnet, names
-	e.makeAppliers()
-}
-
-// Trust has the engine install caRoot (PEM: the mesh's root the host
-// pinned at join) where a trust resource is declared. Every applier is made
-// anew.
-func (e *Engine) Trust(caRoot string) {
-	e.setup.caRoot = caRoot
-	e.makeAppliers()
-}
-
-// certificates has the engine keep the certificates c manages where
-// certificate resources are declared. Every applier is made anew.
-func (e *Engine) certificates(c *certs) {
-	e.setup.certs = c
-	e.makeAppliers()
 }
 
 func (e *Engine) makeAppliers() {
 	e.Appliers = make(map[string]Applier, len(hostKinds))
 	for name, k := range hostKinds {
-		e.Appliers[name] = k.applier(e.setup)
+		e.Appliers[name] = k.applier(&e.services)
 	}
 }
 

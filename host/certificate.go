@@ -26,7 +26,7 @@ func init() {
 				a.Certificate = c.Name
 			}
 		},
-		applier: func(s setup) Applier { return certificateApplier{root: s.root, certs: s.certs} }})
+		applier: func(s *Services) Applier { return certificateApplier{root: s.Root, certs: s.certs} }})
 }
 
 // A certificate's directory, as Kubernetes' AtomicWriter keeps one:

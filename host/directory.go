@@ -21,7 +21,7 @@ func init() {
 				a.OnRemove = d.OnRemove
 			}
 		},
-		applier: func(s setup) Applier { return directoryApplier{root: s.root} }})
+		applier: func(s *Services) Applier { return directoryApplier{root: s.Root} }})
 }
 
 // directoryApplier holds directories under root: mode and (when declared)

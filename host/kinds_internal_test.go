@@ -22,19 +22,19 @@ func missingAppliers(e *Engine, names []string) []string {
 }
 
 // TestEveryKindHasAnApplier: every kind spec registers has its applier in
-// an engine (with or without a container engine); a kind without one trips
-// the check.
+// an engine (with or without the node's container network); a kind without
+// one trips the check.
 func TestEveryKindHasAnApplier(t *testing.T) {
 	t.Parallel()
 	var names []string
 	for _, k := range spec.Kinds() {
 		names = append(names, k.Name)
 	}
-	e := NewEngine(t.TempDir(), nil)
+	e := NewEngine(Services{Root: t.TempDir()})
 	if missing := missingAppliers(e, names); len(missing) != 0 {
 		t.Errorf("kinds without an applier: %v (register one from host/KIND.go)", missing)
 	}
-	e.Containers(nil, "alpha", "", DefaultSubnet, nil)
+	e = NewEngine(Services{Root: t.TempDir(), Node: "alpha", Subnet: DefaultSubnet})
 	if missing := missingAppliers(e, names); len(missing) != 0 {
 		t.Errorf("with containers, kinds without an applier: %v", missing)
 	}
@@ -43,12 +43,12 @@ func TestEveryKindHasAnApplier(t *testing.T) {
 	}
 }
 
-// TestContainerKindsWithoutAnEngineSaySo: until the engine is given a
+// TestContainerKindsWithoutAnEngineSaySo: on a host whose services hold no
 // container engine, containers and the network fail saying the host has
 // none, in an apply and in a preview.
 func TestContainerKindsWithoutAnEngineSaySo(t *testing.T) {
 	t.Parallel()
-	e := NewEngine(t.TempDir(), nil)
+	e := NewEngine(Services{Root: t.TempDir()})
 	ctr := spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m", Spec: &spec.ContainerSpec{Name: "web", Image: "w:1"}}
 	resources := []spec.Resource{spec.NodeNetwork("alpha"), ctr}
 	results, _, _ := e.Apply(context.Background(), resources, nil)
@@ -66,7 +66,7 @@ const counted = "counted"
 
 func init() {
 	spec.Register(spec.Kind{Name: counted, Path: true, New: func() spec.Spec { return &countedSpec{} }})
-	registerKind(hostKind{name: counted, applier: func(setup) Applier { return countedApplier{} }})
+	registerKind(hostKind{name: counted, applier: func(*Services) Applier { return countedApplier{} }})
 }
 
 // countedSpec counts the calls of its Check in checks.
@@ -110,7 +110,7 @@ func TestCheckOncePerPass(t *testing.T) {
 	var checks atomic.Int64
 	r := spec.Resource{Name: "t:counted:/a", Kind: counted, Module: "t", Spec: &countedSpec{Path: "/a", checks: &checks}}
 	previous := []Applied{{Name: "t:counted:/gone", Kind: counted, Path: "/gone"}, {Name: "t:directory:/d", Kind: spec.KindDirectory, Path: "/d"}}
-	e := NewEngine(t.TempDir(), nil)
+	e := NewEngine(Services{Root: t.TempDir()})
 	results, _, _ := e.Apply(context.Background(), []spec.Resource{r}, previous)
 	if len(results) != 3 || results[0].Outcome != spec.Unchanged {
 		t.Fatalf("results %+v", results)

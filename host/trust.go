@@ -15,8 +15,8 @@ import (
 
 func init() {
 	registerKind(hostKind{name: spec.KindTrust, phase: 0, rank: 2,
-		applier: func(s setup) Applier {
-			return trustApplier{root: s.root, caRoot: s.caRoot, refresh: runRefresh}
+		applier: func(s *Services) Applier {
+			return trustApplier{root: s.Root, caRoot: s.CARoot, refresh: runRefresh}
 		}})
 }
 
