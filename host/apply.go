@@ -72,23 +72,19 @@ type Applier interface {
 }
 
 // hostKind is how the host holds one kind of resource, registered from init in
-// host/<kind>.go.
+// host/<kind>.go; kindOrder places it.
 type hostKind struct {
 	name string
-	// phase is when the kind is applied: what a later phase uses is held
-	// by an earlier one (files and directories, then the network, then the
-	// containers that mount the one and join the other). Removals go in
-	// the reverse order.
-	phase int
-	// rank orders kinds of one phase at one path depth: a directory (0)
-	// before a file (1).
-	rank int
 	// record, when set, keeps in the record what removing a resource of
 	// the kind needs of its spec.
 	record func(s spec.Spec, a *Applied)
 	// applier makes the kind's applier for an engine, taking what the
 	// kind needs of the host's services.
 	applier func(*Services) Applier
+	// facts says that the facts report what resources of the kind hold
+	// (trust_installed, certificates): an apply that moves one has them
+	// sent again at once (Agent.factsMoved).
+	facts bool
 }
 
 // hostKinds are the kinds the host holds, by name.
@@ -151,21 +147,18 @@ type checked struct {
 	*spec.Resource       // in the slice the pass was given
 	err            error // its Check
 	path           bool  // its kind's target is a path on the machine
-	phase, rank    int8  // its kind's
+	order                // its kind's
 }
 
-// check checks each resource once, and puts them in apply order: by phase,
-// then parents first (by path depth, a directory before a file at the same
-// depth, then by path). The sort is stable, so resources that compare
+// check checks each resource once, and puts them in apply order (see
+// kindOrder): by phase, then parents first (by path depth, a directory
+// before a file at the same depth, then by path). The sort is stable, so resources that compare
 // equal keep their declared order.
 func check(resources []spec.Resource) []checked {
 	out := make([]checked, len(resources))
 	for i := range resources {
 		r := &resources[i]
-		c := checked{Resource: r, err: r.Check(), rank: 2}
-		if k, ok := hostKinds[r.Kind]; ok {
-			c.phase, c.rank = int8(k.phase), int8(k.rank)
-		}
+		c := checked{Resource: r, err: r.Check(), order: orderOf(r.Kind)}
 		if k, ok := spec.KindNamed(r.Kind); ok {
 			c.path = k.Path
 		}
@@ -360,8 +353,8 @@ type removal struct {
 	// handedOver: a resource of the same kind at the same path is declared
 	// under another name (it moved from one module to another). The old name
 	// goes from the record; what is on disk stays, for the new one holds it.
-	handedOver  bool
-	phase, rank int
+	handedOver bool
+	order
 }
 
 // removals is what previous holds that items no longer declare (by name),
@@ -386,20 +379,17 @@ func removals(items []checked, previous []Applied) []removal {
 				}
 			}
 		}
-		rm := removal{Applied: a, handedOver: held[[2]string{a.Kind, a.Path}], rank: 2}
-		if k, ok := hostKinds[a.Kind]; ok {
-			rm.phase, rm.rank = k.phase, k.rank
-		}
+		rm := removal{Applied: a, handedOver: held[[2]string{a.Kind, a.Path}], order: orderOf(a.Kind)}
 		out = append(out, rm)
 	}
 	slices.SortStableFunc(out, func(a, b removal) int {
-		if d := b.phase - a.phase; d != 0 {
+		if d := int(b.phase) - int(a.phase); d != 0 {
 			return d
 		}
 		if d := pathDepth(b.Path) - pathDepth(a.Path); d != 0 {
 			return d
 		}
-		if d := b.rank - a.rank; d != 0 {
+		if d := int(b.rank) - int(a.rank); d != 0 {
 			return d
 		}
 		return strings.Compare(b.Path, a.Path)

@@ -20,9 +20,7 @@ import (
 )
 
 func init() {
-	// The last phase: what the node declares besides is applied before
-	// want names a new binary, which its launcher then starts.
-	registerKind(hostKind{name: spec.KindBinary, phase: 3, rank: 2, applier: func(s *Services) Applier {
+	registerKind(hostKind{name: spec.KindBinary, applier: func(s *Services) Applier {
 		return binaryApplier{dir: s.Versions, blobs: s.Blobs, goos: s.goos, goarch: s.goarch, verified: s.verified}
 	}})
 }

@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	registerKind(hostKind{name: spec.KindCertificate, phase: 0, rank: 1,
+	registerKind(hostKind{name: spec.KindCertificate, facts: true,
 		record: func(s spec.Spec, a *Applied) {
 			if c, ok := s.(*spec.CertificateSpec); ok {
 				a.Certificate = c.Name

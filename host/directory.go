@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	registerKind(hostKind{name: spec.KindDirectory, phase: 0, rank: 0,
+	registerKind(hostKind{name: spec.KindDirectory,
 		record: func(s spec.Spec, a *Applied) {
 			if d, ok := s.(*spec.DirectorySpec); ok {
 				a.OnRemove = d.OnRemove

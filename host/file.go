@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	registerKind(hostKind{name: spec.KindFile, phase: 0, rank: 1, applier: func(s *Services) Applier {
+	registerKind(hostKind{name: spec.KindFile, applier: func(s *Services) Applier {
 		return fileApplier{root: s.Root, blobs: s.Blobs}
 	}})
 }

@@ -123,3 +123,81 @@ func TestCheckOncePerPass(t *testing.T) {
 		t.Errorf("a preview checked the resource %d times, want once", n)
 	}
 }
+
+// TestEveryKindIsPlacedOnce: kindOrder places every kind spec registers
+// (but the tests' own) once, each registered from host/<kind>.go, and
+// numbers them as the apply order wants: directories, files,
+// certificates and trust anchors, then the network, then containers, then
+// the binary; at one depth a directory before a file, a file beside a
+// certificate, a trust anchor after both.
+func TestEveryKindIsPlacedOnce(t *testing.T) {
+	t.Parallel()
+	placed := map[string]int{}
+	for _, l := range kindOrder {
+		placed[l.kind]++
+	}
+	for _, k := range spec.Kinds() {
+		if k.Name == counted {
+			continue
+		}
+		if placed[k.Name] != 1 {
+			t.Errorf("kind %s is placed %d times in kindOrder, want once (add its line in host/kinds.go)", k.Name, placed[k.Name])
+		}
+		delete(placed, k.Name)
+	}
+	for name := range placed {
+		t.Errorf("kindOrder places %s, which is no kind of spec", name)
+	}
+	for _, l := range kindOrder {
+		if _, ok := hostKinds[l.kind]; !ok {
+			t.Errorf("kindOrder places %s, which no host/KIND.go registers", l.kind)
+		}
+	}
+	want := map[string]order{
+		spec.KindDirectory:   {0, 0},
+		spec.KindFile:        {0, 1},
+		spec.KindCertificate: {0, 1},
+		spec.KindTrust:       {0, 2},
+		spec.KindNetwork:     {1, 0},
+		spec.KindContainer:   {2, 0},
+		spec.KindBinary:      {3, 0},
+		"unplaced":           {0, 2},
+	}
+	for kind, o := range want {
+		if got := orderOf(kind); got != o {
+			t.Errorf("%s goes at %+v, want %+v", kind, got, o)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a kind placed twice is not refused")
+		}
+	}()
+	orders([]kindPlace{{stage, spec.KindFile}, {after, spec.KindFile}})
+}
+
+// TestFactsFollowTheirKinds: an apply that creates, changes or removes a
+// resource of a kind the facts report (trust, certificate) has them sent
+// again at once; one that moves only others, or leaves those unchanged,
+// does not.
+func TestFactsFollowTheirKinds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		kind, outcome string
+		want          bool
+	}{
+		{spec.KindTrust, spec.Created, true},
+		{spec.KindCertificate, spec.Changed, true},
+		{spec.KindCertificate, spec.Removed, true},
+		{spec.KindTrust, spec.Unchanged, false},
+		{spec.KindCertificate, spec.Failed, false},
+		{spec.KindFile, spec.Created, false},
+		{spec.KindContainer, spec.Removed, false},
+	} {
+		a := &Agent{factsNow: make(chan struct{}, 1)}
+		a.factsMoved([]spec.ResourceResult{{Name: "r", Kind: tc.kind, Outcome: tc.outcome}})
+		if got := len(a.factsNow) == 1; got != tc.want {
+			t.Errorf("%s %s: facts sent again %v, want %v", tc.kind, tc.outcome, got, tc.want)
+		}
+	}
+}
