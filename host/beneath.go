@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mesh-fleet/mesh/spec"
 	"golang.org/x/sys/unix"
 )
 
@@ -488,4 +489,19 @@ func checkMountSource(root, source string) error {
 		return fmt.Errorf("mount source %s is a symbolic link (%s), which the engine would follow: declare the directory it names instead", source, s.path)
 	}
 	return nil
+}
+
+// locateRecorded is where a record's path lies under t, refusing a path
+// that a well-formed resource could not have had. Nil with no error: nothing
+// can be there (a parent is not a directory, or a link to what is missing).
+func locateRecorded(t *tree, a Applied) (*spot, error) {
+	if err := spec.CheckPath(a.Path); err != nil {
+		return nil, fmt.Errorf("remove %s: %w", a.Name, err)
+	}
+	s, err := t.locate(a.Path)
+	var gone *unreachableError
+	if errors.As(err, &gone) {
+		return nil, nil
+	}
+	return s, err
 }
