@@ -270,12 +270,40 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	root, err := a.holdRoot()
+	if err != nil {
+		return err
+	}
+	nc, err := a.dial(root)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	removed, stopWatching := a.watchRemoval(nc)
+	defer stopWatching()
+	certs := a.wire(nc, root)
+	defer certs.stop()
+	in, err := a.subscribe(nc)
+	defer in.unsubscribe()
+	if err != nil {
+		return err
+	}
+	a.retry = time.NewTimer(time.Hour)
+	a.retry.Stop()
+	defer a.retry.Stop()
+	return a.loop(ctx, nc, version, removed, certs.renewed, in)
+}
+
+// holdRoot reads the mesh's root from the host's state, checks it against
+// its pin and holds it, with the kept CA chain it checks (one that fails
+// is not held: the next declaration's is).
+func (a *Agent) holdRoot() (*x509.Certificate, error) {
 	root, err := ca.ParseCert([]byte(a.state.CARoot))
 	if err != nil {
-		return fmt.Errorf("the mesh root in the host state: %w", err)
+		return nil, fmt.Errorf("the mesh root in the host state: %w", err)
 	}
 	if ca.Pin(root) != a.state.CAPin {
-		return fmt.Errorf("the mesh root in the host state does not match its pin %s", a.state.CAPin)
+		return nil, fmt.Errorf("the mesh root in the host state does not match its pin %s", a.state.CAPin)
 	}
 	a.root = root
 	if a.state.CAChain != "" {
@@ -286,6 +314,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.chain.Store(&chain)
 		}
 	}
+	return root, nil
+}
+
+// dial connects to the bus as the node, over TLS checked against root,
+// reconnecting for ever (the first connect included).
+func (a *Agent) dial(root *x509.Certificate) (*nats.Conn, error) {
 	pub, _ := a.key.PublicKey()
 	nc, err := nats.Connect(strings.Join(a.state.Bus, ","),
 		nats.Name("host "+a.state.Node),
@@ -327,86 +361,146 @@ func (a *Agent) Run(ctx context.Context) error {
 		}),
 	)
 	if err != nil {
-		return fmt.Errorf("connect to the bus at %v: %w", a.state.Bus, err)
+		return nil, fmt.Errorf("connect to the bus at %v: %w", a.state.Bus, err)
 	}
-	defer nc.Close()
-	removed, stopWatching := a.watchRemoval(nc)
-	defer stopWatching()
-	a.engine = NewEngine(a.cfg.Root, busBlobs{nc: nc, node: a.state.Node})
-	a.engine.Trust(a.state.CARoot)
-	a.engine.Versions(filepath.Join(a.cfg.Dir, spec.VersionsDir))
-	a.engine.Panicked = a.panicked
-	a.engine.Containers(a.cfg.Docker, a.state.Node, a.state.Address, a.cfg.Subnet, a.cfg.Names)
-	// Certificates: certmagic over the host's own storage, its CSRs signed
-	// by the controller over the node's subject; its renewal checks stop
-	// before the bus connection closes.
+	return nc, nil
+}
+
+// wire makes the engine the host applies with, over nc, and the
+// certificate manager it keeps certificates with, which the caller stops
+// before nc closes: certmagic over the host's own storage, its CSRs signed
+// by the controller over the node's subject.
+func (a *Agent) wire(nc *nats.Conn, root *x509.Certificate) *certs {
 	certs := newCerts(certsConfig{dir: filepath.Join(a.cfg.Dir, CertmagicDir), mesh: a.state.Mesh, root: root, rootPEM: a.state.CARoot,
 		renewCheck: a.cfg.CertRenewCheck, sign: busSigner(nc, a.state.Node), held: a.Intermediates}, a.log)
-	defer certs.stop()
-	a.engine.certificates(certs)
+	a.engine = NewEngine(a.services(nc, certs))
+	a.engine.Panicked = a.panicked
+	return certs
+}
 
-	deliveries := make(chan *nats.Msg, 64)
-	sub, err := nc.ChanSubscribe(spec.DeliverySubject(a.state.Node), deliveries)
-	if err != nil {
-		return fmt.Errorf("subscribe to the delivery subject: %w", err)
+// inbox is what the bus delivers to the host, by what it is.
+type inbox struct {
+	// deliveries are the node's declarations and the roster messages.
+	deliveries chan *nats.Msg
+	// previews ask what an apply would do; acks answer reports.
+	previews, acks chan *nats.Msg
+	subs           []*nats.Subscription
+}
+
+// subscribe subscribes the host to what the bus delivers it. What it
+// subscribed is in the inbox even when a later subscription failed.
+func (a *Agent) subscribe(nc *nats.Conn) (*inbox, error) {
+	in := &inbox{deliveries: make(chan *nats.Msg, 64), previews: make(chan *nats.Msg, 16), acks: make(chan *nats.Msg, 16)}
+	sub := func(subject string, ch chan *nats.Msg, what string) error {
+		s, err := nc.ChanSubscribe(subject, ch)
+		if err != nil {
+			return fmt.Errorf("subscribe to %s: %w", what, err)
+		}
+		in.subs = append(in.subs, s)
+		return nil
 	}
-	defer sub.Unsubscribe()
+	if err := sub(spec.DeliverySubject(a.state.Node), in.deliveries, "the delivery subject"); err != nil {
+		return in, err
+	}
 	// The node's declarations and the roster messages the stream
 	// republishes (protocol 6: no consumer; the one above delivers to a
 	// controller older), into the same channel: handled in the order the
 	// bus sends them.
 	for _, subject := range []string{spec.DeclarationDelivery(a.state.Node), spec.RosterDelivery} {
-		rsub, err := nc.ChanSubscribe(subject, deliveries)
-		if err != nil {
-			return fmt.Errorf("subscribe to %s: %w", subject, err)
+		if err := sub(subject, in.deliveries, subject); err != nil {
+			return in, err
 		}
-		defer rsub.Unsubscribe()
 	}
-	a.retry = time.NewTimer(time.Hour)
-	a.retry.Stop()
-	defer a.retry.Stop()
-	previews := make(chan *nats.Msg, 16)
-	psub, err := nc.ChanSubscribe(spec.PreviewSubject(a.state.Node), previews)
-	if err != nil {
-		return fmt.Errorf("subscribe to the preview subject: %w", err)
+	if err := sub(spec.PreviewSubject(a.state.Node), in.previews, "the preview subject"); err != nil {
+		return in, err
 	}
-	defer psub.Unsubscribe()
-	acks := make(chan *nats.Msg, 16)
-	asub, err := nc.ChanSubscribe(spec.ReportAckSubject(a.state.Node), acks)
-	if err != nil {
-		return fmt.Errorf("subscribe to the reports' answers: %w", err)
+	if err := sub(spec.ReportAckSubject(a.state.Node), in.acks, "the reports' answers"); err != nil {
+		return in, err
 	}
-	defer asub.Unsubscribe()
+	return in, nil
+}
 
+// unsubscribe ends the inbox's subscriptions, the last first.
+func (in *inbox) unsubscribe() {
+	for i := len(in.subs) - 1; i >= 0; i-- {
+		in.subs[i].Unsubscribe()
+	}
+}
+
+// loop has the host heard and ready, then reports, applies and answers
+// what the bus delivers until ctx ends, the node is removed (ErrRemoved),
+// or a new version is delivered for a launcher to start (ErrStandAside).
+// renewed hears of the certificates renewed.
+func (a *Agent) loop(ctx context.Context, nc *nats.Conn, version string, removed, renewed <-chan struct{}, in *inbox) error {
 	facts := time.NewTicker(a.cfg.FactsEvery)
 	defer facts.Stop()
 	reconcile := time.NewTicker(a.cfg.ReconcileEvery)
 	defer reconcile.Stop()
-
-	sendFacts := func() {
-		defer a.catch("facts")
-		f := GatherFacts()
-		f.Node, f.Time = a.state.Node, time.Now().UTC()
-		a.engineFacts(ctx, &f)
-		f.TrustInstalled = TrustInstalled(a.cfg.Root, a.state.CARoot)
-		if a.held != nil {
-			f.Certificates = CertificatesHeld(a.cfg.Root, a.held.decl.Resources)
-		}
-		if chain := a.Intermediates(); len(chain) > 0 {
-			f.Intermediate = ca.SerialOf(chain[0])
-		}
-		if err := publish(nc, spec.NodeSubject(a.state.Node, spec.KindFacts), f); err != nil {
-			a.log.Warn("facts not sent", "err", err)
-		}
-	}
-	sendFacts()
+	a.sendFacts(ctx, nc)
 	// The engine is watched apart, so that one that hangs delays no
 	// heartbeat or delivery; when it starts or stops answering, the facts
 	// are sent again at once.
 	engineFlips := make(chan struct{}, 1)
 	go a.safely("engine watch", func() { a.watchEngine(ctx, engineFlips) })
-	// Ready once a heartbeat has reached the bus; until then, retry it at the
-	// reconnect pace rather than the heartbeat's.
+	if up, err := a.start(ctx, nc, version, removed); !up {
+		return err
+	}
+	// A container that stops is started again and reported within
+	// seconds, not at the next reconcile.
+	eventPasses := a.followContainers(ctx)
+	// What was kept is held again at start: an apply cut short converges.
+	a.safely("reconcile", func() { a.reconcile(ctx, nc) })
+	if err := a.standAside(nc, version); err != nil {
+		return err
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-removed:
+			return ErrRemoved
+		case <-facts.C:
+			a.sendFacts(ctx, nc)
+		case <-engineFlips:
+			a.sendFacts(ctx, nc)
+		case <-a.factsNow:
+			a.sendFacts(ctx, nc)
+		case <-reconcile.C:
+			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
+		case <-eventPasses:
+			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
+		case <-renewed:
+			// A renewal is copied where it is declared by a pass, which
+			// writes only what differs: the certificates' directories.
+			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
+		case <-a.catchUp:
+			a.beatIfApplied("catch up", func() { a.catchUpNow(ctx, nc) })
+		case <-a.retry.C:
+			a.beatIfApplied("retry", func() { a.retryNow(ctx, nc) })
+		case m := <-in.previews:
+			a.safely("preview", func() { a.handlePreview(ctx, nc, m) })
+			continue // a preview applies nothing
+		case m := <-in.acks:
+			a.acked(m)
+			continue
+		case m := <-in.deliveries:
+			a.safely("delivery", func() { a.handleBatch(ctx, nc, drain(m, in.deliveries, a.cfg.BatchWait)) })
+			a.nudgeHeartbeat()
+		}
+		// After an apply, its report sent: a new version may be delivered.
+		if err := a.standAside(nc, version); err != nil {
+			return err
+		}
+	}
+}
+
+// start has the host heard: it is ready once a heartbeat has reached the
+// bus, retried until then at the reconnect pace rather than the
+// heartbeat's; the heartbeats then go on apart, the kept names are served
+// and the host catches up. False when the run ends first, with what Run
+// returns.
+func (a *Agent) start(ctx context.Context, nc *nats.Conn, version string, removed <-chan struct{}) (bool, error) {
 	for {
 		err := a.sendHeartbeat(nc, version)
 		if err == nil {
@@ -418,9 +512,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Debug("first heartbeat not through yet", "err", err)
 		select {
 		case <-ctx.Done():
-			return nil
+			return false, nil
 		case <-removed:
-			return ErrRemoved
+			return false, ErrRemoved
 		case <-time.After(time.Second):
 		}
 	}
@@ -438,53 +532,41 @@ func (a *Agent) Run(ctx context.Context) error {
 	nudge(a.catchUp)
 	close(a.ready)
 	a.log.Info("host ready", "node", a.state.Node, "bus", nc.ConnectedUrl(), "version", version[:12])
-	// A container that stops is started again and reported within
-	// seconds, not at the next reconcile.
-	eventPasses := a.followContainers(ctx)
-	// What was kept is held again at start: an apply cut short converges.
-	a.safely("reconcile", func() { a.reconcile(ctx, nc) })
-	if err := a.standAside(nc, version); err != nil {
-		return err
-	}
+	return true, nil
+}
 
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-removed:
-			return ErrRemoved
-		case <-facts.C:
-			sendFacts()
-		case <-engineFlips:
-			sendFacts()
-		case <-a.factsNow:
-			sendFacts()
-		case <-reconcile.C:
-			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
-		case <-eventPasses:
-			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
-		case <-certs.renewed:
-			// A renewal is copied where it is declared by a pass, which
-			// writes only what differs: the certificates' directories.
-			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
-		case <-a.catchUp:
-			a.beatIfApplied("catch up", func() { a.catchUpNow(ctx, nc) })
-		case <-a.retry.C:
-			a.beatIfApplied("retry", func() { a.retryNow(ctx, nc) })
-		case m := <-previews:
-			a.safely("preview", func() { a.handlePreview(ctx, nc, m) })
-			continue // a preview applies nothing
-		case m := <-acks:
-			a.acked(m)
-			continue
-		case m := <-deliveries:
-			a.safely("delivery", func() { a.handleBatch(ctx, nc, drain(m, deliveries, a.cfg.BatchWait)) })
-			a.nudgeHeartbeat()
-		}
-		// After an apply, its report sent: a new version may be delivered.
-		if err := a.standAside(nc, version); err != nil {
-			return err
-		}
+// sendFacts gathers the machine's facts and sends them.
+func (a *Agent) sendFacts(ctx context.Context, nc *nats.Conn) {
+	defer a.catch("facts")
+	f := GatherFacts()
+	f.Node, f.Time = a.state.Node, time.Now().UTC()
+	a.engineFacts(ctx, &f)
+	f.TrustInstalled = TrustInstalled(a.cfg.Root, a.state.CARoot)
+	if a.held != nil {
+		f.Certificates = CertificatesHeld(a.cfg.Root, a.held.decl.Resources)
+	}
+	if chain := a.Intermediates(); len(chain) > 0 {
+		f.Intermediate = ca.SerialOf(chain[0])
+	}
+	if err := publish(nc, spec.NodeSubject(a.state.Node, spec.KindFacts), f); err != nil {
+		a.log.Warn("facts not sent", "err", err)
+	}
+}
+
+// services are what the host offers the kinds it holds, over nc, with
+// certs its certificate manager.
+func (a *Agent) services(nc *nats.Conn, certs *certs) Services {
+	return Services{
+		Root:     a.cfg.Root,
+		Blobs:    busBlobs{nc: nc, node: a.state.Node},
+		Docker:   a.cfg.Docker,
+		Node:     a.state.Node,
+		Address:  a.state.Address,
+		Subnet:   a.cfg.Subnet,
+		Names:    a.cfg.Names,
+		CARoot:   a.state.CARoot,
+		Versions: filepath.Join(a.cfg.Dir, spec.VersionsDir),
+		certs:    certs,
 	}
 }
 

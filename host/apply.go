@@ -2,20 +2,12 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net/netip"
-	"os"
-	"os/user"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/mesh-fleet/mesh/spec"
-	"golang.org/x/sys/unix"
 )
 
 // BlobFetcher fetches the content of a blob by digest, writing it to w in
@@ -60,9 +52,8 @@ type Result struct {
 }
 
 // Applier holds one kind of resource. It is made for an engine (see
-// NewEngine) with what it needs: the engine's root, where blobs come from,
-// the container engine and the node's address. Every call ends when its
-// ctx does.
+// NewEngine) with what its kind needs of the host's Services. Every call
+// ends when its ctx does.
 type Applier interface {
 	// Plan says what Apply would do and changes nothing.
 	Plan(ctx context.Context, r spec.Resource) (Result, error)
@@ -74,62 +65,20 @@ type Applier interface {
 	Remove(ctx context.Context, a Applied, held []string, w *Writes) (Result, error)
 }
 
-// setup is what appliers are made with.
-type setup struct {
-	root   string
-	blobs  BlobFetcher
-	docker *Docker // nil: no container engine, and what it holds fails saying so
-	node   string
-	// address is the node's address, where containers publish ports.
-	address string
-	// subnet is the node's container network; its gateway is where the
-	// machine's resolver serves the containers.
-	subnet netip.Prefix
-	names  Names // nil: names are not served to containers
-	// caRoot is the mesh's root (PEM) the host pinned at join, which the
-	// trust kind installs; "" until Trust names it.
-	caRoot string
-	// certs obtains and renews certificates; nil: certificate resources
-	// fail, saying the host has no certificate manager.
-	certs *certs
-	// versions is D/host/versions, where binaries are delivered; "":
-	// binary resources fail, saying the host keeps none.
-	versions string
-	// goos and goarch are the system this host runs (runtime's): a binary
-	// built for another fails.
-	goos, goarch string
-	// verified remembers the delivered binaries already hashed.
-	verified *verifiedBinaries
-}
-
-// spool is where a large blob is fetched to before it is handed on: the
-// host's own directory (beside versions) when it keeps one, so an image
-// archive does not fill a /tmp held in memory; else the system's
-// temporary directory.
-func (s setup) spool() string {
-	if s.versions == "" {
-		return ""
-	}
-	return filepath.Dir(s.versions)
-}
-
 // hostKind is how the host holds one kind of resource, registered from init in
-// host/<kind>.go.
+// host/<kind>.go; kindOrder places it.
 type hostKind struct {
 	name string
-	// phase is when the kind is applied: what a later phase uses is held
-	// by an earlier one (files and directories, then the network, then the
-	// containers that mount the one and join the other). Removals go in
-	// the reverse order.
-	phase int
-	// rank orders kinds of one phase at one path depth: a directory (0)
-	// before a file (1).
-	rank int
 	// record, when set, keeps in the record what removing a resource of
 	// the kind needs of its spec.
 	record func(s spec.Spec, a *Applied)
-	// applier makes the kind's applier for an engine.
-	applier func(setup) Applier
+	// applier makes the kind's applier for an engine, taking what the
+	// kind needs of the host's services.
+	applier func(*Services) Applier
+	// facts says that the facts report what resources of the kind hold
+	// (trust_installed, certificates): an apply that moves one has them
+	// sent again at once (Agent.factsMoved).
+	facts bool
 }
 
 // hostKinds are the kinds the host holds, by name.
@@ -170,55 +119,20 @@ type Engine struct {
 	// Panicked hears of a panic recovered in an applier, with its stack;
 	// the resource fails with it. Nil: it is only that failure.
 	Panicked func(what string, v any, stack []byte)
-	setup    setup
+	services Services
 }
 
-// NewEngine is an engine under root, fetching blobs from blobs. Until
-// Containers names an engine, containers and the network fail saying the
-// host has none.
-func NewEngine(root string, blobs BlobFetcher) *Engine {
-	goos, goarch := thisSystem()
-	e := &Engine{setup: setup{root: root, blobs: blobs, goos: goos, goarch: goarch, verified: &verifiedBinaries{}}}
+// NewEngine is an engine holding resources with the host's services s.
+func NewEngine(s Services) *Engine {
+	e := &Engine{services: s.withDefaults()}
 	e.makeAppliers()
 	return e
-}
-
-// Versions has the engine deliver binaries to dir (D/host/versions: see
-// spec/launch.go). Every applier is made anew.
-func (e *Engine) Versions(dir string) {
-	e.setup.versions = dir
-	e.makeAppliers()
-}
-
-// Containers has the engine hold containers and the node's network in the
-// engine docker (nil: those resources fail with the reason), publishing
-// ports on address and putting containers on subnet, whose gateway names
-// (the machine's resolver) serves while the network is there. Nil names:
-// names are not served to containers. Every applier is made anew.
-func (e *Engine) Containers(docker *Docker, node, address string, subnet netip.Prefix, names Names) {
-	e.setup.docker, e.setup.node, e.setup.address, e.setup.subnet, e.setup.names = docker, node, address, subnet, names
-	e.makeAppliers()
-}
-
-// Trust has the engine install caRoot (PEM: the mesh's root the host
-// pinned at join) where a trust resource is declared. Every applier is made
-// anew.
-func (e *Engine) Trust(caRoot string) {
-	e.setup.caRoot = caRoot
-	e.makeAppliers()
-}
-
-// certificates has the engine keep the certificates c manages where
-// certificate resources are declared. Every applier is made anew.
-func (e *Engine) certificates(c *certs) {
-	e.setup.certs = c
-	e.makeAppliers()
 }
 
 func (e *Engine) makeAppliers() {
 	e.Appliers = make(map[string]Applier, len(hostKinds))
 	for name, k := range hostKinds {
-		e.Appliers[name] = k.applier(e.setup)
+		e.Appliers[name] = k.applier(&e.services)
 	}
 }
 
@@ -227,21 +141,18 @@ type checked struct {
 	*spec.Resource       // in the slice the pass was given
 	err            error // its Check
 	path           bool  // its kind's target is a path on the machine
-	phase, rank    int8  // its kind's
+	order                // its kind's
 }
 
-// check checks each resource once, and puts them in apply order: by phase,
-// then parents first (by path depth, a directory before a file at the same
-// depth, then by path). The sort is stable, so resources that compare
+// check checks each resource once, and puts them in apply order (see
+// kindOrder): by phase, then parents first (by path depth, a directory
+// before a file at the same depth, then by path). The sort is stable, so resources that compare
 // equal keep their declared order.
 func check(resources []spec.Resource) []checked {
 	out := make([]checked, len(resources))
 	for i := range resources {
 		r := &resources[i]
-		c := checked{Resource: r, err: r.Check(), rank: 2}
-		if k, ok := hostKinds[r.Kind]; ok {
-			c.phase, c.rank = int8(k.phase), int8(k.rank)
-		}
+		c := checked{Resource: r, err: r.Check(), order: orderOf(r.Kind)}
 		if k, ok := spec.KindNamed(r.Kind); ok {
 			c.path = k.Path
 		}
@@ -436,8 +347,8 @@ type removal struct {
 	// handedOver: a resource of the same kind at the same path is declared
 	// under another name (it moved from one module to another). The old name
 	// goes from the record; what is on disk stays, for the new one holds it.
-	handedOver  bool
-	phase, rank int
+	handedOver bool
+	order
 }
 
 // removals is what previous holds that items no longer declare (by name),
@@ -462,20 +373,17 @@ func removals(items []checked, previous []Applied) []removal {
 				}
 			}
 		}
-		rm := removal{Applied: a, handedOver: held[[2]string{a.Kind, a.Path}], rank: 2}
-		if k, ok := hostKinds[a.Kind]; ok {
-			rm.phase, rm.rank = k.phase, k.rank
-		}
+		rm := removal{Applied: a, handedOver: held[[2]string{a.Kind, a.Path}], order: orderOf(a.Kind)}
 		out = append(out, rm)
 	}
 	slices.SortStableFunc(out, func(a, b removal) int {
-		if d := b.phase - a.phase; d != 0 {
+		if d := int(b.phase) - int(a.phase); d != 0 {
 			return d
 		}
 		if d := pathDepth(b.Path) - pathDepth(a.Path); d != 0 {
 			return d
 		}
-		if d := b.rank - a.rank; d != 0 {
+		if d := int(b.rank) - int(a.rank); d != 0 {
 			return d
 		}
 		return strings.Compare(b.Path, a.Path)
@@ -484,148 +392,3 @@ func removals(items []checked, previous []Applied) []removal {
 }
 
 func pathDepth(p string) int { return strings.Count(p, "/") }
-
-// ownerIDs resolves a declared owner and group to ids; -1 stands for one
-// that is not declared (not managed).
-func ownerIDs(owner, group string) (uid, gid int, err error) {
-	uid, gid = -1, -1
-	if owner != "" {
-		if uid, err = resolveID("owner", owner, func(name string) (string, error) {
-			u, err := user.Lookup(name)
-			if err != nil {
-				return "", err
-			}
-			return u.Uid, nil
-		}); err != nil {
-			return -1, -1, err
-		}
-	}
-	if group != "" {
-		if gid, err = resolveID("group", group, func(name string) (string, error) {
-			g, err := user.LookupGroup(name)
-			if err != nil {
-				return "", err
-			}
-			return g.Gid, nil
-		}); err != nil {
-			return -1, -1, err
-		}
-	}
-	return uid, gid, nil
-}
-
-// resolveID takes a numeric string as the id itself and looks anything else
-// up by name.
-func resolveID(role, s string, lookup func(string) (string, error)) (int, error) {
-	if id, err := strconv.ParseUint(s, 10, 32); err == nil {
-		if id == 1<<32-1 {
-			return -1, fmt.Errorf("%s %q is not a valid id (it means \"no change\" to chown)", role, s)
-		}
-		return int(id), nil
-	}
-	idText, err := lookup(s)
-	if err != nil {
-		return -1, fmt.Errorf("look up %s %q: %w", role, s, err)
-	}
-	id, err := strconv.ParseUint(idText, 10, 32)
-	if err != nil {
-		return -1, fmt.Errorf("look up %s %q: id %q is not numeric: %w", role, s, idText, err)
-	}
-	return int(id), nil
-}
-
-// what says what kind of thing a mode is, for messages.
-func what(mode uint32) string {
-	switch mode & syscall.S_IFMT {
-	case syscall.S_IFREG:
-		return "a regular file"
-	case syscall.S_IFDIR:
-		return "a directory"
-	case syscall.S_IFLNK:
-		return "a symbolic link"
-	case syscall.S_IFIFO:
-		return "a named pipe"
-	case syscall.S_IFSOCK:
-		return "a socket"
-	case syscall.S_IFCHR:
-		return "a character device"
-	case syscall.S_IFBLK:
-		return "a block device"
-	}
-	return fmt.Sprintf("something of type %#o", mode&syscall.S_IFMT)
-}
-
-// permBits is the exact permission part of a stat mode, setuid, setgid and
-// sticky included.
-func permBits(st *unix.Stat_t) spec.Mode { return spec.Mode(st.Mode & 0o7777) }
-
-// osMode is m as an os.FileMode, keeping setuid, setgid and sticky (which
-// os.FileMode carries outside its permission bits).
-func osMode(m spec.Mode) os.FileMode {
-	fm := os.FileMode(m & 0o777)
-	if m&0o4000 != 0 {
-		fm |= os.ModeSetuid
-	}
-	if m&0o2000 != 0 {
-		fm |= os.ModeSetgid
-	}
-	if m&0o1000 != 0 {
-		fm |= os.ModeSticky
-	}
-	return fm
-}
-
-// metaDrift says whether what st describes needs a chown or a chmod to have
-// the declared mode and ids (-1: not managed).
-func metaDrift(st *unix.Stat_t, mode spec.Mode, uid, gid int) (chown, chmod bool) {
-	chown = (uid >= 0 && st.Uid != uint32(uid)) || (gid >= 0 && st.Gid != uint32(gid))
-	return chown, permBits(st) != mode
-}
-
-// fixMeta chowns and chmods what is at s, which must be of kind (S_IFREG,
-// S_IFDIR), in that order: a chown clears the setuid and setgid bits of a
-// file, so the chmod comes after it whenever it runs. Both act on a
-// descriptor of what is there, never through a link.
-func fixMeta(s *spot, kind uint32, mode spec.Mode, uid, gid int, chown, chmod bool, w *Writes) error {
-	if !chown && !chmod {
-		return nil
-	}
-	step := "chmod"
-	if chown {
-		step = "chown"
-	}
-	fd, err := s.openMeta(kind)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", step, s.path, err)
-	}
-	defer unix.Close(fd)
-	if chown {
-		w.add()
-		if err := chownFd(fd, uid, gid); err != nil {
-			return fmt.Errorf("chown %s: %w", s.path, err)
-		}
-		chmod = true
-	}
-	if chmod {
-		w.add()
-		if err := chmodFd(fd, uint32(mode&0o7777)); err != nil {
-			return fmt.Errorf("chmod %s: %w", s.path, err)
-		}
-	}
-	return nil
-}
-
-// locateRecorded is where a record's path lies under t, refusing a path
-// that a well-formed resource could not have had. Nil with no error: nothing
-// can be there (a parent is not a directory, or a link to what is missing).
-func locateRecorded(t *tree, a Applied) (*spot, error) {
-	if err := spec.CheckPath(a.Path); err != nil {
-		return nil, fmt.Errorf("remove %s: %w", a.Name, err)
-	}
-	s, err := t.locate(a.Path)
-	var gone *unreachableError
-	if errors.As(err, &gone) {
-		return nil, nil
-	}
-	return s, err
-}

@@ -34,7 +34,7 @@ func declaration327() []spec.Resource {
 // engine, the declaration and the record.
 func setup327(b *testing.B) (*host.Engine, []spec.Resource, []host.Applied) {
 	b.Helper()
-	e := host.NewEngine(b.TempDir(), nil)
+	e := host.NewEngine(host.Services{Root: b.TempDir()})
 	resources := declaration327()
 	if len(resources) != 327 {
 		b.Fatalf("%d resources, want 327", len(resources))

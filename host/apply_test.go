@@ -219,7 +219,7 @@ func treeSnapshot(t *testing.T, root string) map[string]string {
 // declaration changes nothing and makes no write.
 func TestApplyCreatesTreeThenChangesNothing(t *testing.T) {
 	root := t.TempDir()
-	e := host.NewEngine(root, nil)
+	e := host.NewEngine(host.Services{Root: root})
 	resources := []spec.Resource{
 		dirDecl("/etc/app", 0o755),
 		dirDecl("/etc/app/secret", 0o700),
@@ -299,7 +299,7 @@ func TestApplyReadsDirectoryModeExactly(t *testing.T) {
 			was := lstatOf(t, inside)
 
 			r := dirDecl("/data", tc.declared)
-			results, _, writes := host.NewEngine(root, nil).Apply(context.Background(), []spec.Resource{r}, nil)
+			results, _, writes := host.NewEngine(host.Services{Root: root}).Apply(context.Background(), []spec.Resource{r}, nil)
 			checkOutcomes(t, results, map[string]string{r.Name: tc.outcome})
 			if writes != tc.writes {
 				t.Errorf("%d writes, want %d", writes, tc.writes)
@@ -333,7 +333,7 @@ func TestApplyRepairsDrift(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			e := host.NewEngine(root, nil)
+			e := host.NewEngine(host.Services{Root: root})
 			r := fileDecl("/etc/greeting", tc.mode, "hello\n")
 			path := filepath.Join(root, "etc/greeting")
 			_, record, _ := e.Apply(context.Background(), []spec.Resource{r}, nil)
@@ -382,7 +382,7 @@ func TestApplyOwner(t *testing.T) {
 			t.Skip("chown to other users needs root")
 		}
 		root := t.TempDir()
-		e := host.NewEngine(root, nil)
+		e := host.NewEngine(host.Services{Root: root})
 		file := fileDecl("/opt/tool", 0o4755, "#!/bin/sh\n")
 		fileOf(file).Owner, fileOf(file).Group = "4242", "4243"
 		dir := dirDecl("/opt/data", 0o2750)
@@ -437,7 +437,7 @@ func TestApplyOwner(t *testing.T) {
 		badGroup := dirDecl("/srv/d", 0o755)
 		dirOf(badGroup).Group = "mesh-no-such-group"
 		good := fileDecl("/etc/b", 0o644, "b")
-		results, record, _ := host.NewEngine(root, nil).Apply(context.Background(), []spec.Resource{badUser, badGroup, good}, nil)
+		results, record, _ := host.NewEngine(host.Services{Root: root}).Apply(context.Background(), []spec.Resource{badUser, badGroup, good}, nil)
 		checkOutcomes(t, results, map[string]string{badUser.Name: spec.Failed, badGroup.Name: spec.Failed, good.Name: spec.Created})
 		if err := resultOf(t, results, badUser.Name).Error; !strings.Contains(err, "mesh-no-such-user") {
 			t.Errorf("the cause %q does not name the user", err)
@@ -492,7 +492,7 @@ func TestApplyOneFailureDoesNotStopOthers(t *testing.T) {
 	resources := []spec.Resource{underFile, overDir, overFile, overLink, goodDir, goodFile, goodDeep}
 
 	before := treeSnapshot(t, root)
-	results, record, _ := host.NewEngine(root, nil).Apply(context.Background(), resources, nil)
+	results, record, _ := host.NewEngine(host.Services{Root: root}).Apply(context.Background(), resources, nil)
 	checkOutcomes(t, results, map[string]string{
 		underFile.Name: spec.Failed, overDir.Name: spec.Failed, overFile.Name: spec.Failed, overLink.Name: spec.Failed,
 		goodDir.Name: spec.Created, goodFile.Name: spec.Created, goodDeep.Name: spec.Created,
@@ -530,7 +530,7 @@ func TestApplyOneFailureDoesNotStopOthers(t *testing.T) {
 	// Declared no more, the failed ones are removed from the record, and
 	// what stood in their way (someone else's) stays as it was.
 	good := []spec.Resource{goodDir, goodFile, goodDeep}
-	results, record, _ = host.NewEngine(root, nil).Apply(context.Background(), good, record)
+	results, record, _ = host.NewEngine(host.Services{Root: root}).Apply(context.Background(), good, record)
 	checkOutcomes(t, results, map[string]string{
 		underFile.Name: spec.Removed, overDir.Name: spec.Removed, overFile.Name: spec.Removed, overLink.Name: spec.Removed,
 		goodDir.Name: spec.Unchanged, goodFile.Name: spec.Unchanged, goodDeep.Name: spec.Unchanged,
@@ -552,7 +552,7 @@ func TestApplyOneFailureDoesNotStopOthers(t *testing.T) {
 func TestApplyHandsOverAPathBetweenNames(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	e := host.NewEngine(root, nil)
+	e := host.NewEngine(host.Services{Root: root})
 	oldFile, oldDir := fileDecl("/etc/site/x.conf", 0o644, "x"), dirDecl("/etc/site", 0o755)
 	_, record, _ := e.Apply(ctx, []spec.Resource{oldDir, oldFile}, nil)
 
@@ -579,7 +579,7 @@ func TestApplyRemoves(t *testing.T) {
 	ctx := context.Background()
 	t.Run("no longer declared", func(t *testing.T) {
 		root := t.TempDir()
-		e := host.NewEngine(root, nil)
+		e := host.NewEngine(host.Services{Root: root})
 		d, f, keep := dirDecl("/d", 0o755), fileDecl("/d/f", 0o644, "f"), fileDecl("/keep", 0o644, "k")
 		_, record, _ := e.Apply(ctx, []spec.Resource{d, f, keep}, nil)
 
@@ -609,7 +609,7 @@ func TestApplyRemoves(t *testing.T) {
 			{Name: "test:file:/gone", Kind: spec.KindFile, Path: "/gone", Digest: "sha256:x"},
 			{Name: "test:directory:/gone-dir", Kind: spec.KindDirectory, Path: "/gone-dir", Digest: "sha256:y"},
 		}
-		results, record, writes := host.NewEngine(root, nil).Apply(ctx, nil, previous)
+		results, record, writes := host.NewEngine(host.Services{Root: root}).Apply(ctx, nil, previous)
 		checkOutcomes(t, results, map[string]string{"test:file:/gone": spec.Removed, "test:directory:/gone-dir": spec.Removed})
 		if writes != 0 || len(record) != 0 {
 			t.Errorf("%d writes and record %+v, want none", writes, record)
@@ -628,7 +628,7 @@ func TestApplyBlobs(t *testing.T) {
 	t.Run("right bytes", func(t *testing.T) {
 		root := t.TempDir()
 		blobs := &fakeBlobs{blobs: map[string][]byte{digest: content}}
-		e := host.NewEngine(root, blobs)
+		e := host.NewEngine(host.Services{Root: root, Blobs: blobs})
 		results, record, _ := e.Apply(ctx, []spec.Resource{r}, nil)
 		checkOutcomes(t, results, map[string]string{r.Name: spec.Created})
 		checkContent(t, filepath.Join(root, "srv/blobs/big.bin"), string(content))
@@ -666,7 +666,7 @@ func TestApplyBlobs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			results, record, writes := host.NewEngine(root, tc.blobs).Apply(ctx, []spec.Resource{r}, nil)
+			results, record, writes := host.NewEngine(host.Services{Root: root, Blobs: tc.blobs}).Apply(ctx, []spec.Resource{r}, nil)
 			checkOutcomes(t, results, map[string]string{r.Name: spec.Failed})
 			for _, part := range tc.cause {
 				if err := results[0].Error; !strings.Contains(err, part) {
@@ -689,7 +689,7 @@ func TestApplyBlobs(t *testing.T) {
 func TestPreviewWritesNothingAndMatchesApply(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	e := host.NewEngine(root, nil)
+	e := host.NewEngine(host.Services{Root: root})
 	base := []spec.Resource{
 		dirDecl("/a", 0o755),
 		fileDecl("/a/one", 0o644, "one"),
@@ -748,7 +748,7 @@ func TestPreviewWritesNothingAndMatchesApply(t *testing.T) {
 func TestApplyKeepsInodeForOpenReader(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	e := host.NewEngine(root, nil)
+	e := host.NewEngine(host.Services{Root: root})
 	path := filepath.Join(root, "etc/prog.conf")
 	_, record, _ := e.Apply(ctx, []spec.Resource{fileDecl("/etc/prog.conf", 0o644, "version one\n")}, nil)
 
@@ -803,7 +803,7 @@ func TestApplyRefusesMalformed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			e := host.NewEngine(root, nil)
+			e := host.NewEngine(host.Services{Root: root})
 			for _, results := range [][]spec.ResourceResult{
 				e.Preview(context.Background(), []spec.Resource{tc.r}, nil),
 				func() []spec.ResourceResult {
@@ -827,7 +827,7 @@ func TestApplyRefusesMalformed(t *testing.T) {
 
 	t.Run("keeps the earlier record", func(t *testing.T) {
 		root := t.TempDir()
-		e := host.NewEngine(root, nil)
+		e := host.NewEngine(host.Services{Root: root})
 		good := fileDecl("/etc/x", 0o644, "abc")
 		_, record, _ := e.Apply(ctx, []spec.Resource{good}, nil)
 		results, record, writes := e.Apply(ctx, []spec.Resource{badDigest}, record)
@@ -848,7 +848,7 @@ func TestApplyRefusesMalformed(t *testing.T) {
 func TestApplyOrdersParentsFirst(t *testing.T) {
 	root := t.TempDir()
 	f, inner, outer := fileDecl("/p/q/f", 0o644, "f"), dirDecl("/p/q", 0o700), dirDecl("/p", 0o750)
-	results, _, _ := host.NewEngine(root, nil).Apply(context.Background(), []spec.Resource{f, inner, outer}, nil)
+	results, _, _ := host.NewEngine(host.Services{Root: root}).Apply(context.Background(), []spec.Resource{f, inner, outer}, nil)
 	want := []string{outer.Name, inner.Name, f.Name}
 	for i, r := range results {
 		if r.Name != want[i] || r.Outcome != spec.Created {
@@ -871,7 +871,7 @@ func TestApplyCancelled(t *testing.T) {
 	}
 	previous := []host.Applied{{Name: "test:file:/kept", Kind: spec.KindFile, Path: "/kept", Digest: "sha256:k"}}
 	r := fileDecl("/etc/x", 0o644, "x")
-	results, record, writes := host.NewEngine(root, nil).Apply(ctx, []spec.Resource{r}, previous)
+	results, record, writes := host.NewEngine(host.Services{Root: root}).Apply(ctx, []spec.Resource{r}, previous)
 	checkOutcomes(t, results, map[string]string{r.Name: spec.Failed, previous[0].Name: spec.Failed})
 	for _, res := range results {
 		if !strings.Contains(res.Error, context.Canceled.Error()) {
@@ -895,7 +895,7 @@ func TestApplyIgnoresUmask(t *testing.T) {
 	defer syscall.Umask(old)
 	root := t.TempDir()
 	resources := []spec.Resource{dirDecl("/srv/www", 0o755), fileDecl("/etc/deep/app.conf", 0o644, "x")}
-	results, _, _ := host.NewEngine(root, nil).Apply(context.Background(), resources, nil)
+	results, _, _ := host.NewEngine(host.Services{Root: root}).Apply(context.Background(), resources, nil)
 	checkOutcomes(t, results, allOutcome(resources, spec.Created))
 	checkMode(t, filepath.Join(root, "srv"), syscall.S_IFDIR, 0o755)
 	checkMode(t, filepath.Join(root, "srv/www"), syscall.S_IFDIR, 0o755)
@@ -921,7 +921,7 @@ func TestApplyDoesNotReadWhenSizesDiffer(t *testing.T) {
 	r := fileDecl("/big", 0o644, "x")
 	done := make(chan []spec.ResourceResult, 1)
 	go func() {
-		results, _, _ := host.NewEngine(root, nil).Apply(context.Background(), []spec.Resource{r}, nil)
+		results, _, _ := host.NewEngine(host.Services{Root: root}).Apply(context.Background(), []spec.Resource{r}, nil)
 		done <- results
 	}()
 	select {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mesh-fleet/mesh/spec"
 	"golang.org/x/sys/unix"
 )
 
@@ -123,7 +124,18 @@ func (t *tree) locate(p string) (*spot, error) {
 	// Most paths go through no link, or only through relative ones that
 	// stay beneath: the kernel resolves those in one call, and anything
 	// else (a missing parent, an absolute link, a kernel without openat2)
-	// is walked below, one component at a time.
+	// is walked, one component at a time.
+	if fd, ok := t.openBeneath(ahead); ok {
+		s.dir, s.dirPath = fd, filepath.Dir(full)
+		return s, nil
+	}
+	return t.walk(s, ahead)
+}
+
+// openBeneath opens the directory the components ahead name under the
+// root, as the kernel resolves them beneath it in one call; false when it
+// does not.
+func (t *tree) openBeneath(ahead []string) (int, bool) {
 	parent := strings.Join(ahead, "/")
 	if parent == "" {
 		parent = "."
@@ -136,35 +148,49 @@ func (t *tree) locate(p string) (*spot, error) {
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
-		if err == nil {
-			s.dir, s.dirPath = fd, filepath.Dir(full)
-			return s, nil
-		}
-		break
+		return fd, err == nil
 	}
+}
 
-	// The directories reached so far, the root first; names[i] is the
-	// component that reached dirs[i] (for messages).
+// walker is tree.walk's way along a path's parents.
+type walker struct {
+	t    *tree
+	full string // the root joined with the declared path, for messages
+	// dirs are the directories reached so far, the root first; names[i]
+	// is the component that reached dirs[i] (for messages).
+	dirs  []int
+	names []string
+	links int          // the links followed
+	via   *escapeError // the last link followed, for a ".." out of the root
+}
+
+// release closes the directories reached after the first keep.
+func (w *walker) release(keep int) {
+	for _, d := range w.dirs[keep:] {
+		unix.Close(d)
+	}
+	w.dirs, w.names = w.dirs[:keep], w.names[:keep]
+}
+
+// fail releases every directory and returns err, made before.
+func (w *walker) fail(err error) (*spot, error) {
+	w.release(0)
+	return nil, err
+}
+
+// here is where c is in the last directory reached, for messages.
+func (w *walker) here(c string) string {
+	return filepath.Join(slices.Concat([]string{w.t.root}, w.names[1:], []string{c})...)
+}
+
+// walk finds the directory of s, whose parents are ahead, one component
+// at a time from the root.
+func (t *tree) walk(s *spot, ahead []string) (*spot, error) {
 	root, err := dupRetry(t.fd)
 	if err != nil {
-		return nil, fmt.Errorf("inspect %s: %w", full, err)
+		return nil, fmt.Errorf("inspect %s: %w", s.path, err)
 	}
-	dirs, names := []int{root}, []string{""}
-	release := func(keep int) { // keeps the first keep directories
-		for _, d := range dirs[keep:] {
-			unix.Close(d)
-		}
-		dirs, names = dirs[:keep], names[:keep]
-	}
-	fail := func(err error) (*spot, error) { // after the message is made
-		release(0)
-		return nil, err
-	}
-	here := func(c string) string {
-		return filepath.Join(slices.Concat([]string{t.root}, names[1:], []string{c})...)
-	}
-	links := 0
-	var via *escapeError   // the last link followed, for a ".." out of the root
+	w := &walker{t: t, full: s.path, dirs: []int{root}, names: []string{""}}
 	declared := len(ahead) // how many at ahead's end are the declared path's own
 	for len(ahead) > 0 {
 		c := ahead[0]
@@ -177,71 +203,82 @@ func (t *tree) locate(p string) (*spot, error) {
 		case "", ".":
 			continue
 		case "..":
-			if len(dirs) == 1 {
+			if len(w.dirs) == 1 {
 				if t.abs == "/" {
 					continue // "/.." is "/", as the machine reads it
 				}
-				if via == nil { // not from a declared path: spec.CheckPath refuses ".."
-					return fail(fmt.Errorf("%s leads outside the root %s", full, t.root))
+				if w.via == nil { // not from a declared path: spec.CheckPath refuses ".."
+					return w.fail(fmt.Errorf("%s leads outside the root %s", w.full, t.root))
 				}
-				return fail(via)
+				return w.fail(w.via)
 			}
-			release(len(dirs) - 1)
+			w.release(len(w.dirs) - 1)
 			continue
 		}
-		fd, err := openRetry(dirs[len(dirs)-1], c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+		fd, err := openRetry(w.dirs[len(w.dirs)-1], c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 		if errors.Is(err, unix.ENOENT) {
 			if !own {
 				// A link to what is missing: a disk not mounted, say.
 				// Nothing is made where it points.
-				return fail(&unreachableError{errno: unix.ENOENT, msg: fmt.Sprintf(
+				return w.fail(&unreachableError{errno: unix.ENOENT, msg: fmt.Sprintf(
 					"parent %s of %s is missing, reached through the link %s -> %s; nothing is created through a link that leads nowhere",
-					here(c), full, via.link, via.target)})
+					w.here(c), w.full, w.via.link, w.via.target)})
 			}
 			rest := []string{c}
 			rest = append(rest, ahead...) // the declared path's own: no "..", no "."
-			s.dir, s.dirPath, s.missing = keepTop(dirs), here(""), rest
+			s.dir, s.dirPath, s.missing = keepTop(w.dirs), w.here(""), rest
 			return s, nil
 		}
 		if err != nil {
-			return fail(fmt.Errorf("inspect %s: %w", here(c), err))
+			return w.fail(fmt.Errorf("inspect %s: %w", w.here(c), err))
 		}
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			unix.Close(fd)
-			return fail(fmt.Errorf("inspect %s: %w", here(c), err))
+			return w.fail(fmt.Errorf("inspect %s: %w", w.here(c), err))
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
-			dirs, names = append(dirs, fd), append(names, c)
+			w.dirs, w.names = append(w.dirs, fd), append(w.names, c)
 			continue
 		case unix.S_IFLNK:
 		default:
 			unix.Close(fd)
-			return fail(&unreachableError{errno: unix.ENOTDIR, msg: fmt.Sprintf("parent %s of %s is %s, not a directory", here(c), full, what(st.Mode))})
+			return w.fail(&unreachableError{errno: unix.ENOTDIR, msg: fmt.Sprintf("parent %s of %s is %s, not a directory", w.here(c), w.full, what(st.Mode))})
 		}
-		target, err := readlinkFd(fd)
-		unix.Close(fd)
+		next, err := w.follow(fd, c)
 		if err != nil {
-			return fail(fmt.Errorf("inspect %s: %w", here(c), err))
-		}
-		if links++; links > maxLinks {
-			return fail(fmt.Errorf("inspect %s: more than %d links on the way (%s -> %s)", full, maxLinks, here(c), target))
-		}
-		via = &escapeError{path: full, link: here(c), target: target, root: t.root}
-		next := strings.Split(target, "/")
-		if filepath.IsAbs(target) {
-			rel, ok := t.inside(target)
-			if !ok {
-				return fail(via)
-			}
-			release(1) // from the root again
-			next = strings.Split(rel, "/")
+			return w.fail(err)
 		}
 		ahead = append(next, ahead...)
 	}
-	s.dir, s.dirPath = keepTop(dirs), here("")
+	s.dir, s.dirPath = keepTop(w.dirs), w.here("")
 	return s, nil
+}
+
+// follow reads the link fd (c in the last directory reached), which it
+// closes, and says what the walk goes through next: the link's target,
+// from the root again when it is absolute.
+func (w *walker) follow(fd int, c string) ([]string, error) {
+	target, err := readlinkFd(fd)
+	unix.Close(fd)
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", w.here(c), err)
+	}
+	if w.links++; w.links > maxLinks {
+		return nil, fmt.Errorf("inspect %s: more than %d links on the way (%s -> %s)", w.full, maxLinks, w.here(c), target)
+	}
+	w.via = &escapeError{path: w.full, link: w.here(c), target: target, root: w.t.root}
+	next := strings.Split(target, "/")
+	if filepath.IsAbs(target) {
+		rel, ok := w.t.inside(target)
+		if !ok {
+			return nil, w.via
+		}
+		w.release(1) // from the root again
+		next = strings.Split(rel, "/")
+	}
+	return next, nil
 }
 
 // keepTop closes every directory of dirs but the last, and returns it.
@@ -488,4 +525,19 @@ func checkMountSource(root, source string) error {
 		return fmt.Errorf("mount source %s is a symbolic link (%s), which the engine would follow: declare the directory it names instead", source, s.path)
 	}
 	return nil
+}
+
+// locateRecorded is where a record's path lies under t, refusing a path
+// that a well-formed resource could not have had. Nil with no error: nothing
+// can be there (a parent is not a directory, or a link to what is missing).
+func locateRecorded(t *tree, a Applied) (*spot, error) {
+	if err := spec.CheckPath(a.Path); err != nil {
+		return nil, fmt.Errorf("remove %s: %w", a.Name, err)
+	}
+	s, err := t.locate(a.Path)
+	var gone *unreachableError
+	if errors.As(err, &gone) {
+		return nil, nil
+	}
+	return s, err
 }

@@ -161,7 +161,7 @@ func TestApplyDoesNotFollowLinksOutOfTheRoot(t *testing.T) {
 			good := fileDecl("/etc/good", 0o644, "fine")
 			resources := []spec.Resource{tc.decl, good}
 			before := outsideSnapshot(t, base, root)
-			e := host.NewEngine(root, nil)
+			e := host.NewEngine(host.Services{Root: root})
 
 			preview := e.Preview(context.Background(), resources, nil)
 			checkOutcomes(t, preview, map[string]string{tc.decl.Name: spec.Failed, good.Name: spec.Created})
@@ -215,7 +215,7 @@ func TestApplyFollowsLinksThatStayInTheRoot(t *testing.T) {
 		fileDecl("/real/new/e", 0o644, "e"), // a missing parent of its own is made
 	}
 	before := outsideSnapshot(t, base, root)
-	e := host.NewEngine(root, nil)
+	e := host.NewEngine(host.Services{Root: root})
 	results, record, _ := e.Apply(context.Background(), resources, nil)
 	checkOutcomes(t, results, allOutcome(resources, spec.Created))
 	checkContent(t, filepath.Join(root, "real/a"), "a")
@@ -255,7 +255,7 @@ func TestApplyDoesNotCreateThroughADanglingLink(t *testing.T) {
 		}
 	}
 	abs, rel := fileDecl("/srv/data/x", 0o644, "x"), dirDecl("/srv/rel/d", 0o755)
-	e := host.NewEngine(root, nil)
+	e := host.NewEngine(host.Services{Root: root})
 	results, _, writes := e.Apply(context.Background(), []spec.Resource{abs, rel}, nil)
 	checkOutcomes(t, results, map[string]string{abs.Name: spec.Failed, rel.Name: spec.Failed})
 	for name, link := range map[string]string{abs.Name: filepath.Join(root, "srv/data") + " -> " + filepath.Join(root, "mnt/disk/data"), rel.Name: filepath.Join(root, "srv/rel") + " -> ../mnt/disk"} {
@@ -303,7 +303,7 @@ func TestRemovalDoesNotFollowLinksOutOfTheRoot(t *testing.T) {
 			base, root, outside := linkedRoot(t)
 			p := tc.dir.Target()
 			f := fileDecl(p+"/x", 0o644, "theirs") // the same content as outside's
-			e := host.NewEngine(root, nil)
+			e := host.NewEngine(host.Services{Root: root})
 			_, record, _ := e.Apply(context.Background(), []spec.Resource{tc.dir, f}, nil)
 			if len(record) != 2 || record[0].Digest == "" || record[1].Digest == "" {
 				t.Fatalf("the first apply: record %+v", record)
@@ -509,7 +509,7 @@ func nothingEscapes(t *testing.T, input []byte) {
 
 	before := outsideSnapshot(t, top, root)
 	ctx := context.Background()
-	e := host.NewEngine(root, nil)
+	e := host.NewEngine(host.Services{Root: root})
 	e.Preview(context.Background(), resources, nil)
 	_, record, _ := e.Apply(ctx, resources, nil)
 	for range prog.next(4) {
@@ -538,8 +538,7 @@ func TestMountSourceThroughALinkIsRefused(t *testing.T) {
 	os.MkdirAll(filepath.Join(outside, "data"), 0o755)
 	os.Symlink(outside, filepath.Join(root, "srv/out"))
 	os.Symlink("real", filepath.Join(root, "srv/link"))
-	e := host.NewEngine(root, nil)
-	e.Containers(d, "alpha", "127.0.0.1", netip.MustParsePrefix("10.214.0.0/24"), nil)
+	e := host.NewEngine(host.Services{Root: root, Docker: d, Node: "alpha", Address: "127.0.0.1", Subnet: netip.MustParsePrefix("10.214.0.0/24")})
 	for _, tc := range []struct{ source, want string }{
 		{"/srv/out/data", "srv/out"},
 		{"/srv/out", "is a symbolic link"},

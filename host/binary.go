@@ -20,10 +20,8 @@ import (
 )
 
 func init() {
-	// The last phase: what the node declares besides is applied before
-	// want names a new binary, which its launcher then starts.
-	registerKind(hostKind{name: spec.KindBinary, phase: 3, rank: 2, applier: func(s setup) Applier {
-		return binaryApplier{dir: s.versions, blobs: s.blobs, goos: s.goos, goarch: s.goarch, verified: s.verified}
+	registerKind(hostKind{name: spec.KindBinary, applier: func(s *Services) Applier {
+		return binaryApplier{dir: s.Versions, blobs: s.Blobs, goos: s.goos, goarch: s.goarch, verified: s.verified}
 	}})
 }
 

@@ -36,8 +36,7 @@ func binaryRelease(content []byte) (spec.Release, spec.Resource) {
 func binaryEngine(t *testing.T, blobs host.BlobFetcher) (*host.Engine, string) {
 	t.Helper()
 	versions := filepath.Join(t.TempDir(), "host", spec.VersionsDir)
-	e := host.NewEngine(t.TempDir(), blobs)
-	e.Versions(versions)
+	e := host.NewEngine(host.Services{Root: t.TempDir(), Blobs: blobs, Versions: versions})
 	return e, versions
 }
 
@@ -285,8 +284,7 @@ func TestBinaryKilledMidFetch(t *testing.T) {
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		e := host.NewEngine(root, halfBlobs{content: content, started: filepath.Join(dir, "..", "started")})
-		e.Versions(dir)
+		e := host.NewEngine(host.Services{Root: root, Blobs: halfBlobs{content: content, started: filepath.Join(dir, "..", "started")}, Versions: dir})
 		e.Apply(context.Background(), []spec.Resource{r}, nil)
 		t.Fatal("the fetch ended; it should have been killed")
 	}
@@ -322,8 +320,7 @@ func TestBinaryKilledMidFetch(t *testing.T) {
 	}
 
 	blobs := &fakeBlobs{blobs: map[string][]byte{"sha256:" + rel.Digest: content}}
-	e := host.NewEngine(t.TempDir(), blobs)
-	e.Versions(versions)
+	e := host.NewEngine(host.Services{Root: t.TempDir(), Blobs: blobs, Versions: versions})
 	results, _, _ := e.Apply(context.Background(), []spec.Resource{r}, nil)
 	checkOutcomes(t, results, map[string]string{r.Name: spec.Created})
 	checkContent(t, bin, string(content))

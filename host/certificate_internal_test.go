@@ -43,8 +43,7 @@ func certEngine(t testing.TB) (e *Engine, root string, c *certs, signed *int) {
 		}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(c.stop)
 	root = t.TempDir()
-	e = NewEngine(root, nil)
-	e.certificates(c)
+	e = NewEngine(Services{Root: root, certs: c})
 	return e, root, c, signed
 }
 

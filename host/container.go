@@ -34,8 +34,8 @@ var errNoEngine = errors.New("this host has no container engine: start it with -
 const stopTimeout = 10
 
 func init() {
-	registerKind(hostKind{name: spec.KindContainer, phase: 2, rank: 2, applier: func(s setup) Applier {
-		return containerApplier{root: s.root, blobs: s.blobs, docker: s.docker, node: s.node, address: s.address, subnet: s.subnet,
+	registerKind(hostKind{name: spec.KindContainer, applier: func(s *Services) Applier {
+		return containerApplier{root: s.Root, blobs: s.Blobs, docker: s.Docker, node: s.Node, address: s.Address, subnet: s.Subnet,
 			running: &runningList{}, archives: &archiveIDs{}, spool: s.spool()}
 	}})
 }

@@ -113,8 +113,7 @@ func startEngineRig(t *testing.T, ownImage bool) *engineRig {
 	}
 	t.Cleanup(func() { d.Close() })
 	r.docker = d
-	r.engine = host.NewEngine(r.root, r.blobs)
-	r.engine.Containers(d, r.node, "127.0.0.1", r.subnet, nil)
+	r.engine = host.NewEngine(host.Services{Root: r.root, Blobs: r.blobs, Docker: d, Node: r.node, Address: "127.0.0.1", Subnet: r.subnet})
 	t.Cleanup(func() { dockertest.RemoveNode(cli, r.node) })
 	return r
 }
@@ -414,8 +413,7 @@ func TestContainersFailAloneWithoutEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	e := host.NewEngine(root, &fakeBlobs{})
-	e.Containers(d, "alpha", "127.0.0.1", netip.MustParsePrefix("10.214.0.0/24"), nil)
+	e := host.NewEngine(host.Services{Root: root, Blobs: &fakeBlobs{}, Docker: d, Node: "alpha", Address: "127.0.0.1", Subnet: netip.MustParsePrefix("10.214.0.0/24")})
 	network := spec.Resource{Name: "mesh:network:mesh-alpha", Kind: spec.KindNetwork, Module: "mesh", Spec: &spec.NetworkSpec{Name: "mesh-alpha"}}
 	ctr := spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m", Spec: &spec.ContainerSpec{Name: "web", Image: "x:1"}}
 	declared := []spec.Resource{dirDecl("/srv/web", 0o755), fileDecl("/srv/web/index.html", 0o644, "hi\n"), network, ctr}

@@ -15,13 +15,13 @@ import (
 )
 
 func init() {
-	registerKind(hostKind{name: spec.KindDirectory, phase: 0, rank: 0,
+	registerKind(hostKind{name: spec.KindDirectory,
 		record: func(s spec.Spec, a *Applied) {
 			if d, ok := s.(*spec.DirectorySpec); ok {
 				a.OnRemove = d.OnRemove
 			}
 		},
-		applier: func(s setup) Applier { return directoryApplier{root: s.root} }})
+		applier: func(s *Services) Applier { return directoryApplier{root: s.Root} }})
 }
 
 // directoryApplier holds directories under root: mode and (when declared)

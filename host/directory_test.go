@@ -31,7 +31,7 @@ func TestDirectoryOnRemove(t *testing.T) {
 	ctx := context.Background()
 	t.Run("keep", func(t *testing.T) {
 		root := t.TempDir()
-		e := host.NewEngine(root, nil)
+		e := host.NewEngine(host.Services{Root: root})
 		d, f := dirDecl("/d", 0o755), fileDecl("/d/f", 0o644, "f")
 		_, record, _ := e.Apply(ctx, []spec.Resource{d, f}, nil)
 		stray := filepath.Join(root, "d", "stray")
@@ -64,7 +64,7 @@ func TestDirectoryOnRemove(t *testing.T) {
 
 	t.Run("delete", func(t *testing.T) {
 		root, outside := t.TempDir(), t.TempDir()
-		e := host.NewEngine(root, nil)
+		e := host.NewEngine(host.Services{Root: root})
 		d, f := dirDeleting("/d"), fileDecl("/d/f", 0o644, "f")
 		_, record, _ := e.Apply(ctx, []spec.Resource{d, f}, nil)
 		if record[0].OnRemove != spec.OnRemoveDelete {
@@ -91,7 +91,7 @@ func TestDirectoryOnRemove(t *testing.T) {
 
 	t.Run("delete spares what is declared", func(t *testing.T) {
 		root := t.TempDir()
-		e := host.NewEngine(root, nil)
+		e := host.NewEngine(host.Services{Root: root})
 		d, f := dirDeleting("/d"), fileDecl("/d/other/f", 0o644, "another module's")
 		_, record, _ := e.Apply(ctx, []spec.Resource{d, f}, nil)
 		os.WriteFile(filepath.Join(root, "d/stray"), []byte("s"), 0o644)
@@ -116,7 +116,7 @@ func TestDirectoryOnRemove(t *testing.T) {
 			t.Fatal(err)
 		}
 		previous := []host.Applied{{Name: "test:directory:/srv/d", Kind: spec.KindDirectory, Path: "/srv/d", Digest: "sha256:x", OnRemove: spec.OnRemoveDelete}}
-		results, record, writes := host.NewEngine(root, nil).Apply(ctx, nil, previous)
+		results, record, writes := host.NewEngine(host.Services{Root: root}).Apply(ctx, nil, previous)
 		res := resultOf(t, results, previous[0].Name)
 		if res.Outcome != spec.Failed || !strings.Contains(res.Error, "outside the root") {
 			t.Errorf("a directory reached through a link out of the root: %+v, want failed saying so", res)
@@ -129,7 +129,7 @@ func TestDirectoryOnRemove(t *testing.T) {
 
 	t.Run("delete stays on its file system", func(t *testing.T) {
 		root := t.TempDir()
-		e := host.NewEngine(root, nil)
+		e := host.NewEngine(host.Services{Root: root})
 		d := dirDeleting("/d")
 		_, record, _ := e.Apply(ctx, []spec.Resource{d}, nil)
 		mnt := filepath.Join(root, "d/mnt")

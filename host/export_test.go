@@ -51,6 +51,6 @@ func CountDecodes(a *Agent) *atomic.Int64 {
 
 // PretendSystem has e hold binaries as a host running goos/goarch would.
 func PretendSystem(e *Engine, goos, goarch string) {
-	e.setup.goos, e.setup.goarch = goos, goarch
+	e.services.goos, e.services.goarch = goos, goarch
 	e.makeAppliers()
 }

@@ -19,8 +19,8 @@ import (
 )
 
 func init() {
-	registerKind(hostKind{name: spec.KindFile, phase: 0, rank: 1, applier: func(s setup) Applier {
-		return fileApplier{root: s.root, blobs: s.blobs}
+	registerKind(hostKind{name: spec.KindFile, applier: func(s *Services) Applier {
+		return fileApplier{root: s.Root, blobs: s.Blobs}
 	}})
 }
 

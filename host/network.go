@@ -22,8 +22,8 @@ var DefaultSubnet = netip.MustParsePrefix("10.213.0.0/24")
 func Gateway(subnet netip.Prefix) netip.Addr { return subnet.Masked().Addr().Next() }
 
 func init() {
-	registerKind(hostKind{name: spec.KindNetwork, phase: 1, rank: 2, applier: func(s setup) Applier {
-		return networkApplier{docker: s.docker, node: s.node, subnet: s.subnet, names: s.names}
+	registerKind(hostKind{name: spec.KindNetwork, applier: func(s *Services) Applier {
+		return networkApplier{docker: s.Docker, node: s.Node, subnet: s.Subnet, names: s.Names}
 	}})
 }
 

@@ -82,8 +82,7 @@ func TestNetworkRemovalStopsNames(t *testing.T) {
 	r := newEngineRig(t)
 	ctx := context.Background()
 	names := runResolver(t, resolver.Zone{Names: map[string][]netip.Addr{"alpha.internal": {netip.MustParseAddr("10.0.0.1")}}})
-	e := host.NewEngine(r.root, r.blobs)
-	e.Containers(r.docker, r.node, "127.0.0.1", r.subnet, names)
+	e := host.NewEngine(host.Services{Root: r.root, Blobs: r.blobs, Docker: r.docker, Node: r.node, Address: "127.0.0.1", Subnet: r.subnet, Names: names})
 	gw := netip.AddrPortFrom(host.Gateway(r.subnet), 53).String()
 
 	declared := []spec.Resource{r.network()}
@@ -107,8 +106,7 @@ func TestNetworkRemovalStopsNames(t *testing.T) {
 
 	// The gateway's address back on the machine (a network made on the
 	// same subnet by an engine that serves no names): nothing answers it.
-	bare := host.NewEngine(r.root, r.blobs)
-	bare.Containers(r.docker, r.node, "127.0.0.1", r.subnet, nil)
+	bare := host.NewEngine(host.Services{Root: r.root, Blobs: r.blobs, Docker: r.docker, Node: r.node, Address: "127.0.0.1", Subnet: r.subnet})
 	results, _, _ = bare.Apply(ctx, declared, nil)
 	checkOutcomes(t, results, allOutcome(declared, spec.Created))
 	if a, err := askUDP(t, gw, "alpha.internal"); !errors.Is(err, syscall.ECONNREFUSED) {

@@ -49,7 +49,7 @@ func (p panicky) Remove(ctx context.Context, a host.Applied, held []string, w *h
 func TestPanicInAnApplierFailsThatResourceOnly(t *testing.T) {
 	root := t.TempDir()
 	bad, good := fileDecl("/etc/bad", 0o644, "x"), fileDecl("/etc/good", 0o644, "y")
-	e := host.NewEngine(root, nil)
+	e := host.NewEngine(host.Services{Root: root})
 	e.Appliers[spec.KindFile] = panicky{Applier: e.Appliers[spec.KindFile], name: bad.Name}
 	var heard []string
 	e.Panicked = func(what string, v any, stack []byte) {

@@ -60,8 +60,7 @@ func stuckEngine(t *testing.T) (*host.Docker, <-chan struct{}) {
 func TestStuckEngineLetsGoWhenTheContextEnds(t *testing.T) {
 	t.Parallel()
 	d, asked := stuckEngine(t)
-	e := host.NewEngine(t.TempDir(), nil)
-	e.Containers(d, "alpha", "127.0.0.1", host.DefaultSubnet, nil)
+	e := host.NewEngine(host.Services{Root: t.TempDir(), Docker: d, Node: "alpha", Address: "127.0.0.1", Subnet: host.DefaultSubnet})
 	ctr := spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m", Spec: &spec.ContainerSpec{Name: "web", Image: "w:1"}}
 	declared := []spec.Resource{spec.NodeNetwork("alpha"), ctr}
 	previous := []host.Applied{

@@ -14,9 +14,9 @@ import (
 )
 
 func init() {
-	registerKind(hostKind{name: spec.KindTrust, phase: 0, rank: 2,
-		applier: func(s setup) Applier {
-			return trustApplier{root: s.root, caRoot: s.caRoot, refresh: runRefresh}
+	registerKind(hostKind{name: spec.KindTrust, facts: true,
+		applier: func(s *Services) Applier {
+			return trustApplier{root: s.Root, caRoot: s.CARoot, refresh: runRefresh}
 		}})
 }
 
@@ -354,20 +354,4 @@ func TrustInstalled(root, caRoot string) string {
 		}
 	}
 	return ""
-}
-
-// trustMoved has the facts sent again when results installed or removed a
-// trust anchor, or wrote or removed a certificate's directory, so that
-// trust_installed and certificates follow within seconds, not at the next
-// daily facts.
-func (a *Agent) trustMoved(results []spec.ResourceResult) {
-	for _, r := range results {
-		if (r.Kind == spec.KindTrust || r.Kind == spec.KindCertificate) && (r.Outcome == spec.Created || r.Outcome == spec.Changed || r.Outcome == spec.Removed) {
-			select {
-			case a.factsNow <- struct{}{}:
-			default:
-			}
-			return
-		}
-	}
 }

@@ -50,8 +50,7 @@ func fakeStore(t *testing.T, store trustStore, cmdDir string) string {
 // trustEngine is an engine under root holding testRoot, its trust applier
 // refreshing through stub.
 func trustEngine(root string, stub *stubRefresh) *Engine {
-	e := NewEngine(root, nil)
-	e.Trust(testRoot)
+	e := NewEngine(Services{Root: root, CARoot: testRoot})
 	e.Appliers[spec.KindTrust] = trustApplier{root: root, caRoot: testRoot, refresh: stub.run}
 	return e
 }
@@ -225,8 +224,7 @@ func TestTrustRefreshFailureTakesTheAnchorOut(t *testing.T) {
 func TestTrustNotRefreshedUnderAnotherRoot(t *testing.T) {
 	t.Parallel()
 	root := fakeStore(t, trustStores[0], "/usr/sbin")
-	e := NewEngine(root, nil)
-	e.Trust(testRoot)
+	e := NewEngine(Services{Root: root, CARoot: testRoot})
 	results, _, _ := e.Apply(context.Background(), []spec.Resource{trustResource("mesh")}, nil)
 	if results[0].Outcome != spec.Created || !strings.Contains(results[0].Note, "the trust store was not refreshed") {
 		t.Fatalf("%+v, want created with a note that the store was not refreshed", results)
@@ -241,7 +239,7 @@ func TestTrustNotRefreshedUnderAnotherRoot(t *testing.T) {
 func TestTrustWithoutARoot(t *testing.T) {
 	t.Parallel()
 	root := fakeStore(t, trustStores[0], "/usr/sbin")
-	results, _, _ := NewEngine(root, nil).Apply(context.Background(), []spec.Resource{trustResource("mesh")}, nil)
+	results, _, _ := NewEngine(Services{Root: root}).Apply(context.Background(), []spec.Resource{trustResource("mesh")}, nil)
 	if results[0].Outcome != spec.Failed || !strings.Contains(results[0].Error, "holds no mesh root") {
 		t.Fatalf("%+v, want failed saying the host holds no root", results)
 	}

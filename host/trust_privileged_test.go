@@ -138,8 +138,7 @@ func trustInNamespace(t *testing.T, outer string) {
 	}
 
 	root := string(ca.RootPEM(auth.Root()))
-	e := host.NewEngine("/", nil)
-	e.Trust(root)
+	e := host.NewEngine(host.Services{Root: "/", CARoot: root})
 	r := []spec.Resource{{Name: "ca-trust:trust:mesh", Kind: spec.KindTrust, Module: "ca-trust", Spec: &spec.TrustSpec{Name: "mesh"}}}
 	results, record, _ := e.Apply(context.Background(), r, nil)
 	if results[0].Outcome != spec.Created || results[0].Note != "" {

@@ -7,9 +7,9 @@ import (
 	"strings"
 )
 
-// Spec is one kind's declared spec, as a Resource carries it: *FileSpec,
-// *DirectorySpec, *NetworkSpec, *ContainerSpec. Each kind is one file of
-// this package (spec/<kind>.go) that registers it from init.
+// Spec is one kind's declared spec, as a Resource carries it (*FileSpec,
+// *ContainerSpec, ...: Kinds lists them). Each kind is one file of this
+// package (spec/<kind>.go) that registers it from init.
 type Spec interface {
 	// Kind is the name of the kind the spec is of (the JSON key it
 	// travels under).
@@ -44,7 +44,7 @@ type Row struct {
 
 // Kind describes one kind of resource. A kind is registered once, from
 // init in spec/<kind>.go; the host registers its applier from
-// host/<kind>.go.
+// host/<kind>.go and places it in the apply order in host/kinds.go.
 type Kind struct {
 	// Name is the kind's name: a resource's "kind", and the JSON key its
 	// spec travels under, in a declaration and in module.json.
