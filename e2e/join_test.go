@@ -338,7 +338,7 @@ func TestForeignProtocolIsShownAsSuch(t *testing.T) {
 	nc.Flush()
 	poll.Until(t, 10*time.Second, "the foreign protocol shown", func() (bool, string) {
 		out, _, _ := runMesh(t, "node", "show", "--dir", m.dir, "alpha")
-		return strings.Contains(out, fmt.Sprintf("%d (not spoken by this controller, which speaks %d)", spec.Protocol+98, spec.Protocol)) &&
+		return strings.Contains(out, fmt.Sprintf("%d (refused: this controller speaks %d; upgrade the host with `mesh release roll`)", spec.Protocol+98, spec.Protocol)) &&
 			strings.Contains(out, "ago ("), out
 	})
 	n := nodeList(t, m.dir)[0]

@@ -93,6 +93,8 @@ type Controller struct {
 	// (the answer to a roster request, kept) read and written.
 	rosterMu   sync.Mutex
 	rosterKept *keptReply
+	// refused are the nodes whose hosts speak another protocol.
+	refused refusedHosts
 	// stream is the declaration stream's handle (declarations).
 	streamMu sync.Mutex
 	stream   jetstream.Stream
@@ -325,8 +327,12 @@ func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
 	node, _, _ := spec.NodeFromSubject(m.Subject)
 	var hb spec.Heartbeat
 	if err := spec.Decode(m.Data, &hb); err != nil {
-		c.log.Warn("heartbeat refused", "node", node, "err", err)
-		return
+		report, ok := versionReport(m.Data)
+		if !ok {
+			c.log.Warn("heartbeat refused", "node", node, "err", err)
+			return
+		}
+		hb = report
 	}
 	if hb.Node != node {
 		c.log.Warn("heartbeat refused: it names another node than its subject", "node", node, "names", hb.Node)
@@ -337,6 +343,9 @@ func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
 	if c.beats.add(keptHeartbeat(hb), c.cfg.Now()) {
 		c.metrics.heartbeatsExcess.Add(1)
 	}
+	if c.refused.note(node, hb.Protocol) {
+		c.log.Warn("host refused", "node", node, "reason", spec.ProtocolRefusal(hb.Protocol, thisController))
+	}
 }
 
 func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
@@ -344,6 +353,10 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 	var f spec.Facts
 	if err := spec.Decode(m.Data, &f); err != nil {
 		c.log.Warn("facts refused", "node", node, "err", err)
+		return
+	}
+	if p, refused := c.refused.of(node); refused {
+		c.log.Debug("facts refused", "node", node, "reason", spec.ProtocolRefusal(p, thisController))
 		return
 	}
 	if f.Node != node {
@@ -372,6 +385,7 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.refused.load(nodes)
 	for _, n := range nodes {
 		if !n.Removing.IsZero() {
 			continue

@@ -220,6 +220,10 @@ func (c *Controller) onRoster(ctx context.Context, m *nats.Msg, who requester) {
 		reply(nil, callerError(fmt.Sprintf("malformed roster request: %v", err)))
 		return
 	}
+	if p, refused := c.refused.of(who.name); refused {
+		reply(nil, refusal(p))
+		return
+	}
 	kept, err := c.rosterReply(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		reply(nil, notFoundError("no roster was sent yet: the next mesh push sends one"))

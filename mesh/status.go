@@ -124,7 +124,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 				problem("%s serves the names of roster %d, the mesh's are roster %d: it has not taken them", n.Name, n.RosterSeq, inForce.Seq)
 			}
 			if !st.ProtocolKnown {
-				problem("%s speaks protocol %d, this controller %d", n.Name, n.Protocol, spec.Protocol)
+				problem("%s: %s", n.Name, spec.ProtocolRefusal(n.Protocol, thisController))
 			}
 		}
 		if b, ok := binaries[n.Name]; ok {
