@@ -246,9 +246,9 @@ func (c *Controller) revokeToken(ctx context.Context, req spec.TokenRevokeReques
 //  1. the store records that the removal began (the node keeps its row);
 //  2. the bus drops the node's user, composed from the store, and with it
 //     the node's connections;
-//  3. the stream's declarations for the node are purged, and
-//  4. its delivery consumer is deleted: both are no error when already done;
-//  5. the store forgets the node, its assignments, declarations and report.
+//  3. the stream's declarations for the node are purged: no error when
+//     already done;
+//  4. the store forgets the node, its assignments, declarations and report.
 //
 // Until the last step mesh status shows the node as being removed, nothing
 // is sent to it, it is in no roster, and its name cannot be given to a new

@@ -32,8 +32,8 @@ func refOf(r store.Roster) *spec.RosterRef {
 // sendRoster makes roster the roster in force and returns the reference to
 // it: the roster message in force when it holds the same names and has not
 // expired (nothing is sent), or a new one, numbered after it, signed,
-// recorded and published on spec.RosterSubject, which every node's consumer
-// receives. One roster message per change, whatever the number of nodes.
+// recorded and published on spec.RosterSubject, which the stream
+// republishes to every host. One roster message per change, whatever the number of nodes.
 // A roster whose last message expired is signed again under a new sequence,
 // so a host that joins later can take it.
 func (c *Controller) sendRoster(ctx context.Context, roster spec.Roster) (*spec.RosterRef, error) {
