@@ -65,7 +65,7 @@ func protocol(n spec.Node) string {
 	case n.ProtocolKnown:
 		return strconv.Itoa(n.Protocol)
 	default:
-		return fmt.Sprintf("%d (not spoken by this controller, which speaks %d)", n.Protocol, spec.Protocol)
+		return fmt.Sprintf("%d (refused: this controller speaks %d; upgrade the host with `mesh release roll`)", n.Protocol, spec.Protocol)
 	}
 }
 
@@ -217,7 +217,7 @@ func printStatus(w io.Writer, res spec.StatusResult) error {
 		if n.LastHeard != nil {
 			proto = strconv.Itoa(n.Protocol)
 			if !n.ProtocolKnown {
-				proto += " (not spoken here)"
+				proto += " (refused)"
 			}
 		}
 		heard := n.Heard

@@ -53,7 +53,7 @@ func TestNodeCannotMakeTheControllerAnswerElsewhere(t *testing.T) {
 	before := auditVerbs(t, m.dir)
 	refused := m.metric(t, "mesh_replies_refused_total")
 	body := []byte(`{"digest":"sha256:` + strings.Repeat("0", 64) + `"}`)
-	targets := []string{spec.DeclarationSubject("alpha"), spec.DeliverySubject("alpha"), spec.APISubject(spec.NodeRemove.Name)}
+	targets := []string{spec.DeclarationSubject("alpha"), spec.DeclarationDelivery("alpha"), spec.APISubject(spec.NodeRemove.Name)}
 	for _, reply := range targets {
 		if err := nc.PublishRequest(spec.NodeSubject("alpha", spec.KindBlob), reply, body); err != nil {
 			t.Fatal(err)

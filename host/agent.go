@@ -59,12 +59,8 @@ type Config struct {
 	// the controller's /metrics on a controller's machine. Nil: its own.
 	Panics *atomic.Uint64
 	// ReportRetry is how long a report waits for the controller's answer
-	// before it is sent again (protocol 7); zero means 30 s.
+	// before it is sent again; zero means 30 s.
 	ReportRetry time.Duration
-	// BatchWait is how long a delivery waits for those the stream says
-	// are pending behind it, to be handled with it as one batch (drain);
-	// zero means batchWait.
-	BatchWait time.Duration
 	// Rosters, when set, is shared by the hosts of one process (the fleet
 	// benchmark's simulated hosts) so that each roster is held once; nil,
 	// as for every real host: this one holds its own.
@@ -120,6 +116,9 @@ type Agent struct {
 	catchUp chan struct{}
 	// rosterSeq is the kept roster's sequence, for the heartbeats.
 	rosterSeq atomic.Uint64
+	// handledSeq is the highest stream sequence of a republished message
+	// the delivery loop handled (handleBatch).
+	handledSeq atomic.Uint64
 	// savedAppliedSeq is the applied sequence state.json holds, and
 	// recordUnsaved says that the record of what was applied changed
 	// since state.json was last written (or a write of it failed).
@@ -131,8 +130,8 @@ type Agent struct {
 	decode      func(data []byte, v any) error
 	writeState  func(dir string, st State) error
 	writeRoster func(dir string, raw, sig []byte) error
-	// unacked is the last report sent, until the controller answers it
-	// (protocol 7); nil once answered.
+	// unacked is the last report sent, until the controller answers it;
+	// nil once answered.
 	unacked *sentReport
 	// lastFailures are the failures of the last apply, so a reconcile pass
 	// that fails the same way again says nothing new.
@@ -196,9 +195,6 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	if cfg.ReportRetry <= 0 {
 		cfg.ReportRetry = reportRetry
-	}
-	if cfg.BatchWait <= 0 {
-		cfg.BatchWait = batchWait
 	}
 	if cfg.Panics == nil {
 		cfg.Panics = new(atomic.Uint64)
@@ -399,13 +395,9 @@ func (a *Agent) subscribe(nc *nats.Conn) (*inbox, error) {
 		in.subs = append(in.subs, s)
 		return nil
 	}
-	if err := sub(spec.DeliverySubject(a.state.Node), in.deliveries, "the delivery subject"); err != nil {
-		return in, err
-	}
 	// The node's declarations and the roster messages the stream
-	// republishes (protocol 6: no consumer; the one above delivers to a
-	// controller older), into the same channel: handled in the order the
-	// bus sends them.
+	// republishes, into one channel: handled in the order the bus sends
+	// them.
 	for _, subject := range []string{spec.DeclarationDelivery(a.state.Node), spec.RosterDelivery} {
 		if err := sub(subject, in.deliveries, subject); err != nil {
 			return in, err
@@ -485,7 +477,7 @@ func (a *Agent) loop(ctx context.Context, nc *nats.Conn, version string, removed
 			a.acked(m)
 			continue
 		case m := <-in.deliveries:
-			a.safely("delivery", func() { a.handleBatch(ctx, nc, drain(m, in.deliveries, a.cfg.BatchWait)) })
+			a.safely("delivery", func() { a.handleBatch(ctx, nc, []*nats.Msg{m}) })
 			a.nudgeHeartbeat()
 		}
 		// After an apply, its report sent: a new version may be delivered.

@@ -9,12 +9,10 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// A host of protocol 6 has no consumer: the stream republishes its
-// declarations and the roster messages to its plain subscriptions, once
-// each, as it stores them. What a consumer did besides, the host does by
-// itself: when it connects it asks for what it may have missed
-// (catchUpNow), and what a consumer delivered again after a NAK or a
-// missing ack it does again by its own timer (retryNow).
+// The stream republishes a host's declarations and the roster messages to
+// its plain subscriptions, once each, as it stores them, and never again:
+// when the host connects it asks for what it may have missed (catchUpNow),
+// and what it could not take it does again by its own timer (retryNow).
 
 // arm has retryNow run within d (or sooner, when it is armed sooner).
 func (a *Agent) arm(d time.Duration) {
@@ -35,9 +33,7 @@ func (a *Agent) retryNow(ctx context.Context, nc *nats.Conn) {
 	a.retryAt = time.Time{}
 	a.resendReport(nc, false)
 	a.askDueNow(ctx, nc)
-	if w := a.waiting; w != nil && w.Reply == "" {
-		a.handleWaiting(ctx, nc)
-	}
+	a.handleWaiting(ctx, nc)
 	if a.refetch {
 		a.refetch = false
 		a.checkDeclaration(ctx, nc)
@@ -65,8 +61,7 @@ func (a *Agent) catchUpNow(ctx context.Context, nc *nats.Conn) {
 // checkDeclaration asks the controller for the node's last declaration,
 // naming the digest of the one held, and handles the answer as a delivery
 // (the same refusals; one held already is a duplicate). None sent yet is
-// no error; a controller older than protocol 6 answers nothing, and its
-// consumer delivers instead.
+// no error.
 func (a *Agent) checkDeclaration(ctx context.Context, nc *nats.Conn) {
 	var req spec.DeclarationRequest
 	if a.held != nil {

@@ -25,6 +25,10 @@ func CountStateWrites(a *Agent, fail func(n int64) error) *atomic.Int64 {
 	return &n
 }
 
+// HandledSeq is the highest stream sequence of a republished message a
+// handled.
+func HandledSeq(a *Agent) uint64 { return a.handledSeq.Load() }
+
 // CountRosterWrites counts the RosterFile writes a makes from now on (call
 // it before a runs).
 func CountRosterWrites(a *Agent) *atomic.Int64 {

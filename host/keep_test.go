@@ -1,8 +1,6 @@
 package host_test
 
 import (
-	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/spec"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // drift changes /f under the host's root and waits for the reconcile pass
@@ -135,35 +132,5 @@ func TestDeclarationDecodedOnce(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(b.root, "f")); string(got) != "two" || decodes.Load() != 2 {
 		t.Fatalf("after the next delivery /f holds %q and %d decodes were made, want two and 2", got, decodes.Load())
-	}
-}
-
-// TestDeclarationNotKeptIsDeliveredAgain: a delivery whose keeping fails is
-// not acked and is not taken as kept, in memory either: delivered again, it
-// is kept and applied, not dropped as a duplicate of itself.
-func TestDeclarationNotKeptIsDeliveredAgain(t *testing.T) {
-	t.Parallel()
-	b := newBench(t)
-	if _, err := b.js.CreateOrUpdatePushConsumer(context.Background(), spec.DeclarationStream, jetstream.ConsumerConfig{Durable: "alpha",
-		DeliverSubject: spec.DeliverySubject("alpha"), FilterSubject: spec.DeclarationSubject("alpha"), AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 500 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	var writes *atomic.Int64
-	b.prepare = func(a *host.Agent) {
-		writes = host.CountStateWrites(a, func(n int64) error {
-			if n == 1 {
-				return errors.New("no space left on device")
-			}
-			return nil
-		})
-	}
-	b.start()
-	b.publish(encode(t, b.declaration(1, fileResource("/f", "one"))), nil)
-	if r := b.report(); r.Seq != 1 || r.Refused != "" || r.Reconcile || !b.exists("/f") {
-		t.Fatalf("the delivery kept at its second arrival: %+v", r)
-	}
-	if n := writes.Load(); n != 3 {
-		t.Fatalf("%d state.json writes, want 3 (the one that failed, the keeping, the record)", n)
 	}
 }

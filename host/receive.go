@@ -9,16 +9,19 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// delivery is one message from the node's delivery subject: opened
-// (verified and decoded) once, then judged against what is kept.
+// delivery is one declaration the stream republished to the node, or the
+// controller's answer to its request: opened (verified and decoded) once,
+// then judged against what is kept.
 type delivery struct {
 	msg     *nats.Msg
 	raw     []byte
@@ -28,6 +31,9 @@ type delivery struct {
 	reason  string
 	// chain is the CA chain decl carries, checked (nil: none).
 	chain []*x509.Certificate
+	// otherProtocol: refused for its protocol, it is an upgrade's
+	// (refuseProtocol).
+	otherProtocol bool
 }
 
 // held is the declaration the host keeps (state.Declaration), decoded once,
@@ -39,38 +45,6 @@ type held struct {
 	digest string
 }
 
-// batchWait is how long a batch waits for its pending deliveries unless
-// Config.BatchWait says: they are on their way, so a quarter second is
-// ample on a machine that is not starved.
-const batchWait = 250 * time.Millisecond
-
-// drain takes first and every delivery the stream says is still pending
-// behind it (the count each delivery carries in its reply subject): a batch,
-// handled in sequence order rather than arrival order. It waits at most
-// wait (Config.BatchWait) for the pending ones.
-func drain(first *nats.Msg, ch <-chan *nats.Msg, wait time.Duration) []*nats.Msg {
-	batch := []*nats.Msg{first}
-	deadline := time.After(wait)
-	for last := first; pending(last) > 0; {
-		select {
-		case last = <-ch:
-			batch = append(batch, last)
-		case <-deadline:
-			return batch
-		}
-	}
-	return batch
-}
-
-// pending is how many deliveries the consumer held behind m when it sent it.
-func pending(m *nats.Msg) uint64 {
-	md, err := m.Metadata()
-	if err != nil {
-		return 0
-	}
-	return md.NumPending
-}
-
 func (a *Agent) signKey() (ed25519.PublicKey, error) {
 	k, err := base64.StdEncoding.DecodeString(a.state.SignKey)
 	if err != nil || len(k) != ed25519.PublicKeySize {
@@ -80,10 +54,11 @@ func (a *Agent) signKey() (ed25519.PublicKey, error) {
 }
 
 // handleBatch opens every delivery (verifies and decodes it, once), then
-// handles them by sequence: a refusal is terminated and reported with its
-// reason; a duplicate is acked; an accepted one is kept durably, acked,
-// applied and reported.
+// handles them by sequence: a refusal is reported with its reason; a
+// duplicate is dropped; an accepted one is kept durably, applied and
+// reported.
 func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg) {
+	defer a.handled(msgs)
 	key, err := a.signKey()
 	if err != nil {
 		a.log.Error("declarations cannot be verified", "err", err)
@@ -113,6 +88,7 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 		if ds[i].reason != "" {
 			ds[i].verdict = refuse
 		}
+		ds[i].otherProtocol = ds[i].reason != "" && ds[i].reason == protocolRefused(m.Data)
 	}
 	// Sequence order, by the sequence each one says (as far as it was
 	// read: one that did not open is refused whatever it says); each is
@@ -132,15 +108,12 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 			if d.reason, wait = a.rosterFor(ctx, nc, *d.decl.RosterRef, key); d.reason != "" {
 				d.verdict = refuse
 			} else if wait {
-				// Never applied against older names: not kept, not acked;
-				// handled again when a roster is taken, or delivered again.
-				// Said once a declaration: its deliveries again say nothing
+				// Never applied against older names: not kept; handled
+				// again when a roster is taken, or when the retry is due.
+				// Said once a declaration: its handlings again say nothing
 				// new (invariant 14).
 				a.waiting = d.msg
-				a.respond(nc, d.msg, fmt.Sprintf(`-NAK {"delay": %d}`, a.rosterWait().Nanoseconds()))
-				if d.msg.Reply == "" {
-					a.arm(a.rosterWait())
-				}
+				a.arm(a.rosterWait())
 				if a.waitSaid == d.decl.Seq {
 					a.log.Debug("declaration still waits for the roster it names", "seq", d.decl.Seq, "roster_seq", d.decl.RosterRef.Seq)
 					continue
@@ -155,28 +128,36 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 		switch d.verdict {
 		case refuse:
 			a.log.Warn("declaration refused", "seq", d.decl.Seq, "reason", d.reason)
-			a.respond(nc, d.msg, "+TERM")
+			if d.otherProtocol {
+				a.refuseProtocol(ctx, nc, d)
+				continue
+			}
 			a.report(nc, spec.Report{Seq: d.decl.Seq, Digest: spec.ContentDigest(d.raw), Refused: d.reason})
 		case duplicate:
 			a.log.Debug("declaration delivered again", "seq", d.decl.Seq)
-			a.respond(nc, d.msg, "+ACK")
 		case accept:
 			d.sig, _ = base64.StdEncoding.DecodeString(d.msg.Header.Get(spec.SigHeader))
 			if err := a.keep(d); err != nil {
-				// Not kept, so not acked: it is delivered again (by a
-				// consumer), or asked for again (republished).
-				a.log.Error("declaration not kept; it will be delivered again", "seq", d.decl.Seq, "err", err)
-				if d.msg.Reply == "" {
-					a.refetch = true
-					a.arm(rosterRetry)
-				}
+				// Not kept: asked for again by the retry.
+				a.log.Error("declaration not kept; it will be asked for again", "seq", d.decl.Seq, "err", err)
+				a.refetch = true
+				a.arm(rosterRetry)
 				continue
 			}
-			a.respond(nc, d.msg, "+ACK")
 			// The names first: they are the mesh's, whatever this node's
 			// resources make of the apply.
 			a.serveNames()
 			a.apply(ctx, nc, a.held, false)
+		}
+	}
+}
+
+// handled raises handledSeq to the highest stream sequence msgs carry (the
+// stream's republish sets it; an answer to a request carries none).
+func (a *Agent) handled(msgs []*nats.Msg) {
+	for _, m := range msgs {
+		if seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64); err == nil && seq > a.handledSeq.Load() {
+			a.handledSeq.Store(seq)
 		}
 	}
 }
@@ -187,7 +168,7 @@ func (a *Agent) kept(key ed25519.PublicKey) kept {
 
 // keep makes d the kept declaration, and the CA chain it carries (if it
 // carries one) the chain held. It is written to state.json, with the
-// record as it stands, before it is acked or applied (invariant 4): a crash
+// record as it stands, before it is applied (invariant 4): a crash
 // from then on leaves it kept, and the next start applies it. A write that
 // fails keeps nothing of it, in memory either, so its delivery again is not
 // taken for a duplicate. A chain whose first intermediate is another than
@@ -309,7 +290,7 @@ func (a *Agent) saveApplied() {
 }
 
 // handlePreview answers a dry run: what applying it would change, changing
-// nothing, storing nothing, acking nothing.
+// nothing, storing nothing.
 func (a *Agent) handlePreview(ctx context.Context, nc *nats.Conn, m *nats.Msg) {
 	key, err := a.signKey()
 	if err != nil {
@@ -326,11 +307,11 @@ func (a *Agent) handlePreview(ctx context.Context, nc *nats.Conn, m *nats.Msg) {
 }
 
 // rosterRetry is how long a declaration that waits for its roster waits
-// before it is delivered again (it is handled at once when a roster
-// arrives before).
+// before it is handled again (it is handled at once when a roster arrives
+// before).
 const rosterRetry = 5 * time.Second
 
-// rosterWait is when a declaration that waits for its roster is delivered
+// rosterWait is when a declaration that waits for its roster is handled
 // again: at the moment drawn to ask for the roster, or after rosterRetry.
 func (a *Agent) rosterWait() time.Duration {
 	if wait := time.Until(a.askAt); wait > 0 {
@@ -339,17 +320,15 @@ func (a *Agent) rosterWait() time.Duration {
 	return rosterRetry
 }
 
-// names is the roster the host serves: the one its kept declaration
-// carries when it carries one (a controller older than roster messages),
-// else the kept roster message; false when it holds neither.
+// names is the roster the host serves: the kept roster message; none
+// (no name) when it holds a declaration and no roster yet; false when it
+// holds neither.
 func (a *Agent) names() (roster spec.Roster, source string, ok bool) {
 	switch {
-	case a.held != nil && a.held.decl.RosterRef == nil && (a.held.decl.Roster.Nodes != nil || a.held.decl.Roster.Routes != nil):
-		return a.held.decl.Roster, "declaration " + a.held.digest, true
 	case a.roster != nil:
 		return a.roster.doc.Names, "roster " + a.roster.digest, true
 	case a.held != nil:
-		return a.held.decl.Roster, "declaration " + a.held.digest, true
+		return spec.Roster{}, "no roster", true
 	}
 	return spec.Roster{}, "", false
 }
@@ -382,15 +361,6 @@ func (a *Agent) reconcile(ctx context.Context, nc *nats.Conn) {
 		return
 	}
 	a.apply(ctx, nc, a.held, true)
-}
-
-func (a *Agent) respond(nc *nats.Conn, m *nats.Msg, ack string) {
-	if m.Reply == "" {
-		return
-	}
-	if err := nc.Publish(m.Reply, []byte(ack)); err != nil {
-		a.log.Warn("acknowledgement not sent", "ack", ack, "err", err)
-	}
 }
 
 // busBlobs fetches blobs from the controller, chunk by chunk.

@@ -9,8 +9,8 @@ import (
 )
 
 // reportRetry is how long a report waits for the controller's answer
-// (protocol 7) before the host sends it again, unless Config.ReportRetry
-// says otherwise.
+// before the host sends it again, unless Config.ReportRetry says
+// otherwise.
 const reportRetry = 30 * time.Second
 
 // sentReport is the last report sent, until the controller answers it.
@@ -22,9 +22,8 @@ type sentReport struct {
 }
 
 // report sends r, stamped, asking for an answer under the host's own
-// inbox; the last one is kept until answered and sent again (resendReport)
-// while the declaration held is of a protocol whose controller answers.
-// Published once, a report lost (the connection dropping as it went, a
+// inbox; the last one is kept until answered and sent again
+// (resendReport). Published once, a report lost (the connection dropping as it went, a
 // bus that dropped it) would leave a push waiting for it, and status
 // showing an older one. A preview's answer is not kept: the dry run that
 // asked for it waits a few seconds, not for a retry.
@@ -43,20 +42,11 @@ func (a *Agent) report(nc *nats.Conn, r spec.Report) {
 	} else {
 		a.unacked = &sentReport{seq: r.Seq, time: r.Time, body: body, sent: time.Now()}
 		err = a.publishReport(nc, body)
-		if a.expectsAck() {
-			a.arm(a.cfg.ReportRetry)
-		}
+		a.arm(a.cfg.ReportRetry)
 	}
 	if err != nil {
 		a.log.Warn("report not sent", "seq", r.Seq, "err", err)
 	}
-}
-
-// expectsAck says whether the controller answers reports: the declaration
-// held is of protocol ProtocolReportAck or later (an older controller
-// answers none, and would be sent the last report every reportRetry).
-func (a *Agent) expectsAck() bool {
-	return a.held != nil && a.held.decl.Protocol >= spec.ProtocolReportAck
 }
 
 // acked takes the controller's answer to a report: the last report, when
@@ -78,7 +68,7 @@ func (a *Agent) acked(m *nats.Msg) {
 // was last sent.
 func (a *Agent) resendReport(nc *nats.Conn, now bool) {
 	u := a.unacked
-	if u == nil || !a.expectsAck() {
+	if u == nil {
 		return
 	}
 	if wait := a.cfg.ReportRetry - time.Since(u.sent); !now && wait > 0 {

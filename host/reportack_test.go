@@ -9,9 +9,8 @@ import (
 )
 
 // TestReportSentAgainUntilAnswered: a report the controller does not
-// answer (protocol 7) is sent again, the same, every ReportRetry until it
-// is answered, and then no more; one answering a declaration of protocol
-// 6, whose controller answers no report, is sent once. At 9,999 hosts the
+// answer is sent again, the same, every ReportRetry until it is answered,
+// and then no more. At 9,999 hosts the
 // first push heard no report from 4 hosts that had applied it, and waited
 // for them to its end.
 func TestReportSentAgainUntilAnswered(t *testing.T) {
@@ -35,19 +34,6 @@ func TestReportSentAgainUntilAnswered(t *testing.T) {
 	// and is answered too; then the host falls quiet.
 	quiet(t, b, 5*b.reportRetry, 20*time.Second, func(r spec.Report) bool { return r.Seq == 1 && r.Time.Equal(first.Time) })
 
-	none := func(spec.Report) bool { return false }
-	b.ack.Store(&none)
-	d := b.declaration(2, fileResource("/two", "2"))
-	d.Protocol = spec.ProtocolNoConsumer
-	b.publish(encode(t, d), nil)
-	if r := b.report(); r.Seq != 2 || r.Refused != "" {
-		t.Fatalf("declaration 2 of protocol 6: report %+v", r)
-	}
-	select {
-	case r := <-b.reports:
-		t.Fatalf("a report answering a declaration of protocol 6 sent again: %+v", r)
-	case <-time.After(5 * b.reportRetry):
-	}
 }
 
 // quiet waits until the host sends no report for a period, within a

@@ -38,7 +38,8 @@ func (a *Agent) keptRoster() keptRoster {
 }
 
 // openRoster checks what needs no kept state, in this order: the size cap,
-// the signature over the raw bytes, and only then decodes them strictly,
+// the signature over the raw bytes, the protocol, and only then decodes
+// them strictly,
 // once. A refusal returns the reason.
 func openRoster(raw, sig []byte, key ed25519.PublicKey) (spec.RosterDoc, string) {
 	var doc spec.RosterDoc
@@ -50,6 +51,9 @@ func openRoster(raw, sig []byte, key ed25519.PublicKey) (spec.RosterDoc, string)
 	}
 	if !ed25519.Verify(key, raw, sig) {
 		return doc, "the roster's signature does not verify against the controller's key"
+	}
+	if reason := protocolRefused(raw); reason != "" {
+		return doc, reason
 	}
 	if err := spec.Decode(raw, &doc); err != nil {
 		return doc, fmt.Sprintf("the roster does not decode: %v", err)
@@ -84,7 +88,7 @@ func verifyRoster(raw, sig []byte, key ed25519.PublicKey, k keptRoster, now time
 }
 
 // openDelta checks a roster delta as openRoster checks a roster: the size
-// cap, its own signature, then a strict decode.
+// cap, its own signature, the protocol, then a strict decode.
 func openDelta(raw, sig []byte, key ed25519.PublicKey) (spec.RosterDelta, string) {
 	var d spec.RosterDelta
 	if len(raw) > spec.MaxRoster {
@@ -92,6 +96,9 @@ func openDelta(raw, sig []byte, key ed25519.PublicKey) (spec.RosterDelta, string
 	}
 	if len(sig) != ed25519.SignatureSize || !ed25519.Verify(key, raw, sig) {
 		return d, "the roster delta's signature does not verify against the controller's key"
+	}
+	if reason := protocolRefused(raw); reason != "" {
+		return d, reason
 	}
 	if err := spec.Decode(raw, &d); err != nil {
 		return d, fmt.Sprintf("the roster delta does not decode: %v", err)
@@ -121,9 +128,9 @@ type rosterMsg struct {
 // a whole roster is judged as a declaration is; a delta is applied to the
 // roster held when that is its base (and its signature over what it makes
 // verifies), else the roster in force is asked for, at a moment drawn
-// within the window the delta gives (NAKed until then). The highest
-// accepted is kept (one write of state.json, before any is acked) and its
-// names served; a refusal is terminated and logged with its reason.
+// within the window the delta gives. The highest accepted is kept (one
+// write of the roster) and its names served; a refusal is logged with its
+// reason.
 func (a *Agent) takeRosters(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg, key ed25519.PublicKey) {
 	rs := make([]rosterMsg, len(msgs))
 	for i, m := range msgs {
@@ -170,29 +177,16 @@ func (a *Agent) takeRosters(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 	}
 	if take != nil {
 		if err := a.keepRoster(take.doc, take.raw, take.sig); err != nil {
-			// Not kept, so not acked: they are delivered again (by a
-			// consumer), or the roster is asked for again (republished).
-			a.log.Error("roster not kept; it will be delivered again", "roster_seq", take.doc.Seq, "err", err)
-			if take.msg.Reply == "" {
-				a.askWant = max(a.askWant, take.doc.Seq)
-				a.arm(rosterRetry)
-			}
-			for _, r := range rs {
-				if r.v == refuse {
-					a.respond(nc, r.msg, "+TERM")
-				}
-			}
+			// Not kept: the roster is asked for again by the retry.
+			a.log.Error("roster not kept; it will be asked for again", "roster_seq", take.doc.Seq, "err", err)
+			a.askWant = max(a.askWant, take.doc.Seq)
+			a.arm(rosterRetry)
 			return
 		}
 	}
 	for _, r := range rs {
-		switch {
-		case r.fetch:
-		case r.v == refuse:
+		if !r.fetch && r.v == refuse {
 			a.log.Warn("roster refused", "roster_seq", r.seq, "reason", r.reason)
-			a.respond(nc, r.msg, "+TERM")
-		default:
-			a.respond(nc, r.msg, "+ACK")
 		}
 	}
 	a.fetchRoster(ctx, nc, fetch, key)
@@ -237,17 +231,14 @@ func (r *rosterMsg) applyTo(cur *heldRoster, k keptRoster, key ed25519.PublicKey
 }
 
 // fetchRoster asks for the roster in force for the deltas of a batch whose
-// base this host does not hold, once the moment drawn for it comes. They
-// are acked (a consumer of protocol 4 delivered them; the stream's
-// republish delivers nothing again): until the moment, and again after
-// rosterRetry while the roster is not taken, the host's retry has it ask.
+// base this host does not hold, once the moment drawn for it comes: until
+// the moment, and again after rosterRetry while the roster is not taken,
+// the host's retry has it ask.
 func (a *Agent) fetchRoster(ctx context.Context, nc *nats.Conn, fetch []*rosterMsg, key ed25519.PublicKey) {
 	// A roster taken in this batch may hold what they announce already.
 	var still []*rosterMsg
 	for _, r := range fetch {
-		if a.rosterSeq.Load() >= r.seq {
-			a.respond(nc, r.msg, "+ACK")
-		} else {
+		if a.rosterSeq.Load() < r.seq {
 			still = append(still, r)
 		}
 	}
@@ -268,9 +259,6 @@ func (a *Agent) fetchRoster(ctx context.Context, nc *nats.Conn, fetch []*rosterM
 		a.arm(wait)
 	} else {
 		a.askDueNow(ctx, nc)
-	}
-	for _, r := range fetch {
-		a.respond(nc, r.msg, "+ACK")
 	}
 }
 
@@ -322,11 +310,9 @@ func (a *Agent) checkRoster(ctx context.Context, nc *nats.Conn, key ed25519.Publ
 	return a.rosterSeq.Load() > before
 }
 
-// isRoster says whether m is a roster message: from the stream's republish
-// or from a consumer of protocol 4, which delivers it with its subject.
-func isRoster(m *nats.Msg) bool {
-	return m.Subject == spec.RosterDelivery || m.Subject == spec.RosterSubject
-}
+// isRoster says whether m is a roster message, as the stream republishes
+// it.
+func isRoster(m *nats.Msg) bool { return m.Subject == spec.RosterDelivery }
 
 // planAsk draws the moment to ask for the roster in force, within window
 // from issued (the delta's issue), unless one is drawn already: the

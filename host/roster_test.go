@@ -1,7 +1,6 @@
 package host_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -9,8 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,20 +48,17 @@ func (b *bench) publishRoster(raw, sig []byte) uint64 {
 	return ack.Sequence
 }
 
-// answered waits until alpha's consumer has its delivery of stream
-// sequence seq answered (acked or terminated): the host handled it.
+// answered waits until the host has handled the stream's message of
+// sequence seq (or a later one).
 func (b *bench) answered(seq uint64) {
 	b.t.Helper()
-	poll.Until(b.t, 20*time.Second, "the host answers its delivery of the stream's message", func() (bool, string) {
-		c, err := b.js.PushConsumer(context.Background(), spec.DeclarationStream, "alpha")
-		if err != nil {
-			return false, err.Error()
+	poll.Until(b.t, 20*time.Second, "the host handles the stream's message", func() (bool, string) {
+		a := b.agent.Load()
+		if a == nil {
+			return false, "no host started"
 		}
-		info, err := c.Info(context.Background())
-		if err != nil {
-			return false, err.Error()
-		}
-		return info.AckFloor.Stream >= seq, fmt.Sprintf("ack floor %d, want %d", info.AckFloor.Stream, seq)
+		got := host.HandledSeq(a)
+		return got >= seq, fmt.Sprintf("handled %d, want %d", got, seq)
 	})
 }
 
@@ -393,79 +387,4 @@ func TestRosterKeptAcrossRestart(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("no heartbeat from the host")
 	}
-}
-
-// TestRosterBatchWritesOnce: roster messages waiting for a host that
-// starts are judged in sequence order and the highest kept, with one
-// write of RosterFile and none of state.json; a declaration then writes
-// state.json and not the roster again (a push that changes a module does
-// not have every host write the whole roster).
-func TestRosterBatchWritesOnce(t *testing.T) {
-	t.Parallel()
-	b := newBench(t)
-	// The three are one batch however slow the machine: a batch split by
-	// the quarter second's wait (CI once) takes 3 first, and refuses 1
-	// and 2 as older, rightly.
-	b.batchWait = time.Minute
-	names := runResolver(t, resolver.Zone{})
-	b.names = names
-	var states, rosters func() int64
-	b.prepare = func(a *host.Agent) {
-		states, rosters = host.CountStateWrites(a, nil).Load, host.CountRosterWrites(a).Load
-	}
-	var last uint64
-	for _, seq := range []uint64{3, 1, 2} {
-		last = b.publishRoster(encodeRoster(t, rosterDoc(seq, "10.1.0."+string(rune('0'+seq)))), nil)
-	}
-	b.start()
-	b.answered(last)
-	servesWeb(t, names, "10.1.0.3")
-	if r, s := rosters(), states(); r != 1 || s != 0 {
-		t.Fatalf("%d writes of %s and %d of %s for a batch of rosters, want 1 and 0", r, host.RosterFile, s, host.StateFile)
-	}
-	if strings.Contains(b.logs.String(), "roster refused") {
-		t.Fatalf("a roster of the batch was refused:\n%s", b.logs.String())
-	}
-	b.publish(encode(t, b.declaration(1, fileResource("/one", "1"))), nil)
-	if r := b.report(); r.Seq != 1 || r.Refused != "" {
-		t.Fatalf("declaration 1: report %+v", r)
-	}
-	if r, s := rosters(), states(); r != 1 || s == 0 {
-		t.Fatalf("after a declaration: %d writes of %s and %d of %s, want 1 and some", r, host.RosterFile, s, host.StateFile)
-	}
-	body, err := os.ReadFile(filepath.Join(b.hostDir, host.StateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Contains(body, []byte(`"roster`)) {
-		t.Fatalf("%s holds the roster: %s", host.StateFile, body)
-	}
-	servesWeb(t, names, "10.1.0.3")
-}
-
-// TestInlineRosterIsServed: a declaration that carries the roster itself
-// (a controller of protocol 2) has its names served, as before roster
-// messages; one that names a roster message then has that one's.
-func TestInlineRosterIsServed(t *testing.T) {
-	t.Parallel()
-	b := newBench(t)
-	names := runResolver(t, resolver.Zone{})
-	b.names = names
-	b.start()
-	d := b.declaration(1, fileResource("/one", "1"))
-	d.Protocol, d.Roster = spec.ProtocolRosterRef-1, rosterDoc(1, "10.1.0.9").Names
-	b.publish(encode(t, d), nil)
-	if rep := b.report(); rep.Seq != 1 || rep.Refused != "" {
-		t.Fatalf("a declaration carrying its roster: %+v", rep)
-	}
-	servesWeb(t, names, "10.1.0.9")
-	r := encodeRoster(t, rosterDoc(1, "10.1.0.10"))
-	b.publishRoster(r, nil)
-	d2 := b.declaration(2, fileResource("/one", "1"))
-	d2.RosterRef = &spec.RosterRef{Seq: 1, Digest: spec.ContentDigest(r)}
-	b.publish(encode(t, d2), nil)
-	if rep := b.report(); rep.Seq != 2 || rep.Refused != "" {
-		t.Fatalf("a declaration naming a roster message: %+v", rep)
-	}
-	servesWeb(t, names, "10.1.0.10")
 }

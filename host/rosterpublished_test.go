@@ -1,8 +1,6 @@
 package host_test
 
 import (
-	"context"
-	"encoding/base64"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -10,29 +8,7 @@ import (
 	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
-
-// republishRosters makes the bench's stream and alpha's consumer what a
-// controller of protocol 5 makes them: the stream republishes each roster
-// message on spec.RosterDelivery, and the consumer filters alpha's
-// declarations alone.
-func (b *bench) republishRosters() {
-	b.t.Helper()
-	ctx := context.Background()
-	if _, err := b.js.UpdateStream(ctx, jetstream.StreamConfig{Name: spec.DeclarationStream, Subjects: []string{spec.DeclarationSubject("*"), spec.RosterSubject},
-		MaxMsgSize: 4 << 20, RePublish: &jetstream.RePublish{Source: spec.RosterSubject, Destination: spec.RosterDelivery}}); err != nil {
-		b.t.Fatal(err)
-	}
-	if err := b.js.DeleteConsumer(ctx, spec.DeclarationStream, "alpha"); err != nil {
-		b.t.Fatal(err)
-	}
-	if _, err := b.js.CreateOrUpdatePushConsumer(ctx, spec.DeclarationStream, jetstream.ConsumerConfig{Durable: "alpha",
-		DeliverSubject: spec.DeliverySubject("alpha"), FilterSubject: spec.DeclarationSubject("alpha"), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
-		b.t.Fatal(err)
-	}
-}
 
 // TestRostersFromTheRepublish: with no consumer delivering roster
 // messages, a host takes them from the stream's republish (a whole roster,
@@ -44,7 +20,6 @@ func (b *bench) republishRosters() {
 func TestRostersFromTheRepublish(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
-	b.republishRosters()
 	names := runResolver(t, resolver.Zone{})
 	b.names = names
 	r1 := rosterDoc(1, "10.1.0.1")
@@ -90,53 +65,6 @@ func TestRostersFromTheRepublish(t *testing.T) {
 	}
 }
 
-// republishAll makes the bench's stream and alpha what a controller of
-// protocol 6 makes them: the stream republishes every message under
-// spec.Republished, and alpha has no consumer. The test's controller
-// answers alpha's declaration requests from the stream, as the
-// controller does; each request is sent on asked once it is answered.
-func (b *bench) republishAll(asked chan<- spec.DeclarationRequest) {
-	b.t.Helper()
-	ctx := context.Background()
-	stream, err := b.js.UpdateStream(ctx, jetstream.StreamConfig{Name: spec.DeclarationStream, Subjects: []string{spec.DeclarationSubject("*"), spec.RosterSubject},
-		MaxMsgSize: 4 << 20, AllowDirect: true, RePublish: &jetstream.RePublish{Source: ">", Destination: spec.Republished(">")}})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	if err := b.js.DeleteConsumer(ctx, spec.DeclarationStream, "alpha"); err != nil {
-		b.t.Fatal(err)
-	}
-	sub, err := b.nc.Subscribe(spec.NodeSubject("alpha", spec.KindDeclaration), func(m *nats.Msg) {
-		var req spec.DeclarationRequest
-		if err := spec.Decode(m.Data, &req); err != nil {
-			b.t.Errorf("declaration request: %v", err)
-		}
-		// Told once answered: a test that publishes after it hears the
-		// ask must not have its publish read into this answer (CI's load
-		// once let the start's ask answer with declaration 1 itself).
-		defer func() { asked <- req }()
-		last, err := stream.GetLastMsgForSubject(context.Background(), spec.DeclarationSubject("alpha"))
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			m.Respond(spec.EncodeReply(nil, &spec.ReplyError{Kind: spec.ReplyNotFound, Message: "nothing sent yet"}))
-		case err != nil:
-			m.Respond(spec.EncodeReply(nil, err))
-		case req.Have == spec.ContentDigest(last.Data):
-			m.Respond(spec.EncodeReply(spec.DeclarationReply{Held: true}, nil))
-		default:
-			sig, _ := base64.StdEncoding.DecodeString(last.Header.Get(spec.SigHeader))
-			m.Respond(spec.EncodeReply(spec.DeclarationReply{Body: last.Data, Sig: sig}, nil))
-		}
-	})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.t.Cleanup(func() { sub.Unsubscribe() })
-	if err := b.nc.Flush(); err != nil {
-		b.t.Fatal(err)
-	}
-}
-
 // TestDeclarationsFromTheRepublish: with no consumer, a host takes its
 // declarations from the stream's republish; one published while it was
 // stopped reaches nobody again, so the host asks, when it connects, for
@@ -148,7 +76,7 @@ func TestDeclarationsFromTheRepublish(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	asked := make(chan spec.DeclarationRequest, 16)
-	b.republishAll(asked)
+	b.asked = asked
 	var writes *atomic.Int64
 	var failed atomic.Bool
 	b.prepare = func(a *host.Agent) {

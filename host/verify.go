@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -43,6 +44,10 @@ func verifyPreview(raw []byte, sigHeader string, k kept, now time.Time) (spec.De
 	sig, err := base64.StdEncoding.DecodeString(sigHeader)
 	if err != nil || !ed25519.Verify(k.key, raw, sig) {
 		return decl, "the preview's signature does not verify against the controller's key"
+	}
+	if reason := protocolRefused(raw); reason != "" {
+		_ = json.Unmarshal(raw, &decl) // as far as it reads, for the report
+		return decl, reason
 	}
 	if err := spec.Decode(raw, &decl); err != nil {
 		return decl, fmt.Sprintf("the preview does not decode: %v", err)
@@ -93,7 +98,8 @@ func verify(raw []byte, sigHeader string, k kept, now time.Time) (spec.Declarati
 }
 
 // open checks what needs no kept state, in this order: the size cap, then
-// the signature over the raw bytes, and only then decodes them (strictly,
+// the signature over the raw bytes, then the protocol (another refused,
+// whatever else it holds), and only then decodes them (strictly,
 // with decode: unknown fields refused), once. A refusal returns the reason;
 // decl is filled as far as it could be read.
 func open(raw []byte, sigHeader string, key ed25519.PublicKey, decode func([]byte, any) error) (spec.Declaration, string) {
@@ -107,6 +113,10 @@ func open(raw []byte, sigHeader string, key ed25519.PublicKey, decode func([]byt
 	}
 	if !ed25519.Verify(key, raw, sig) {
 		return decl, "the signature does not verify against the controller's key"
+	}
+	if reason := protocolRefused(raw); reason != "" {
+		_ = json.Unmarshal(raw, &decl) // as far as it reads, for the report
+		return decl, reason
 	}
 	if err := decode(raw, &decl); err != nil {
 		return decl, fmt.Sprintf("the declaration does not decode: %v", err)

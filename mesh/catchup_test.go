@@ -3,15 +3,12 @@ package mesh
 import (
 	"context"
 	"crypto/ed25519"
-	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestDeclarationRequestAnswered: a host asks for its node's last
@@ -81,75 +78,4 @@ func TestDeclarationRequestAnswered(t *testing.T) {
 	}
 	body := mustJSON(t, spec.DeclarationRequest{})
 	tryReflect(t, c, db, nc, spec.NodeInbox("beta"), spec.NodeSubject("beta", spec.KindDeclaration), same(foreign(spec.NodeInbox("beta")), body), body, 0)
-}
-
-// TestConsumerFollowsTheHostsProtocol: a node has a consumer only while its
-// host's heartbeats say a protocol older than 6, made for that protocol
-// (filtering the roster too for protocol 4), and made once, not at each
-// heartbeat, nor more often than once a minute (a host whose protocol
-// flips at each heartbeat does not have the bus make and delete it as
-// often); a host that says 6 has its consumer deleted.
-func TestConsumerFollowsTheHostsProtocol(t *testing.T) {
-	t.Parallel()
-	clk := &clock{now: time.Now()}
-	c, _ := newController(t, clk)
-	joinNode(t, c, "beta")
-	ctx := context.Background()
-	beat := func(protocol int) {
-		t.Helper()
-		c.onHeartbeat(ctx, &nats.Msg{Subject: spec.NodeSubject("beta", spec.KindHeartbeat),
-			Data: mustJSON(t, spec.Heartbeat{Node: "beta", Time: time.Now().UTC(), Protocol: protocol})})
-	}
-	filtering := func() []string {
-		t.Helper()
-		cons, err := c.js.PushConsumer(ctx, spec.DeclarationStream, "beta")
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return nil
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return filters(cons.CachedInfo().Config)
-	}
-	decl := spec.DeclarationSubject("beta")
-	moved := false // the first change is made at once
-	for _, step := range []struct {
-		protocol int
-		want     []string
-	}{
-		{spec.Protocol, nil},
-		{spec.ProtocolRosterPublished, []string{decl}},
-		{spec.ProtocolRosterDelta, []string{decl, spec.RosterSubject}},
-		{spec.Protocol, nil},
-	} {
-		was := filtering()
-		beat(step.protocol)
-		if moved && !slices.Equal(was, step.want) {
-			// Within the minute of the last change, nothing changes.
-			if got := filtering(); !slices.Equal(got, was) {
-				t.Fatalf("a heartbeat of protocol %d within a minute of the last change made beta's consumer filter %q, want %q as it was", step.protocol, got, was)
-			}
-			clk.Add(consumerMoveEvery)
-			beat(step.protocol)
-		}
-		if got := filtering(); !slices.Equal(got, step.want) {
-			t.Fatalf("after a heartbeat of protocol %d beta's consumer filters %q, want %q (none: no consumer)", step.protocol, got, step.want)
-		}
-		moved = moved || !slices.Equal(was, step.want)
-	}
-	// Made once: a second heartbeat of protocol 5 asks the bus nothing.
-	beat(spec.ProtocolRosterPublished)
-	calls, err := c.nc.SubscribeSync("$JS.API.CONSUMER.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer calls.Unsubscribe()
-	beat(spec.ProtocolRosterPublished)
-	beat(spec.ProtocolRosterPublished)
-	if err := c.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := calls.NextMsg(200 * time.Millisecond); err == nil {
-		t.Fatalf("a heartbeat of the protocol its consumer was made for called %s", m.Subject)
-	}
 }

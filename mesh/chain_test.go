@@ -2,7 +2,6 @@ package mesh
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -119,9 +118,8 @@ func TestWouldNotFitCountsTheChain(t *testing.T) {
 		return []spec.Resource{{Name: spec.ResourceName("m", spec.KindFile, "/f"), Kind: spec.KindFile, Module: "m",
 			Spec: &spec.FileSpec{Path: "/f", Mode: 0o644, Content: content, Size: int64(n), Digest: spec.ContentDigest(content)}}}
 	}
-	roster := spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}}
 	fits := func(n int, chain string) bool {
-		return c.wouldNotFit("m", "alpha", 1, content{resources: file(n), roster: roster, chain: chain}) == nil
+		return c.wouldNotFit("m", "alpha", 1, content{resources: file(n), chain: chain}) == nil
 	}
 	// The largest content that fits without the chain.
 	lo, hi := 0, spec.MaxDeclaration
@@ -135,58 +133,5 @@ func TestWouldNotFitCountsTheChain(t *testing.T) {
 	}
 	if !fits(lo, "") || fits(lo, chain) {
 		t.Fatalf("a declaration that fits only without its chain (content %d bytes): fits without %v, with %v; want true, false", lo, fits(lo, ""), fits(lo, chain))
-	}
-}
-
-// TestOlderHostIsSentNoChain: a host that reports protocol 1 would refuse
-// every declaration for the ca_chain field it does not know. It is sent
-// declarations of its protocol, without the chain, is not shown pending
-// for the chain it was not sent, and the declaration after it reports the
-// current protocol carries the chain.
-func TestOlderHostIsSentNoChain(t *testing.T) {
-	t.Parallel()
-	clk := &clock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
-	c, db := newController(t, clk)
-	ctx := context.Background()
-	speaks := func(protocol int, applied uint64) {
-		t.Helper()
-		if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "alpha", AppliedSeq: applied, HostVersion: "v", Protocol: protocol}, clk.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	push := func() (spec.PushNode, []byte) {
-		t.Helper()
-		res, err := c.push(ctx, spec.PushRequest{})
-		if err != nil || len(res.Nodes) != 1 || res.Nodes[0].Error != "" {
-			t.Fatalf("push: %+v, %v", res, err)
-		}
-		s, err := c.js.Stream(ctx, spec.DeclarationStream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, err := s.GetLastMsgForSubject(ctx, spec.DeclarationSubject("alpha"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Nodes[0], raw.Data
-	}
-
-	speaks(1, 0)
-	n, body := push()
-	if n.Unchanged || strings.Contains(string(body), "ca_chain") || !strings.Contains(string(body), `"protocol":1`) {
-		t.Fatalf("to a protocol-1 host: %+v\n%s\nwant protocol 1 and no ca_chain", n, body)
-	}
-	speaks(1, n.Seq)
-	if st := statusOf(t, c); nodeStatus(st, "alpha").Pending {
-		t.Fatalf("a protocol-1 host is pending for the chain it cannot take: %+v", st.Problems)
-	}
-	if n, _ := push(); !n.Unchanged {
-		t.Fatalf("a second push to the protocol-1 host: %+v, want unchanged", n)
-	}
-
-	speaks(spec.Protocol, n.Seq)
-	n, body = push()
-	if n.Unchanged || !strings.Contains(string(body), `"ca_chain"`) || !strings.Contains(string(body), fmt.Sprintf(`"protocol":%d`, spec.Protocol)) {
-		t.Fatalf("once it speaks protocol %d: %+v\n%s\nwant the chain sent", spec.Protocol, n, body)
 	}
 }

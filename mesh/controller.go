@@ -93,13 +93,8 @@ type Controller struct {
 	// (the answer to a roster request, kept) read and written.
 	rosterMu   sync.Mutex
 	rosterKept *keptReply
-	// consumers are the nodes that have a consumer (their hosts older than
-	// protocol 6), with the protocol it was made for (keepConsumer).
-	consumersMu sync.Mutex
-	consumers   map[string]int
-	// consumerMoved is when keepConsumer last made or deleted a node's
-	// consumer: at most once a minute a node, whatever its heartbeats say.
-	consumerMoved map[string]time.Time
+	// refused are the nodes whose hosts speak another protocol.
+	refused refusedHosts
 	// stream is the declaration stream's handle (declarations).
 	streamMu sync.Mutex
 	stream   jetstream.Stream
@@ -332,8 +327,12 @@ func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
 	node, _, _ := spec.NodeFromSubject(m.Subject)
 	var hb spec.Heartbeat
 	if err := spec.Decode(m.Data, &hb); err != nil {
-		c.log.Warn("heartbeat refused", "node", node, "err", err)
-		return
+		report, ok := versionReport(m.Data)
+		if !ok {
+			c.log.Warn("heartbeat refused", "node", node, "err", err)
+			return
+		}
+		hb = report
 	}
 	if hb.Node != node {
 		c.log.Warn("heartbeat refused: it names another node than its subject", "node", node, "names", hb.Node)
@@ -344,69 +343,9 @@ func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
 	if c.beats.add(keptHeartbeat(hb), c.cfg.Now()) {
 		c.metrics.heartbeatsExcess.Add(1)
 	}
-	c.keepConsumer(ctx, node, hb.Protocol)
-}
-
-// consumerMoveEvery is how often keepConsumer may make or delete one node's
-// consumer.
-const consumerMoveEvery = time.Minute
-
-// keepConsumer gives node the consumer its host's protocol wants: one for a
-// host older than protocol 6 (made once a run, or again for another
-// protocol), none for a newer one (one made before is deleted). A host
-// said nothing else of its own: the consumer delivers it only its own
-// declarations (and the roster every host reads), and the work is once a
-// node a run. A failure is logged, and the next heartbeat tries again.
-func (c *Controller) keepConsumer(ctx context.Context, node string, protocol int) {
-	if protocol <= 0 {
-		return
+	if c.refused.note(node, hb.Protocol) {
+		c.log.Warn("host refused", "node", node, "reason", spec.ProtocolRefusal(hb.Protocol, thisController))
 	}
-	c.consumersMu.Lock()
-	made, has := c.consumers[node]
-	old := protocol < spec.ProtocolNoConsumer
-	if has == old && (!old || made == protocol) {
-		c.consumersMu.Unlock()
-		return
-	}
-	now := c.cfg.Now()
-	if at, ok := c.consumerMoved[node]; ok && now.Sub(at) < consumerMoveEvery {
-		// A host whose protocol flips at each heartbeat (a broken or lying
-		// one) does not have the bus make and delete its consumer as
-		// often: its next heartbeat after the minute is heard.
-		c.consumersMu.Unlock()
-		return
-	}
-	if c.consumers == nil {
-		c.consumers = map[string]int{}
-	}
-	if c.consumerMoved == nil {
-		c.consumerMoved = map[string]time.Time{}
-	}
-	c.consumerMoved[node] = now
-	if old {
-		c.consumers[node] = protocol
-	} else {
-		delete(c.consumers, node)
-	}
-	c.consumersMu.Unlock()
-	err := jsCall(ctx, func(ctx context.Context) error {
-		if old {
-			return ensureConsumer(ctx, c.js, node, protocol)
-		}
-		return deleteConsumer(ctx, c.js, node)
-	})
-	if err != nil {
-		c.log.Error("a node's consumer not made as its host's protocol wants; its next heartbeat tries again", "node", node, "protocol", protocol, "err", err)
-		c.consumersMu.Lock()
-		if old {
-			delete(c.consumers, node)
-		} else {
-			c.consumers[node] = made
-		}
-		c.consumersMu.Unlock()
-		return
-	}
-	c.log.Info("a node's consumer made for its host's protocol", "node", node, "protocol", protocol, "consumer", old)
 }
 
 func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
@@ -414,6 +353,10 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 	var f spec.Facts
 	if err := spec.Decode(m.Data, &f); err != nil {
 		c.log.Warn("facts refused", "node", node, "err", err)
+		return
+	}
+	if p, refused := c.refused.of(node); refused {
+		c.log.Debug("facts refused", "node", node, "reason", spec.ProtocolRefusal(p, thisController))
 		return
 	}
 	if f.Node != node {
@@ -427,8 +370,9 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 	c.log.Debug("facts recorded", "node", node)
 }
 
-// ensureDelivery creates the declaration stream and the consumer of every
-// node but one being removed.
+// ensureDelivery creates the declaration stream, publishes the roster in
+// force and the last declaration of every node but one being removed when
+// the stream does not hold them.
 func (c *Controller) ensureDelivery(ctx context.Context) error {
 	if err := ensureStream(ctx, c.js, c.maxNodes()); err != nil {
 		return err
@@ -441,19 +385,7 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var live []store.Node
-	for _, n := range nodes {
-		if n.Removing.IsZero() {
-			live = append(live, n)
-		}
-	}
-	made, err := ensureConsumers(ctx, c.js, live)
-	if err != nil {
-		return err
-	}
-	c.consumersMu.Lock()
-	c.consumers = made
-	c.consumersMu.Unlock()
+	c.refused.load(nodes)
 	for _, n := range nodes {
 		if !n.Removing.IsZero() {
 			continue

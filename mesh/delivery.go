@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
@@ -17,9 +15,9 @@ import (
 
 // ensureStream creates (or updates) the stream that carries declarations
 // and roster messages: one subject per node, a few kept per node, every
-// write synced, and room for maxNodes consumers (one per node of a host
-// older than protocol 6) set on the stream itself: left unset, nats-server
-// caps a stream at 1,000. Each message, once stored, is republished under
+// write synced, and room for maxNodes consumers set on the stream itself
+// (no host has one; nats-server refuses to change the limit of a stream
+// made with it, so it stays). Each message, once stored, is republished under
 // spec.Republished: a node's declarations on its DeclarationDelivery,
 // which its host alone may subscribe to, the roster messages on
 // RosterDelivery, to every host. One copy a host, no consumer a node
@@ -45,143 +43,6 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes int) err
 	})
 	if err != nil {
 		return fmt.Errorf("create stream %s: %w", spec.DeclarationStream, err)
-	}
-	return nil
-}
-
-// ensureConsumer creates node's durable push consumer, as
-// consumerConfig makes it for a host of protocol, or updates one made
-// otherwise. Only the controller creates consumers; its delivery subject
-// carries the stream and the node (invariant 8).
-func ensureConsumer(ctx context.Context, js jetstream.JetStream, node string, protocol int) error {
-	want := consumerConfig(node, protocol)
-	_, err := js.CreateOrUpdatePushConsumer(ctx, spec.DeclarationStream, want)
-	if err != nil {
-		// One made before with what nats-server does not update (its
-		// storage, its deliver policy, its filters) is made again.
-		if c, gone := js.PushConsumer(ctx, spec.DeclarationStream, node); gone == nil {
-			if have := c.CachedInfo().Config; !sameConsumer(have, want) {
-				if err = deleteConsumer(ctx, js, node); err == nil {
-					_, err = js.CreateOrUpdatePushConsumer(ctx, spec.DeclarationStream, want)
-				}
-			}
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("create the delivery consumer of node %q: %w", node, err)
-	}
-	return nil
-}
-
-// consumerConfig is node's consumer as the controller makes it for a host
-// of protocol. It filters the node's own declarations, and for a host
-// older than spec.ProtocolRosterPublished the roster messages too (a
-// newer one takes them from the stream's republish). With two filter
-// subjects, a consumer finds its next message by reading the messages of
-// every other node's subject between (nats-server's LoadNextMsgMulti: O(N)
-// a consumer, O(N^2) a push, 16-18% of the controller's CPU in a push to
-// 10,000 nodes); with one, from that subject's own index.
-//
-// Its state (what was delivered and acked) is kept in memory, not in a
-// file synced at each acknowledgement: at 10,000 nodes those writes were a
-// quarter of the controller's CPU during a push, and a file consumer costs
-// some 6 KiB more. The bus runs in the controller's process, so the state
-// is lost only when the controller stops, and its start makes every
-// consumer again (ensureConsumers), each delivering from the last message
-// of each subject it filters: the node's last declaration (and the last
-// roster message), which a host that holds them takes for duplicates.
-func consumerConfig(node string, protocol int) jetstream.ConsumerConfig {
-	c := jetstream.ConsumerConfig{
-		Durable:        node,
-		DeliverSubject: spec.DeliverySubject(node),
-		FilterSubject:  spec.DeclarationSubject(node),
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        30 * time.Second,
-		MaxAckPending:  32,
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		MemoryStorage:  true,
-	}
-	if protocol < spec.ProtocolRosterPublished {
-		c.FilterSubject, c.FilterSubjects = "", []string{spec.DeclarationSubject(node), spec.RosterSubject}
-	}
-	return c
-}
-
-// ensureConsumers makes the stream's consumers what nodes (the live ones)
-// want, and returns the nodes that have one, with the protocol it was made
-// for: a node whose host last said a protocol older than
-// spec.ProtocolNoConsumer has its consumer made for that protocol; one
-// whose host said a newer one, and any consumer of no live node, has none
-// (deleted); a node whose host never said (joined, not heard yet) keeps
-// what it has. The stream's consumers are listed once, so a start over a
-// fleet whose consumers are all as wanted makes no call a node (a thousand
-// nodes took some 5 s of the controller's start).
-func ensureConsumers(ctx context.Context, js jetstream.JetStream, nodes []store.Node) (map[string]int, error) {
-	stream, err := js.Stream(ctx, spec.DeclarationStream)
-	if err != nil {
-		return nil, fmt.Errorf("read stream %s: %w", spec.DeclarationStream, err)
-	}
-	held := map[string]jetstream.ConsumerConfig{}
-	list := stream.ListConsumers(ctx)
-	for info := range list.Info() {
-		held[info.Name] = info.Config
-	}
-	if err := list.Err(); err != nil {
-		return nil, fmt.Errorf("list the consumers of stream %s: %w", spec.DeclarationStream, err)
-	}
-	made := map[string]int{}
-	for _, n := range nodes {
-		have, ok := held[n.Name]
-		delete(held, n.Name)
-		switch p := n.Protocol; {
-		case p == 0:
-			if ok {
-				made[n.Name] = spec.ProtocolRosterPublished
-			}
-		case p < spec.ProtocolNoConsumer:
-			if !ok || !sameConsumer(have, consumerConfig(n.Name, p)) {
-				if err := ensureConsumer(ctx, js, n.Name, p); err != nil {
-					return nil, err
-				}
-			}
-			made[n.Name] = p
-		case ok:
-			if err := deleteConsumer(ctx, js, n.Name); err != nil {
-				return nil, err
-			}
-		}
-	}
-	for name := range held {
-		if err := deleteConsumer(ctx, js, name); err != nil {
-			return nil, err
-		}
-	}
-	return made, nil
-}
-
-// sameConsumer says whether have, as the server holds it, is want in each
-// field the controller sets.
-func sameConsumer(have, want jetstream.ConsumerConfig) bool {
-	return have.Durable == want.Durable && have.DeliverSubject == want.DeliverSubject &&
-		slices.Equal(filters(have), filters(want)) && have.AckPolicy == want.AckPolicy &&
-		have.AckWait == want.AckWait && have.MaxAckPending == want.MaxAckPending && have.DeliverPolicy == want.DeliverPolicy &&
-		have.MemoryStorage == want.MemoryStorage
-}
-
-// filters is what c filters, however it says it (nats-server may hold one
-// filter in either field).
-func filters(c jetstream.ConsumerConfig) []string {
-	if c.FilterSubject != "" {
-		return []string{c.FilterSubject}
-	}
-	return c.FilterSubjects
-}
-
-// deleteConsumer removes node's consumer; one already gone is no error.
-func deleteConsumer(ctx context.Context, js jetstream.JetStream, node string) error {
-	err := js.DeleteConsumer(ctx, spec.DeclarationStream, node)
-	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("delete the delivery consumer of node %q: %w", node, err)
 	}
 	return nil
 }

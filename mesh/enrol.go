@@ -158,9 +158,7 @@ func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateReques
 // roomFor refuses a token for node when the mesh already admits as many
 // nodes as it may: every node it holds (joined or being removed) and every
 // other name an unused, unrevoked, unexpired token could join as. The
-// limit is the fleet the mesh was measured at, and the stream's room for
-// consumers (one a node whose host is older than protocol 6): a join past
-// it would fail half-way, for that host alone. It counts the nodes and reads only
+// limit is the fleet the mesh was measured at. It counts the nodes and reads only
 // the open tokens and their names' nodes, so a token costs the same at
 // 10 nodes and at 10,000. A read that failed is an error.
 func (c *Controller) roomFor(ctx context.Context, node string) error {
@@ -248,9 +246,9 @@ func (c *Controller) revokeToken(ctx context.Context, req spec.TokenRevokeReques
 //  1. the store records that the removal began (the node keeps its row);
 //  2. the bus drops the node's user, composed from the store, and with it
 //     the node's connections;
-//  3. the stream's declarations for the node are purged, and
-//  4. its delivery consumer is deleted: both are no error when already done;
-//  5. the store forgets the node, its assignments, declarations and report.
+//  3. the stream's declarations for the node are purged: no error when
+//     already done;
+//  4. the store forgets the node, its assignments, declarations and report.
 //
 // Until the last step mesh status shows the node as being removed, nothing
 // is sent to it, it is in no roster, and its name cannot be given to a new
@@ -281,9 +279,6 @@ func (c *Controller) removeNode(ctx context.Context, req spec.NodeRemoveRequest)
 		return spec.Empty{}, unfinished(fmt.Errorf("its credential is still on the bus: %w", err))
 	}
 	if err := jsCall(ctx, func(ctx context.Context) error { return purgeDeclarations(ctx, c.js, req.Name) }); err != nil {
-		return spec.Empty{}, unfinished(err)
-	}
-	if err := jsCall(ctx, func(ctx context.Context) error { return deleteConsumer(ctx, c.js, req.Name) }); err != nil {
 		return spec.Empty{}, unfinished(err)
 	}
 	if err := c.deps.DB.RemoveNode(ctx, req.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -361,9 +356,7 @@ func (c *Controller) enrolAnswering(ctx context.Context, data []byte, answer fun
 }
 
 // enrolSteps checks the request and the token it proves, and records the
-// node and its credential (no consumer: a host of protocol 6 has none, and
-// an older one is made one when its heartbeat says its protocol, see
-// keepConsumer). Before the store spends the token
+// node and its credential. Before the store spends the token
 // it holds the token's enrolment user on the bus, and says so in held.
 func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.Token) (spec.EnrolResult, error) {
 	var req spec.EnrolRequest

@@ -28,9 +28,6 @@ func BenchmarkJoin(b *testing.B) {
 				if err := db.AddNode(ctx, store.Node{Name: name, Address: "10.0.0.1", NKey: benchUserKey(b), Joined: clk.Now()}); err != nil {
 					b.Fatal(err)
 				}
-				if err := ensureConsumer(ctx, c.js, name, spec.Protocol); err != nil {
-					b.Fatal(err)
-				}
 			}
 			if err := c.syncUsers(ctx); err != nil {
 				b.Fatal(err)

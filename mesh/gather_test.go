@@ -51,11 +51,6 @@ func meshOf(t *testing.T, c *Controller, db *store.DB) {
 			t.Fatal(err)
 		}
 	}
-	for _, n := range []string{"alpha", "beta", "gamma"} {
-		if err := ensureConsumer(ctx, c.js, n, spec.Protocol); err != nil {
-			t.Fatal(err)
-		}
-	}
 	web := spec.Module{Name: "web", Version: "1", Routes: []spec.Route{{Name: "web", Port: 80}},
 		Resources: []spec.Resource{resource("/srv/web")}}
 	web.Resources[0].Module, web.Resources[0].Name = "web", spec.ResourceName("web", spec.KindDirectory, "/srv/web")

@@ -214,8 +214,7 @@ func (c *Controller) unassign(ctx context.Context, req spec.AssignRequest) (spec
 // change: it is composed before and after from the modules assigned to it
 // (never the whole catalogue), and altered when its resources differ or it
 // composes on one side only; when its routes differ, the roster message
-// changes, and so does the declaration of every node whose protocol
-// predates roster messages (it carries the roster inline). When node
+// changes, which no declaration holds. When node
 // cannot be composed, the change is recorded all the same and the result
 // says why the nodes are not known.
 func (c *Controller) changedBy(ctx context.Context, node string, record func() error) (spec.AssignResult, error) {
@@ -243,22 +242,6 @@ func (c *Controller) changedBy(ctx context.Context, node string, record func() e
 		nodes, leaving, err = c.deps.DB.NodesLeaving(ctx)
 		composed = nodes - leaving
 	}
-	var g gathered
-	inline := map[string]bool{} // nodes sent the roster inside their declaration
-	if routed {
-		// The roster changes: every node that composes and takes the
-		// roster inline is altered (one that does not compose is sent
-		// nothing either way), node too unless it composes on neither
-		// side. Only here is the whole mesh composed.
-		g, err = c.gather(ctx)
-		var nodes []store.Node
-		if err == nil {
-			nodes, err = c.deps.DB.Nodes(ctx)
-		}
-		for _, n := range nodes {
-			inline[n.Name] = protocolFor(n) < spec.ProtocolRosterRef
-		}
-	}
 	if err != nil {
 		res.Unknown = err.Error()
 		return res, nil
@@ -267,13 +250,8 @@ func (c *Controller) changedBy(ctx context.Context, node string, record func() e
 	own := (ownBefore == nil) != (ownAfter == nil) || (ownAfter == nil && planKey(before) != planKey(after))
 	switch {
 	case routed:
-		for _, n := range all {
-			switch {
-			case n == node && own:
-				res.Changed = append(res.Changed, n)
-			case inline[n] && (g.own[n] == nil || (n == node && ownBefore == nil)):
-				res.Changed = append(res.Changed, n)
-			}
+		if own && slices.Contains(all, node) {
+			res.Changed = []string{node}
 		}
 	case (ownBefore == nil) != (ownAfter == nil):
 		res.Changed = []string{node}

@@ -170,11 +170,11 @@ func (c *Controller) servedRoutes(ctx context.Context, node string) ([]spec.Rost
 		return nil, fmt.Errorf("read the last declaration node %q received: %w", node, err)
 	}
 	if d.RosterRef == nil {
-		return d.Roster.RoutesOf(node), nil
+		return nil, nil
 	}
-	// It names a roster message: what the node serves is what the roster
-	// in force says it serves (the reference may be older: a roster
-	// change sends the node nothing when its resources are as they were).
+	// What the node serves is what the roster in force says it serves (the
+	// reference may be older: a roster change sends the node nothing when
+	// its resources are as they were).
 	r, err := c.deps.DB.LastRoster(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("read the roster node %q's last declaration names (%d): no roster is recorded", node, d.RosterRef.Seq)
@@ -231,64 +231,35 @@ func (c *Controller) numbered(ctx context.Context, n store.Node, last uint64, tt
 	}
 	now := c.cfg.Now().UTC()
 	return spec.Declaration{Mesh: m.Name, Node: n.Name, Seq: max(last, believedApplied(n.AppliedSeq, last)) + 1,
-		Issued: now, Expires: now.Add(ttl), Protocol: protocolFor(n)}, nil
-}
-
-// protocolFor is the protocol a declaration to n speaks: this controller's,
-// or the older one n reports speaking (never one it has not).
-func protocolFor(n store.Node) int {
-	if n.Protocol > 0 && n.Protocol < spec.Protocol {
-		return n.Protocol
-	}
-	return spec.Protocol
-}
-
-// chainFor is the CA chain a declaration to n carries: none for a host whose
-// protocol predates it (it would refuse the whole declaration for the field).
-func chainFor(n store.Node, chain string) string {
-	if protocolFor(n) < spec.ProtocolCAChain {
-		return ""
-	}
-	return chain
+		Issued: now, Expires: now.Add(ttl), Protocol: spec.Protocol}, nil
 }
 
 // content is what one node's declaration holds, without its sequence and
-// times: its resources, the mesh's names (the roster itself, to a host
-// whose protocol predates roster messages, or the reference to the roster
-// message it was composed with) and the CA chain.
+// times: its resources, the reference to the roster message it was
+// composed with and the CA chain.
 type content struct {
 	resources []spec.Resource
-	roster    spec.Roster     // inline; zero when ref is set
-	ref       *spec.RosterRef // nil: the roster travels inline
+	ref       *spec.RosterRef // nil: none sent yet, or a preview
 	chain     string
 }
 
-// contentFor is what a declaration to n holds of resources and of the
-// mesh's roster and chain (ref is the roster message in force; nil when
-// none is sent, as for a preview): the roster inline and no chain for a
-// host whose protocol predates them.
-func contentFor(n store.Node, resources []spec.Resource, g gathered, ref *spec.RosterRef) content {
-	ct := content{resources: resources, chain: chainFor(n, g.chain)}
-	if protocolFor(n) < spec.ProtocolRosterRef {
-		ct.roster = g.roster
-	} else {
-		ct.ref = ref
-	}
-	return ct
+// contentFor is what a declaration holds of resources and of the mesh's
+// roster and chain (ref is the roster message in force; nil when none is
+// sent, as for a preview).
+func contentFor(resources []spec.Resource, g gathered, ref *spec.RosterRef) content {
+	return content{resources: resources, ref: ref, chain: g.chain}
 }
 
 // contentOf is what decl holds.
 func contentOf(decl spec.Declaration) content {
-	return content{resources: decl.Resources, roster: decl.Roster, ref: decl.RosterRef, chain: decl.CAChain}
+	return content{resources: decl.Resources, ref: decl.RosterRef, chain: decl.CAChain}
 }
 
-// digest is contentDigest of ct. A reference to a roster message is left
-// out: the roster travels apart, so a roster change alone sends a node
-// nothing (its declaration would hold what it holds). Its zero roster
-// encodes as no composed one does (null lists), so a declaration that
-// names a roster message never matches one that carried the roster.
+// digest is contentDigest of ct, with no roster. A reference to a roster
+// message is left out: the roster travels apart, so a roster change alone
+// sends a node nothing (its declaration would hold what it holds).
 func (ct content) digest() string {
-	return contentDigest(ct.resources, ct.roster, ct.chain)
+	return contentDigest(ct.resources, spec.Roster{}, ct.chain)
 }
 
 // pushParallel is how many nodes a push sends to at once.
@@ -325,10 +296,9 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		return spec.PushResult{}, fmt.Errorf("compose the mesh: %w; nothing was sent, every host keeps what it has", err)
 	}
 	// The roster first, once for the mesh: a declaration that names it
-	// follows it in every node's consumer. A dry run sends none. One that
-	// could not be sent leaves every host the names it has: a node that
-	// would name it is sent nothing, and one that takes the roster inline
-	// is sent its declaration all the same.
+	// follows it on the stream. A dry run sends none. One that could not
+	// be sent leaves every host the names it has: no node is sent
+	// anything.
 	var ref *spec.RosterRef
 	var rosterErr error
 	if !req.DryRun {
@@ -350,12 +320,12 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 			pn.Error = removingError(node)
 		case g.own[node] != nil:
 			pn.Error = g.own[node].Error() + "; nothing was sent to it"
-		case rosterErr != nil && protocolFor(n) >= spec.ProtocolRosterRef:
+		case rosterErr != nil:
 			pn.Resources = len(g.plans[node].Resources)
 			pn.Error = fmt.Sprintf("the roster was not sent (%v): nothing was sent to this node, which keeps the names it has; run the push again", rosterErr)
 		default:
 			pn.Resources = len(g.plans[node].Resources)
-			items = append(items, sendItem{node: node, ct: contentFor(n, g.plans[node].Resources, g, ref)})
+			items = append(items, sendItem{node: node, ct: contentFor(g.plans[node].Resources, g, ref)})
 			listed = append(listed, i)
 		}
 		res.Nodes[i] = pn
@@ -454,7 +424,7 @@ func (c *Controller) preview(ctx context.Context, node string, ct content) (uint
 	if err != nil {
 		return 0, err
 	}
-	decl.Mode, decl.Resources, decl.Roster, decl.RosterRef, decl.CAChain = spec.ModePreview, ct.resources, ct.roster, ct.ref, ct.chain
+	decl.Mode, decl.Resources, decl.RosterRef, decl.CAChain = spec.ModePreview, ct.resources, ct.ref, ct.chain
 	body, err := json.Marshal(decl)
 	if err != nil {
 		return 0, fmt.Errorf("encode preview of node %q: %w", node, err)

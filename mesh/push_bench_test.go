@@ -46,9 +46,6 @@ func fleetOf(b *testing.B, c *Controller, db *store.DB, clk *clock, nodes int) [
 		if err := db.AddNode(ctx, store.Node{Name: name, Address: "10.0.0.1", NKey: "U" + name, Joined: clk.Now()}); err != nil {
 			b.Fatal(err)
 		}
-		if err := ensureConsumer(ctx, c.js, name, spec.Protocol); err != nil {
-			b.Fatal(err)
-		}
 		names = append(names, name)
 	}
 	for _, name := range names {
@@ -140,18 +137,13 @@ func benchmarkReports(b *testing.B, nodes int) {
 // BenchmarkPushRosterChange is a push whose only change is one route (a
 // route-only module assigned to one node, and unassigned, in turns) to a
 // mesh of N nodes that each serve a route of their own: the bytes and the
-// messages the controller publishes for it. Hosts of protocol 2 are sent
-// the roster inside every declaration (what every push did before roster
-// messages: N declarations of an O(N) roster); hosts of protocol 3 are sent
-// the whole roster as one message (and the delta, which they refuse) and
-// no declaration; hosts of protocol 4 the delta alone. No host answers.
+// messages the controller publishes for it: the roster delta alone. No
+// host answers.
 //
 //	go test -run '^$' -bench PushRosterChange -benchtime 3x ./mesh
 func BenchmarkPushRosterChange(b *testing.B) {
 	for _, n := range []int{100, 1000} {
-		for _, protocol := range []int{spec.ProtocolRosterRef - 1, spec.ProtocolRosterRef, spec.ProtocolRosterDelta} {
-			b.Run(fmt.Sprintf("nodes=%d/protocol=%d", n, protocol), func(b *testing.B) { benchmarkRosterChange(b, n, protocol) })
-		}
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) { benchmarkRosterChange(b, n, spec.Protocol) })
 	}
 }
 
@@ -169,9 +161,6 @@ func benchmarkRosterChange(b *testing.B, nodes, protocol int) {
 	for i := range nodes {
 		name := fmt.Sprintf("n%04d", i)
 		if err := db.AddNode(ctx, store.Node{Name: name, Address: fmt.Sprintf("10.%d.%d.1", i/256, i%256), NKey: "U" + name, Joined: clk.Now()}); err != nil {
-			b.Fatal(err)
-		}
-		if err := ensureConsumer(ctx, c.js, name, spec.Protocol); err != nil {
 			b.Fatal(err)
 		}
 		if err := db.Assign(ctx, "m", name, nil, clk.Now()); err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 func resource(path string) spec.Resource {
@@ -116,27 +115,6 @@ func TestExpiredIsResentAsSent(t *testing.T) {
 	}
 }
 
-// TestRemovedNodeLosesItsConsumer: node remove deletes the node's delivery
-// consumer (one its host of protocol 5 was made).
-func TestRemovedNodeLosesItsConsumer(t *testing.T) {
-	t.Parallel()
-	c, _ := newController(t, &clock{now: time.Now()})
-	ctx := context.Background()
-	c.keepConsumer(ctx, "alpha", spec.ProtocolRosterPublished)
-	if _, err := c.js.PushConsumer(ctx, spec.DeclarationStream, "alpha"); err != nil {
-		t.Fatalf("alpha has no consumer: %v", err)
-	}
-	if _, err := c.removeNode(ctx, spec.NodeRemoveRequest{Name: "alpha"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.js.PushConsumer(ctx, spec.DeclarationStream, "alpha"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		t.Fatalf("after removal: %v, want the consumer gone", err)
-	}
-	if _, err := c.deps.DB.Node(ctx, "alpha"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("alpha still in the store: %v", err)
-	}
-}
-
 // TestExpiredWatchersAreDropped: a push waiting for a node that never
 // answers is forgotten once it expires.
 func TestExpiredWatchersAreDropped(t *testing.T) {
@@ -236,9 +214,6 @@ func TestPushFailureIsTheNodes(t *testing.T) {
 				if err := db.AddNode(ctx, store.Node{Name: n, Address: "127.0.0.9", NKey: "U" + n, Joined: time.Now()}); err != nil {
 					t.Fatal(err)
 				}
-				if err := ensureConsumer(ctx, c.js, n, spec.Protocol); err != nil {
-					t.Fatal(err)
-				}
 			}
 			res, err := c.push(ctx, spec.PushRequest{})
 			if err != nil {
@@ -294,9 +269,6 @@ func TestPushPublishesInOneBatch(t *testing.T) {
 			ctx := context.Background()
 			for _, n := range []string{"beta", "gamma"} {
 				if err := db.AddNode(ctx, store.Node{Name: n, Address: "127.0.0.9", NKey: "U" + n, Joined: time.Now()}); err != nil {
-					t.Fatal(err)
-				}
-				if err := ensureConsumer(ctx, c.js, n, spec.Protocol); err != nil {
 					t.Fatal(err)
 				}
 			}

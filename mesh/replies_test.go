@@ -111,7 +111,7 @@ func auditRows(t *testing.T, db *store.DB) int {
 func foreign(own string) []string {
 	all := []string{
 		spec.DeclarationSubject("alpha"),
-		spec.DeliverySubject("alpha"),
+		spec.DeclarationDelivery("alpha"),
 		spec.APISubject(spec.NodeRemove.Name),
 		spec.NodeInbox("alpha") + ".x",
 		spec.OperatorInbox + ".x",
@@ -416,7 +416,7 @@ func TestServingUserPublishesOnlyToInboxes(t *testing.T) {
 	}
 	for _, s := range []string{
 		"mesh.decl.x",
-		spec.DeliverySubject("alpha"),
+		spec.DeclarationDelivery("alpha"),
 		spec.APISubject(spec.NodeRemove.Name),
 		spec.PreviewSubject("alpha"),
 		spec.NodeSubject("alpha", spec.KindReport),

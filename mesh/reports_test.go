@@ -71,9 +71,6 @@ func TestReportsAreRecordedBeforeForwarded(t *testing.T) {
 		if err := db.AddNode(ctx, store.Node{Name: name, Address: "10.0.0.1", NKey: "U" + name, Joined: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
-		if err := ensureConsumer(ctx, c.js, name, spec.Protocol); err != nil {
-			t.Fatal(err)
-		}
 		nodes = append(nodes, name)
 	}
 	progress := spec.OperatorInbox + ".reports"

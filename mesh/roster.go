@@ -32,8 +32,8 @@ func refOf(r store.Roster) *spec.RosterRef {
 // sendRoster makes roster the roster in force and returns the reference to
 // it: the roster message in force when it holds the same names and has not
 // expired (nothing is sent), or a new one, numbered after it, signed,
-// recorded and published on spec.RosterSubject, which every node's consumer
-// receives. One roster message per change, whatever the number of nodes.
+// recorded and published on spec.RosterSubject, which the stream
+// republishes to every host. One roster message per change, whatever the number of nodes.
 // A roster whose last message expired is signed again under a new sequence,
 // so a host that joins later can take it.
 func (c *Controller) sendRoster(ctx context.Context, roster spec.Roster) (*spec.RosterRef, error) {
@@ -105,17 +105,14 @@ const maxFetchWithin = 2 * time.Minute
 // publishRoster publishes roster r (doc, as recorded) on RosterSubject:
 // as a delta from base (its changes; none when base is nil or they would
 // not be smaller than half the roster, and hosts then ask for it whole
-// within a window), and whole as well while a host of a protocol before
-// ProtocolRosterDelta (and after ProtocolRosterRef: an older one is sent
-// it inline) is in the mesh, which takes only that. Every host
-// receives every message on the subject, so the delta is what the fleet
-// receives; the whole roster goes to a host only when it asks.
+// within a window). Every host receives every message on the subject, so
+// the delta is what the fleet receives; the whole roster goes to a host
+// only when it asks.
 func (c *Controller) publishRoster(ctx context.Context, doc spec.RosterDoc, r store.Roster, base *store.Roster) error {
-	nodes, old, err := c.deps.DB.NodesSpeaking(ctx, spec.ProtocolRosterRef, spec.ProtocolRosterDelta)
+	nodes, err := c.deps.DB.NodeCount(ctx)
 	if err != nil {
 		return fmt.Errorf("count the nodes a roster goes to: %w", err)
 	}
-	whole := old > 0
 	within := time.Duration(float64(len(r.Body)) * float64(nodes) / rosterFetchRate * float64(time.Second))
 	delta := spec.RosterDelta{Mesh: doc.Mesh, Seq: doc.Seq, Issued: doc.Issued, Expires: doc.Expires, Protocol: doc.Protocol,
 		FullSig: r.Sig, FetchWithinMS: min(within, maxFetchWithin).Milliseconds()}
@@ -141,13 +138,6 @@ func (c *Controller) publishRoster(ctx context.Context, doc spec.RosterDoc, r st
 		return fmt.Errorf("publish the delta of roster %d: %w", doc.Seq, err)
 	}
 	c.metrics.countRoster(len(body))
-	if !whole {
-		return nil
-	}
-	if _, err := c.js.PublishMsg(ctx, signedMsg(spec.RosterSubject, r.Body, r.Sig)); err != nil {
-		return fmt.Errorf("publish roster %d: %w", doc.Seq, err)
-	}
-	c.metrics.countRoster(len(r.Body))
 	return nil
 }
 
@@ -230,6 +220,10 @@ func (c *Controller) onRoster(ctx context.Context, m *nats.Msg, who requester) {
 		reply(nil, callerError(fmt.Sprintf("malformed roster request: %v", err)))
 		return
 	}
+	if p, refused := c.refused.of(who.name); refused {
+		reply(nil, refusal(p))
+		return
+	}
 	kept, err := c.rosterReply(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		reply(nil, notFoundError("no roster was sent yet: the next mesh push sends one"))
@@ -296,20 +290,16 @@ func (c *Controller) publishRecordedRoster(ctx context.Context) error {
 	return nil
 }
 
-// contentNow is what node n is sent of g now: its resources, the CA chain,
-// and the roster inline or, for a host that takes roster messages, the
-// reference to the roster in force, sent first when it changed (see
-// sendRoster). A roster that cannot be sent is an error: nothing that
+// contentNow is what node n is sent of g now: its resources, the CA chain
+// and the reference to the roster in force, sent first when it changed
+// (see sendRoster). A roster that cannot be sent is an error: nothing that
 // would name it is sent.
 func (c *Controller) contentNow(ctx context.Context, n store.Node, g gathered, roster func() (*spec.RosterRef, error)) (content, error) {
-	var ref *spec.RosterRef
-	if protocolFor(n) >= spec.ProtocolRosterRef {
-		var err error
-		if ref, err = roster(); err != nil {
-			return content{}, fmt.Errorf("send the roster: %w", err)
-		}
+	ref, err := roster()
+	if err != nil {
+		return content{}, fmt.Errorf("send the roster: %w", err)
 	}
-	return contentFor(n, g.plans[n.Name].Resources, g, ref), nil
+	return contentFor(g.plans[n.Name].Resources, g, ref), nil
 }
 
 // rosterOnce is sendRoster of g's roster, called once however many nodes
@@ -362,9 +352,9 @@ func (c *Controller) rosterPending(ctx context.Context, roster spec.Roster) (sto
 const rosterGrace = 10 * time.Second
 
 // rosterBehind says whether n's host, heard well after the roster in force
-// was sent, said it holds an older one; a host that has not said (older
-// than roster messages, or not heard since) is not behind.
+// was sent, said it holds an older one; a host that has not said (not
+// heard since it took one) is not behind.
 func rosterBehind(n store.Node, inForce store.Roster) bool {
-	return n.Protocol >= spec.ProtocolRosterRef && n.RosterSeq > 0 && n.RosterSeq < inForce.Seq &&
+	return n.RosterSeq > 0 && n.RosterSeq < inForce.Seq &&
 		n.LastHeard.After(inForce.Sent.Add(rosterGrace))
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestRouteIsOneRosterMessage: a push that adds one route and changes no
@@ -77,8 +76,8 @@ func TestRouteIsOneRosterMessage(t *testing.T) {
 		t.Fatalf("roster %d holds routes %s", seq, got)
 	}
 	for _, n := range []string{"alpha", "beta"} {
-		if d := lastOnStream(t, c, n); d.RosterRef == nil || d.RosterRef.Seq >= seq || len(d.Roster.Routes) != 0 {
-			t.Errorf("%s's declaration names roster %+v and carries %d routes: want the reference to the one before %d and none", n, d.RosterRef, len(d.Roster.Routes), seq)
+		if d := lastOnStream(t, c, n); d.RosterRef == nil || d.RosterRef.Seq >= seq {
+			t.Errorf("%s's declaration names roster %+v: want the reference to the one before %d", n, d.RosterRef, seq)
 		}
 	}
 	// Nothing changed: nothing sent, roster included.
@@ -175,78 +174,6 @@ func nodeNames(r spec.Roster) []string {
 	return out
 }
 
-// TestOldConsumerTakesRosters: a stream made before roster messages (no
-// roster subject, no republish) and a node's consumer made then are
-// updated when the controller starts: the stream then republishes each
-// roster message on spec.RosterDelivery, where the node's host (of this
-// protocol) takes it; the node's consumer, its host never heard, is left
-// as it is. A roster recorded and not published (the stream would
-// not take it) is published at the start, before the declarations. (A
-// host of protocol 4 keeps a consumer that filters the roster too:
-// TestConsumerMadeAgainDeliversOnlyTheLast.)
-func TestOldConsumerTakesRosters(t *testing.T) {
-	t.Parallel()
-	c, db := newController(t, &clock{now: time.Now()})
-	ctx := context.Background()
-	if err := db.AddNode(ctx, store.Node{Name: "beta", Address: "127.0.0.9", NKey: "Ubeta", Joined: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	// The stream and beta's consumer as an older controller made them.
-	if _, err := c.js.UpdateStream(ctx, jetstream.StreamConfig{Name: spec.DeclarationStream, Subjects: []string{spec.DeclarationSubject("*")},
-		Storage: jetstream.FileStorage, MaxMsgsPerSubject: 8, MaxMsgSize: spec.MaxDeclaration + 4096, Discard: jetstream.DiscardOld, MaxConsumers: spec.MaxNodes}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.js.CreateOrUpdatePushConsumer(ctx, spec.DeclarationStream, jetstream.ConsumerConfig{Durable: "beta",
-		DeliverSubject: spec.DeliverySubject("beta"), FilterSubject: spec.DeclarationSubject("beta"),
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 32}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.sendRoster(ctx, spec.Roster{}); err == nil {
-		t.Fatal("a roster was published on a stream without its subject")
-	}
-
-	got := make(chan *nats.Msg, 4)
-	sub, err := c.nc.ChanSubscribe(spec.RosterDelivery, got)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := c.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ensureDelivery(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cons, err := c.js.PushConsumer(ctx, spec.DeclarationStream, "beta")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(filters(info.Config), []string{spec.DeclarationSubject("beta")}) {
-		t.Fatalf("beta's consumer filters %q and %q after the start, want it left as it was: its host never said its protocol", info.Config.FilterSubject, info.Config.FilterSubjects)
-	}
-	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	// Roster 1, recorded when its publish failed, published at the start;
-	// then the push's, which names beta.
-	for want := uint64(1); want <= 2; want++ {
-		select {
-		case m := <-got:
-			var d spec.RosterDelta
-			if m.Subject != spec.RosterDelivery || spec.Decode(m.Data, &d) != nil || d.Seq != want ||
-				(want == 2 && d.Base != 0 && !slices.ContainsFunc(d.SetNodes, func(n spec.RosterNode) bool { return n.Name == "beta" })) {
-				t.Fatalf("beta was delivered %s: %s, want roster %d", m.Subject, m.Data, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the stream made the old way republished no roster message %d", want)
-		}
-	}
-}
-
 // rosterFailing is the real store refusing to record a roster.
 type rosterFailing struct{ *store.DB }
 
@@ -256,42 +183,27 @@ func (rosterFailing) RecordRoster(context.Context, store.Roster) error {
 
 // TestRosterNotSentSendsNothingThatNamesIt holds invariant 1 for the
 // roster: one that cannot be recorded is not sent; no node that would name
-// it is sent anything (each says why, and keeps the names it has), while a
-// node of the protocol before roster messages is sent its declaration with
-// the roster inside, as before.
+// it is sent anything (each says why, and keeps the names it has).
 func TestRosterNotSentSendsNothingThatNamesIt(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Now()}
 	c, db := newControllerWith(t, clk, func(db *store.DB) Store { return rosterFailing{db} })
 	meshOf(t, c, db)
 	ctx := context.Background()
-	if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "beta", Protocol: spec.ProtocolRosterRef - 1}, clk.Now()); err != nil {
-		t.Fatal(err)
-	}
 	res, err := c.push(ctx, spec.PushRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, pn := range res.Nodes {
-		switch pn.Node {
-		case "beta":
-			if pn.Error != "" || pn.Seq == 0 {
-				t.Errorf("beta (protocol 2): %+v, want sent", pn)
-			}
-		default:
-			if pn.Seq != 0 || !strings.Contains(pn.Error, "the roster was not sent (disk I/O error)") {
-				t.Errorf("%s: %+v, want not sent, naming the roster's failure", pn.Node, pn)
-			}
-			if n := onSubject(t, c, spec.DeclarationSubject(pn.Node)); n != 0 {
-				t.Errorf("%s was sent %d declarations", pn.Node, n)
-			}
+		if pn.Seq != 0 || !strings.Contains(pn.Error, "the roster was not sent (disk I/O error)") {
+			t.Errorf("%s: %+v, want not sent, naming the roster's failure", pn.Node, pn)
+		}
+		if n := onSubject(t, c, spec.DeclarationSubject(pn.Node)); n != 0 {
+			t.Errorf("%s was sent %d declarations", pn.Node, n)
 		}
 	}
 	if n := onSubject(t, c, spec.RosterSubject); n != 0 {
 		t.Errorf("%d roster messages on the stream", n)
-	}
-	if d := lastOnStream(t, c, "beta"); d.RosterRef != nil || routeNames(d.Roster) != "web.alpha.internal,web.beta.internal" {
-		t.Errorf("beta's declaration: ref %+v, roster %s; want the roster inside", d.RosterRef, routeNames(d.Roster))
 	}
 }
 

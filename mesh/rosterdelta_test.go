@@ -97,22 +97,6 @@ func TestRosterChangeIsADelta(t *testing.T) {
 		t.Errorf("window %s, want %s (the roster's bytes times the nodes over the rate)", d.FetchWithin(), want)
 	}
 
-	// A host of protocol 3 in the mesh: the whole roster too.
-	if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "n007", Protocol: spec.ProtocolRosterRef}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	rosters = onSubject(t, c, spec.RosterSubject)
-	addRoute("3", spec.Route{Name: "web", Port: 80})
-	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	if got := onSubject(t, c, spec.RosterSubject); got != rosters+2 {
-		t.Fatalf("%d messages on %s with a host of protocol 3, want %d: the delta and the whole roster", got, spec.RosterSubject, rosters+2)
-	}
-	names, seq := rosterOnStream(t, c)
-	if last, _ := db.LastRoster(ctx); seq != last.Seq || routeNames(names) != "web.alpha.internal,web.beta.internal" {
-		t.Fatalf("the whole roster on the stream is %d with routes %s", seq, routeNames(names))
-	}
 }
 
 // lastRosterReads counts the reads of the last roster's body.

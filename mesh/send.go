@@ -135,14 +135,14 @@ func (c *Controller) sendDue(ctx context.Context, items []sendItem, due []int, h
 		// never wedges a host (an applied sequence far above the last sent
 		// is not believed: see believe).
 		decl := spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, believedApplied(n.AppliedSeq, last)) + 1,
-			Issued: now, Expires: now.Add(spec.DefaultExpiry), Protocol: protocolFor(n),
-			Resources: ct.resources, Roster: ct.roster, RosterRef: ct.ref, CAChain: ct.chain}
+			Issued: now, Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol,
+			Resources: ct.resources, RosterRef: ct.ref, CAChain: ct.chain}
 		body, err := json.Marshal(decl)
 		if err != nil {
 			out[i].err = fmt.Errorf("encode declaration of node %q: %w", node, err)
 			continue
 		}
-		if err := oversize(node, len(body), ct.resources, ct.roster); err != nil {
+		if err := oversize(node, len(body), ct.resources, spec.Roster{}); err != nil {
 			out[i].err = err
 			continue
 		}

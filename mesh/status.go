@@ -124,7 +124,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 				problem("%s serves the names of roster %d, the mesh's are roster %d: it has not taken them", n.Name, n.RosterSeq, inForce.Seq)
 			}
 			if !st.ProtocolKnown {
-				problem("%s speaks protocol %d, this controller %d", n.Name, n.Protocol, spec.Protocol)
+				problem("%s: %s", n.Name, spec.ProtocolRefusal(n.Protocol, thisController))
 			}
 		}
 		if b, ok := binaries[n.Name]; ok {
@@ -167,7 +167,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 		if err := g.own[n.Name]; err != nil {
 			st.Pending, st.PendingWhy = true, err.Error()
 			problem("%s", err.Error())
-		} else if ct := contentFor(n, g.plans[n.Name].Resources, g, rosterPlaceholder); differs(ct, last) {
+		} else if ct := contentFor(g.plans[n.Name].Resources, g, rosterPlaceholder); differs(ct, last) {
 			st.Pending = true
 			if err := c.wouldNotFit(meshName, n.Name, last.Seq+1, ct); err != nil {
 				st.PendingWhy = err.Error()
@@ -287,9 +287,9 @@ func beatsSuffix(interval time.Duration) string {
 // send pays for the digest without copying the declaration. The bytes
 // hashed are json.NewEncoder(h).Encode(struct{R []spec.Resource; N
 // spec.Roster; C string `json:",omitempty"`}{resources, roster, chain})'s,
-// the resources streamed one by one: without a chain, the bytes digests
-// were recorded with before declarations carried one, so those keep
-// matching what carries none.
+// the resources streamed one by one, the chain left out when there is
+// none. A declaration carries no roster (it names the roster message): its
+// digest hashes the zero one, which the digests recorded are made with.
 func contentDigest(resources []spec.Resource, roster spec.Roster, chain string) string {
 	h := &lessNewline{Hash: sha256.New()}
 	h.Write(digestR)
@@ -353,9 +353,9 @@ var rosterPlaceholder = &spec.RosterRef{Seq: 1 << 62, Digest: spec.ContentDigest
 func (c *Controller) wouldNotFit(mesh, node string, seq uint64, ct content) error {
 	now := c.cfg.Now().UTC()
 	body, err := json.Marshal(spec.Declaration{Mesh: mesh, Node: node, Seq: seq, Issued: now,
-		Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol, Resources: ct.resources, Roster: ct.roster, RosterRef: ct.ref, CAChain: ct.chain})
+		Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol, Resources: ct.resources, RosterRef: ct.ref, CAChain: ct.chain})
 	if err != nil {
 		return fmt.Errorf("encode the declaration of node %q: %w", node, err)
 	}
-	return oversize(node, len(body), ct.resources, ct.roster)
+	return oversize(node, len(body), ct.resources, spec.Roster{})
 }

@@ -32,9 +32,6 @@ func BenchmarkStatus(b *testing.B) {
 			if err := db.AddNode(ctx, store.Node{Name: name, Address: "10.0.0.1", NKey: "U" + name, Joined: clk.Now()}); err != nil {
 				b.Fatal(err)
 			}
-			if err := ensureConsumer(ctx, c.js, name, spec.Protocol); err != nil {
-				b.Fatal(err)
-			}
 		} else {
 			name = "alpha"
 		}

@@ -179,7 +179,7 @@ func TestStatusComparesRecordedDigests(t *testing.T) {
 	if err := spec.Decode(sent.Body, &decl); err != nil {
 		t.Fatal(err)
 	}
-	other, _ := json.Marshal(spec.Declaration{Mesh: "m", Node: "alpha", Resources: []spec.Resource{}, Roster: decl.Roster})
+	other, _ := json.Marshal(spec.Declaration{Mesh: "m", Node: "alpha", Resources: []spec.Resource{}, RosterRef: decl.RosterRef})
 	seq := sent.Seq
 	record := func(body []byte, content string) {
 		t.Helper()

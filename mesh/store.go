@@ -20,7 +20,6 @@ type Store interface {
 	NodeKeys(ctx context.Context) ([]store.NodeKey, error)
 	NodeCount(ctx context.Context) (int, error)
 	NodesLeaving(ctx context.Context) (nodes, leaving int, err error)
-	NodesSpeaking(ctx context.Context, lo, hi int) (nodes, speaking int, err error)
 	NodesNamed(ctx context.Context, names []string) (map[string]store.Node, error)
 	RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error
 	RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at time.Time) (map[string]error, error)

@@ -45,20 +45,14 @@ type Declaration struct {
 	Protocol  int       `json:"protocol"`
 	Mode      string    `json:"mode,omitempty"`
 	Resources Resources `json:"resources"`
-	// Roster is every name of the mesh, the same in every node's
-	// declaration, to a host of a protocol before ProtocolRosterRef; left
-	// out (zero) for a later one, which is sent RosterRef instead.
-	Roster Roster `json:"roster,omitzero"`
 	// RosterRef names the roster message this declaration was composed
-	// with (protocol ProtocolRosterRef and later): the host applies it only
-	// against that roster or a later one.
+	// with: the host applies it only against that roster or a later one.
 	RosterRef *RosterRef `json:"roster_ref,omitempty"`
 	// CAChain is the mesh's intermediate that signs now, PEM, first; any
 	// other intermediate the host should hold follows it. The same in
 	// every node's declaration. The host refuses a declaration whose chain
 	// does not verify against the root it pinned, and keeps the last chain
-	// given beside that root. Empty: a controller older than the chain;
-	// the host keeps what it holds.
+	// given beside that root. Empty: the host keeps what it holds.
 	CAChain string `json:"ca_chain,omitempty"`
 }
 
@@ -171,7 +165,7 @@ type Report struct {
 	Omitted int `json:"omitted,omitempty"`
 }
 
-// ReportAck answers a report (protocol ProtocolReportAck) on
+// ReportAck answers a report on
 // ReportAckSubject: the controller holds it, recorded or refused for
 // good, so the host need not send it again. Seq and Time name the report.
 type ReportAck struct {

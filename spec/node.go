@@ -17,9 +17,8 @@ type Heartbeat struct {
 	// than this field sends none (zero), and the controller falls back to a
 	// fixed window for it.
 	IntervalMS int64 `json:"interval_ms,omitempty"`
-	// RosterSeq is the roster message the host holds (protocol 3; 0: none
-	// yet), so status can tell a host that has not taken the roster in
-	// force.
+	// RosterSeq is the roster message the host holds (0: none yet), so
+	// status can tell a host that has not taken the roster in force.
 	RosterSeq uint64 `json:"roster_seq,omitempty"`
 	// Fallbacks are the versions this machine's launcher gave up on (at
 	// most MaxFallbacks, newest first): a roll halts on the node that
@@ -84,7 +83,7 @@ type Node struct {
 	HostVersion   string `json:"host_version,omitempty"`
 	Protocol      int    `json:"protocol,omitempty"`
 	// ProtocolKnown is false when the host speaks a protocol this controller
-	// does not: shown as such, not as broken.
+	// does not: refused (ProtocolRefusal), shown as such, not as broken.
 	ProtocolKnown bool   `json:"protocol_known"`
 	AppliedSeq    uint64 `json:"applied_seq"`
 	// RosterSeq is the roster message the host said it holds; zero until

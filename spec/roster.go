@@ -14,9 +14,9 @@ import (
 const Domain = "internal"
 
 // Roster is every name of the mesh: each node, each route and each public
-// name served inside it. It travels on its own, as a RosterDoc, once per
-// change (protocol 3), or inside every declaration to a host of an older
-// protocol, outside the resources; the host's resolver answers from it;
+// name served inside it. It travels on its own, as a RosterDoc or a
+// RosterDelta, once per change, outside the declarations; the host's
+// resolver answers from it;
 // nothing copies it into a container.
 type Roster struct {
 	Nodes  []RosterNode  `json:"nodes"`
@@ -75,11 +75,11 @@ func (r Roster) RoutesOf(node string) []RosterRoute {
 // such nodes.
 const MaxRoster = 3 << 20
 
-// RosterDoc is the roster as its own message (protocol 3): signed with the
+// RosterDoc is the roster as its own message: signed with the
 // controller's key like a declaration (the ed25519 signature over its exact
 // bytes in the Mesh-Sig header), numbered on its own sequence, and
-// published once per change on RosterSubject, which every node's consumer
-// receives beside its own declarations. Its fields are named apart from a
+// published once per change on RosterSubject, which the stream republishes
+// to every host on RosterDelivery. Its fields are named apart from a
 // declaration's (roster_seq, names) so that, decoded strictly, neither is
 // ever taken for the other.
 type RosterDoc struct {

@@ -6,14 +6,11 @@ import (
 	"time"
 )
 
-// RosterDeltaHeader marks a message on RosterSubject as a RosterDelta
-// (protocol 4); a message without it is a RosterDoc. A host of protocol 3
-// ignores the header, fails to decode the delta as a RosterDoc (its fields
-// are named apart) and refuses it, and takes the RosterDoc the controller
-// still publishes while such a host is in the mesh.
+// RosterDeltaHeader marks a message on RosterSubject as a RosterDelta; a
+// message without it is a RosterDoc.
 const RosterDeltaHeader = "Mesh-Roster-Delta"
 
-// RosterDelta announces roster Seq (protocol 4) in a few bytes instead of
+// RosterDelta announces roster Seq in a few bytes instead of
 // the whole roster: the changes from roster Base, and the controller's
 // signature over the RosterDoc they make. A host holding Base (its signed
 // bytes' ContentDigest is BaseDigest) applies the changes, encodes the

@@ -173,9 +173,9 @@ func ownSubject(node, s string) bool {
 
 func TestNodePermissions(t *testing.T) {
 	p := spec.NodePermissions("alpha")
-	// Its own subjects, and the acknowledgements of its own consumer.
-	if !reflect.DeepEqual(p.Publish, []string{"mesh.node.alpha.>", "$JS.ACK.DECLARATIONS.alpha.>"}) {
-		t.Errorf("Publish = %q, want only [mesh.node.alpha.> $JS.ACK.DECLARATIONS.alpha.>]", p.Publish)
+	// Its own subjects alone.
+	if !reflect.DeepEqual(p.Publish, []string{"mesh.node.alpha.>"}) {
+		t.Errorf("Publish = %q, want only [mesh.node.alpha.>]", p.Publish)
 	}
 	if !slices.Contains(p.Subscribe, "_INBOX.alpha.>") {
 		t.Errorf("Subscribe = %q, want it to hold _INBOX.alpha.> (the node's own replies)", p.Subscribe)

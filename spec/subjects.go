@@ -56,16 +56,13 @@ func DeclarationSubject(node string) string { return "mesh.decl." + node }
 
 // RosterSubject is the stream subject of the mesh's roster messages
 // (RosterDoc and RosterDelta); only the controller publishes there. The
-// stream republishes each, once stored, on RosterDelivery; the consumer of
-// a host older than ProtocolRosterPublished filters it beside the node's
-// own declarations.
+// stream republishes each, once stored, on RosterDelivery.
 const RosterSubject = "mesh.roster"
 
 // Republished is where the stream republishes each message once it stored
 // it (with the headers it was published with): the subject it was
 // published on, under the stream's delivery prefix. A host's plain
 // subscription takes it there: one copy a host, and no consumer state.
-// It is never a node's DeliverySubject: a node's name holds no dot.
 func Republished(subject string) string { return "_DELIVER." + DeclarationStream + "." + subject }
 
 // RosterDelivery is where the stream republishes the roster messages, to
@@ -73,20 +70,12 @@ func Republished(subject string) string { return "_DELIVER." + DeclarationStream
 var RosterDelivery = Republished(RosterSubject)
 
 // DeclarationDelivery is where the stream republishes node's declarations,
-// to node's host alone (protocol 6: no consumer).
+// to node's host alone.
 func DeclarationDelivery(node string) string { return Republished(DeclarationSubject(node)) }
-
-// AckSubjects are the JetStream acknowledgement subjects of node's own
-// consumer (named after the node) on the declaration stream.
-func AckSubjects(node string) string { return "$JS.ACK." + DeclarationStream + "." + node + ".>" }
 
 // PreviewSubject is where a node receives dry-run declarations (mode
 // preview): never stored, acked or applied.
 func PreviewSubject(node string) string { return "mesh.preview." + node }
-
-// DeliverySubject is where node's declarations are delivered: it carries the
-// stream and the node, so two consumers never share one (invariant 8).
-func DeliverySubject(node string) string { return "_DELIVER." + DeclarationStream + "." + node }
 
 // NodeInbox is the inbox prefix of node's bus connection.
 func NodeInbox(node string) string { return "_INBOX." + node }
@@ -103,12 +92,13 @@ type Permissions struct {
 }
 
 // NodePermissions is everything node may do on the bus: publish under its
-// own subjects and receive replies on its own inbox. It holds no $JS.API
-// permission: only the controller creates consumers.
+// own subjects, receive what the stream republishes to it and replies on
+// its own inbox. It holds no $JS permission: it reads the stream only
+// through the controller.
 func NodePermissions(node string) Permissions {
 	return Permissions{
-		Publish:   []string{"mesh.node." + node + ".>", AckSubjects(node)},
-		Subscribe: []string{DeliverySubject(node), DeclarationDelivery(node), RosterDelivery, PreviewSubject(node), NodeInbox(node) + ".>"},
+		Publish:   []string{"mesh.node." + node + ".>"},
+		Subscribe: []string{DeclarationDelivery(node), RosterDelivery, PreviewSubject(node), NodeInbox(node) + ".>"},
 	}
 }
 

@@ -248,17 +248,6 @@ func (db *DB) NodeCount(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// NodesSpeaking is how many nodes the store holds and how many of them
-// last said they speak a protocol from lo up to, not including, hi,
-// counted without reading them: a roster change asks whether a host that
-// takes only the whole roster is in the mesh.
-func (db *DB) NodesSpeaking(ctx context.Context, lo, hi int) (nodes, speaking int, err error) {
-	if err := db.sql.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(CASE WHEN protocol >= ? AND protocol < ? THEN 1 END) FROM nodes`, lo, hi).Scan(&nodes, &speaking); err != nil {
-		return 0, 0, fmt.Errorf("count nodes by protocol: %w", err)
-	}
-	return nodes, speaking, nil
-}
-
 // NodesLeaving is how many nodes the store holds and how many of them are
 // being removed, counted without reading them: an assign says how many
 // nodes a push composes.
