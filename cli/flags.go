@@ -220,13 +220,9 @@ func pprofAddr(c *cli.Context) (string, error) {
 }
 
 // defaultMemoryLimitMiB is the controller's soft memory limit unless told
-// otherwise (see memoryLimitFlag). With a consumer a node, what a
-// controller held live with 9,999 hosts connected was some 800 MB and the
-// limit was 1,200 (at 900 the collector took most of the CPU). With none
-// (protocol 6) it holds some 400 MB of heap and 180-350 MB of goroutine
-// stacks, and at 900 its peak through 9,999 joins, their assigns and the
-// first push's sending was 950 MiB, the joins no slower (1,202 MiB at
-// 1,200): under the 1 GiB a 10,000-host controller is to stay within.
+// otherwise (see memoryLimitFlag): below the 1 GiB a controller of 10,000
+// hosts is to stay within, and high enough that the collector does not take
+// most of the CPU at that size (docs/benchmarks.md has the figures).
 const defaultMemoryLimitMiB = 900
 
 // memoryLimitFlag is the Go runtime's soft memory limit for a process that

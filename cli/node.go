@@ -17,8 +17,8 @@ func nodeCommand() *cli.Command {
 				Usage:     "remove a node: its credential stops working at once",
 				ArgsUsage: "NODE",
 				Description: `The node's bus credential is withdrawn (its connections are closed and its
-next connection is refused), the declarations the bus kept for it are purged
-and its delivery consumer deleted, and it leaves the store and the lists. A
+next connection is refused), the declarations the bus kept for it are purged,
+and it leaves the store and the lists. A
 removal that failed half-way is finished by running it again. The removed
 machine's mesh host exits with code 3. To bring the machine back, make a new
 token and join again (with a new --dir, or after removing D/host): it starts

@@ -58,14 +58,25 @@ func shortVersion(v string) string {
 	return v
 }
 
+// protocol is n's protocol as node show says it: a refused one with why
+// and what to do.
 func protocol(n spec.Node) string {
+	if n.LastHeard != nil && !n.ProtocolKnown {
+		return fmt.Sprintf("%d (refused: this controller speaks %d; upgrade the host with `mesh release roll`)", n.Protocol, spec.Protocol)
+	}
+	return protocolCell(n)
+}
+
+// protocolCell is n's protocol in node list's column, kept narrow: node
+// show and status say what to do about a refused one.
+func protocolCell(n spec.Node) string {
 	switch {
 	case n.LastHeard == nil:
 		return "-"
 	case n.ProtocolKnown:
 		return strconv.Itoa(n.Protocol)
 	default:
-		return fmt.Sprintf("%d (refused: this controller speaks %d; upgrade the host with `mesh release roll`)", n.Protocol, spec.Protocol)
+		return fmt.Sprintf("%d (refused)", n.Protocol)
 	}
 }
 
@@ -77,7 +88,7 @@ func printNodeList(w io.Writer, nodes []spec.Node) error {
 		if n.Facts != nil {
 			arch, osName = n.Facts.Arch, n.Facts.Distro+" "+n.Facts.DistroVer
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Address, heard(n), every(n.HeartbeatMS), shortVersion(n.HostVersion), protocol(n), arch, strings.TrimSpace(osName))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Address, heard(n), every(n.HeartbeatMS), shortVersion(n.HostVersion), protocolCell(n), arch, strings.TrimSpace(osName))
 	}
 	return tw.Flush()
 }
