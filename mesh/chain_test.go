@@ -79,7 +79,7 @@ func TestDeclarationCarriesTheChain(t *testing.T) {
 	// A declaration sent before the replacement and expired unapplied is
 	// re-sent as it was sent: with the old chain.
 	sent := lastOnStream(t, c, "alpha")
-	if _, _, err := c.send(ctx, "alpha", contentOf(sent), true); err != nil {
+	if _, _, err := c.send(ctx, "alpha", contentOf(sent), resendAll); err != nil {
 		t.Fatal(err)
 	}
 	clk.Add(spec.DefaultExpiry + time.Minute)

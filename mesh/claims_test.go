@@ -21,7 +21,7 @@ func TestClaimsAboveWhatWasSent(t *testing.T) {
 	c, db := newController(t, clk)
 	ctx := context.Background()
 	for range 3 {
-		if _, _, err := c.send(ctx, "alpha", content{resources: nil}, true); err != nil {
+		if _, _, err := c.send(ctx, "alpha", content{resources: nil}, resendAll); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -61,7 +61,7 @@ func TestClaimsAboveWhatWasSent(t *testing.T) {
 	}
 	wantNext := func(want uint64) {
 		t.Helper()
-		seq, _, err := c.send(ctx, "alpha", content{resources: nil}, true)
+		seq, _, err := c.send(ctx, "alpha", content{resources: nil}, resendAll)
 		if err != nil || seq != want {
 			t.Fatalf("next declaration: %d %v, want %d", seq, err, want)
 		}

@@ -64,7 +64,7 @@ func TestHeartbeatsResendWhatExpired(t *testing.T) {
 	}
 	sent := map[string]uint64{}
 	for _, n := range []string{"alpha", "beta"} {
-		seq, _, err := c.send(ctx, n, content{resources: []spec.Resource{resource("/" + n)}}, true)
+		seq, _, err := c.send(ctx, n, content{resources: []spec.Resource{resource("/" + n)}}, resendAll)
 		if err != nil {
 			t.Fatal(err)
 		}

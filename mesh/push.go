@@ -341,7 +341,11 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 	}
 	// A row says a sequence only once its declaration was published: the
 	// push's answer lists exactly the nodes that were sent one.
-	results := c.sendCaught(ctx, items, req.Force)
+	which := resendFailed
+	if req.Force {
+		which = resendAll
+	}
+	results := c.sendCaught(ctx, items, which)
 	for k, r := range results {
 		it, pn := items[k], &res.Nodes[listed[k]]
 		switch {
@@ -368,14 +372,14 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 
 // sendCaught is sendAll, with a panic answered as every node's failure
 // that has no result yet.
-func (c *Controller) sendCaught(ctx context.Context, items []sendItem, force bool) (results []sendResult) {
+func (c *Controller) sendCaught(ctx context.Context, items []sendItem, which resend) (results []sendResult) {
 	defer c.catch("push", func(err error) {
 		results = make([]sendResult, len(items))
 		for k := range results {
 			results[k].err = err
 		}
 	})
-	return c.sendAll(ctx, items, force)
+	return c.sendAll(ctx, items, which)
 }
 
 // previewAll sends each item's node a preview, pushParallel at once, and
@@ -599,7 +603,7 @@ func (c *Controller) resendIfExpired(ctx context.Context, hb spec.Heartbeat) err
 	if err := spec.Decode(d.Body, &decl); err != nil {
 		return fmt.Errorf("read last declaration of node %q: %w", hb.Node, err)
 	}
-	seq, _, err := c.send(ctx, hb.Node, contentOf(decl), true)
+	seq, _, err := c.send(ctx, hb.Node, contentOf(decl), resendAll)
 	if err != nil {
 		return err
 	}

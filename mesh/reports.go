@@ -104,6 +104,20 @@ func (c *Controller) writeReports(ctx context.Context) {
 	}
 }
 
+// failedApply says whether r is an apply that failed a resource, or a
+// declaration refused: a push sends such a node its declaration again.
+func failedApply(r spec.Report) bool {
+	if r.Refused != "" {
+		return true
+	}
+	for _, rr := range r.Results {
+		if rr.Outcome == spec.Failed {
+			return true
+		}
+	}
+	return false
+}
+
 // recordReports records batch in one transaction, each report weighed
 // against the last sequence sent to its node (read for the batch at once),
 // then forwards each one recorded.
@@ -129,7 +143,7 @@ func (c *Controller) recordReports(ctx context.Context, batch []queuedReport) {
 		}
 		body, _ := json.Marshal(r)
 		records = append(records, store.ReportRecord{Report: store.Report{Node: r.Node, Seq: r.Seq, Body: body, Received: q.at},
-			Applied: r.Refused == "" && r.Waiting == ""})
+			Applied: r.Refused == "" && r.Waiting == "", Failed: failedApply(r)})
 		kept = append(kept, q)
 	}
 	if len(records) == 0 {

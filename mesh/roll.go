@@ -245,7 +245,7 @@ func (c *Controller) sendEach(ctx context.Context, nodes []string) []spec.PushNo
 			}
 			if err == nil {
 				pn.Resources = len(ct.resources)
-				pn.Seq, pn.Unchanged, err = c.send(ctx, node, ct, false)
+				pn.Seq, pn.Unchanged, err = c.send(ctx, node, ct, resendNone)
 			}
 			if err != nil {
 				pn.Error = fmt.Sprintf("%v (mesh push %s sends it)", err, node)
@@ -433,7 +433,7 @@ func (c *Controller) rollDeliver(ctx context.Context, r store.Roll, n store.Roll
 	if err != nil {
 		return err // the controller's: tried again next tick
 	}
-	if _, _, err := c.send(ctx, n.Node, ct, false); err != nil {
+	if _, _, err := c.send(ctx, n.Node, ct, resendNone); err != nil {
 		var caller callerError
 		if errors.As(err, &caller) {
 			return c.rollFail(ctx, r, n, err.Error())

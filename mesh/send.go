@@ -31,16 +31,31 @@ type sendResult struct {
 
 // send numbers, signs, records and publishes a declaration of ct to node,
 // under the node's lock: sendAll for one node.
-func (c *Controller) send(ctx context.Context, node string, ct content, force bool) (seq uint64, unchanged bool, err error) {
-	r := c.sendAll(ctx, []sendItem{{node: node, ct: ct}}, force)[0]
+func (c *Controller) send(ctx context.Context, node string, ct content, which resend) (seq uint64, unchanged bool, err error) {
+	r := c.sendAll(ctx, []sendItem{{node: node, ct: ct}}, which)[0]
 	return r.seq, r.unchanged, r.err
 }
 
+// resend is which nodes a send sends a declaration that holds what their
+// last holds.
+type resend int
+
+const (
+	// resendNone sends a node only what differs from what it holds.
+	resendNone resend = iota
+	// resendFailed sends it also to a node whose last apply failed: an
+	// operator's push again after a failure always does something.
+	resendFailed
+	// resendAll sends to every node (push --force).
+	resendAll
+)
+
 // sendAll numbers, signs, records and publishes a declaration to each
 // item's node, under the nodes' locks (taken in name order, so two sends
-// never wait for each other's). Unless force, a node whose last
-// declaration holds the same content (the digest status compares for
-// "pending": the chain included) is sent nothing, and its result is that
+// never wait for each other's). Unless which says otherwise, a node whose
+// last declaration holds the same content (the digest status
+// compares for "pending": the chain included) is sent nothing, and its
+// result is that
 // declaration's sequence, unchanged: it holds it already, or will, since it
 // is in the stream unexpired. One it has not applied and that has expired
 // is sent again.
@@ -54,7 +69,7 @@ func (c *Controller) send(ctx context.Context, node string, ct content, force bo
 // removed, its declaration is over the cap, its sequence is not above the
 // last recorded) is its result alone; a failure of the reads or of the
 // transaction is every node's, and nothing was sent.
-func (c *Controller) sendAll(ctx context.Context, items []sendItem, force bool) []sendResult {
+func (c *Controller) sendAll(ctx context.Context, items []sendItem, which resend) []sendResult {
 	out := make([]sendResult, len(items))
 	var names []string
 	first := map[string]int{} // the first item of each node; a later one takes its result
@@ -84,17 +99,24 @@ func (c *Controller) sendAll(ctx context.Context, items []sendItem, force bool) 
 	if err != nil {
 		return fail(err)
 	}
+	var failed map[string]uint64
+	if which == resendFailed {
+		if failed, err = c.deps.DB.FailedReports(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	// Which nodes are sent one: the others hold what they would be sent,
 	// or are not there to send to.
 	var due []int
 	for name, i := range first {
 		n, ok := nodes[name]
+		seq, lastFailed := failed[name]
 		switch {
 		case !ok:
 			out[i].err = callerError(fmt.Sprintf("node %q was removed: nothing was sent to it", name))
 		case !n.Removing.IsZero():
 			out[i].err = callerError(removingError(name))
-		case !force && c.holds(heads[name], n, items[i].ct):
+		case which != resendAll && !(lastFailed && seq >= heads[name].Seq) && c.holds(heads[name], n, items[i].ct):
 			out[i] = sendResult{seq: heads[name].Seq, unchanged: true}
 		default:
 			due = append(due, i)

@@ -66,6 +66,7 @@ type Store interface {
 	LastRosterSeq(ctx context.Context) (uint64, error)
 	RecordReports(ctx context.Context, rs []store.ReportRecord) (map[int]error, error)
 	LastReport(ctx context.Context, node string) (store.Report, error)
+	FailedReports(ctx context.Context) (map[string]uint64, error)
 
 	AddCADomain(ctx context.Context, name string, at time.Time) error
 	CADomains(ctx context.Context) ([]store.CADomain, error)

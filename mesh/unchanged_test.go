@@ -30,6 +30,16 @@ func TestPushSendsOnlyWhatChanged(t *testing.T) {
 			}
 		}
 	}
+	record := func(r spec.Report) func() {
+		return func() {
+			r.Node, r.Time = "alpha", clk.Now()
+			c.recordReports(ctx, []queuedReport{{r: r, at: clk.Now()}})
+		}
+	}
+	report := func(seq uint64, outcome string) func() {
+		return record(spec.Report{Seq: seq, Results: []spec.ResourceResult{{Name: "x", Kind: "file", Outcome: outcome}}})
+	}
+	refused := func(seq uint64) func() { return record(spec.Report{Seq: seq, Refused: "expired"}) }
 	push := func(force bool) spec.PushNode {
 		t.Helper()
 		res, err := c.push(ctx, spec.PushRequest{Nodes: []string{"alpha"}, Force: force})
@@ -66,6 +76,9 @@ func TestPushSendsOnlyWhatChanged(t *testing.T) {
 		}, false, 2, true, 2, 3},
 		{"force sends again", nil, true, 3, false, 3, 3},
 		{"unapplied and expired: sent again, the roster signed again", func() { clk.Add(spec.DefaultExpiry + time.Minute) }, false, 4, false, 4, 4},
+		{"its apply failed: a push sends again", report(4, spec.Failed), false, 5, false, 5, 4},
+		{"refused: a push sends again", refused(5), false, 6, false, 6, 4},
+		{"applied at last: not sent", report(6, spec.Changed), false, 6, true, 6, 4},
 	} {
 		if step.before != nil {
 			step.before()

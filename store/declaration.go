@@ -209,6 +209,10 @@ func (db *DB) RecordReport(ctx context.Context, r Report, applied bool) error {
 type ReportRecord struct {
 	Report
 	Applied bool
+	// Failed says that the report's apply failed a resource, or refused
+	// the declaration: FailedReports names the node until a report that
+	// did not fail replaces it.
+	Failed bool
 }
 
 // RecordReports records rs in one transaction, each as RecordReport
@@ -219,8 +223,8 @@ type ReportRecord struct {
 func (db *DB) RecordReports(ctx context.Context, rs []ReportRecord) (failed map[int]error, err error) {
 	err = db.tx(ctx, func(tx *sql.Tx) error {
 		failed = map[int]error{}
-		put, err := tx.PrepareContext(ctx, `INSERT INTO reports (node, seq, body, received_at) SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM nodes WHERE name = ?1)
-			ON CONFLICT (node) DO UPDATE SET seq = excluded.seq, body = excluded.body, received_at = excluded.received_at`)
+		put, err := tx.PrepareContext(ctx, `INSERT INTO reports (node, seq, body, received_at, failed) SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM nodes WHERE name = ?1)
+			ON CONFLICT (node) DO UPDATE SET seq = excluded.seq, body = excluded.body, received_at = excluded.received_at, failed = excluded.failed`)
 		if err != nil {
 			return err
 		}
@@ -241,7 +245,7 @@ func (db *DB) RecordReports(ctx context.Context, rs []ReportRecord) (failed map[
 				failed[i] = fmt.Errorf("record report of node %q: %w", r.Node, err)
 				continue
 			}
-			res, err := put.ExecContext(ctx, r.Node, r.Seq, string(r.Body), formatTime(r.Received))
+			res, err := put.ExecContext(ctx, r.Node, r.Seq, string(r.Body), formatTime(r.Received), r.Failed)
 			if err != nil {
 				return err
 			}
@@ -268,6 +272,30 @@ func (db *DB) RecordReports(ctx context.Context, rs []ReportRecord) (failed map[
 		return nil, fmt.Errorf("record %d reports: %w", len(rs), err)
 	}
 	return failed, nil
+}
+
+// FailedReports names each node whose last report failed, with that
+// report's sequence: read from an index of those alone, so a push to every
+// node reads as many rows as there are failures.
+func (db *DB) FailedReports(ctx context.Context) (map[string]uint64, error) {
+	rows, err := db.sql.QueryContext(ctx, `SELECT node, seq FROM reports INDEXED BY reports_failed WHERE failed = 1`)
+	if err != nil {
+		return nil, fmt.Errorf("read the failed reports: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]uint64{}
+	for rows.Next() {
+		var node string
+		var seq uint64
+		if err := rows.Scan(&node, &seq); err != nil {
+			return nil, fmt.Errorf("read the failed reports: %w", err)
+		}
+		out[node] = seq
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the failed reports: %w", err)
+	}
+	return out, nil
 }
 
 // LastReport returns node's last report, or an error wrapping ErrNotFound.

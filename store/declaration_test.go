@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -170,6 +171,45 @@ func TestNodesNamed(t *testing.T) {
 	}
 	db.Close()
 	if _, err := db.NodesNamed(ctx, []string{"alpha"}); err == nil {
+		t.Fatal("a read of a closed store returned no error")
+	}
+}
+
+// TestFailedReports: a node whose last report failed is named with that
+// report's sequence until a report that did not fail replaces it.
+func TestFailedReports(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := openTemp(t)
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, n := range []string{"alpha", "beta"} {
+		if err := db.AddNode(ctx, store.Node{Name: n, Address: "10.0.0.1", NKey: "U" + n, Joined: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := func(node string, seq uint64, failed bool) store.ReportRecord {
+		return store.ReportRecord{Report: store.Report{Node: node, Seq: seq, Body: []byte(`{}`), Received: at}, Applied: true, Failed: failed}
+	}
+	for _, step := range []struct {
+		name    string
+		reports []store.ReportRecord
+		want    map[string]uint64
+	}{
+		{"none failed", []store.ReportRecord{rep("alpha", 1, false), rep("beta", 1, false)}, map[string]uint64{}},
+		{"alpha failed", []store.ReportRecord{rep("alpha", 2, true)}, map[string]uint64{"alpha": 2}},
+		{"beta failed too", []store.ReportRecord{rep("beta", 2, true)}, map[string]uint64{"alpha": 2, "beta": 2}},
+		{"alpha applied again", []store.ReportRecord{rep("alpha", 3, false)}, map[string]uint64{"beta": 2}},
+	} {
+		if _, err := db.RecordReports(ctx, step.reports); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.FailedReports(ctx)
+		if err != nil || !maps.Equal(got, step.want) {
+			t.Fatalf("%s: %v, %v; want %v", step.name, got, err, step.want)
+		}
+	}
+	db.Close()
+	if _, err := db.FailedReports(ctx); err == nil {
 		t.Fatal("a read of a closed store returned no error")
 	}
 }

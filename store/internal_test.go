@@ -204,3 +204,50 @@ func TestReadOfCorruptFileIsNotNotFound(t *testing.T) {
 		t.Errorf("Mesh on a corrupt file = %v, want a failure naming the read, not ErrNotFound", err)
 	}
 }
+
+// The migration that adds reports.failed marks the reports recorded
+// before it that failed: a resource failed, or the declaration refused.
+func TestReportFailedBackfill(t *testing.T) {
+	ctx := context.Background()
+	db, err := OpenWith(ctx, filepath.Join(t.TempDir(), "mesh.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	body, err := migrations.ReadFile("migrations/018_report_failed.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var backfill string
+	for _, stmt := range strings.Split(string(body), ";") {
+		if strings.Contains(stmt, "UPDATE reports") {
+			backfill = stmt
+		}
+	}
+	rows := map[string]struct {
+		body   string
+		failed bool
+	}{
+		"ok":      {`{"results":[{"name":"a","outcome":"unchanged"}]}`, false},
+		"failed":  {`{"results":[{"name":"a","outcome":"created"},{"name":"b","outcome":"failed","error":"x"}]}`, true},
+		"refused": {`{"refused":"expired","results":[]}`, true},
+		"none":    {`{"results":null}`, false},
+	}
+	for node, r := range rows {
+		if _, err := db.sql.ExecContext(ctx, `INSERT INTO nodes (name, address, nkey, joined_at) VALUES (?, '10.0.0.1', ?, '2026-01-01T00:00:00Z')`, node, "U"+node); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.sql.ExecContext(ctx, `INSERT INTO reports (node, seq, body, received_at) VALUES (?, 1, ?, '2026-01-01T00:00:00Z')`, node, r.body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.sql.ExecContext(ctx, backfill); err != nil {
+		t.Fatalf("backfill: %v", err)
+	}
+	for node, r := range rows {
+		var failed bool
+		if err := db.sql.QueryRowContext(ctx, `SELECT failed FROM reports WHERE node = ?`, node).Scan(&failed); err != nil || failed != r.failed {
+			t.Errorf("%s: failed %v, %v; want %v", node, failed, err, r.failed)
+		}
+	}
+}
