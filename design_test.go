@@ -18,10 +18,12 @@ import (
 )
 
 // TestImportDirections holds the import rules of docs/design.md: each
-// package imports only the project packages its row allows.
+// package, and its test files, import only the project packages its row
+// allows, and never what the design says a package never imports.
 func TestImportDirections(t *testing.T) {
-	const mod = "github.com/mesh-fleet/mesh/"
-	// allowed lists, for each package, the project packages it may import.
+	const mod = "github.com/mesh-fleet/mesh"
+	// allowed lists, for each package, the project packages its own files
+	// may import, directly or not.
 	allowed := map[string][]string{
 		"spec":     {},
 		"store":    {"spec"},
@@ -65,46 +67,47 @@ func TestImportDirections(t *testing.T) {
 		// held across a daemon's stop and restart.
 		"internal/testport": {},
 	}
-	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
+	// inTests lists what a package's test files may import besides its row
+	// of allowed, directly or not.
+	inTests := map[string][]string{
+		// The broker's tests serve TLS with the CA's certificates, as the
+		// daemon does.
+		"broker": {"ca"},
+		// The host's tests stand in for the controller over a real bus.
+		"host": {"broker"},
+		// The end-to-end tests run the built binary, and read its store,
+		// its certificates and its commands' output through the packages
+		// that define them.
+		"e2e": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "release", "launch", "cli", "internal/safefile", "internal/retry"},
 	}
+	// testSupport lists what every package's test files may import.
+	testSupport := []string{"internal/dockertest", "internal/gobuild", "internal/poll", "internal/optin", "internal/testport"}
+	// never lists, for a package, what neither its files nor its test
+	// files import directly, whatever they reach through another package.
+	never := map[string][]string{
+		// The CLI never opens SQLite: the controller's store is the daemon's.
+		"cli":  {"store", "modernc.org/sqlite"},
+		"mesh": {"host"},
+		"host": {"mesh"},
+	}
+	pkgs := listPackages(t)
 	seen := map[string]bool{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		fields := strings.Fields(line)
-		pkg := strings.TrimPrefix(fields[0], mod)
-		seen[pkg] = true
-		if fields[0] == strings.TrimSuffix(mod, "/") {
-			continue // main may import everything
-		}
-		ok, known := allowed[pkg]
-		if !known {
-			t.Errorf("package %s has no import rule: add it to docs/design.md and this test", pkg)
-			continue
-		}
-		for _, dep := range fields[1:] {
-			if !strings.HasPrefix(dep, mod) {
-				continue
-			}
-			d := strings.TrimPrefix(dep, mod)
-			permitted := false
-			for _, a := range ok {
-				permitted = permitted || a == d
-			}
-			if !permitted {
-				t.Errorf("%s imports %s: docs/design.md does not allow it", pkg, d)
-			}
-		}
+	for _, p := range pkgs {
+		seen[strings.TrimPrefix(p.ImportPath, mod+"/")] = true
 	}
 	if !seen["spec"] || !seen["mesh"] || !seen["host"] {
 		t.Fatalf("go list did not list the project's packages: %v", seen)
 	}
+	rules := importRules{allowed: allowed, inTests: inTests, testSupport: testSupport, never: never}
+	for _, v := range importViolations(mod, pkgs, rules) {
+		t.Error(v)
+	}
 	// spec is the standard library only.
-	out, err = exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./spec").Output()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./spec").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	if got := strings.TrimSpace(string(out)); got != mod+"spec" {
+	if got := strings.TrimSpace(string(out)); got != mod+"/spec" {
 		t.Errorf("spec depends on more than the standard library:\n%s", got)
 	}
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Figures for the closing note of issues 2 and 3, measured on this machine:
 # the binary's size, genesis to /healthz ready, the controller's idle RSS
-# (with its own host), a joined host's idle RSS, and join to heard; then
+# (with its own host), a joined host's idle RSS (its launcher and the child
+# mesh serve host it runs, together and each), and join to heard; then
 # (issue 17) pushes to fleets of simulated hosts, BenchmarkFleetPush at the
 # sizes FLEET lists (default 50,1000; FLEET= skips it), each figure with its
 # ratio to the first size's.
@@ -18,11 +19,19 @@ trap cleanup EXIT
 
 ms() { date +%s%3N; }
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+# serve_pid is the child of launcher $1 that serves (mesh serve ...).
+serve_pid() {
+	local c
+	for c in $(pgrep -P "$1"); do
+		if tr '\0' ' ' <"/proc/$c/cmdline" | grep -q ' serve '; then echo "$c"; return; fi
+	done
+	echo "no mesh serve child of $1" >&2; return 1
+}
 json_field() { sed -n "s/.*\"$2\": *\"\([^\"]*\)\".*/\1/p" "$1" | head -1; }
 
 echo "binary: $(stat -c %s "$bin") bytes ($(du -h "$bin" | cut -f1))"
 
-ready_ms=() ctl_rss=() host_rss=() join_ms=()
+ready_ms=() ctl_rss=() host_rss=() launcher_rss=() serve_rss=() join_ms=()
 for i in $(seq 1 "$runs"); do
 	d=$work/m$i
 	t0=$(ms)
@@ -40,7 +49,9 @@ for i in $(seq 1 "$runs"); do
 
 	sleep 15 # idle: heartbeats only
 	ctl_rss+=($(rss_kib "$g"))
-	host_rss+=($(rss_kib "$h"))
+	serve=$(serve_pid "$h")
+	l=$(rss_kib "$h") c=$(rss_kib "$serve")
+	launcher_rss+=("$l") serve_rss+=("$c") host_rss+=($((l + c)))
 	kill "$h" "$g"; wait "$h" "$g" 2>/dev/null || true
 done
 
@@ -51,7 +62,9 @@ stats() { # name unit values...
 stats "genesis -> /healthz ready" ms "${ready_ms[@]}"
 stats "mesh host --join -> node heard" ms "${join_ms[@]}"
 stats "controller idle RSS (with its host)" KiB "${ctl_rss[@]}"
-stats "joined host idle RSS" KiB "${host_rss[@]}"
+stats "joined host idle RSS (launcher + serve)" KiB "${host_rss[@]}"
+stats "  its launcher (mesh host)" KiB "${launcher_rss[@]}"
+stats "  its child (mesh serve host)" KiB "${serve_rss[@]}"
 
 fleet=${FLEET-50,1000}
 [ -n "$fleet" ] || exit 0

@@ -121,10 +121,12 @@ mesh host --join TOKEN. Every other command talks to the controller over the
 bus, using the operator credential in the state directory.
 
 Flags go before arguments: mesh node show --json web1.`,
-		Writer:               stdout,
-		ErrWriter:            stderr,
-		HideVersion:          true,
-		EnableBashCompletion: false,
+		Writer:      stdout,
+		ErrWriter:   stderr,
+		HideVersion: true,
+		// mesh ... --generate-bash-completion lists what may come next:
+		// the scripts of mesh completion ask it.
+		EnableBashCompletion: true,
 		// --set hosts=a,b is one setting whose value holds a comma.
 		DisableSliceFlagSeparator: true,
 		ExitErrHandler:            func(*cli.Context, error) {}, // run decides the exit code
@@ -160,6 +162,7 @@ Flags go before arguments: mesh node show --json web1.`,
 			installCommand(),
 			uninstallCommand(),
 			versionCommand(),
+			completionCommand(),
 		},
 	}
 	for _, c := range app.Commands {

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -143,12 +145,20 @@ func addressOf(c *cli.Context) (string, error) {
 }
 
 // absRoot makes --root absolute, so a start from another directory applies
-// under the same one.
+// under the same one, and refuses a root that is not a directory: every
+// declared path would fail under it.
 func absRoot(c *cli.Context) error {
 	root := c.String("root")
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return usagef("--root %q: %v", root, err)
+	}
+	if info, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("--root %s: no such directory: create it or pass another --root", abs)
+	} else if err != nil {
+		return fmt.Errorf("--root %s: %w", abs, err)
+	} else if !info.IsDir() {
+		return fmt.Errorf("--root %s: not a directory: pass a directory as --root", abs)
 	}
 	if abs != root {
 		return c.Set("root", abs)

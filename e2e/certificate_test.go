@@ -253,7 +253,9 @@ func TestCertificateThroughTheMesh(t *testing.T) {
 	if res := certResult(t, reportOf(t, o, "alpha")); res.Outcome != spec.Unchanged {
 		t.Errorf("a second push: the certificate %+v, want unchanged", res)
 	}
-	time.Sleep(3 * time.Second) // three reconcile passes
+	// Three reconcile passes: a pass that changes nothing leaves nothing
+	// to poll for, so the test lets the time pass.
+	time.Sleep(3 * time.Second)
 	if again := dirStamp(t, dir); again != stamp {
 		t.Errorf("passes that changed nothing wrote in the certificate's directory:\nbefore %s\nafter  %s", stamp, again)
 	}
@@ -499,7 +501,8 @@ func TestCertificateUnassignedIsRenewedNoMore(t *testing.T) {
 	})
 	issued := len(issuedFor(t, m.dir, name))
 	// Past when the leaf would have been renewed (two thirds of its life
-	// from NotBefore), with a few checks' margin.
+	// from NotBefore), with a few checks' margin: the clock passing that
+	// time is what is under test, and nothing is to happen.
 	life := first.leaf.NotAfter.Sub(first.leaf.NotBefore)
 	time.Sleep(time.Until(first.leaf.NotBefore.Add(life*2/3 + 5*time.Second)))
 	if got := issuedFor(t, m.dir, name); len(got) != issued {

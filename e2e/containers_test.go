@@ -219,17 +219,22 @@ func TestNoEngineNoContainers(t *testing.T) {
 	if code == 0 {
 		t.Errorf("a push with a node that does not compose exited 0")
 	}
+	seen := map[string]bool{}
 	for _, n := range o.Nodes {
+		seen[n.Node] = true
 		switch n.Node {
 		case "beta":
 			if n.Seq != 0 || !strings.Contains(n.Error, `module "boxed" declares container "box"`) || !strings.Contains(n.Error, spec.CapContainers) {
 				t.Errorf("beta: %+v, want not sent, naming the module and the capability", n.PushNode)
 			}
 		case "alpha":
-			if n.Report == nil || n.Report.Results[0].Outcome != spec.Created {
+			if n.Report == nil || len(n.Report.Results) == 0 || n.Report.Results[0].Outcome != spec.Created {
 				t.Errorf("alpha: %+v, want its own declaration applied", n)
 			}
 		}
+	}
+	if !seen["alpha"] || !seen["beta"] {
+		t.Errorf("the push's result names %v, want alpha and beta", seen)
 	}
 }
 

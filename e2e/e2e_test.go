@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -281,24 +282,51 @@ func TestHealthzNamesThePartNotReady(t *testing.T) {
 	}
 }
 
-// TestKernelPortIsRefused: the rig's start finds a listening flag with port
-// 0, in either form, and only those.
+// TestKernelPortIsRefused: a port 0 becomes the port the kernel chose,
+// kept in D/addrs.json and bound again at every start; when another
+// process has taken it meanwhile, the start is refused, naming the
+// address, and D keeps the port it kept rather than another the kernel
+// chose. (This is why the rig's daemons never listen on port 0: see
+// kernelPort.)
 func TestKernelPortIsRefused(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		args []string
-		flag string
-	}{
-		{[]string{"genesis", "--bus", "127.0.0.1:0", "--http", "127.0.0.1:20001"}, "--bus"},
-		{[]string{"host", "--dir", "d", "--dns=0.0.0.0:0"}, "--dns"},
-		{[]string{"controller", "--pprof", "[::1]:0"}, "--pprof"},
-		{[]string{"controller", "--http", "127.0.0.1:20000", "--dns", "127.0.0.1:20001"}, ""},
-		{[]string{"host", "--dir", "x:0", "--dns-upstream", "127.0.0.1:0"}, ""},
-		{[]string{"host", "--dns"}, ""},
-	} {
-		flag, _, ok := kernelPort(tc.args)
-		if flag != tc.flag || ok != (tc.flag != "") {
-			t.Errorf("%q: %q %v, want %q", tc.args, flag, ok, tc.flag)
+	dir := filepath.Join(t.TempDir(), "state")
+	d := launch(t, meshBin, "genesis", "--dir", dir, "--mesh", "test", "--node", "alpha",
+		"--bus", "127.0.0.1:0", "--http", port(t), "--dns", port(t), "--dns-upstream", deadUpstream,
+		"--address", "127.0.0.1", "--docker", "none")
+	addrs := waitReady(t, d, dir)
+	if strings.HasSuffix(addrs.Bus, ":0") {
+		t.Fatalf("addrs.json keeps the bus at %s, not the port the kernel chose", addrs.Bus)
+	}
+	d.stop(t)
+
+	l, err := net.Listen("tcp", addrs.Bus)
+	if err != nil {
+		t.Fatalf("take the kept port: %v", err)
+	}
+	defer l.Close()
+	kept := func() string {
+		config, _ := os.ReadFile(filepath.Join(dir, "config.yaml"))
+		addrs, _ := os.ReadFile(filepath.Join(dir, "addrs.json"))
+		return string(config) + string(addrs)
+	}
+	before := kept()
+	c := launch(t, meshBin, "controller", "--dir", dir)
+	var exit error
+	poll.Until(t, 60*time.Second, "the controller's exit", func() (bool, string) {
+		select {
+		case exit = <-c.done:
+			c.done <- exit
+			return true, ""
+		default:
+			return false, "still running:\n" + c.out.String()
 		}
+	})
+	var ee *exec.ExitError
+	if !errors.As(exit, &ee) || ee.ExitCode() != 1 || !strings.Contains(c.out.String(), "bus address "+addrs.Bus) || !strings.Contains(c.out.String(), "in use") {
+		t.Errorf("controller on a taken kept port: %v, %q: want exit 1 naming the bus's address %s in use", exit, c.out.String(), addrs.Bus)
+	}
+	if kept() != before {
+		t.Errorf("a start refused on a taken port changed config.yaml or addrs.json:\n%s\nwas\n%s", kept(), before)
 	}
 }

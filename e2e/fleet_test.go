@@ -20,6 +20,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/cli"
 	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
@@ -355,8 +356,8 @@ func (f *fleet) restart(tb testing.TB) (time.Time, time.Duration) {
 // that was; a node not heard within `within` fails tb.
 func (f *fleet) heardSince(tb testing.TB, since time.Time, within time.Duration) time.Duration {
 	tb.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var took time.Duration
+	poll.Until(tb, within, "every host heard after the controller's restart", func() (bool, string) {
 		heard, total := 0, 0
 		var after string
 		for {
@@ -377,14 +378,10 @@ func (f *fleet) heardSince(tb testing.TB, since time.Time, within time.Duration)
 				break
 			}
 		}
-		if heard == total && total == len(f.nodes) {
-			return time.Since(since)
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%d of %d hosts heard within %s of the controller's restart", heard, total, within)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		took = time.Since(since)
+		return heard == total && total == len(f.nodes), fmt.Sprintf("%d of %d hosts heard", heard, total)
+	})
+	return took
 }
 
 // controllerPid is the controller's process: genesis's own, or the child

@@ -323,7 +323,7 @@ func TestResolverAnswersThroughASwap(t *testing.T) {
 				res.err = fmt.Sprintf("rcode %s, answers %q", dns.RcodeToString[r.Rcode], answers(r))
 			}
 			results <- res
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the queries' pace, not a wait
 		}
 	}()
 	v2 := deliverVersion(t, betaDir, meshRelease(t, "meshrel-v2"))

@@ -187,6 +187,13 @@ func startBin(t testing.TB, bin string, args ...string) *daemon {
 	if flag, addr, ok := kernelPort(args); ok {
 		t.Fatalf("mesh %s %s: a daemon of a test listens on a port the test holds (port), not on one the kernel chooses, which may be another process's when the daemon binds it again at a restart", flag, addr)
 	}
+	return launch(t, bin, args...)
+}
+
+// launch is startBin without its refusal of a port the kernel chooses:
+// for the test of what mesh does with one.
+func launch(t testing.TB, bin string, args ...string) *daemon {
+	t.Helper()
 	d := &daemon{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
 	if bin == meshBin {
 		d.cmd.Env = meshEnv

@@ -377,10 +377,9 @@ func chmodT(t *testing.T, path string, mode os.FileMode) {
 }
 
 func TestApplyOwner(t *testing.T) {
+	t.Run("own ids and names", applyOwnIDs)
 	t.Run("numeric ids and names", func(t *testing.T) {
-		if os.Getuid() != 0 {
-			t.Skip("chown to other users needs root")
-		}
+		needRoot(t, "a chown to other users")
 		root := t.TempDir()
 		e := host.NewEngine(host.Services{Root: root})
 		file := fileDecl("/opt/tool", 0o4755, "#!/bin/sh\n")

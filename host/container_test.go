@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -148,14 +149,13 @@ func (r *engineRig) inspect(name string) (client.ContainerInspectResult, bool) {
 // waitStopped waits until the container is not running.
 func (r *engineRig) waitStopped(name string) {
 	r.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if res, ok := r.inspect(name); ok && !res.Container.State.Running && !res.Container.State.Restarting {
-			return
+	poll.Until(r.t, 30*time.Second, "container "+name+" stopped", func() (bool, string) {
+		res, ok := r.inspect(name)
+		if !ok {
+			return false, "no such container"
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	r.t.Fatalf("container %s still running after 30 s", name)
+		return !res.Container.State.Running && !res.Container.State.Restarting, "state " + string(res.Container.State.Status)
+	})
 }
 
 func httpd(name string) spec.ContainerSpec {
@@ -314,31 +314,31 @@ func TestContainerPublishesOnTheNodeAddress(t *testing.T) {
 // fetch GETs url, retrying while the server comes up.
 func fetch(t *testing.T, url string) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var body string
+	poll.UntilOK(t, 20*time.Second, "an answer from "+url, func() error {
 		conn, err := net.DialTimeout("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/"), time.Second)
-		if err == nil {
-			fmt.Fprintf(conn, "GET / HTTP/1.0\r\n\r\n")
-			conn.SetDeadline(time.Now().Add(5 * time.Second))
-			var b strings.Builder
-			buf := make([]byte, 4096)
-			for {
-				n, err := conn.Read(buf)
-				b.Write(buf[:n])
-				if err != nil {
-					break
-				}
-			}
-			conn.Close()
-			if _, body, ok := strings.Cut(b.String(), "\r\n\r\n"); ok {
-				return body
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET / HTTP/1.0\r\n\r\n")
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		var b strings.Builder
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			b.Write(buf[:n])
+			if err != nil {
+				break
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fetch %s: no answer within 20 s (last error %v)", url, err)
+		var ok bool
+		if _, body, ok = strings.Cut(b.String(), "\r\n\r\n"); !ok {
+			return fmt.Errorf("no HTTP answer: %q", b.String())
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return body
 }
 
 // TestContainerImageFromArchive: an image the engine lacks is loaded from

@@ -492,7 +492,8 @@ func TestKilledMidSwapComesBackWhole(t *testing.T) {
 		appendLog(dir, fmt.Sprintf("round %d want %s", round, names[to.digest]))
 		// The kill point moves through the swap (0 to 40 ms, twice): the
 		// child looks at want every 20 ms and stands aside, the launcher
-		// starts the next, which says ready.
+		// starts the next, which says ready. The sleep places the kill,
+		// under test; it waits for nothing.
 		time.Sleep(time.Duration(round%6) * 8 * time.Millisecond)
 		cmd.Process.Kill()
 		cmd.Wait()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 )
@@ -58,33 +59,25 @@ func TestBusyStoreLosesNoAudit(t *testing.T) {
 	if r := call(spec.NodeHold.Name, spec.HoldRequest{Node: "alpha", Hold: true, Reason: "busy test"}); r.Error != "" {
 		t.Fatalf("node hold: %s", r.Error)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var got []string
+	poll.Until(t, 10*time.Second, "both calls audited after the store took writes again", func() (bool, string) {
 		es, err := db.AuditSince(context.Background(), time.Time{}, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []string
+		got = nil
 		for _, e := range es {
 			got = append(got, e.Verb+" "+e.Outcome)
 		}
-		if len(got) == 2 {
-			if !strings.HasPrefix(got[0], spec.NodeShow.Name+` no node called "ghost"`) || got[1] != spec.NodeHold.Name+" ok" {
-				t.Fatalf("audited %q, want the failed node.show then the hold", got)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("audited %q after the store took writes again, want both calls", got)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return len(got) == 2, fmt.Sprintf("audited %q", got)
+	})
+	if !strings.HasPrefix(got[0], spec.NodeShow.Name+` no node called "ghost"`) || got[1] != spec.NodeHold.Name+" ok" {
+		t.Fatalf("audited %q, want the failed node.show then the hold", got)
 	}
 	// The queue's count falls once the write that emptied it returns, a
 	// moment after the rows are readable.
-	for n := c.auditQueued(); n != 0; n = c.auditQueued() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d entries still queued", n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the audit queue empty", func() (bool, string) {
+		n := c.auditQueued()
+		return n == 0, fmt.Sprintf("%d entries still queued", n)
+	})
 }

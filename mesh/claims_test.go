@@ -2,11 +2,13 @@ package mesh
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -44,20 +46,16 @@ func TestClaimsAboveWhatWasSent(t *testing.T) {
 	// sequence (the heartbeat recorded).
 	wantStatus := func(want, state string, applied uint64) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		poll.UntilOK(t, 10*time.Second, "alpha's status", func() error {
 			res := statusOf(t, c)
 			problems := strings.Join(res.Problems, "\n")
 			named := strings.Contains(problems, "alpha reports applying declaration")
 			st := nodeStatus(res, "alpha")
 			if (want == "" && !named || want != "" && strings.Contains(problems, want)) && st.State == state && st.AppliedSeq == applied && st.LastHeard != nil {
-				return
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("status: state %q, applied %d, problems:\n%s\nwant %q in state %q, applied %d", st.State, st.AppliedSeq, problems, want, state, applied)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return fmt.Errorf("state %q, applied %d, problems:\n%s\nwant %q in state %q, applied %d", st.State, st.AppliedSeq, problems, want, state, applied)
+		})
 	}
 	wantNext := func(want uint64) {
 		t.Helper()

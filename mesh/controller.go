@@ -47,6 +47,9 @@ type Config struct {
 	Node string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// RollTicks are when the roll loop looks again at a running roll;
+	// nil means a ticker's, every rollTick. A test sends its own.
+	RollTicks <-chan time.Time
 	// CertLifetime is how long a leaf signed for a node's CSR is valid;
 	// zero means DefaultCertLifetime.
 	CertLifetime time.Duration

@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
@@ -92,11 +94,10 @@ func TestPanicInAHandlerLeavesTheBusServing(t *testing.T) {
 	if err := json.Unmarshal(r.Result, &nodes); err != nil || len(nodes.Nodes) != 1 {
 		t.Fatalf("node list after the panics: %s (%v)", r.Result, err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); c.cfg.Panics.Load() != 3; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("mesh_panics_total counts %d, want 3 (the facts', the heartbeat batch's and the verb's)", c.cfg.Panics.Load())
-		}
-	}
+	poll.Until(t, 10*time.Second, "three panics counted (the facts', the heartbeat batch's and the verb's)", func() (bool, string) {
+		n := c.cfg.Panics.Load()
+		return n == 3, fmt.Sprintf("mesh_panics_total counts %d", n)
+	})
 	resp, err := http.Get("http://" + c.HTTPAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -182,17 +183,13 @@ func TestReportBeforeAnyPush(t *testing.T) {
 	if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindReport), r); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.UntilOK(t, 10*time.Second, "the early report recorded", func() error {
 		got, err := db.LastReport(context.Background(), "alpha")
-		if err == nil && got.Seq == 3 {
-			break
+		if err == nil && got.Seq != 3 {
+			err = fmt.Errorf("the last report recorded is %+v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the early report was not recorded: %+v, %v", got, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 	if n := c.cfg.Panics.Load(); n != 0 {
 		t.Fatalf("a report before any push panicked %d time(s)", n)
 	}

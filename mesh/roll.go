@@ -303,22 +303,27 @@ func short(digest string) string { return digest[:min(12, len(digest))] }
 // rollLoop carries out the running roll until ctx ends.
 func (c *Controller) rollLoop(ctx context.Context) {
 	c.roller.began = c.cfg.Now()
-	tick := time.NewTicker(rollTick)
-	defer tick.Stop()
+	ticks := c.cfg.RollTicks
+	if ticks == nil {
+		tick := time.NewTicker(rollTick)
+		defer tick.Stop()
+		ticks = tick.C
+	}
+	running := c.rollStep(ctx)
 	for {
-		// With no roll running the loop waits for a start or a resume
-		// alone: a controller with nothing to roll does not read the
-		// store four times a second.
-		var ticks <-chan time.Time
-		if c.rollStep(ctx) {
-			ticks = tick.C
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticks:
+			// With no roll running only a start or a resume has the loop
+			// look: a controller with nothing to roll does not read the
+			// store four times a second.
+			if !running {
+				continue
+			}
 		case <-c.roller.kick:
 		}
+		running = c.rollStep(ctx)
 	}
 }
 

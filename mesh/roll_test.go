@@ -39,15 +39,15 @@ type simHosts struct {
 
 	mu     sync.Mutex
 	behave map[string]string
-	got    map[string]string // the binary digest each node's last declaration carries
 }
 
 // newRollMesh is a controller whose own node is alpha, beside it beta and
 // gamma, each reporting this machine's architecture (gamma as uname
-// writes it), running old.
-func newRollMesh(t *testing.T, clk *clock) (*Controller, *store.DB) {
+// writes it), running old; and its roll loop's ticks.
+func newRollMesh(t *testing.T, clk *clock) (*Controller, *store.DB, rollTicks) {
 	t.Helper()
-	c, db := newControllerCfg(t, clk, nil, func(cfg *Config) { cfg.Node = "alpha" })
+	ticks := newRollTicks(t)
+	c, db := newControllerCfg(t, clk, nil, func(cfg *Config) { cfg.Node, cfg.RollTicks = "alpha", ticks })
 	joinNode(t, c, "beta")
 	joinNode(t, c, "gamma")
 	ctx := context.Background()
@@ -56,7 +56,7 @@ func newRollMesh(t *testing.T, clk *clock) (*Controller, *store.DB) {
 			t.Fatal(err)
 		}
 	}
-	return c, db
+	return c, db, ticks
 }
 
 // unameOf is goarch as uname -m writes it.
@@ -90,7 +90,7 @@ func publishFake(t *testing.T, db *store.DB, clk *clock, content, goarch string)
 // reports old until the node's declaration carries a binary, and then as
 // behave says.
 func simulate(t *testing.T, c *Controller, db *store.DB, clk *clock, old string, behave map[string]string) *simHosts {
-	h := &simHosts{t: t, c: c, db: db, clk: clk, old: old, behave: behave, got: map[string]string{}}
+	h := &simHosts{t: t, c: c, db: db, clk: clk, old: old, behave: behave}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -122,11 +122,21 @@ func (h *simHosts) set(node, behave string) {
 	h.behave[node] = behave
 }
 
-// carried is the binary digest node's last declaration carries ("" none).
+// carried is the binary digest node's last declaration carries ("" none),
+// as the store has it.
 func (h *simHosts) carried(node string) string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.got[node]
+	h.t.Helper()
+	d, err := h.db.LastDeclaration(context.Background(), node)
+	if errors.Is(err, store.ErrNotFound) {
+		return ""
+	}
+	if err != nil {
+		h.t.Fatalf("node %s's last declaration: %v", node, err)
+	}
+	if b := binaryIn(h.t, d); b != nil {
+		return b.Digest
+	}
+	return ""
 }
 
 // setController has the hosts talk to c (a controller restarted).
@@ -156,7 +166,6 @@ func (h *simHosts) beat(ctx context.Context) {
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return // the store closing at the end
 		}
-		h.got[node] = digest
 		hb := spec.Heartbeat{Node: node, Time: h.clk.Now(), HostVersion: h.old, Protocol: spec.Protocol, IntervalMS: 1000}
 		switch {
 		case digest == "":
@@ -196,6 +205,51 @@ func waitRoll(t *testing.T, op *nats.Conn) spec.Roll {
 	return r
 }
 
+// rollTicks are the ticks of a test's roll loop (Config.RollTicks): a
+// ticker's, every rollTick, so that a roll moves on as it does in a
+// controller, and those looked sends.
+type rollTicks chan time.Time
+
+// newRollTicks runs the ticker of ticks until the test ends.
+func newRollTicks(t *testing.T) rollTicks {
+	ticks := make(rollTicks)
+	ticker := time.NewTicker(rollTick)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-ticker.C:
+				select {
+				case ticks <- now:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; ticker.Stop() })
+	return ticks
+}
+
+// looked returns once the roll loop has looked n times since the call,
+// at each tick it took: it sends n+1 ticks, each taken only once the look
+// before is done. With no roll running the loop takes a tick and looks at
+// nothing.
+func (ticks rollTicks) looked(t *testing.T, n int) {
+	t.Helper()
+	for range n + 1 {
+		select {
+		case ticks <- time.Now():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the roll loop took no tick within 10 s")
+		}
+	}
+}
+
 // binaryIn is the binary d carries, nil if none.
 func binaryIn(t *testing.T, d store.Declaration) *spec.BinarySpec {
 	t.Helper()
@@ -228,7 +282,7 @@ func states(r spec.Roll) string {
 func TestRollInOrder(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
-	c, db := newRollMesh(t, clk)
+	c, db, _ := newRollMesh(t, clk)
 	op := operatorConn(t, c)
 	old := hexDigest([]byte("v1"))
 	rel := publishFake(t, db, clk, "mesh v2", runtime.GOARCH)
@@ -328,7 +382,7 @@ func TestKeptFallbacks(t *testing.T) {
 func TestRollHaltsAtFallback(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
-	c, db := newRollMesh(t, clk)
+	c, db, ticks := newRollMesh(t, clk)
 	op := operatorConn(t, c)
 	old := hexDigest([]byte("v1"))
 	rel := publishFake(t, db, clk, "mesh v3", runtime.GOARCH)
@@ -345,7 +399,7 @@ func TestRollHaltsAtFallback(t *testing.T) {
 	if r.Cause != want || r.Nodes[0].Cause != want {
 		t.Errorf("cause %q (node %q), want %q", r.Cause, r.Nodes[0].Cause, want)
 	}
-	time.Sleep(3 * rollTick) // a halted roll sends nothing more
+	ticks.looked(t, 3) // a halted roll sends nothing more
 	for _, n := range []string{"gamma", "alpha"} {
 		if got := hosts.carried(n); got != "" {
 			t.Errorf("%s was sent binary %s after the roll halted", n, got)
@@ -424,7 +478,7 @@ func TestRollHaltsAtFallback(t *testing.T) {
 func TestRollDeadline(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
-	c, db := newRollMesh(t, clk)
+	c, db, _ := newRollMesh(t, clk)
 	op := operatorConn(t, c)
 	old := hexDigest([]byte("v1"))
 	rel := publishFake(t, db, clk, "mesh v4", runtime.GOARCH)
@@ -481,7 +535,7 @@ func TestRollDeadline(t *testing.T) {
 func TestRollSkipsAnotherArch(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
-	c, db := newRollMesh(t, clk)
+	c, db, ticks := newRollMesh(t, clk)
 	op := operatorConn(t, c)
 	other := "arm64"
 	if runtime.GOARCH == "arm64" {
@@ -510,7 +564,7 @@ func TestRollSkipsAnotherArch(t *testing.T) {
 			t.Errorf("%s skipped: %q, want %q", n.Node, n.Cause, want)
 		}
 	}
-	time.Sleep(3 * rollTick)
+	ticks.looked(t, 3)
 	for _, n := range []string{"alpha", "beta", "gamma"} {
 		if got := hosts.carried(n); got != "" {
 			t.Errorf("%s was declared the %s binary", n, other)
@@ -525,7 +579,7 @@ func TestRollSkipsAnotherArch(t *testing.T) {
 func TestRollRefusals(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
-	c, db := newRollMesh(t, clk)
+	c, db, _ := newRollMesh(t, clk)
 	op := operatorConn(t, c)
 	rel := publishFake(t, db, clk, "mesh v2", runtime.GOARCH)
 	for _, tc := range []struct {
@@ -559,7 +613,7 @@ func TestRollRefusals(t *testing.T) {
 func TestRollGoesOnAfterRestart(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
-	c, db := newRollMesh(t, clk)
+	c, db, ticks := newRollMesh(t, clk)
 	op := operatorConn(t, c)
 	old := hexDigest([]byte("v1"))
 	rel := publishFake(t, db, clk, "mesh v5", runtime.GOARCH)
@@ -600,7 +654,7 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 	c = restartController(t, c)
 	hosts.setController(c)
 	op = operatorConn(t, c)
-	time.Sleep(3 * rollTick)
+	ticks.looked(t, 3)
 	if r := waitRoll(t, op); r.State != spec.RollHalted || states(r) != "beta=failed gamma=pending alpha=pending" || hosts.carried("gamma") != rel.Digest {
 		t.Errorf("a halted roll after a restart: %s %s; gamma carries %s", r.State, states(r), hosts.carried("gamma"))
 	}
@@ -623,7 +677,7 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 func TestRollDeadlinePassedWhileDown(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
-	c, db := newRollMesh(t, clk)
+	c, db, ticks := newRollMesh(t, clk)
 	op := operatorConn(t, c)
 	old := hexDigest([]byte("v1"))
 	rel := publishFake(t, db, clk, "mesh v7", runtime.GOARCH)
@@ -644,7 +698,7 @@ func TestRollDeadlinePassedWhileDown(t *testing.T) {
 	runController(t, context.Background(), again)
 	hosts.setController(again)
 	op = operatorConn(t, again)
-	time.Sleep(3 * rollTick) // a controller that judged at once would have halted
+	ticks.looked(t, 3) // a controller that judged at once would have halted
 	if r, err := roll(t, op, spec.RollShow.Name, spec.ReleaseRollShowRequest{}); err != nil || r.State != spec.RollRunning {
 		t.Fatalf("after the restart, beta not yet heard: %s %s (%s) %v, want running", r.State, states(r), r.Cause, err)
 	}
@@ -692,7 +746,8 @@ func TestRollSendFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
 	failing := &sendFailing{node: "beta", fail: 2}
-	c, db := newControllerCfg(t, clk, func(db *store.DB) Store { failing.DB = db; return failing }, func(cfg *Config) { cfg.Node = "alpha" })
+	ticks := newRollTicks(t)
+	c, db := newControllerCfg(t, clk, func(db *store.DB) Store { failing.DB = db; return failing }, func(cfg *Config) { cfg.Node, cfg.RollTicks = "alpha", ticks })
 	joinNode(t, c, "beta")
 	ctx := context.Background()
 	for _, n := range []string{"alpha", "beta"} {
@@ -723,7 +778,7 @@ func TestRollSendFailureIsRetried(t *testing.T) {
 	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"alpha"}, HealthyWithinMS: 5000}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * rollTick)
+	ticks.looked(t, 3)
 	if r, _ := roll(t, op, spec.RollShow.Name, spec.ReleaseRollShowRequest{}); states(r) != "alpha=sending" {
 		t.Errorf("a silent node that last reported the digest: %s, want it waited for", states(r))
 	}
@@ -752,23 +807,23 @@ func TestNoRollNoReads(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
 	reads := &activeRollReads{}
-	c, db := newControllerCfg(t, clk, func(db *store.DB) Store { reads.DB = db; return reads }, func(cfg *Config) { cfg.Node = "alpha" })
+	ticks := newRollTicks(t)
+	c, db := newControllerCfg(t, clk, func(db *store.DB) Store { reads.DB = db; return reads }, func(cfg *Config) { cfg.Node, cfg.RollTicks = "alpha", ticks })
 	ctx := context.Background()
 	if err := db.RecordFacts(ctx, spec.Facts{Node: "alpha", Arch: runtime.GOARCH, OS: runtime.GOOS, Capabilities: []string{spec.CapBinaries}}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	// The one look at its start may come before or after the controller
-	// is ready.
-	time.Sleep(4 * rollTick)
-	if n := reads.n.Load(); n > 1 {
-		t.Fatalf("the roll loop read the running roll %d times in its first %s with none running, want 1", n, 4*rollTick)
+	// The one look at its start comes before the loop takes a tick.
+	ticks.looked(t, 4)
+	if n := reads.n.Load(); n != 1 {
+		t.Fatalf("the roll loop read the running roll %d times in its first 4 ticks with none running, want 1", n)
 	}
 	idle := func(when string) {
 		t.Helper()
 		before := reads.n.Load()
-		time.Sleep(4 * rollTick)
+		ticks.looked(t, 4)
 		if n := reads.n.Load() - before; n != 0 {
-			t.Fatalf("%s: the roll loop read the running roll %d times in %s with none running, want 0", when, n, 4*rollTick)
+			t.Fatalf("%s: the roll loop read the running roll %d times in 4 ticks with none running, want 0", when, n)
 		}
 	}
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/miekg/dns"
 )
 
@@ -65,14 +66,6 @@ func TestSwapUnderQueries(t *testing.T) {
 	var swaps atomic.Int64
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		for ctx.Err() == nil {
-			if a, b := seen[0].Load(), seen[1].Load(); a > 0 && b > 0 && a+b >= queriesUnderSwaps && swaps.Load() >= swapsUnderQueries {
-				cancel()
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
-	wg.Go(func() {
 		for i := 0; ctx.Err() == nil; i++ {
 			if i%2 == 0 {
 				s.SetZone(zoneB)
@@ -80,6 +73,8 @@ func TestSwapUnderQueries(t *testing.T) {
 				s.SetZone(zoneA)
 			}
 			swaps.Add(1)
+			// The pace of the swaps under test, not a wait: the queries
+			// meet each zone a while.
 			time.Sleep(time.Millisecond)
 		}
 	})
@@ -107,6 +102,12 @@ func TestSwapUnderQueries(t *testing.T) {
 			}
 		})
 	}
+	poll.Until(t, 55*time.Second, "both zones' answers, enough queries and swaps", func() (bool, string) {
+		a, b, n := seen[0].Load(), seen[1].Load(), swaps.Load()
+		return a > 0 && b > 0 && a+b >= queriesUnderSwaps && n >= swapsUnderQueries,
+			fmt.Sprintf("answers from A %d, from B %d, after %d swaps", a, b, n)
+	})
+	cancel()
 	wg.Wait()
 	if seen[0].Load() == 0 || seen[1].Load() == 0 {
 		t.Errorf("answers from A %d, from B %d, after %d swaps: want both", seen[0].Load(), seen[1].Load(), swaps.Load())

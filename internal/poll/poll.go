@@ -28,3 +28,16 @@ func Until(t testing.TB, within time.Duration, what string, cond func() (bool, s
 		wait = min(2*wait, 200*time.Millisecond)
 	}
 }
+
+// UntilOK is Until for a condition that says why it does not hold as an
+// error: it holds once cond returns nil, and a failure names cond's last
+// error.
+func UntilOK(t testing.TB, within time.Duration, what string, cond func() error) {
+	t.Helper()
+	Until(t, within, what, func() (bool, string) {
+		if err := cond(); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}

@@ -46,3 +46,32 @@ func TestUntilFailsNamingWhatAndWhy(t *testing.T) {
 		t.Fatalf("failure said %q", f.msg)
 	}
 }
+
+func TestUntilOKReturnsOnceTheConditionHolds(t *testing.T) {
+	calls := 0
+	poll.UntilOK(t, time.Minute, "the third call", func() error {
+		calls++
+		if calls < 3 {
+			return fmt.Errorf("call %d", calls)
+		}
+		return nil
+	})
+	if calls != 3 {
+		t.Fatalf("cond called %d times, want 3", calls)
+	}
+}
+
+func TestUntilOKFailsNamingTheLastError(t *testing.T) {
+	f := &fatalT{TB: t}
+	func() {
+		defer func() {
+			if r := recover(); r != nil && r != any(f) {
+				panic(r)
+			}
+		}()
+		poll.UntilOK(f, 0, "the file written", func() error { return fmt.Errorf("open x: no such file") })
+	}()
+	if !strings.Contains(f.msg, "the file written: not within 0s: open x: no such file") {
+		t.Fatalf("failure said %q", f.msg)
+	}
+}
