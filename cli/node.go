@@ -101,6 +101,11 @@ func listNodes(c *cli.Context) ([]spec.Node, error) {
 		return nil, err
 	}
 	defer op.Close()
+	return allNodes(op)
+}
+
+// allNodes is listNodes over op.
+func allNodes(op *Operator) ([]spec.Node, error) {
 	nodes := []spec.Node{}
 	req := spec.NodeListRequest{}
 	for {

@@ -26,7 +26,21 @@ type PushOutcome struct {
 	ID     string            `json:"id"`
 	Nodes  []PushNodeOutcome `json:"nodes"`
 	Silent []string          `json:"silent"`
-	OK     bool              `json:"ok"`
+	// Roster is the roster message the push sent and which hosts took it;
+	// nil when the names had not changed.
+	Roster *RosterOutcome `json:"roster,omitempty"`
+	OK     bool           `json:"ok"`
+}
+
+// RosterOutcome is how far a push's roster message went: to how many
+// nodes, which hold it (by their heartbeats) when the wait ended, which
+// are heard and do not hold it yet, and which are silent (never heard, or
+// not within their silence rule): not waited for.
+type RosterOutcome struct {
+	spec.PushRoster
+	Held   int      `json:"held"`
+	NotYet []string `json:"not_yet"`
+	Silent []string `json:"silent"`
 }
 
 func pushCommand() *cli.Command {
@@ -41,14 +55,19 @@ each report is printed as it arrives. The wait is bounded: when it ends,
 every node that did not answer is named.
 
 Exit status: 0 when every node applied everything; 1 when a node was not
-sent, refused, failed a resource or did not answer in time.
+sent, refused, failed a resource, did not answer in time, or was heard and
+did not take the names in time.
 
 The mesh's names (the roster: every node and route) go first, to every
 node whether named or not, as one signed message, and only when they
-changed; a declaration names the roster it was composed with. A node whose
-last declaration already holds what would be sent (the same resources) is
-sent nothing: its line says "unchanged, not sent". --force sends it a new
-declaration anyway (a host whose state was lost; it asks for the roster).
+changed; a declaration names the roster it was composed with. When a push
+sends the names, it says so ("names: roster N sent to every host") and,
+after the reports, how many nodes hold them, naming those that do not yet
+and those that are silent. A node whose last declaration already holds what
+would be sent (the same resources) is sent nothing: its line says
+"unchanged, not sent", unless its last apply failed: then it is sent its
+declaration again. --force sends it a new declaration anyway (a host whose
+state was lost; it asks for the roster).
 
 With --dry-run each node works out what it would change and answers, and
 nothing anywhere changes: lines read + created, ~ changed, - removed.
@@ -98,7 +117,19 @@ Examples:
 			if !c.Bool("json") {
 				out = c.App.Writer
 			}
+			deadline := time.Now().Add(c.Duration("wait"))
+			if res.Roster != nil {
+				fmt.Fprintf(out, "names: roster %d sent to every host (%d nodes)\n", res.Roster.Seq, res.Roster.Nodes)
+			}
 			outcome := waitForReports(c.Context, out, res, events, c.Duration("wait"), c.Bool("verbose"), c.Bool("dry-run"))
+			if res.Roster != nil {
+				// A host heard that did not take the names within the wait
+				// fails the push; a silent one is mesh status's to report.
+				var err error
+				if outcome.Roster, err = waitForRoster(c.Context, out, op, *res.Roster, deadline); err != nil || len(outcome.Roster.NotYet) > 0 {
+					outcome.OK = false
+				}
+			}
 			if c.Bool("json") {
 				if err := printJSON(c.App.Writer, outcome); err != nil {
 					return err
@@ -200,4 +231,65 @@ func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, event
 		}
 	}
 	return outcome
+}
+
+// rosterPoll is how often a push asks whether the hosts hold its roster.
+const rosterPoll = 250 * time.Millisecond
+
+// waitForRoster waits until every node heard holds roster r (its
+// heartbeat names a roster at or above it), or deadline passes, then says
+// how many hold it and names the others. A silent node is named, not
+// waited for: mesh status says it is silent.
+func waitForRoster(ctx context.Context, w io.Writer, op *Operator, r spec.PushRoster, deadline time.Time) (*RosterOutcome, error) {
+	out := &RosterOutcome{PushRoster: r}
+	tick := time.NewTicker(rosterPoll)
+	defer tick.Stop()
+	var err error
+	for {
+		var nodes []spec.Node
+		if nodes, err = allNodes(op); err == nil {
+			*out = rosterHeld(r, nodes, time.Now())
+			if len(out.NotYet) == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(w, "names: which hosts hold roster %d is not known: %v\n", r.Seq, err)
+		return out, fmt.Errorf("read which hosts hold roster %d: %w", r.Seq, err)
+	}
+	line := fmt.Sprintf("names: roster %d held by %d of %d nodes", r.Seq, out.Held, out.Held+len(out.NotYet)+len(out.Silent))
+	if len(out.NotYet) > 0 {
+		line += "; not yet: " + strings.Join(out.NotYet, ", ")
+	}
+	if len(out.Silent) > 0 {
+		line += "; silent: " + strings.Join(out.Silent, ", ")
+	}
+	fmt.Fprintln(w, line)
+	return out, nil
+}
+
+// rosterHeld sorts nodes by whether they hold roster r at now.
+func rosterHeld(r spec.PushRoster, nodes []spec.Node, now time.Time) RosterOutcome {
+	out := RosterOutcome{PushRoster: r, NotYet: []string{}, Silent: []string{}}
+	for _, n := range nodes {
+		switch {
+		case n.RosterSeq >= r.Seq:
+			out.Held++
+		case n.LastHeard == nil || now.Sub(*n.LastHeard) > time.Duration(n.SilentAfterMS)*time.Millisecond:
+			out.Silent = append(out.Silent, n.Name)
+		default:
+			out.NotYet = append(out.NotYet, n.Name)
+		}
+	}
+	sort.Strings(out.NotYet)
+	sort.Strings(out.Silent)
+	return out
 }

@@ -57,3 +57,24 @@ func TestWaitForReportsThroughAWait(t *testing.T) {
 		})
 	}
 }
+
+// TestRosterHeld: a push's roster is held by a node whose heartbeat names
+// it or a later one; one heard within its silence rule that names an
+// older one is waited for; one never heard or silent is named, not waited
+// for.
+func TestRosterHeld(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) *time.Time { at := now.Add(-d); return &at }
+	nodes := []spec.Node{
+		{Name: "alpha", RosterSeq: 5, LastHeard: ago(time.Second), SilentAfterMS: 3000},
+		{Name: "beta", RosterSeq: 6, LastHeard: ago(time.Second), SilentAfterMS: 3000},
+		{Name: "gamma", RosterSeq: 4, LastHeard: ago(time.Second), SilentAfterMS: 3000},
+		{Name: "delta", RosterSeq: 4, LastHeard: ago(time.Minute), SilentAfterMS: 3000},
+		{Name: "epsilon"},
+	}
+	got := rosterHeld(spec.PushRoster{Seq: 5, Nodes: 5}, nodes, now)
+	if got.Held != 2 || !slices.Equal(got.NotYet, []string{"gamma"}) || !slices.Equal(got.Silent, []string{"delta", "epsilon"}) {
+		t.Fatalf("held %d, not yet %v, silent %v; want 2, [gamma], [delta epsilon]", got.Held, got.NotYet, got.Silent)
+	}
+}

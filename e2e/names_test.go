@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -55,8 +56,13 @@ func TestRouteAddedOnAResolvesOnB(t *testing.T) {
 	if out := mustRun(t, "assign", "--dir", m.dir, "--set", "token=t", "hello", "alpha"); out != "hello assigned to alpha; it changes the names every node serves and the declaration of alpha: mesh push alpha sends both (the names to all 2 nodes, in one roster message)\n" {
 		t.Errorf("assign hello alpha said %q", out)
 	}
-	if o, code := pushJSON(t, m.dir); code != 0 {
+	o, code := pushJSON(t, m.dir)
+	if code != 0 {
 		t.Fatalf("push: %+v", o)
+	}
+	// The push says it sent the names, and that both hosts hold them.
+	if r := o.Roster; r == nil || r.Nodes != 2 || r.Held != 2 || len(r.NotYet) != 0 || len(r.Silent) != 0 {
+		t.Errorf("push's roster: %+v, want it sent to 2 nodes and held by both", r)
 	}
 	cases := []struct{ name, want string }{
 		{"hello.alpha.internal", "127.0.0.1"},
@@ -96,5 +102,12 @@ func TestRouteAddedOnAResolvesOnB(t *testing.T) {
 		if out := mustRun(t, args...); out != tc.want {
 			t.Errorf("mesh %s said %q, want %q", strings.Join(tc.args, " "), out, tc.want)
 		}
+	}
+	// A push to beta alone, whose declaration did not change: the names
+	// are all it sends, and it says so.
+	out, _, code := runMesh(t, "push", "--dir", m.dir, "beta")
+	if code != 0 || !regexp.MustCompile(`(?m)^names: roster (\d+) sent to every host \(2 nodes\)\n(.*\n)*names: roster (\d+) held by 2 of 2 nodes$`).MatchString(out) ||
+		!strings.Contains(out, "beta: unchanged, not sent") {
+		t.Errorf("push of the names alone: exit %d\n%s", code, out)
 	}
 }

@@ -300,13 +300,17 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 	// be sent leaves every host the names it has: no node is sent
 	// anything.
 	var ref *spec.RosterRef
+	var rosterSent bool
 	var rosterErr error
 	if !req.DryRun {
-		if ref, rosterErr = c.sendRoster(ctx, g.roster); rosterErr != nil {
+		if ref, rosterSent, rosterErr = c.sendRoster(ctx, g.roster); rosterErr != nil {
 			c.log.Error("roster not sent", "err", rosterErr)
 		}
 	}
 	res := spec.PushResult{ID: "p" + randomHex(5), Nodes: make([]spec.PushNode, len(targets))}
+	if rosterSent {
+		res.Roster = &spec.PushRoster{Seq: ref.Seq, Nodes: len(g.roster.Nodes)}
+	}
 	var items []sendItem
 	var listed []int // the line of each item
 	for i, node := range targets {

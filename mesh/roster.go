@@ -33,33 +33,34 @@ func refOf(r store.Roster) *spec.RosterRef {
 // it: the roster message in force when it holds the same names and has not
 // expired (nothing is sent), or a new one, numbered after it, signed,
 // recorded and published on spec.RosterSubject, which the stream
-// republishes to every host. One roster message per change, whatever the number of nodes.
-// A roster whose last message expired is signed again under a new sequence,
-// so a host that joins later can take it.
-func (c *Controller) sendRoster(ctx context.Context, roster spec.Roster) (*spec.RosterRef, error) {
+// republishes to every host: sent says so. One roster message per change,
+// whatever the number of nodes. A roster whose last message expired is
+// signed again under a new sequence, so a host that joins later can take
+// it.
+func (c *Controller) sendRoster(ctx context.Context, roster spec.Roster) (ref *spec.RosterRef, sent bool, err error) {
 	c.rosterMu.Lock()
 	defer c.rosterMu.Unlock()
 	digest, err := rosterDigest(roster)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	last, err := c.deps.DB.LastRoster(ctx)
 	var base *store.Roster
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
-		return nil, err
+		return nil, false, err
 	case last.Content == digest && c.cfg.Now().Before(last.Expires):
-		return refOf(last), nil
+		return refOf(last), false, nil
 	default:
 		base = &last
 	}
 	r, err := c.signRoster(ctx, roster, digest, last.Seq+1, base)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	c.log.Info("roster sent", "seq", r.Seq, "nodes", len(roster.Nodes), "routes", len(roster.Routes), "bytes", len(r.Body))
-	return refOf(r), nil
+	return refOf(r), true, nil
 }
 
 // signRoster signs roster as message seq, records it as the roster in
@@ -311,7 +312,7 @@ func (c *Controller) rosterOnce(ctx context.Context, g gathered) func() (*spec.R
 	done := false
 	return func() (*spec.RosterRef, error) {
 		if !done {
-			ref, err = c.sendRoster(ctx, g.roster)
+			ref, _, err = c.sendRoster(ctx, g.roster)
 			done = true
 		}
 		return ref, err

@@ -40,7 +40,7 @@ func TestPushSendsOnlyWhatChanged(t *testing.T) {
 		return record(spec.Report{Seq: seq, Results: []spec.ResourceResult{{Name: "x", Kind: "file", Outcome: outcome}}})
 	}
 	refused := func(seq uint64) func() { return record(spec.Report{Seq: seq, Refused: "expired"}) }
-	push := func(force bool) spec.PushNode {
+	push := func(force bool) (spec.PushNode, *spec.PushRoster) {
 		t.Helper()
 		res, err := c.push(ctx, spec.PushRequest{Nodes: []string{"alpha"}, Force: force})
 		if err != nil {
@@ -49,8 +49,9 @@ func TestPushSendsOnlyWhatChanged(t *testing.T) {
 		if len(res.Nodes) != 1 || res.Nodes[0].Error != "" {
 			t.Fatalf("push: %+v", res.Nodes)
 		}
-		return res.Nodes[0]
+		return res.Nodes[0], res.Roster
 	}
+	var rosters uint64
 	for _, step := range []struct {
 		name      string
 		before    func()
@@ -83,10 +84,15 @@ func TestPushSendsOnlyWhatChanged(t *testing.T) {
 		if step.before != nil {
 			step.before()
 		}
-		got := push(step.force)
+		got, roster := push(step.force)
 		if got.Seq != step.seq || got.Unchanged != step.unchanged {
 			t.Fatalf("%s: seq %d unchanged %v, want seq %d unchanged %v", step.name, got.Seq, got.Unchanged, step.seq, step.unchanged)
 		}
+		// The push says the roster it sent, and only when it sent one.
+		if sent := step.rosters > rosters; (roster != nil) != sent || sent && roster.Seq != step.rosters {
+			t.Fatalf("%s: the push says roster %+v, want one sent: %v (roster %d)", step.name, roster, sent, step.rosters)
+		}
+		rosters = step.rosters
 		if n := onSubject(t, c, spec.DeclarationSubject("alpha")); n != step.decls {
 			t.Fatalf("%s: %d declarations on the stream, want %d", step.name, n, step.decls)
 		}

@@ -354,6 +354,15 @@ type (
 	PushResult struct {
 		ID    string     `json:"id"`
 		Nodes []PushNode `json:"nodes"`
+		// Roster is the roster message this push sent every host; nil when
+		// the names had not changed (none was sent).
+		Roster *PushRoster `json:"roster,omitempty"`
+	}
+	// PushRoster is the roster message a push sent: its sequence, and how
+	// many nodes it names (every host takes it).
+	PushRoster struct {
+		Seq   uint64 `json:"seq"`
+		Nodes int    `json:"nodes"`
 	}
 	// PushNode is what a push did for one node: sent with a sequence, not
 	// sent because its last declaration (Seq) already holds what would be
