@@ -20,8 +20,11 @@ type AuditEntry struct {
 // auditTime is fixed-width, so times compare as text.
 func auditTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000000Z") }
 
+// auditLog is the audit log of operators' acts.
+type auditLog struct{ *core }
+
 // Audit records one entry.
-func (db *DB) Audit(ctx context.Context, e AuditEntry) error {
+func (db *auditLog) Audit(ctx context.Context, e AuditEntry) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO audit (at, operator, verb, args, outcome) VALUES (?, ?, ?, ?, ?)`,
 			auditTime(e.At), e.Operator, e.Verb, e.Args, e.Outcome)
@@ -34,7 +37,7 @@ func (db *DB) Audit(ctx context.Context, e AuditEntry) error {
 }
 
 // AuditSince returns the entries at or after since, oldest first, at most limit.
-func (db *DB) AuditSince(ctx context.Context, since time.Time, limit int) ([]AuditEntry, error) {
+func (db *auditLog) AuditSince(ctx context.Context, since time.Time, limit int) ([]AuditEntry, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT id, at, operator, verb, args, outcome FROM audit WHERE at >= ? ORDER BY id LIMIT ?`,
 		auditTime(since), limit)
 	if err != nil {

@@ -29,10 +29,13 @@ type Upload struct {
 	Updated time.Time
 }
 
+// blobs are the content-addressed blobs and their uploads.
+type blobs struct{ *core }
+
 // BeginUpload starts the upload of blob digest of size bytes, dropping any
 // earlier upload of it (its chunks too). It returns false, and starts
 // nothing, when the blob is whole already: then it only touches it.
-func (db *DB) BeginUpload(ctx context.Context, digest string, size int64, at time.Time) (bool, error) {
+func (db *blobs) BeginUpload(ctx context.Context, digest string, size int64, at time.Time) (bool, error) {
 	began := false
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		var n int
@@ -62,7 +65,7 @@ func (db *DB) BeginUpload(ctx context.Context, digest string, size int64, at tim
 
 // UploadOf is the upload of blob digest under way, or an error wrapping
 // ErrNotFound.
-func (db *DB) UploadOf(ctx context.Context, digest string) (Upload, error) {
+func (db *blobs) UploadOf(ctx context.Context, digest string) (Upload, error) {
 	u := Upload{Digest: digest}
 	var at string
 	err := db.sql.QueryRowContext(ctx, `SELECT size, received, hash, updated_at FROM blob_uploads WHERE digest = ?`, digest).
@@ -84,7 +87,7 @@ func (db *DB) UploadOf(ctx context.Context, digest string) (Upload, error) {
 // (else ErrUploadOrder, and nothing changes). When whole is true the chunk
 // is the last, its digest verified by the caller: the blob becomes whole in
 // the same transaction and the upload ends.
-func (db *DB) PutUploadChunk(ctx context.Context, digest string, offset int64, data, hash []byte, whole bool, at time.Time) error {
+func (db *blobs) PutUploadChunk(ctx context.Context, digest string, offset int64, data, hash []byte, whole bool, at time.Time) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		var size, received int64
 		err := tx.QueryRowContext(ctx, `SELECT size, received FROM blob_uploads WHERE digest = ?`, digest).Scan(&size, &received)
@@ -125,7 +128,7 @@ func (db *DB) PutUploadChunk(ctx context.Context, digest string, offset int64, d
 
 // DropUpload ends the upload of blob digest, removing what it received.
 // One not under way is no error.
-func (db *DB) DropUpload(ctx context.Context, digest string) error {
+func (db *blobs) DropUpload(ctx context.Context, digest string) error {
 	if err := db.tx(ctx, func(tx *sql.Tx) error { return dropUpload(ctx, tx, digest) }); err != nil {
 		return fmt.Errorf("drop the upload of blob %s: %w", digest, err)
 	}
@@ -135,7 +138,7 @@ func (db *DB) DropUpload(ctx context.Context, digest string) error {
 // DropUploadsBefore ends every upload that received nothing since before
 // (abandoned: its caller went away), removing what each received. It
 // returns how many it ended.
-func (db *DB) DropUploadsBefore(ctx context.Context, before time.Time) (int, error) {
+func (db *blobs) DropUploadsBefore(ctx context.Context, before time.Time) (int, error) {
 	n := 0
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT digest, updated_at FROM blob_uploads`)
@@ -195,7 +198,7 @@ func dropUpload(ctx context.Context, tx *sql.Tx, digest string) error {
 // PutBlob stores a blob whose digest the caller verified, whole, in chunks
 // of spec.BlobChunk, in one transaction, touched at. One stored already is
 // only touched.
-func (db *DB) PutBlob(ctx context.Context, digest string, data []byte, at time.Time) error {
+func (db *blobs) PutBlob(ctx context.Context, digest string, data []byte, at time.Time) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM blobs WHERE digest = ?`, digest).Scan(&n); err != nil {
@@ -224,7 +227,7 @@ func (db *DB) PutBlob(ctx context.Context, digest string, data []byte, at time.T
 }
 
 // HasBlob reports whether the blob is stored whole.
-func (db *DB) HasBlob(ctx context.Context, digest string) (bool, error) {
+func (db *blobs) HasBlob(ctx context.Context, digest string) (bool, error) {
 	var n int
 	if err := db.sql.QueryRowContext(ctx, `SELECT count(*) FROM blobs WHERE digest = ?`, digest).Scan(&n); err != nil {
 		return false, fmt.Errorf("read blob %s: %w", digest, err)
@@ -233,7 +236,7 @@ func (db *DB) HasBlob(ctx context.Context, digest string) (bool, error) {
 }
 
 // BlobSize is a whole blob's size, read without its bytes.
-func (db *DB) BlobSize(ctx context.Context, digest string) (int64, error) {
+func (db *blobs) BlobSize(ctx context.Context, digest string) (int64, error) {
 	var size int64
 	err := db.sql.QueryRowContext(ctx, `SELECT size FROM blobs WHERE digest = ?`, digest).Scan(&size)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -247,7 +250,7 @@ func (db *DB) BlobSize(ctx context.Context, digest string) (int64, error) {
 
 // Blob reads a whole blob into memory, its chunks in order: for a caller
 // that needs all of it and bounds its size first (a release's binary).
-func (db *DB) Blob(ctx context.Context, digest string) ([]byte, error) {
+func (db *blobs) Blob(ctx context.Context, digest string) ([]byte, error) {
 	size, err := db.BlobSize(ctx, digest)
 	if err != nil {
 		return nil, err
@@ -261,7 +264,7 @@ func (db *DB) Blob(ctx context.Context, digest string) ([]byte, error) {
 
 // BlobChunk reads up to n bytes of a whole blob from offset, and its size,
 // reading only the chunks that hold them. Past the end it returns no bytes.
-func (db *DB) BlobChunk(ctx context.Context, digest string, offset, n int64) ([]byte, int64, error) {
+func (db *blobs) BlobChunk(ctx context.Context, digest string, offset, n int64) ([]byte, int64, error) {
 	fail := func(err error) ([]byte, int64, error) {
 		return nil, 0, fmt.Errorf("read blob %s at %d: %w", digest, offset, err)
 	}

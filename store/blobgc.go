@@ -36,6 +36,9 @@ type CollectedBlob struct {
 // its count and bytes cover them all.
 const maxAuditedBlobs = 100
 
+// collector finds and drops the blobs nothing holds.
+type collector struct{ *core }
+
 // CollectBlobs deletes, in one transaction, every blob that no module, no
 // node's last declaration and no release names and that was last touched
 // before before, with its chunks; the same transaction records an audit
@@ -43,7 +46,7 @@ const maxAuditedBlobs = 100
 // anything did. It returns what it deleted. A stored module or
 // declaration that cannot be read fails the collection, deleting nothing:
 // a read that failed never makes a blob unused.
-func (db *DB) CollectBlobs(ctx context.Context, before, at time.Time) ([]CollectedBlob, error) {
+func (db *collector) CollectBlobs(ctx context.Context, before, at time.Time) ([]CollectedBlob, error) {
 	var gone []CollectedBlob
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		gone = nil
@@ -152,7 +155,7 @@ func dropNamedByModules(ctx context.Context, tx *sql.Tx, candidates map[string]i
 // TouchBlob marks a whole blob as touched at (offered again by an upload),
 // so the collector leaves it for a while. It reports whether the blob is
 // stored whole.
-func (db *DB) TouchBlob(ctx context.Context, digest string, at time.Time) (bool, error) {
+func (db *collector) TouchBlob(ctx context.Context, digest string, at time.Time) (bool, error) {
 	var touched bool
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE blobs SET touched_at = ? WHERE digest = ?`, auditTime(at), digest)

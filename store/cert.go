@@ -18,9 +18,12 @@ type CADomain struct {
 	Added time.Time
 }
 
+// certs are the CA's domains and the certificates it issued.
+type certs struct{ *core }
+
 // AddCADomain records a declared domain; one already recorded is
 // ErrExists.
-func (db *DB) AddCADomain(ctx context.Context, name string, at time.Time) error {
+func (db *certs) AddCADomain(ctx context.Context, name string, at time.Time) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM ca_domains WHERE name = ?`, name).Scan(&n); err != nil {
@@ -39,7 +42,7 @@ func (db *DB) AddCADomain(ctx context.Context, name string, at time.Time) error 
 }
 
 // CADomains are the declared domains, by name.
-func (db *DB) CADomains(ctx context.Context) ([]CADomain, error) {
+func (db *certs) CADomains(ctx context.Context) ([]CADomain, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT name, added_at FROM ca_domains ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("read CA domains: %w", err)
@@ -74,7 +77,7 @@ type Cert struct {
 }
 
 // RecordCert records a leaf issued, with each of its names.
-func (db *DB) RecordCert(ctx context.Context, c Cert) error {
+func (db *certs) RecordCert(ctx context.Context, c Cert) error {
 	names, err := json.Marshal(c.Names)
 	if err != nil {
 		return fmt.Errorf("record certificate %s: %w", c.Serial, err)
@@ -125,7 +128,7 @@ func scanCert(rows *sql.Rows, extra ...any) (Cert, error) {
 
 // Certs are the leaves issued after the one numbered after, in the order
 // they were, at most limit.
-func (db *DB) Certs(ctx context.Context, after int64, limit int) ([]Cert, error) {
+func (db *certs) Certs(ctx context.Context, after int64, limit int) ([]Cert, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT `+certColumns+` FROM certs c WHERE c.id > ? ORDER BY c.id LIMIT ?`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read certificates: %w", err)
@@ -153,7 +156,7 @@ type NameCert struct {
 
 // LatestCerts is, for each node and each name a leaf was issued to it
 // for, the latest such leaf: by node, then name.
-func (db *DB) LatestCerts(ctx context.Context) ([]NameCert, error) {
+func (db *certs) LatestCerts(ctx context.Context) ([]NameCert, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT n.name, `+certColumns+`
 		FROM (SELECT node, name, max(cert_id) AS id FROM cert_names GROUP BY node, name) n
 		JOIN certs c ON c.id = n.id ORDER BY c.node, n.name`)

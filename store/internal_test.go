@@ -170,7 +170,7 @@ func TestReadOfCorruptFileIsNotNotFound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	broken := &DB{sql: raw}
+	broken := newDB(raw)
 	defer broken.Close()
 
 	_, err = broken.Node(ctx, "alpha")

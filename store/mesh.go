@@ -20,9 +20,12 @@ type Operator struct {
 	NKey string // public key
 }
 
+// meshes is the mesh itself and its operators.
+type meshes struct{ *core }
+
 // CreateMesh records the mesh and its first operator, once. A store that
 // already holds a mesh refuses.
-func (db *DB) CreateMesh(ctx context.Context, m Mesh, op Operator) error {
+func (db *meshes) CreateMesh(ctx context.Context, m Mesh, op Operator) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO mesh (id, name, created_at) VALUES (1, ?, ?)`,
 			m.Name, formatTime(m.Created)); err != nil {
@@ -39,7 +42,7 @@ func (db *DB) CreateMesh(ctx context.Context, m Mesh, op Operator) error {
 }
 
 // Mesh returns the mesh this store holds, or ErrNotFound.
-func (db *DB) Mesh(ctx context.Context) (Mesh, error) {
+func (db *meshes) Mesh(ctx context.Context) (Mesh, error) {
 	var m Mesh
 	var created string
 	err := db.sql.QueryRowContext(ctx, `SELECT name, created_at FROM mesh WHERE id = 1`).Scan(&m.Name, &created)
@@ -56,7 +59,7 @@ func (db *DB) Mesh(ctx context.Context) (Mesh, error) {
 }
 
 // Operators returns every operator.
-func (db *DB) Operators(ctx context.Context) ([]Operator, error) {
+func (db *meshes) Operators(ctx context.Context) ([]Operator, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT name, nkey FROM operators ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("read operators: %w", err)

@@ -18,10 +18,13 @@ type Module struct {
 	Registered time.Time
 }
 
+// modules are the registered modules and their assignments to nodes.
+type modules struct{ *core }
+
 // RegisterModules records modules in one transaction, each replacing any
 // earlier version of the same name. It returns the versions replaced, by
 // name. Every blob a module names must already be stored.
-func (db *DB) RegisterModules(ctx context.Context, mods []spec.Module, at time.Time) (map[string]string, error) {
+func (db *modules) RegisterModules(ctx context.Context, mods []spec.Module, at time.Time) (map[string]string, error) {
 	previous := map[string]string{}
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		for _, m := range mods {
@@ -78,7 +81,7 @@ func scanModule(row interface{ Scan(...any) error }) (Module, error) {
 }
 
 // Module returns the module called name, or an error wrapping ErrNotFound.
-func (db *DB) Module(ctx context.Context, name string) (Module, error) {
+func (db *modules) Module(ctx context.Context, name string) (Module, error) {
 	m, err := scanModule(db.sql.QueryRowContext(ctx, `SELECT body, registered_at FROM modules WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Module{}, fmt.Errorf("read module %q: %w", name, ErrNotFound)
@@ -90,7 +93,7 @@ func (db *DB) Module(ctx context.Context, name string) (Module, error) {
 }
 
 // Modules returns every module, by name.
-func (db *DB) Modules(ctx context.Context) ([]Module, error) {
+func (db *modules) Modules(ctx context.Context) ([]Module, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT body, registered_at FROM modules ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("read modules: %w", err)
@@ -119,7 +122,7 @@ type Assignment struct {
 
 // Assign assigns module to node with settings; assigning again replaces the
 // settings. A missing module or node wraps ErrNotFound.
-func (db *DB) Assign(ctx context.Context, module, node string, settings map[string]string, at time.Time) error {
+func (db *modules) Assign(ctx context.Context, module, node string, settings map[string]string, at time.Time) error {
 	if settings == nil {
 		settings = map[string]string{}
 	}
@@ -164,7 +167,7 @@ func (e *AssignedError) Error() string {
 // resources named stay until CollectBlobs finds nothing names them:
 // another module may name the same content, a node's last declaration
 // may still carry it.
-func (db *DB) RemoveModule(ctx context.Context, name string) (Module, error) {
+func (db *modules) RemoveModule(ctx context.Context, name string) (Module, error) {
 	var m Module
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -205,7 +208,7 @@ func (db *DB) RemoveModule(ctx context.Context, name string) (Module, error) {
 
 // Unassign removes the assignment of module to node; one that does not
 // exist wraps ErrNotFound.
-func (db *DB) Unassign(ctx context.Context, module, node string) error {
+func (db *modules) Unassign(ctx context.Context, module, node string) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM assignments WHERE module = ? AND node = ?`, module, node)
 		if err != nil {
@@ -225,7 +228,7 @@ func (db *DB) Unassign(ctx context.Context, module, node string) error {
 }
 
 // Assignments returns every assignment, by node then module.
-func (db *DB) Assignments(ctx context.Context) ([]Assignment, error) {
+func (db *modules) Assignments(ctx context.Context) ([]Assignment, error) {
 	as, err := db.assignments(ctx, `SELECT module, node, settings FROM assignments ORDER BY node, module`)
 	if err != nil {
 		return nil, fmt.Errorf("read assignments: %w", err)
@@ -234,7 +237,7 @@ func (db *DB) Assignments(ctx context.Context) ([]Assignment, error) {
 }
 
 // AssignmentsOf returns the assignments of node, by module.
-func (db *DB) AssignmentsOf(ctx context.Context, node string) ([]Assignment, error) {
+func (db *modules) AssignmentsOf(ctx context.Context, node string) ([]Assignment, error) {
 	as, err := db.assignments(ctx, `SELECT module, node, settings FROM assignments WHERE node = ? ORDER BY module`, node)
 	if err != nil {
 		return nil, fmt.Errorf("read assignments of node %q: %w", node, err)
@@ -242,7 +245,7 @@ func (db *DB) AssignmentsOf(ctx context.Context, node string) ([]Assignment, err
 	return as, nil
 }
 
-func (db *DB) assignments(ctx context.Context, query string, args ...any) ([]Assignment, error) {
+func (db *modules) assignments(ctx context.Context, query string, args ...any) ([]Assignment, error) {
 	rows, err := db.sql.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err

@@ -36,8 +36,12 @@ type Node struct {
 	RosterSeq uint64
 }
 
+// nodes are the machines of the mesh: their keys, heartbeats, facts, holds
+// and removal.
+type nodes struct{ *core }
+
 // AddNode records a new node. A node of that name already present is refused.
-func (db *DB) AddNode(ctx context.Context, n Node) error {
+func (db *nodes) AddNode(ctx context.Context, n Node) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO nodes (name, address, nkey, joined_at) VALUES (?, ?, ?, ?)`,
 			n.Name, n.Address, n.NKey, formatTime(n.Joined))
@@ -51,7 +55,7 @@ func (db *DB) AddNode(ctx context.Context, n Node) error {
 
 // RecordHeartbeat records that node was heard at, with what its heartbeat
 // says, its interval included (a heartbeat that does not say records zero).
-func (db *DB) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error {
+func (db *nodes) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Time) error {
 	if err := checkSeq(max(hb.AppliedSeq, hb.RosterSeq)); err != nil {
 		return fmt.Errorf("record heartbeat of node %q: %w", hb.Node, err)
 	}
@@ -64,7 +68,7 @@ func (db *DB) RecordHeartbeat(ctx context.Context, hb spec.Heartbeat, at time.Ti
 // RecordHeartbeats records a batch of heartbeats, one node's each, in one
 // transaction, their intervals included as RecordHeartbeat does. A heartbeat that cannot be recorded (its node is gone, its
 // sequence does not fit) is that node's, in failed; the others are written.
-func (db *DB) RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at time.Time) (failed map[string]error, err error) {
+func (db *nodes) RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at time.Time) (failed map[string]error, err error) {
 	err = db.tx(ctx, func(tx *sql.Tx) error {
 		failed = map[string]error{}
 		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET last_heard = ?, host_version = ?, protocol = ?, applied_seq = ?, heartbeat_ms = ?, fallbacks = ?, roster_seq = ? WHERE name = ?`)
@@ -96,7 +100,7 @@ func (db *DB) RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at tim
 }
 
 // RecordFacts records what node reported about its machine.
-func (db *DB) RecordFacts(ctx context.Context, f spec.Facts, at time.Time) error {
+func (db *nodes) RecordFacts(ctx context.Context, f spec.Facts, at time.Time) error {
 	body, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("record facts of node %q: %w", f.Node, err)
@@ -105,7 +109,7 @@ func (db *DB) RecordFacts(ctx context.Context, f spec.Facts, at time.Time) error
 		`UPDATE nodes SET facts = ?, facts_at = ? WHERE name = ?`, string(body), formatTime(at), f.Node)
 }
 
-func (db *DB) updateNode(ctx context.Context, node, format, query string, args ...any) error {
+func (db *nodes) updateNode(ctx context.Context, node, format, query string, args ...any) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, query, args...)
 		if err != nil {
@@ -187,7 +191,7 @@ func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 
 // Hold holds node (at the time given, for reason), or releases it when at
 // is zero. A missing node wraps ErrNotFound.
-func (db *DB) Hold(ctx context.Context, node string, at time.Time, reason string) error {
+func (db *nodes) Hold(ctx context.Context, node string, at time.Time, reason string) error {
 	var held any
 	if !at.IsZero() {
 		held = formatTime(at)
@@ -198,7 +202,7 @@ func (db *DB) Hold(ctx context.Context, node string, at time.Time, reason string
 }
 
 // Node returns the node called name, or an error wrapping ErrNotFound.
-func (db *DB) Node(ctx context.Context, name string) (Node, error) {
+func (db *nodes) Node(ctx context.Context, name string) (Node, error) {
 	n, err := scanNode(db.sql.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Node{}, fmt.Errorf("read node %q: %w", name, ErrNotFound)
@@ -220,7 +224,7 @@ type NodeKey struct {
 // NodeKeys returns every node's name and bus key, by name, without reading
 // (and decoding) each node whole: the controller reads them at every token
 // and join, so their cost grows with the fleet.
-func (db *DB) NodeKeys(ctx context.Context) ([]NodeKey, error) {
+func (db *nodes) NodeKeys(ctx context.Context) ([]NodeKey, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT name, nkey, removing_at IS NOT NULL FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("read nodes' keys: %w", err)
@@ -243,7 +247,7 @@ func (db *DB) NodeKeys(ctx context.Context) ([]NodeKey, error) {
 // NodeCount is how many nodes the store holds, those being removed
 // among them, counted without reading them: the controller counts them at
 // every token.
-func (db *DB) NodeCount(ctx context.Context) (int, error) {
+func (db *nodes) NodeCount(ctx context.Context) (int, error) {
 	n, _, err := db.NodesLeaving(ctx)
 	return n, err
 }
@@ -251,7 +255,7 @@ func (db *DB) NodeCount(ctx context.Context) (int, error) {
 // NodesLeaving is how many nodes the store holds and how many of them are
 // being removed, counted without reading them: an assign says how many
 // nodes a push composes.
-func (db *DB) NodesLeaving(ctx context.Context) (nodes, leaving int, err error) {
+func (db *nodes) NodesLeaving(ctx context.Context) (nodes, leaving int, err error) {
 	if err := db.sql.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(removing_at) FROM nodes`).Scan(&nodes, &leaving); err != nil {
 		return 0, 0, fmt.Errorf("count nodes: %w", err)
 	}
@@ -261,7 +265,7 @@ func (db *DB) NodesLeaving(ctx context.Context) (nodes, leaving int, err error) 
 // NodesNamed returns the nodes of names that exist, by name, in one read:
 // a name missing from the map is a node that does not exist; a read that
 // failed is an error.
-func (db *DB) NodesNamed(ctx context.Context, names []string) (map[string]Node, error) {
+func (db *nodes) NodesNamed(ctx context.Context, names []string) (map[string]Node, error) {
 	list, err := json.Marshal(names)
 	if err != nil {
 		return nil, fmt.Errorf("read %d nodes: %w", len(names), err)
@@ -286,7 +290,7 @@ func (db *DB) NodesNamed(ctx context.Context, names []string) (map[string]Node, 
 }
 
 // Nodes returns every node, by name.
-func (db *DB) Nodes(ctx context.Context) ([]Node, error) {
+func (db *nodes) Nodes(ctx context.Context) ([]Node, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("read nodes: %w", err)
@@ -304,4 +308,34 @@ func (db *DB) Nodes(ctx context.Context) ([]Node, error) {
 		return nil, fmt.Errorf("read nodes: %w", err)
 	}
 	return ns, nil
+}
+
+// BeginRemoval records that node name's removal began at the time given; a
+// removal already begun keeps its first time. A missing node wraps
+// ErrNotFound.
+func (db *nodes) BeginRemoval(ctx context.Context, name string, at time.Time) error {
+	return db.updateNode(ctx, name, "begin the removal of node %q: %w",
+		`UPDATE nodes SET removing_at = coalesce(removing_at, ?) WHERE name = ?`, formatTime(at), name)
+}
+
+// RemoveNode deletes node name, and with it (ON DELETE CASCADE) its
+// assignments, the last declaration sent to it and its last report. A
+// missing node wraps ErrNotFound.
+func (db *nodes) RemoveNode(ctx context.Context, name string) error {
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE name = ?`, name)
+		if err != nil {
+			return err
+		}
+		if k, err := res.RowsAffected(); err != nil {
+			return err
+		} else if k == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("remove node %q: %w", name, err)
+	}
+	return nil
 }

@@ -27,10 +27,13 @@ type Release struct {
 // Blob is the digest of the blob that holds the release's bytes.
 func (r Release) Blob() string { return "sha256:" + r.Digest }
 
+// releases are the published binaries of mesh.
+type releases struct{ *core }
+
 // PublishRelease records r, whose blob must be stored. A release of the
 // same digest already recorded is ErrExists, returned with the release as
 // it was recorded; nothing changes.
-func (db *DB) PublishRelease(ctx context.Context, r Release) (Release, error) {
+func (db *releases) PublishRelease(ctx context.Context, r Release) (Release, error) {
 	var kept Release
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		row := tx.QueryRowContext(ctx, `SELECT `+releaseColumns+` FROM releases WHERE digest = ?`, r.Digest)
@@ -84,7 +87,7 @@ func scanRelease(row interface{ Scan(...any) error }) (Release, error) {
 }
 
 // Release is the release of digest, or an error wrapping ErrNotFound.
-func (db *DB) Release(ctx context.Context, digest string) (Release, error) {
+func (db *releases) Release(ctx context.Context, digest string) (Release, error) {
 	r, err := scanRelease(db.sql.QueryRowContext(ctx, `SELECT `+releaseColumns+` FROM releases WHERE digest = ?`, digest))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Release{}, fmt.Errorf("read release %s: %w", digest, ErrNotFound)
@@ -97,7 +100,7 @@ func (db *DB) Release(ctx context.Context, digest string) (Release, error) {
 
 // Releases are the releases published after the one numbered after, in
 // the order they were, at most limit.
-func (db *DB) Releases(ctx context.Context, after int64, limit int) ([]Release, error) {
+func (db *releases) Releases(ctx context.Context, after int64, limit int) ([]Release, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT `+releaseColumns+` FROM releases WHERE id > ? ORDER BY id LIMIT ?`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read releases: %w", err)

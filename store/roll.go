@@ -37,10 +37,13 @@ type RollNode struct {
 // running or halted (or none).
 var ErrRollActive = errors.New("a roll is running or halted")
 
+// rolls are the rolls of a release across the mesh, and each node's binary.
+type rolls struct{ *core }
+
 // StartRoll records r (its nodes pending, running from r.Started) and
 // returns it numbered. A roll running or halted already is ErrRollActive,
 // returned with that roll; nothing changes.
-func (db *DB) StartRoll(ctx context.Context, r Roll) (Roll, error) {
+func (db *rolls) StartRoll(ctx context.Context, r Roll) (Roll, error) {
 	var active Roll
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		a, err := activeRoll(ctx, tx)
@@ -80,7 +83,7 @@ func (db *DB) StartRoll(ctx context.Context, r Roll) (Roll, error) {
 
 // ActiveRoll is the roll running or halted, or an error wrapping
 // ErrNotFound.
-func (db *DB) ActiveRoll(ctx context.Context) (Roll, error) {
+func (db *rolls) ActiveRoll(ctx context.Context) (Roll, error) {
 	// Read outside a transaction: the roll loop reads it four times a
 	// second, and a transaction here takes the store's write lock.
 	r, err := activeRoll(ctx, db.sql)
@@ -92,7 +95,7 @@ func (db *DB) ActiveRoll(ctx context.Context) (Roll, error) {
 
 // RollByID is the roll numbered id (0: the latest), or an error wrapping
 // ErrNotFound.
-func (db *DB) RollByID(ctx context.Context, id int64) (Roll, error) {
+func (db *rolls) RollByID(ctx context.Context, id int64) (Roll, error) {
 	q := `SELECT ` + rollColumns + ` FROM rolls WHERE id = ?`
 	args := []any{id}
 	if id == 0 {
@@ -108,7 +111,7 @@ func (db *DB) RollByID(ctx context.Context, id int64) (Roll, error) {
 // BeginRollStep marks the node at position of roll sending from at, and
 // records that its declarations carry the roll's release from now on: one
 // transaction, so a restart never finds the one without the other.
-func (db *DB) BeginRollStep(ctx context.Context, roll int64, position int, at time.Time) error {
+func (db *rolls) BeginRollStep(ctx context.Context, roll int64, position int, at time.Time) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		var node, digest, state string
 		if err := tx.QueryRowContext(ctx, `SELECT rn.node, r.digest, r.state FROM roll_nodes rn JOIN rolls r ON r.id = rn.roll WHERE rn.roll = ? AND rn.position = ?`,
@@ -137,7 +140,7 @@ func (db *DB) BeginRollStep(ctx context.Context, roll int64, position int, at ti
 
 // EndRollStep records the node at position of roll state (healthy, failed
 // or skipped) at, with cause. A failed node halts the roll with cause.
-func (db *DB) EndRollStep(ctx context.Context, roll int64, position int, state, cause string, at time.Time) error {
+func (db *rolls) EndRollStep(ctx context.Context, roll int64, position int, state, cause string, at time.Time) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE roll_nodes SET state = ?, cause = ?, ended_at = ? WHERE roll = ? AND position = ?`,
 			state, cause, formatTime(at), roll, position)
@@ -161,7 +164,7 @@ func (db *DB) EndRollStep(ctx context.Context, roll int64, position int, state, 
 }
 
 // FinishRoll records roll done at at, if it is running.
-func (db *DB) FinishRoll(ctx context.Context, roll int64, at time.Time) error {
+func (db *rolls) FinishRoll(ctx context.Context, roll int64, at time.Time) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE rolls SET state = ?, ended_at = ? WHERE id = ? AND state = ?`, spec.RollDone, formatTime(at), roll, spec.RollRunning)
 		return err
@@ -176,7 +179,7 @@ func (db *DB) FinishRoll(ctx context.Context, roll int64, at time.Time) error {
 // again, and those of them named in retry (whose launchers gave up on the
 // release) are asked to try it again: their binary's retry count goes up.
 // No roll halted is ErrRollActive wrapped with what there is.
-func (db *DB) ResumeRoll(ctx context.Context, retry []string) (Roll, error) {
+func (db *rolls) ResumeRoll(ctx context.Context, retry []string) (Roll, error) {
 	return db.changeActive(ctx, "resume", func(tx *sql.Tx, r Roll) error {
 		if r.State != spec.RollHalted {
 			return fmt.Errorf("roll %d is %s, not halted: %w", r.ID, r.State, ErrRollActive)
@@ -202,7 +205,7 @@ func (db *DB) ResumeRoll(ctx context.Context, retry []string) (Roll, error) {
 // stay pending, and are never sent; a node sent the release that did not
 // report it healthy (failed, or sending) carries again what it carried
 // before the roll, in the same write. Reverted names those nodes.
-func (db *DB) AbortRoll(ctx context.Context, at time.Time) (r Roll, reverted []string, err error) {
+func (db *rolls) AbortRoll(ctx context.Context, at time.Time) (r Roll, reverted []string, err error) {
 	r, err = db.changeActive(ctx, "abort", func(tx *sql.Tx, r Roll) error {
 		rows, err := tx.QueryContext(ctx, `SELECT node, previous FROM roll_nodes WHERE roll = ? AND kept = 1 AND state IN (?, ?) ORDER BY position`,
 			r.ID, spec.RollFailed, spec.RollSending)
@@ -247,7 +250,7 @@ func (db *DB) AbortRoll(ctx context.Context, at time.Time) (r Roll, reverted []s
 
 // changeActive changes the active roll by change, and returns it as it is
 // then. No active roll is an error wrapping ErrNotFound.
-func (db *DB) changeActive(ctx context.Context, what string, change func(*sql.Tx, Roll) error) (Roll, error) {
+func (db *rolls) changeActive(ctx context.Context, what string, change func(*sql.Tx, Roll) error) (Roll, error) {
 	var out Roll
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		r, err := activeRoll(ctx, tx)
@@ -267,7 +270,7 @@ func (db *DB) changeActive(ctx context.Context, what string, change func(*sql.Tx
 }
 
 // NodeBinaries are the releases the nodes' declarations carry, by node.
-func (db *DB) NodeBinaries(ctx context.Context) (map[string]Release, error) {
+func (db *rolls) NodeBinaries(ctx context.Context) (map[string]Release, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT nb.node, nb.retry, `+prefixed("r.", releaseColumns)+` FROM node_binaries nb JOIN releases r ON r.digest = nb.digest`)
 	if err != nil {
 		return nil, fmt.Errorf("read the nodes' binaries: %w", err)
@@ -382,7 +385,7 @@ func notFound(err error) error {
 
 // NodeBinary is the release node's declarations carry, or an error
 // wrapping ErrNotFound when they carry none.
-func (db *DB) NodeBinary(ctx context.Context, node string) (Release, error) {
+func (db *rolls) NodeBinary(ctx context.Context, node string) (Release, error) {
 	var retry int
 	r, err := scanRelease(prepend{[]any{&retry}, db.sql.QueryRowContext(ctx, `SELECT nb.retry, `+prefixed("r.", releaseColumns)+` FROM node_binaries nb JOIN releases r ON r.digest = nb.digest WHERE nb.node = ?`, node)})
 	if err != nil {

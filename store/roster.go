@@ -25,10 +25,13 @@ type Roster struct {
 // the one in force, the others are history for the operator.
 const rostersKept = 8
 
+// rosters are the rosters sent to the mesh.
+type rosters struct{ *core }
+
 // RecordRoster records r as the roster in force. A sequence not above the
 // last recorded is refused: sequences only go up. Rosters older than the
 // last rostersKept are dropped in the same transaction.
-func (db *DB) RecordRoster(ctx context.Context, r Roster) error {
+func (db *rosters) RecordRoster(ctx context.Context, r Roster) error {
 	if err := checkSeq(r.Seq); err != nil {
 		return fmt.Errorf("record roster: %w", err)
 	}
@@ -55,7 +58,7 @@ func (db *DB) RecordRoster(ctx context.Context, r Roster) error {
 
 // LastRosterSeq is the sequence of the roster recorded last, read without
 // its body; ErrNotFound when none was.
-func (db *DB) LastRosterSeq(ctx context.Context) (uint64, error) {
+func (db *rosters) LastRosterSeq(ctx context.Context) (uint64, error) {
 	var seq uint64
 	err := db.sql.QueryRowContext(ctx, `SELECT seq FROM rosters ORDER BY seq DESC LIMIT 1`).Scan(&seq)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -69,7 +72,7 @@ func (db *DB) LastRosterSeq(ctx context.Context) (uint64, error) {
 
 // LastRoster returns the roster in force, the last recorded, or an error
 // wrapping ErrNotFound if none was ever sent.
-func (db *DB) LastRoster(ctx context.Context) (Roster, error) {
+func (db *rosters) LastRoster(ctx context.Context) (Roster, error) {
 	var r Roster
 	var sent, expires string
 	err := db.sql.QueryRowContext(ctx, `SELECT seq, body, sig, content, sent_at, expires_at FROM rosters ORDER BY seq DESC LIMIT 1`).

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net/url"
 	"sort"
 	"strconv"
@@ -29,14 +30,56 @@ var ErrNotFound = errors.New("not found")
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// DB is the controller's store.
+// DB is the controller's store. Its methods are those of its concerns, each
+// a type in its own file sharing one database; DB itself keeps the
+// lifecycle: opening, migrating and closing.
 type DB struct {
+	*core
+	meshes
+	nodes
+	tokens
+	modules
+	declarations
+	reports
+	rosters
+	blobs
+	collector
+	certs
+	releases
+	rolls
+	auditLog
+}
+
+// core is what every concern shares: the database, and the queue of this
+// process's writes.
+type core struct {
 	sql *sql.DB
 	// writeMu queues this process's write transactions in Go. SQLite admits
 	// one writer at a time; left to its busy handler, concurrent writers
 	// sleep in growing steps (1, 2, 5, 10... ms) and a burst of reports
 	// during a push costs milliseconds each.
 	writeMu sync.Mutex
+}
+
+// newDB is the store over sqldb, every concern sharing it.
+func newDB(sqldb *sql.DB) *DB {
+	c := &core{sql: sqldb}
+	return &DB{
+		core:         c,
+		meshes:       meshes{c},
+		nodes:        nodes{c},
+		tokens:       tokens{c},
+		modules:      modules{c},
+		declarations: declarations{c},
+		reports:      reports{c},
+		rosters:      rosters{c},
+		blobs:        blobs{c},
+		collector:    collector{c},
+		certs:        certs{c},
+		releases:     releases{c},
+		rolls:        rolls{c},
+		auditLog:     auditLog{c},
+	}
 }
 
 // DefaultBusyTimeout is how long a write waits for another writer's lock
@@ -80,7 +123,7 @@ func OpenWith(ctx context.Context, path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	db := &DB{sql: sqldb}
+	db := newDB(sqldb)
 	if err := db.migrate(ctx); err != nil {
 		sqldb.Close()
 		return nil, fmt.Errorf("migrate store %s: %w", path, err)
@@ -203,10 +246,10 @@ func (db *DB) Migrations(ctx context.Context) ([]int, error) {
 	return vs, rows.Err()
 }
 
-func (db *DB) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	db.writeMu.Lock()
-	defer db.writeMu.Unlock()
-	tx, err := db.sql.BeginTx(ctx, nil)
+func (c *core) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	tx, err := c.sql.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -215,6 +258,15 @@ func (db *DB) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// checkSeq refuses a sequence SQLite cannot keep: its integers are signed
+// 64-bit, and the driver refuses a uint64 with the high bit set.
+func checkSeq(seq uint64) error {
+	if seq > math.MaxInt64 {
+		return fmt.Errorf("sequence %d is above 2^63-1, the largest the store keeps", seq)
+	}
+	return nil
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

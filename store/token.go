@@ -24,8 +24,11 @@ type Token struct {
 // between the caller's check and the write.
 var ErrTokenSpent = errors.New("token already used or revoked")
 
+// tokens are the enrolment tokens, and enrolment itself.
+type tokens struct{ *core }
+
 // AddToken records a new token.
-func (db *DB) AddToken(ctx context.Context, t Token) error {
+func (db *tokens) AddToken(ctx context.Context, t Token) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO tokens (id, node, enrol_nkey, created_at, expires_at) VALUES (?, ?, ?, ?, ?)`,
 			t.ID, t.Node, t.EnrolNKey, formatTime(t.Created), formatTime(t.Expires))
@@ -62,7 +65,7 @@ func scanToken(row interface{ Scan(...any) error }) (Token, error) {
 }
 
 // Token returns the token id, or an error wrapping ErrNotFound.
-func (db *DB) Token(ctx context.Context, id string) (Token, error) {
+func (db *tokens) Token(ctx context.Context, id string) (Token, error) {
 	t, err := scanToken(db.sql.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Token{}, fmt.Errorf("read token %s: %w", id, ErrNotFound)
@@ -74,7 +77,7 @@ func (db *DB) Token(ctx context.Context, id string) (Token, error) {
 }
 
 // Tokens returns every token, oldest first.
-func (db *DB) Tokens(ctx context.Context) ([]Token, error) {
+func (db *tokens) Tokens(ctx context.Context) ([]Token, error) {
 	return db.tokens(ctx, `SELECT `+tokenColumns+` FROM tokens ORDER BY created_at, id`)
 }
 
@@ -82,11 +85,11 @@ func (db *DB) Tokens(ctx context.Context) ([]Token, error) {
 // expired one among them is the caller's to judge, by its clock. A used
 // token stays in the store, so this is what the controller reads at every
 // token and join instead of every token ever made.
-func (db *DB) OpenTokens(ctx context.Context) ([]Token, error) {
+func (db *tokens) OpenTokens(ctx context.Context) ([]Token, error) {
 	return db.tokens(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE used_at IS NULL AND revoked_at IS NULL ORDER BY created_at, id`)
 }
 
-func (db *DB) tokens(ctx context.Context, query string) ([]Token, error) {
+func (db *tokens) tokens(ctx context.Context, query string) ([]Token, error) {
 	rows, err := db.sql.QueryContext(ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("read tokens: %w", err)
@@ -108,7 +111,7 @@ func (db *DB) tokens(ctx context.Context, query string) ([]Token, error) {
 
 // RevokeToken ends token id at the time given; a token already revoked keeps
 // its first revocation time. A missing token wraps ErrNotFound.
-func (db *DB) RevokeToken(ctx context.Context, id string, at time.Time) error {
+func (db *tokens) RevokeToken(ctx context.Context, id string, at time.Time) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?`, formatTime(at), id)
 		if err != nil {
@@ -129,7 +132,7 @@ func (db *DB) RevokeToken(ctx context.Context, id string, at time.Time) error {
 
 // Enrol spends token id and records node, in one transaction: either both
 // happen or neither. A token used or revoked meanwhile is ErrTokenSpent.
-func (db *DB) Enrol(ctx context.Context, id string, n Node) error {
+func (db *tokens) Enrol(ctx context.Context, id string, n Node) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE tokens SET used_at = ? WHERE id = ? AND used_at IS NULL AND revoked_at IS NULL`,
 			formatTime(n.Joined), id)
@@ -147,36 +150,6 @@ func (db *DB) Enrol(ctx context.Context, id string, n Node) error {
 	})
 	if err != nil {
 		return fmt.Errorf("enrol node %q with token %s: %w", n.Name, id, err)
-	}
-	return nil
-}
-
-// BeginRemoval records that node name's removal began at the time given; a
-// removal already begun keeps its first time. A missing node wraps
-// ErrNotFound.
-func (db *DB) BeginRemoval(ctx context.Context, name string, at time.Time) error {
-	return db.updateNode(ctx, name, "begin the removal of node %q: %w",
-		`UPDATE nodes SET removing_at = coalesce(removing_at, ?) WHERE name = ?`, formatTime(at), name)
-}
-
-// RemoveNode deletes node name, and with it (ON DELETE CASCADE) its
-// assignments, the last declaration sent to it and its last report. A
-// missing node wraps ErrNotFound.
-func (db *DB) RemoveNode(ctx context.Context, name string) error {
-	err := db.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE name = ?`, name)
-		if err != nil {
-			return err
-		}
-		if k, err := res.RowsAffected(); err != nil {
-			return err
-		} else if k == 0 {
-			return ErrNotFound
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("remove node %q: %w", name, err)
 	}
 	return nil
 }
