@@ -216,7 +216,7 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, h *held, reconcile boo
 	began := time.Now()
 	results, applied, writes := a.engine.Apply(ctx, decl.Resources, a.state.Applied)
 	took := time.Since(began)
-	told := a.noteStops(results, time.Now())
+	told := a.watch.noteStops(results, time.Now())
 	a.factsMoved(results)
 	if !slices.Equal(applied, a.state.Applied) {
 		a.recordUnsaved = true
