@@ -130,9 +130,9 @@ type Agent struct {
 	decode      func(data []byte, v any) error
 	writeState  func(dir string, st State) error
 	writeRoster func(dir string, raw, sig []byte) error
-	// unacked is the last report sent, until the controller answers it;
-	// nil once answered.
-	unacked *sentReport
+	// reports sends the reports and sends the last one again until the
+	// controller answers it.
+	reports *reporter
 	// lastFailures are the failures of the last apply, so a reconcile pass
 	// that fails the same way again says nothing new.
 	lastFailures string
@@ -201,6 +201,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
 		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState, writeRoster: WriteRoster}
+	a.reports = &reporter{node: st.Node, log: log, retry: cfg.ReportRetry, arm: a.arm}
 	a.watch = &engineWatch{docker: cfg.Docker, node: st.Node, subnet: cfg.Subnet, every: cfg.HeartbeatEvery, log: log, safely: a.safely, kicks: make(chan struct{}, 1)}
 	a.appliedSeq.Store(st.AppliedSeq)
 	if len(st.Declaration) > 0 {
@@ -469,7 +470,7 @@ func (a *Agent) loop(ctx context.Context, nc *nats.Conn, version string, removed
 			a.safely("preview", func() { a.handlePreview(ctx, nc, m) })
 			continue // a preview applies nothing
 		case m := <-in.acks:
-			a.acked(m)
+			a.reports.acked(m)
 			continue
 		case m := <-in.deliveries:
 			a.safely("delivery", func() { a.handleBatch(ctx, nc, []*nats.Msg{m}) })
