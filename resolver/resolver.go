@@ -189,36 +189,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 	}
 
-	ups := cfg.Upstreams
-	if len(ups) == 0 {
-		if cfg.ResolvConf == "" {
-			cfg.ResolvConf = DefaultResolvConf
-		}
-		rc, err := dns.ClientConfigFromFile(cfg.ResolvConf)
-		if err != nil {
-			return nil, fmt.Errorf("resolver upstreams: read %s: %w", cfg.ResolvConf, err)
-		}
-		for _, s := range rc.Servers {
-			ups = append(ups, net.JoinHostPort(s, rc.Port))
-		}
-		if len(ups) == 0 {
-			return nil, fmt.Errorf("resolver upstreams: no nameserver in %s (give upstreams explicitly)", cfg.ResolvConf)
-		}
+	if err := setUpstreams(&cfg, listen); err != nil {
+		return nil, err
 	}
-	upstreams := make([]string, 0, len(ups))
-	for _, u := range ups {
-		ap, err := parseUpstream(u)
-		if err != nil {
-			return nil, err
-		}
-		for _, l := range listen {
-			if asksItself(l, ap) {
-				return nil, fmt.Errorf("resolver upstream %s: is this resolver's own listen address (it would ask itself)", u)
-			}
-		}
-		upstreams = append(upstreams, ap.String())
-	}
-	cfg.Upstreams = upstreams
 
 	for _, p := range cfg.Allow {
 		if !p.IsValid() {
@@ -280,6 +253,43 @@ func normalPrefix(p netip.Prefix) netip.Prefix {
 		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 	}
 	return p.Masked()
+}
+
+// setUpstreams sets cfg.Upstreams to the upstreams it gives, as
+// addresses, or to the nameservers of ResolvConf when it gives none. None
+// may be one of the listen addresses: the resolver would ask itself.
+func setUpstreams(cfg *Config, listen []netip.AddrPort) error {
+	ups := cfg.Upstreams
+	if len(ups) == 0 {
+		if cfg.ResolvConf == "" {
+			cfg.ResolvConf = DefaultResolvConf
+		}
+		rc, err := dns.ClientConfigFromFile(cfg.ResolvConf)
+		if err != nil {
+			return fmt.Errorf("resolver upstreams: read %s: %w", cfg.ResolvConf, err)
+		}
+		for _, s := range rc.Servers {
+			ups = append(ups, net.JoinHostPort(s, rc.Port))
+		}
+		if len(ups) == 0 {
+			return fmt.Errorf("resolver upstreams: no nameserver in %s (give upstreams explicitly)", cfg.ResolvConf)
+		}
+	}
+	upstreams := make([]string, 0, len(ups))
+	for _, u := range ups {
+		ap, err := parseUpstream(u)
+		if err != nil {
+			return err
+		}
+		for _, l := range listen {
+			if asksItself(l, ap) {
+				return fmt.Errorf("resolver upstream %s: is this resolver's own listen address (it would ask itself)", u)
+			}
+		}
+		upstreams = append(upstreams, ap.String())
+	}
+	cfg.Upstreams = upstreams
+	return nil
 }
 
 // parseUpstream reads host:port, or an address alone for port 53.
