@@ -150,8 +150,10 @@ Examples:
 	}
 }
 
-// rollAction starts, resumes, aborts or shows a roll, and follows it.
-func rollAction(c *cli.Context) error {
+// rollArgs checks roll's flags and arguments (one mode at most; a digest
+// and the roll's own flags only when it begins one) and returns the nodes
+// --nodes names.
+func rollArgs(c *cli.Context) ([]string, error) {
 	var modes []string
 	for _, m := range []string{"resume", "abort", "show"} {
 		if c.Bool(m) {
@@ -159,34 +161,43 @@ func rollAction(c *cli.Context) error {
 		}
 	}
 	if len(modes) > 1 {
-		return usagef("%s: give one of them; nothing changed", strings.Join(modes, " and "))
+		return nil, usagef("%s: give one of them; nothing changed", strings.Join(modes, " and "))
 	}
 	var nodes []string
 	if s := c.String("nodes"); s != "" {
 		nodes = strings.Split(s, ",")
 		for _, n := range nodes {
 			if err := spec.CheckName("node", n); err != nil {
-				return usagef("--nodes: %v; nothing was rolled", err)
+				return nil, usagef("--nodes: %v; nothing was rolled", err)
 			}
 		}
 	}
 	if len(modes) == 1 {
 		if err := wantArgs(c, 0, "no arguments with "+modes[0]); err != nil {
-			return err
+			return nil, err
 		}
 		if nodes != nil || c.IsSet("healthy-within") {
-			return usagef("%s takes neither --nodes nor --healthy-within: they are the roll's, given when it began; nothing changed", modes[0])
+			return nil, usagef("%s takes neither --nodes nor --healthy-within: they are the roll's, given when it began; nothing changed", modes[0])
 		}
 	} else {
 		if err := wantArgs(c, 1, "one argument, the release's digest (mesh release list)"); err != nil {
-			return err
+			return nil, err
 		}
 		if err := spec.CheckReleaseDigest(c.Args().First()); err != nil {
-			return usagef("%v; nothing was rolled", err)
+			return nil, usagef("%v; nothing was rolled", err)
 		}
 		if w := c.Duration("healthy-within"); w < time.Second || w > spec.MaxHealthyWithin {
-			return usagef("--healthy-within %s is not between 1s and %s; nothing was rolled", w, spec.MaxHealthyWithin)
+			return nil, usagef("--healthy-within %s is not between 1s and %s; nothing was rolled", w, spec.MaxHealthyWithin)
 		}
+	}
+	return nodes, nil
+}
+
+// rollAction starts, resumes, aborts or shows a roll, and follows it.
+func rollAction(c *cli.Context) error {
+	nodes, err := rollArgs(c)
+	if err != nil {
+		return err
 	}
 	op, err := dialOperator(c)
 	if err != nil {

@@ -93,29 +93,15 @@ func (m *Mesh) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	busHost, _, _ := net.SplitHostPort(cfg.Addrs.Bus)
-	cert, err := auth.IssueServer(busNames(), busIPs(busHost), 365*24*time.Hour)
-	if err != nil {
-		return err
-	}
 	ctlKeys, err := mesh.NewKeys()
 	if err != nil {
 		return err
 	}
-	users, err := mesh.Users(ctx, db, ctlKeys, time.Now())
+	bus, err := m.newBus(ctx, db, auth, ctlKeys)
 	if err != nil {
 		return err
 	}
 	signKey, err := mesh.LoadSignKey(ctlDir)
-	if err != nil {
-		return err
-	}
-	bus, err := broker.New(broker.Config{
-		Listen:   cfg.Addrs.Bus,
-		StoreDir: filepath.Join(ctlDir, mesh.JSDir),
-		TLS:      &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-		Users:    users,
-	}, log.With("component", "bus"))
 	if err != nil {
 		return err
 	}
@@ -179,6 +165,28 @@ func (m *Mesh) Run(ctx context.Context) error {
 		runErr = fmt.Errorf("close store: %w", err)
 	}
 	return runErr
+}
+
+// newBus makes the bus, not started: its certificate issued by auth for
+// the bus's address, its users the store's nodes and the controller's
+// keys.
+func (m *Mesh) newBus(ctx context.Context, db *store.DB, auth *ca.Authority, ctlKeys mesh.Keys) (*broker.Server, error) {
+	cfg := m.cfg
+	busHost, _, _ := net.SplitHostPort(cfg.Addrs.Bus)
+	cert, err := auth.IssueServer(busNames(), busIPs(busHost), 365*24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	users, err := mesh.Users(ctx, db, ctlKeys, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return broker.New(broker.Config{
+		Listen:   cfg.Addrs.Bus,
+		StoreDir: filepath.Join(statedir.Controller(cfg.Dir), mesh.JSDir),
+		TLS:      &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		Users:    users,
+	}, m.log.With("component", "bus"))
 }
 
 // ownHost runs the host of a controller's machine. Its node cannot be

@@ -130,9 +130,9 @@ type Agent struct {
 	decode      func(data []byte, v any) error
 	writeState  func(dir string, st State) error
 	writeRoster func(dir string, raw, sig []byte) error
-	// unacked is the last report sent, until the controller answers it;
-	// nil once answered.
-	unacked *sentReport
+	// reports sends the reports and sends the last one again until the
+	// controller answers it.
+	reports *reporter
 	// lastFailures are the failures of the last apply, so a reconcile pass
 	// that fails the same way again says nothing new.
 	lastFailures string
@@ -147,15 +147,9 @@ type Agent struct {
 	// factsNow has the facts sent again at once: an apply installed or
 	// removed the mesh root in the trust store (trust_installed).
 	factsNow chan struct{}
-	// stops are what the engine's events said of the node's containers;
-	// kicks ask for a pass because of them, and recheck is the pass due
-	// when a container that keeps stopping may clear.
-	stops   stops
-	kicks   chan struct{}
-	recheck *time.Timer
-	// engineUp is whether the container engine answered when the facts
-	// were last gathered.
-	engineUp atomic.Bool
+	// watch follows the container engine: whether it answers, what its
+	// events say of the node's containers.
+	watch *engineWatch
 	// root is the mesh's root the host pinned, read and checked against
 	// its pin when Run starts; chain is the CA chain the host holds
 	// (state.CAChain, checked against root), the one that signs first:
@@ -205,8 +199,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 29 {
 		return nil, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", cfg.Subnet)
 	}
-	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), kicks: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
+	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
 		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState, writeRoster: WriteRoster}
+	a.reports = &reporter{node: st.Node, log: log, retry: cfg.ReportRetry, arm: a.arm}
+	a.watch = &engineWatch{docker: cfg.Docker, node: st.Node, subnet: cfg.Subnet, every: cfg.HeartbeatEvery, log: log, safely: a.safely, kicks: make(chan struct{}, 1)}
 	a.appliedSeq.Store(st.AppliedSeq)
 	if len(st.Declaration) > 0 {
 		var decl spec.Declaration
@@ -433,13 +429,13 @@ func (a *Agent) loop(ctx context.Context, nc *nats.Conn, version string, removed
 	// heartbeat or delivery; when it starts or stops answering, the facts
 	// are sent again at once.
 	engineFlips := make(chan struct{}, 1)
-	go a.safely("engine watch", func() { a.watchEngine(ctx, engineFlips) })
+	go a.safely("engine watch", func() { a.watch.watch(ctx, engineFlips) })
 	if up, err := a.start(ctx, nc, version, removed); !up {
 		return err
 	}
 	// A container that stops is started again and reported within
 	// seconds, not at the next reconcile.
-	eventPasses := a.followContainers(ctx)
+	eventPasses := a.watch.followContainers(ctx)
 	// What was kept is held again at start: an apply cut short converges.
 	a.safely("reconcile", func() { a.reconcile(ctx, nc) })
 	if err := a.standAside(nc, version); err != nil {
@@ -474,7 +470,7 @@ func (a *Agent) loop(ctx context.Context, nc *nats.Conn, version string, removed
 			a.safely("preview", func() { a.handlePreview(ctx, nc, m) })
 			continue // a preview applies nothing
 		case m := <-in.acks:
-			a.acked(m)
+			a.reports.acked(m)
 			continue
 		case m := <-in.deliveries:
 			a.safely("delivery", func() { a.handleBatch(ctx, nc, []*nats.Msg{m}) })
@@ -532,7 +528,7 @@ func (a *Agent) sendFacts(ctx context.Context, nc *nats.Conn) {
 	defer a.catch("facts")
 	f := GatherFacts()
 	f.Node, f.Time = a.state.Node, time.Now().UTC()
-	a.engineFacts(ctx, &f)
+	a.watch.facts(ctx, &f)
 	f.TrustInstalled = TrustInstalled(a.cfg.Root, a.state.CARoot)
 	if a.held != nil {
 		f.Certificates = CertificatesHeld(a.cfg.Root, a.held.decl.Resources)
@@ -570,55 +566,6 @@ func (a *Agent) beatIfApplied(what string, f func()) {
 	a.safely(what, f)
 	if a.appliedSeq.Load() != applied {
 		a.nudgeHeartbeat()
-	}
-}
-
-// engineFacts adds the host's capabilities to f: binaries always (it holds
-// the binary kind), containers only while the engine answers.
-func (a *Agent) engineFacts(ctx context.Context, f *spec.Facts) {
-	f.Capabilities = []string{spec.CapBinaries}
-	if a.cfg.Docker == nil {
-		return
-	}
-	v, err := a.cfg.Docker.Version(ctx)
-	a.engineUp.Store(err == nil)
-	if err != nil {
-		f.Errors = append(f.Errors, "container engine: "+err.Error())
-		return
-	}
-	f.Capabilities = append(f.Capabilities, spec.CapContainers)
-	f.Engine, f.Subnet = v, a.cfg.Subnet.Masked().String()
-}
-
-// watchEngine checks the container engine at the heartbeat's pace and
-// signals flips while it answers otherwise than the facts last sent say
-// (compared with those, not with its own first look, so that an engine
-// stopping between the facts and that look is not missed), until ctx ends.
-func (a *Agent) watchEngine(ctx context.Context, flips chan<- struct{}) {
-	if a.cfg.Docker == nil {
-		return
-	}
-	answers := func() bool { return a.cfg.Docker.Ping(ctx) == nil }
-	up := a.engineUp.Load()
-	tick := time.NewTicker(a.cfg.HeartbeatEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		now := answers()
-		if ctx.Err() != nil {
-			return
-		}
-		if now != up {
-			up = now
-			a.log.Info("container engine "+map[bool]string{true: "answers", false: "stopped answering"}[up], "engine", a.cfg.Docker.Endpoint())
-		}
-		if now != a.engineUp.Load() {
-			nudge(flips)
-		}
 	}
 }
 

@@ -31,7 +31,7 @@ func (a *Agent) arm(d time.Duration) {
 // not be kept. What is not due yet arms the timer again.
 func (a *Agent) retryNow(ctx context.Context, nc *nats.Conn) {
 	a.retryAt = time.Time{}
-	a.resendReport(nc, false)
+	a.reports.resend(nc, false)
 	a.askDueNow(ctx, nc)
 	a.handleWaiting(ctx, nc)
 	if a.refetch {
@@ -55,7 +55,7 @@ func (a *Agent) catchUpNow(ctx context.Context, nc *nats.Conn) {
 		a.handleWaiting(ctx, nc)
 	}
 	a.checkDeclaration(ctx, nc)
-	a.resendReport(nc, true)
+	a.reports.resend(nc, true)
 }
 
 // checkDeclaration asks the controller for the node's last declaration,

@@ -76,11 +76,11 @@ func TestEngineWatchedByPing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	a := &Agent{cfg: Config{Docker: d, HeartbeatEvery: 20 * time.Millisecond}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	a.engineUp.Store(true)
+	w := &engineWatch{docker: d, every: 20 * time.Millisecond, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w.up.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); a.watchEngine(ctx, make(chan struct{}, 1)) }()
+	go func() { defer close(done); w.watch(ctx, make(chan struct{}, 1)) }()
 	poll.Until(t, 10*time.Second, "five checks of the engine", func() (bool, string) {
 		n := engine.count("/_ping")
 		return n >= 5, strings.Repeat("ping ", n)

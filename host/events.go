@@ -31,25 +31,25 @@ const eventSettle = 250 * time.Millisecond
 // a second, at the cost of one version call a second while it is away.
 const eventRetry = time.Second
 
-// followEngine follows the engine's events of the node's containers until
+// follow follows the engine's events of the node's containers until
 // ctx ends. A container that dies without the host stopping it is recorded
 // and asks for a pass (kick); so does a container removed by hand, and the
 // stream coming back after it was lost (the engine restarted: what happened
 // meanwhile is unknown). While the engine does not answer, it tries again
 // every eventRetry.
-func (a *Agent) followEngine(ctx context.Context, kick chan<- struct{}) {
-	d := a.cfg.Docker
+func (w *engineWatch) follow(ctx context.Context, kick chan<- struct{}) {
+	d := w.docker
 	if d == nil {
 		return
 	}
 	lost := false
 	for ctx.Err() == nil {
-		opened, err := a.followStream(ctx, kick, lost)
+		opened, err := w.followStream(ctx, kick, lost)
 		if ctx.Err() != nil {
 			return
 		}
 		if opened || !lost {
-			a.log.Warn("container events not followed; trying again every "+eventRetry.String(), "engine", d.Endpoint(), "err", err)
+			w.log.Warn("container events not followed; trying again every "+eventRetry.String(), "engine", d.Endpoint(), "err", err)
 		}
 		lost = true
 		select {
@@ -64,8 +64,8 @@ func (a *Agent) followEngine(ctx context.Context, kick chan<- struct{}) {
 // it was open (it stood for eventSettle, or brought an event) and why it
 // ended. again is set when an earlier stream was lost: once this one is
 // open, a pass is asked for.
-func (a *Agent) followStream(ctx context.Context, kick chan<- struct{}, again bool) (bool, error) {
-	d := a.cfg.Docker
+func (w *engineWatch) followStream(ctx context.Context, kick chan<- struct{}, again bool) (bool, error) {
+	d := w.docker
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := d.Ping(ctx); err != nil {
@@ -73,7 +73,7 @@ func (a *Agent) followStream(ctx context.Context, kick chan<- struct{}, again bo
 	}
 	res := d.cli.Events(ctx, client.EventsListOptions{Filters: make(client.Filters).
 		Add("type", string(events.ContainerEventType)).
-		Add("label", spec.LabelNode+"="+a.state.Node).
+		Add("label", spec.LabelNode+"="+w.node).
 		Add("event", string(events.ActionDie), string(events.ActionOOM), string(events.ActionDestroy))})
 	opened := false
 	standing := time.After(eventSettle)
@@ -82,12 +82,12 @@ func (a *Agent) followStream(ctx context.Context, kick chan<- struct{}, again bo
 		case <-standing:
 			opened, standing = true, nil
 			if again {
-				a.log.Info("following container events again", "engine", d.Endpoint())
+				w.log.Info("following container events again", "engine", d.Endpoint())
 				nudge(kick)
 			}
 		case m := <-res.Messages:
 			opened = true
-			a.safely("container event", func() { a.onEngineEvent(m, kick) })
+			w.safely("container event", func() { w.onEvent(m, kick) })
 		case err := <-res.Err:
 			if err == nil || errors.Is(err, io.EOF) {
 				err = errors.New("the engine closed the event stream")
@@ -97,29 +97,29 @@ func (a *Agent) followStream(ctx context.Context, kick chan<- struct{}, again bo
 	}
 }
 
-// onEngineEvent records what one event says of the node's containers. A
+// onEvent records what one event says of the node's containers. A
 // die or destroy of a container the host itself stopped (to replace or
 // remove it) is no news.
-func (a *Agent) onEngineEvent(m events.Message, kick chan<- struct{}) {
+func (w *engineWatch) onEvent(m events.Message, kick chan<- struct{}) {
 	attrs := m.Actor.Attributes
-	if attrs[spec.LabelNode] != a.state.Node || a.cfg.Docker.stoppedByHost(m.Actor.ID) {
+	if attrs[spec.LabelNode] != w.node || w.docker.stoppedByHost(m.Actor.ID) {
 		return
 	}
 	switch m.Action {
 	case events.ActionOOM:
-		a.stops.markOOM(m.Actor.ID)
+		w.stops.markOOM(m.Actor.ID)
 		return
 	case events.ActionDie:
 		at := time.Unix(0, m.TimeNano)
 		if m.TimeNano == 0 {
 			at = time.Now()
 		}
-		st := stop{at: at, container: attrs["name"], exitCode: attrs["exitCode"], oom: a.stops.takeOOM(m.Actor.ID)}
-		a.cfg.Docker.died(st.container)
-		a.stops.record(attrs[spec.LabelResource], st)
-		a.log.Info("container stopped", "container", st.container, "exit_code", st.exitCode, "oom", st.oom)
+		st := stop{at: at, container: attrs["name"], exitCode: attrs["exitCode"], oom: w.stops.takeOOM(m.Actor.ID)}
+		w.docker.died(st.container)
+		w.stops.record(attrs[spec.LabelResource], st)
+		w.log.Info("container stopped", "container", st.container, "exit_code", st.exitCode, "oom", st.oom)
 	case events.ActionDestroy:
-		a.log.Info("container removed", "container", attrs["name"])
+		w.log.Info("container removed", "container", attrs["name"])
 	default:
 		return
 	}
@@ -217,9 +217,9 @@ func (d *Docker) diedRecently(name string) bool { return d != nil && d.deaths.ha
 
 // followContainers starts following the engine's events of the node's
 // containers, and returns the passes they ask for, paced.
-func (a *Agent) followContainers(ctx context.Context) <-chan struct{} {
+func (w *engineWatch) followContainers(ctx context.Context) <-chan struct{} {
 	passes := make(chan struct{})
-	go a.safely("event pacing", func() { pace(ctx, a.kicks, passes, eventSettle, eventPassEvery) })
-	go a.safely("container events", func() { a.followEngine(ctx, a.kicks) })
+	go w.safely("event pacing", func() { pace(ctx, w.kicks, passes, eventSettle, eventPassEvery) })
+	go w.safely("container events", func() { w.follow(ctx, w.kicks) })
 	return passes
 }

@@ -62,12 +62,12 @@ func (a *Agent) refuseProtocol(ctx context.Context, nc *nats.Conn, d delivery) {
 	r := spec.Report{Seq: d.decl.Seq, Digest: spec.ContentDigest(d.raw), Refused: d.reason}
 	key, err := a.signKey()
 	if err != nil {
-		a.report(nc, r)
+		a.reports.send(nc, r)
 		return
 	}
 	bin, ok := upgradeOf(d.raw, a.kept(key), time.Now())
 	if !ok {
-		a.report(nc, r)
+		a.reports.send(nc, r)
 		return
 	}
 	isBinary := func(p Applied) bool { return p.Kind == spec.KindBinary }
@@ -84,5 +84,5 @@ func (a *Agent) refuseProtocol(ctx context.Context, nc *nats.Conn, d delivery) {
 	}
 	a.log.Info("binary applied from a declaration of another protocol", "seq", d.decl.Seq, "results", fmt.Sprint(results))
 	r.Results = results
-	a.report(nc, r)
+	a.reports.send(nc, r)
 }

@@ -120,7 +120,7 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 				}
 				a.waitSaid = d.decl.Seq
 				a.log.Warn("declaration waits for the roster it names", "seq", d.decl.Seq, "roster_seq", d.decl.RosterRef.Seq)
-				a.report(nc, spec.Report{Seq: d.decl.Seq, Digest: spec.ContentDigest(d.raw),
+				a.reports.send(nc, spec.Report{Seq: d.decl.Seq, Digest: spec.ContentDigest(d.raw),
 					Waiting: fmt.Sprintf("it names roster %d, which this host has not got: it asked the controller for it and applies the declaration when it arrives", d.decl.RosterRef.Seq)})
 				continue
 			}
@@ -132,7 +132,7 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 				a.refuseProtocol(ctx, nc, d)
 				continue
 			}
-			a.report(nc, spec.Report{Seq: d.decl.Seq, Digest: spec.ContentDigest(d.raw), Refused: d.reason})
+			a.reports.send(nc, spec.Report{Seq: d.decl.Seq, Digest: spec.ContentDigest(d.raw), Refused: d.reason})
 		case duplicate:
 			a.log.Debug("declaration delivered again", "seq", d.decl.Seq)
 		case accept:
@@ -216,7 +216,7 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, h *held, reconcile boo
 	began := time.Now()
 	results, applied, writes := a.engine.Apply(ctx, decl.Resources, a.state.Applied)
 	took := time.Since(began)
-	told := a.noteStops(results, time.Now())
+	told := a.watch.noteStops(results, time.Now())
 	a.factsMoved(results)
 	if !slices.Equal(applied, a.state.Applied) {
 		a.recordUnsaved = true
@@ -260,7 +260,7 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, h *held, reconcile boo
 	if quiet {
 		// The first pass of a run: reported, so the controller's view is
 		// fresh, but with nothing new to log.
-		a.report(nc, spec.Report{Seq: decl.Seq, Digest: h.digest, Reconcile: true, ApplyMicros: took.Microseconds(), Results: results})
+		a.reports.send(nc, spec.Report{Seq: decl.Seq, Digest: h.digest, Reconcile: true, ApplyMicros: took.Microseconds(), Results: results})
 		return
 	}
 	for _, r := range results {
@@ -274,7 +274,7 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, h *held, reconcile boo
 	a.log.Info("declaration applied", "seq", decl.Seq, "reconcile", reconcile, "created", counts[spec.Created],
 		"changed", counts[spec.Changed], "removed", counts[spec.Removed], "failed", counts[spec.Failed],
 		"unchanged", counts[spec.Unchanged], "writes", writes)
-	a.report(nc, spec.Report{Seq: decl.Seq, Digest: h.digest, Reconcile: reconcile, Writes: writes, ApplyMicros: took.Microseconds(), Results: results})
+	a.reports.send(nc, spec.Report{Seq: decl.Seq, Digest: h.digest, Reconcile: reconcile, Writes: writes, ApplyMicros: took.Microseconds(), Results: results})
 }
 
 // saveApplied writes the applied sequence and record if state.json does not
@@ -303,7 +303,7 @@ func (a *Agent) handlePreview(ctx context.Context, nc *nats.Conn, m *nats.Msg) {
 		r.Results = a.engine.Preview(ctx, decl.Resources, a.state.Applied)
 	}
 	a.log.Debug("preview answered", "seq", decl.Seq, "refused", reason)
-	a.report(nc, r)
+	a.reports.send(nc, r)
 }
 
 // rosterRetry is how long a declaration that waits for its roster waits

@@ -88,15 +88,15 @@ func (s *stops) prune(now time.Time) {
 // whoever starts it again, and a pass is due when the oldest of those
 // stops leaves the window. One that stopped once and runs again says how it
 // had stopped, unless the result already says it.
-func (a *Agent) noteStops(results []spec.ResourceResult, now time.Time) bool {
-	a.stops.mu.Lock()
-	defer a.stops.mu.Unlock()
-	a.stops.prune(now)
+func (w *engineWatch) noteStops(results []spec.ResourceResult, now time.Time) bool {
+	w.stops.mu.Lock()
+	defer w.stops.mu.Unlock()
+	w.stops.prune(now)
 	told := false
 	var recheck time.Time
 	for i := range results {
 		r := &results[i]
-		list := a.stops.byName[r.Name]
+		list := w.stops.byName[r.Name]
 		if r.Kind != spec.KindContainer || r.Outcome == spec.Removed || len(list) == 0 {
 			continue
 		}
@@ -113,7 +113,7 @@ func (a *Agent) noteStops(results []spec.ResourceResult, now time.Time) bool {
 			}
 			continue
 		}
-		if !a.stops.fresh[r.Name] {
+		if !w.stops.fresh[r.Name] {
 			continue
 		}
 		told = true
@@ -125,9 +125,9 @@ func (a *Agent) noteStops(results []spec.ResourceResult, now time.Time) bool {
 			r.Note += ", and was running again (started by the engine's restart policy, or by hand)"
 		}
 	}
-	a.stops.fresh = map[string]bool{}
+	w.stops.fresh = map[string]bool{}
 	if !recheck.IsZero() {
-		a.recheckAt(recheck.Sub(now))
+		w.recheckAt(recheck.Sub(now))
 	}
 	return told
 }
@@ -147,10 +147,10 @@ func how(st stop) string {
 // recheckAt has a pass made after d, when a container that keeps stopping
 // may have stopped fewer times within the window: its failure then clears
 // without waiting for the periodic reconcile.
-func (a *Agent) recheckAt(d time.Duration) {
-	if a.recheck != nil {
-		a.recheck.Stop()
+func (w *engineWatch) recheckAt(d time.Duration) {
+	if w.recheck != nil {
+		w.recheck.Stop()
 	}
-	kick := a.kicks
-	a.recheck = time.AfterFunc(d, func() { nudge(kick) })
+	kick := w.kicks
+	w.recheck = time.AfterFunc(d, func() { nudge(kick) })
 }

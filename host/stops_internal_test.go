@@ -60,23 +60,23 @@ func TestNoteStops(t *testing.T) {
 			want:   spec.ResourceResult{Name: web, Kind: spec.KindContainer, Outcome: spec.Removed}},
 	}
 	for _, tt := range tests {
-		a := &Agent{kicks: make(chan struct{}, 1)}
+		w := &engineWatch{kicks: make(chan struct{}, 1)}
 		for _, st := range tt.stops {
-			a.stops.record(web, st)
+			w.stops.record(web, st)
 		}
 		// Recorded stops are pruned as of the newest one; the oldest of
 		// these may already be gone, as it would be.
 		if tt.told {
-			a.stops.fresh = map[string]bool{}
+			w.stops.fresh = map[string]bool{}
 		}
 		results := []spec.ResourceResult{tt.result}
-		told := a.noteStops(results, now)
-		if results[0] != tt.want || told != tt.wantTold || (a.recheck != nil) != tt.wantCheck {
+		told := w.noteStops(results, now)
+		if results[0] != tt.want || told != tt.wantTold || (w.recheck != nil) != tt.wantCheck {
 			t.Errorf("%s:\n got %+v, told %v, recheck %v\nwant %+v, told %v, recheck %v",
-				tt.name, results[0], told, a.recheck != nil, tt.want, tt.wantTold, tt.wantCheck)
+				tt.name, results[0], told, w.recheck != nil, tt.want, tt.wantTold, tt.wantCheck)
 		}
-		if a.recheck != nil {
-			a.recheck.Stop()
+		if w.recheck != nil {
+			w.recheck.Stop()
 		}
 	}
 }

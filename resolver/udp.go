@@ -147,20 +147,8 @@ func (s *Server) fastAnswer(pkt []byte, from netip.Addr, out []byte) (resp []byt
 	var elapsed uint32
 	sec := s.local(lname, qtype)
 	if sec == nil {
-		var kstack [256 + 5]byte
-		key := append(kstack[:0], lname...)
-		key = binary.BigEndian.AppendUint16(key, qtype)
-		key = binary.BigEndian.AppendUint16(key, dns.ClassINET)
-		var f byte
-		if do {
-			f |= 1
-		}
-		if cd {
-			f |= 2
-		}
-		key = append(key, f)
 		var ok bool
-		if sec, elapsed, ok = s.fwd.cache.get(key, time.Now()); !ok {
+		if sec, elapsed, ok = s.cached(lname, qtype, do, cd); !ok {
 			return nil, false
 		}
 	}
@@ -180,6 +168,25 @@ func (s *Server) fastAnswer(pkt []byte, from netip.Addr, out []byte) (resp []byt
 	binary.BigEndian.PutUint16(out[4:], 1)
 	copy(out[headerLen:], pkt[headerLen:qend])
 	return finish(out, qend, sec.rcode, sec, elapsed, edns, do), true
+}
+
+// cached is the answer the cache holds for lname (lower case,
+// presentation form), qtype and the DO and CD bits, with the seconds
+// since it was stored; the key is built on the stack.
+func (s *Server) cached(lname []byte, qtype uint16, do, cd bool) (*sections, uint32, bool) {
+	var kstack [256 + 5]byte
+	key := append(kstack[:0], lname...)
+	key = binary.BigEndian.AppendUint16(key, qtype)
+	key = binary.BigEndian.AppendUint16(key, dns.ClassINET)
+	var f byte
+	if do {
+		f |= 1
+	}
+	if cd {
+		f |= 2
+	}
+	key = append(key, f)
+	return s.fwd.cache.get(key, time.Now())
 }
 
 // udpWriter is ServeDNS's writer for a packet read by serveUDP.
