@@ -94,8 +94,8 @@ func Call[Req, Res any](o *Operator, v spec.Verb[Req, Res], req Req) (Res, error
 }
 
 // CallWithin is Call, waiting for the answer as long as wait rather than
-// the verb's own timeout: the fleet benchmark's first push to 10,000
-// hosts.
+// the verb's own timeout: a push to a fleet of thousands answers once
+// every node was sent its declaration.
 func CallWithin[Req, Res any](o *Operator, v spec.Verb[Req, Res], req Req, wait time.Duration) (Res, error) {
 	var res Res
 	err := o.request(v.Name, req, &res, wait)

@@ -30,7 +30,7 @@ func heard(n spec.Node) string {
 }
 
 // every is how often a node said it sends a heartbeat, or "-" if it did
-// not say (never heard, or a host older than the heartbeat's interval).
+// not say (never heard, or a heartbeat without its interval).
 func every(ms int64) string {
 	if ms <= 0 {
 		return "-"
@@ -43,7 +43,7 @@ func every(ms int64) string {
 func heartbeatRow(n spec.Node) string {
 	silent := (time.Duration(n.SilentAfterMS) * time.Millisecond).String()
 	if n.HeartbeatMS <= 0 {
-		return "not said (a host older than the heartbeat's interval); silent after " + silent + " unheard"
+		return "not said; silent after " + silent + " unheard"
 	}
 	return "every " + every(n.HeartbeatMS) + "; silent after " + silent + " unheard (two missed)"
 }

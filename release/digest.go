@@ -20,8 +20,8 @@ import (
 // change times, so a file written or replaced since is hashed again (its
 // change time moves with any write, and no caller can set it back). A
 // mesh process asks for its own digest at several starts (the CLI, the
-// controller, the host), and hashing 45 MB took a third of a genesis's
-// start-up CPU.
+// controller, the host), and hashing the whole binary is most of a
+// start's CPU.
 func Digest(path string) (string, error) {
 	f, path, err := openExecutable(path)
 	if err != nil {

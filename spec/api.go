@@ -13,7 +13,7 @@ type Reply struct {
 	Error string `json:"error,omitempty"`
 	// Kind says whose the error is (ReplyCaller, ReplyNotFound,
 	// ReplyRefused); it is left out for ReplyFailed, so a reply without it
-	// (from a controller older than kinds) is the controller's failure.
+	// is the controller's failure.
 	Kind   string          `json:"kind,omitempty"`
 	Result json.RawMessage `json:"result,omitempty"`
 }

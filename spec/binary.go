@@ -17,8 +17,8 @@ func init() {
 }
 
 // CapBinaries is the capability a host reports when it holds binary
-// resources: a host older than the kind would refuse a whole declaration
-// that carries one, so it is never sent one.
+// resources; a node that does not report it is never sent one (it would
+// refuse the whole declaration for an unknown kind).
 const CapBinaries = "binaries"
 
 // BinaryDelivery is what a node needs to be sent a binary.

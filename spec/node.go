@@ -87,7 +87,7 @@ type Node struct {
 	ProtocolKnown bool   `json:"protocol_known"`
 	AppliedSeq    uint64 `json:"applied_seq"`
 	// RosterSeq is the roster message the host said it holds; zero until
-	// it says (a host older than roster messages never does).
+	// it says.
 	RosterSeq uint64 `json:"roster_seq,omitempty"`
 	// SentSeq is the sequence of the last declaration sent to the node.
 	SentSeq uint64 `json:"sent_seq"`

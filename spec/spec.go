@@ -50,11 +50,11 @@ func PeekProtocol(raw []byte) int {
 }
 
 // Decode reads exactly one JSON value into v and refuses unknown fields and
-// trailing data: a field one side sends and the other ignores is how the seeds
-// lost one.
+// trailing data: a field one side sends and the other ignores is lost
+// without a word, so it is refused instead.
 func Decode(data []byte, v any) error {
 	if d, ok := v.(*Declaration); ok {
-		return decodeDeclaration(data, d) // in one pass, as it was before kinds were registered
+		return decodeDeclaration(data, d) // in one pass
 	}
 	return decode(data, v)
 }

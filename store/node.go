@@ -26,7 +26,7 @@ type Node struct {
 	HeldReason  string
 	Removing    time.Time // zero unless its removal began and has not finished
 	// Heartbeat is how often the node said it sends a heartbeat; zero if
-	// its heartbeats do not say (a host older than the field).
+	// its heartbeats do not say.
 	Heartbeat time.Duration
 	// Fallbacks are the versions its launcher gave up on, as its last
 	// heartbeat reported them.
