@@ -326,9 +326,9 @@ func (a *Agent) dial(root *x509.Certificate) (*nats.Conn, error) {
 		nats.RetryOnFailedConnect(true),
 		// A write to the bus that timed out leaves the connection's
 		// writer failed for good: every later heartbeat and report fails
-		// the same way until the server notices, minutes later (at 9,999
-		// hosts, one stayed silent past a push's end). A new connection
-		// at once, and the catch-up sends the last report again.
+		// the same way until the server notices, minutes later, and the
+		// host is silent meanwhile. A new connection at once, and the
+		// catch-up sends the last report again.
 		nats.ReconnectOnFlusherError(),
 		nats.IgnoreAuthErrorAbort(), // watchRemoval decides (removed.go)
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {

@@ -37,7 +37,7 @@ type binaryApplier struct {
 
 // verifiedBinaries remembers the binaries whose bytes were hashed and
 // matched, by what stat says of them, so a reconcile pass does not hash
-// 30 MiB again while the file is the one it hashed.
+// the whole binary again while the file is the one it hashed.
 type verifiedBinaries struct {
 	mu sync.Mutex
 	by map[string]binaryStat

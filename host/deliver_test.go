@@ -403,8 +403,8 @@ func TestKeptSequenceSurvivesRestart(t *testing.T) {
 // TestStopMidApplyReportsNoFailure: a host stopped while an apply waits (on
 // a blob nobody serves) reports nothing: its resources did not fail, the
 // host stopped; its next start applies the declaration again and reports.
-// The trial run's status kept "context canceled" failures after such a
-// stop.
+// A stop taken for a failure would leave "context canceled" failures in
+// mesh status.
 func TestStopMidApplyReportsNoFailure(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)

@@ -336,8 +336,8 @@ func (a *Agent) names() (roster spec.Roster, source string, ok bool) {
 // serveNames hands the roster held (names) to the resolver, whole, unless
 // the resolver was last handed these same names: a declaration that
 // names the roster held changes no name, and building the zone is work
-// in the size of the fleet (at 10,000 nodes, a push to every host would
-// build 10,000 zones of 10,000 names for nothing).
+// in the size of the fleet (a push to every host would otherwise cost the
+// fleet O(N²) for nothing).
 func (a *Agent) serveNames() {
 	if a.cfg.Names == nil {
 		return

@@ -13,8 +13,8 @@ import (
 // reconnectFirst up to reconnectCap. A controller restarted finds its
 // fleet's reconnects spread over the window they reached while it was
 // down (some 4 to 16 s after a restart of a few seconds), not all within
-// the same second: at 10,000 hosts the herd cut TLS handshakes short
-// (nats.go's own wait is 1 s plus at most 1 s).
+// the same second, where a large herd cuts TLS handshakes short (nats.go's
+// own wait is 1 s plus at most 1 s).
 const (
 	reconnectFloor = 250 * time.Millisecond
 	reconnectFirst = time.Second
@@ -44,10 +44,10 @@ func reconnectWait(round int) time.Duration { return reconnectDelay(round, rand.
 // closes the socket it dialed before each new one. nats.go (v1.55.0)
 // leaves a reconnect's socket open when the handshake on it fails
 // (doReconnect goes on to the next try without closing it) until the
-// collector finalizes it. After a controller restart with 10,000 hosts
-// reconnecting, handshakes time out by the thousand: the simulated
-// hosts' process passed its 20,000 open files, and a real host holds a
-// socket for each failed try. A connection nats.go replaces is dead
+// collector finalizes it. When a fleet reconnects to a restarted
+// controller, handshakes time out by the thousand, and each failed try
+// would hold its socket: the simulated hosts of one process run out of
+// open files, and a real host holds one a try. A connection nats.go replaces is dead
 // whichever way it went, so closing it again is harmless.
 type busDialer struct {
 	d    net.Dialer

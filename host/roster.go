@@ -383,8 +383,9 @@ const maxAskBackoff = 2 * time.Minute
 // ask that did not bring it: within a window twice the last (at least the
 // delta's, at least rosterRetry, at most maxAskBackoff) from now, so a
 // fleet whose asks the controller could not answer in time spreads the
-// next ones wider instead of asking together again (at 10,000 hosts and a
-// 400 KB roster, asks every 5 s kept every answer from arriving in time).
+// next ones wider instead of asking together again: asks at a fixed
+// interval from a large fleet can keep every answer from arriving in
+// time.
 func (a *Agent) askAgain() {
 	a.askBackoff = min(max(2*a.askBackoff, a.askWindow, rosterRetry), maxAskBackoff)
 	a.askAt = time.Time{}

@@ -7,10 +7,10 @@ import (
 )
 
 // RosterPool shares the rosters that the hosts of one process hold, one
-// copy for each content digest. Ten thousand simulated hosts in the fleet
-// benchmark's process each holding a 400 KB roster, with its decoded form,
-// is O(fleet²) memory that ten thousand machines would hold once each; a
-// real host has the pool's nil, and holds its own. A roster held is never
+// copy for each content digest. The simulated hosts of the fleet
+// benchmark's one process, each holding the roster and its decoded form,
+// would hold O(fleet²) memory that the machines they stand for hold once
+// each; a real host has the pool's nil, and holds its own. A roster held is never
 // changed (a new one replaces it), so the hosts sharing one never see
 // another's change. An entry lasts while some host holds its roster.
 type RosterPool struct {
