@@ -69,21 +69,12 @@ func TestRemovedNodeJoinedAgainStartsFromNothing(t *testing.T) {
 
 // TestRemovedHostExitsSayingSo: the host of a removed node says it was
 // removed and how to join again, and exits with code 3, both while it runs
-// and when it is started again.
+// and when it is started again. Each case has a mesh of its own and they
+// run at once: each waits some seconds for the host to tell the bus's
+// refusals from a failure that passes.
 func TestRemovedHostExitsSayingSo(t *testing.T) {
 	t.Parallel()
-	m := newMesh(t)
-	hostDir, h := m.join(t, "beta")
-
-	// The controller's own node is refused: its host runs in the
-	// controller's process.
-	if _, errOut, code := runMesh(t, "node", "remove", "--dir", m.dir, "alpha"); code != 1 || !strings.Contains(errOut, "this controller's own machine") {
-		t.Fatalf("removing the controller's own node: exit %d: %s", code, errOut)
-	}
-
-	removed := time.Now()
-	mustRun(t, "node", "remove", "--dir", m.dir, "beta")
-	wantRemoved := func(d *daemon) {
+	wantRemoved := func(t *testing.T, d *daemon) {
 		t.Helper()
 		if code := d.exited(t, 30*time.Second); code != 3 {
 			t.Fatalf("the removed host exited with %d, want 3\n%s", code, d.out.String())
@@ -94,17 +85,41 @@ func TestRemovedHostExitsSayingSo(t *testing.T) {
 			}
 		}
 	}
-	wantRemoved(h)
-	t.Logf("the removed host exited %s after the removal", time.Since(removed).Round(100*time.Millisecond))
+	t.Run("running", func(t *testing.T) {
+		t.Parallel()
+		m := newMesh(t)
+		_, h := m.join(t, "beta")
 
-	// Started again, it connects for the first time with a credential the
-	// bus refuses: it says so too, rather than waiting for ever.
-	again := start(t, "host", "--dir", hostDir, "--dns", port(t), "--dns-upstream", deadUpstream)
-	wantRemoved(again)
-	if strings.Contains(again.out.String(), "host running") {
-		t.Errorf("the removed host said it runs:\n%s", again.out.String())
-	}
-	if got := m.nodeNames(t); got != "alpha" {
-		t.Errorf("nodes after the removals: %s", got)
-	}
+		// The controller's own node is refused: its host runs in the
+		// controller's process.
+		if _, errOut, code := runMesh(t, "node", "remove", "--dir", m.dir, "alpha"); code != 1 || !strings.Contains(errOut, "this controller's own machine") {
+			t.Fatalf("removing the controller's own node: exit %d: %s", code, errOut)
+		}
+
+		removed := time.Now()
+		mustRun(t, "node", "remove", "--dir", m.dir, "beta")
+		wantRemoved(t, h)
+		t.Logf("the removed host exited %s after the removal", time.Since(removed).Round(100*time.Millisecond))
+		if got := m.nodeNames(t); got != "alpha" {
+			t.Errorf("nodes after the removal: %s", got)
+		}
+	})
+	// Started again after the removal, it connects for the first time with
+	// a credential the bus refuses: it says so too, rather than waiting for
+	// ever.
+	t.Run("started again", func(t *testing.T) {
+		t.Parallel()
+		m := newMesh(t)
+		hostDir, h := m.join(t, "beta")
+		h.stop(t)
+		mustRun(t, "node", "remove", "--dir", m.dir, "beta")
+		again := start(t, "host", "--dir", hostDir, "--dns", port(t), "--dns-upstream", deadUpstream)
+		wantRemoved(t, again)
+		if strings.Contains(again.out.String(), "host running") {
+			t.Errorf("the removed host said it runs:\n%s", again.out.String())
+		}
+		if got := m.nodeNames(t); got != "alpha" {
+			t.Errorf("nodes after the removal: %s", got)
+		}
+	})
 }
