@@ -18,8 +18,8 @@ import (
 // holding 20 files and no container: the push as the operator waits for it
 // (ms/push), the host's own apply (apply-µs), the changing calls the apply
 // counted (writes/op) and the engine's lifecycle events for the node
-// (engine-events/op). The goal for both counts is zero. Since the roster
-// travels as its own message (protocol 3), such a change sends the node no
+// (engine-events/op). The goal for both counts is zero. The roster
+// travels as its own message, so such a change sends the node no
 // declaration at all ("unchanged, not sent"): apply-µs is 0.
 //
 //	MESH_TEST_DOCKER=1 go test -run '^$' -bench RosterOnlyApply -benchtime 20x ./e2e

@@ -17,8 +17,8 @@ import (
 
 // BenchmarkFleetPush pushes to fleets of simulated hosts (newFleet: the
 // controller is the real binary in its own process, the hosts are real
-// agents in this one, each with its own token and credential, no consumer
-// (protocol 6), their state on tmpfs, one copy of each roster in memory
+// agents in this one, each with its own token and credential, their
+// state on tmpfs, one copy of each roster in memory
 // for all: host.RosterPool), 50 and 1,000 unless MESH_BENCH_FLEET
 // lists other sizes ("50,1000"). Each op is three pushes, each timed from the request:
 //
@@ -119,7 +119,7 @@ func benchFleet(b *testing.B, nodes int) {
 		began := time.Now()
 		b.StartTimer()
 		p = f.push(b, false)
-		// The roster travels alone (protocol 3): no node's declaration
+		// The roster travels alone: no node's declaration
 		// changes, so no node reports. Timed to the push's reply, and to
 		// the last host serving the new names (each host gives its
 		// resolver the zone of each roster it takes).

@@ -8,9 +8,8 @@ import (
 )
 
 // fleetHosts is how many simulated hosts TestFleetPastAThousand joins:
-// past nats-server's default of 1,000 consumers on a stream, the wall the
-// mesh met when it made a consumer per node (hosts older than protocol 6
-// still have one).
+// past nats-server's default of 1,000 consumers on a stream, so a fleet
+// that needed a consumer a node would fail here.
 const fleetHosts = 1200
 
 // TestFleetPastAThousand joins 1,200 simulated hosts to a real controller

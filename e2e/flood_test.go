@@ -13,9 +13,8 @@ import (
 )
 
 // TestHeartbeatFloodDelaysNoOtherNode: 200,000 heartbeats from beta's own
-// credential (the trial's flood, which drained at 460 a second and had
-// status call the healthy nodes silent for seven minutes) delay no other
-// node's: alpha's next heartbeat is recorded within seconds of the flood,
+// credential (a flood drained in the order it came would have status
+// call the healthy nodes silent for minutes) delay no other node's: alpha's next heartbeat is recorded within seconds of the flood,
 // status names beta and what it sent, and /metrics counts the excess.
 func TestHeartbeatFloodDelaysNoOtherNode(t *testing.T) {
 	optin.NeedSlow(t, "sends 200,000 heartbeats")

@@ -18,10 +18,10 @@ import (
 	"github.com/miekg/dns"
 )
 
-// TestDriftAtStartBeforeAnyPush is the trial run's crash: a controller
-// restarted over drift hears its own host's correcting report before any
-// push since it started, and must live (the push watchers did not exist
-// until a push, and the report's handler panicked the process and the bus).
+// TestDriftAtStartBeforeAnyPush: a controller restarted over drift hears
+// its own host's correcting report before any push since it started, and
+// must live: a report handler that expects a push's watchers to exist
+// would panic the process and the bus.
 func TestDriftAtStartBeforeAnyPush(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -178,8 +178,8 @@ func TestRestartKeepsHowItWasStarted(t *testing.T) {
 }
 
 // TestWildcardResolverOnAController: --dns 0.0.0.0 on genesis binds both
-// families (the trial's controller bound [::] only and refused every IPv4
-// query, 127.0.0.1 included), addrs.json and config.yaml keep the wildcard
+// families (binding [::] alone would refuse every IPv4 query, 127.0.0.1
+// included), addrs.json and config.yaml keep the wildcard
 // asked for, and a restart binds it the same.
 func TestWildcardResolverOnAController(t *testing.T) {
 	t.Parallel()
@@ -256,9 +256,9 @@ func TestBusRebindAndAdvertise(t *testing.T) {
 
 // TestSubnetMoveUnderContainersIsRefused: a restart with a --subnet that
 // would move the node's network while a container is attached is refused
-// with the container's name before anything changes (the trial's hosts
-// replaced both containers and pointed them at a gateway where nothing
-// listened); a restart with no flags keeps the subnet and replaces nothing.
+// with the container's name before anything changes (else the host would
+// replace the containers and point them at a gateway where nothing
+// listens); a restart with no flags keeps the subnet and replaces nothing.
 func TestSubnetMoveUnderContainersIsRefused(t *testing.T) {
 	t.Parallel()
 	m := newContainerMesh(t)
