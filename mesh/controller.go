@@ -90,8 +90,7 @@ type Controller struct {
 	js      jetstream.JetStream
 	serving *nats.Conn // serves requests and progress; may publish only to inboxes
 
-	locksMu sync.Mutex
-	locks   map[string]*sync.Mutex // per node: sequences are taken under it
+	locks nodeLocks // per node: sequences are taken under them
 	// rosterMu: the roster's sequence is taken under it, and rosterKept
 	// (the answer to a roster request, kept) read and written.
 	rosterMu   sync.Mutex

@@ -262,7 +262,7 @@ func (c *Controller) removeNode(ctx context.Context, req spec.NodeRemoveRequest)
 	if req.Name == c.cfg.Node {
 		return spec.Empty{}, refusedError(fmt.Sprintf("node %q is this controller's own machine: its host runs in the controller's process and cannot be removed from the mesh", req.Name))
 	}
-	lock := c.nodeLock(req.Name)
+	lock := c.locks.of(req.Name)
 	lock.Lock()
 	defer lock.Unlock()
 	if err := c.deps.DB.BeginRemoval(ctx, req.Name, c.cfg.Now()); errors.Is(err, store.ErrNotFound) {
@@ -395,7 +395,7 @@ func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.T
 	// earlier node of that name (one removed before removals purged) is
 	// delivered to this one. Under the node's lock, so a removal of the name
 	// cannot interleave.
-	lock := c.nodeLock(req.Node)
+	lock := c.locks.of(req.Node)
 	lock.Lock()
 	defer lock.Unlock()
 	if err := c.nameTaken(ctx, req.Node); err != nil {
