@@ -46,7 +46,7 @@ func BenchmarkAssign(b *testing.B) {
 				if _, err := c.assign(ctx, req); err != nil {
 					b.Fatal(err)
 				}
-				c.assignArgs(ctx, mustJSON(b, req))
+				assignArgs(c.deps.DB, ctx, mustJSON(b, req))
 				if _, err := c.unassign(ctx, req); err != nil {
 					b.Fatal(err)
 				}

@@ -117,7 +117,7 @@ func TestAssignReadsOnlyWhatItNeeds(t *testing.T) {
 	if err != nil || !slices.Equal(res.Changed, []string{"alpha"}) || res.Unknown != "" {
 		t.Fatalf("assign plain: %+v %v, want alpha changed", res, err)
 	}
-	if got := c.assignArgs(ctx, mustJSON(t, spec.AssignRequest{Module: "plain", Node: "alpha", Settings: map[string]string{"who": "me"}})); !strings.Contains(got, `"who":"me"`) {
+	if got := assignArgs(c.deps.DB, ctx, mustJSON(t, spec.AssignRequest{Module: "plain", Node: "alpha", Settings: map[string]string{"who": "me"}})); !strings.Contains(got, `"who":"me"`) {
 		t.Fatalf("the audit of a setting the module says is not secret: %s", got)
 	}
 	if res, err := c.unassign(ctx, spec.AssignRequest{Module: "plain", Node: "alpha"}); err != nil || !slices.Equal(res.Changed, []string{"alpha"}) {

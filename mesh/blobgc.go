@@ -63,7 +63,7 @@ func (c *Controller) collectLoop(ctx context.Context) {
 
 // collectOnce is one collection, its failure logged, its panic caught.
 func (c *Controller) collectOnce(ctx context.Context) {
-	defer c.catch("blob collector", nil)
+	defer c.guard.catch("blob collector", nil)
 	if err := c.collectBlobs(ctx); err != nil {
 		c.log.Error("unused blobs not collected", "err", err)
 	}

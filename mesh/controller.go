@@ -72,12 +72,22 @@ type Deps struct {
 	Bus *broker.Server
 }
 
+// base is what every concern of the controller reads: the store, the
+// clock, the log, and the guard its loops and handlers run under.
+type base struct {
+	db    Store
+	now   func() time.Time
+	log   *slog.Logger
+	guard guard
+}
+
 // Controller runs the operator API and listens to the nodes.
 type Controller struct {
 	cfg   Config
 	log   *slog.Logger
 	deps  Deps
 	ready chan struct{}
+	guard guard
 
 	mu       sync.Mutex
 	httpAddr string
@@ -101,15 +111,10 @@ type Controller struct {
 	streamMu sync.Mutex
 	stream   jetstream.Stream
 
-	watchMu  sync.Mutex
-	watchers map[string][]*watcher // per node: pushes waiting for its report
+	watches *watches   // pushes waiting for reports
+	claims  *claimBook // per node: an applied sequence above the last sent
 
-	claimsMu sync.Mutex
-	claims   map[string]claim // per node: an applied sequence above the last sent
-
-	auditMu      sync.Mutex
-	auditPending []store.AuditEntry // calls the store did not take yet, oldest first
-	auditKick    chan struct{}
+	auditor *auditor
 
 	// uploadsMu takes one blob chunk at a time: each continues its
 	// upload's running hash.
@@ -165,9 +170,16 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if cfg.CertLifetime < MinCertLifetime {
 		return nil, fmt.Errorf("certificate lifetime %s is shorter than %s: a leaf must outlive the time it takes to renew it", cfg.CertLifetime, MinCertLifetime)
 	}
-	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(), roller: newRoller(), watchers: map[string][]*watcher{},
-		auditKick: make(chan struct{}, 1), collectKick: make(chan struct{}, 1), reportq: make(chan queuedReport, reportQueue)}
+	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(), roller: newRoller(),
+		collectKick: make(chan struct{}, 1), reportq: make(chan queuedReport, reportQueue)}
+	c.guard = guard{panics: cfg.Panics, log: log}
+	b := base{db: deps.DB, now: cfg.Now, log: log, guard: c.guard}
+	c.auditor = &auditor{base: b, kick: make(chan struct{}, 1)}
+	c.watches = &watches{now: cfg.Now, log: log, byNode: map[string][]*watcher{},
+		publish: func(subject string, body []byte) error { return c.serving.Publish(subject, body) }}
+	c.claims = &claimBook{db: deps.DB, log: log, byNode: map[string]claim{}}
 	c.verbs = verbTable(c.verbRows())
+	c.auditor.verbs = c.verbs
 	return c, nil
 }
 
@@ -247,7 +259,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 
 	auditDone := make(chan struct{})
-	go func() { defer close(auditDone); c.drainAudit(ctx) }()
+	go func() { defer close(auditDone); c.auditor.drainAudit(ctx) }()
 	defer func() { <-auditDone }()
 	beatsDone := make(chan struct{})
 	go func() { defer close(beatsDone); c.writeBeats(ctx) }()
@@ -317,11 +329,11 @@ func (c *Controller) connect(key nkeys.KeyPair, name string) (*nats.Conn, error)
 // sweep withdraws expired tokens' enrolment users and forgets pushes that
 // waited past their expiry.
 func (c *Controller) sweep(ctx context.Context) {
-	defer c.catch("sweep", nil)
+	defer c.guard.catch("sweep", nil)
 	if err := c.syncUsers(ctx); err != nil {
 		c.log.Error("bus users not refreshed", "err", err)
 	}
-	c.dropExpiredWatchers()
+	c.watches.dropExpiredWatchers()
 }
 
 func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {

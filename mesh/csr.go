@@ -44,7 +44,7 @@ func (c *Controller) onCSR(ctx context.Context, m *nats.Msg, who requester) {
 			c.log.Warn("certificate request refused", "node", node, "names", names, "err", err, "refused_unlogged_before", held)
 		}
 	}
-	c.keepAudit(ctx, store.AuditEntry{At: c.cfg.Now(), Operator: "node:" + node, Verb: CSRVerb, Args: auditJSON(args),
+	c.auditor.keepAudit(ctx, store.AuditEntry{At: c.cfg.Now(), Operator: "node:" + node, Verb: CSRVerb, Args: auditJSON(args),
 		Outcome: spec.Clip(outcome, spec.MaxAuditText)})
 	c.respond(m, who, spec.EncodeReply(res, err))
 }

@@ -133,7 +133,7 @@ func (c *Controller) writeBeats(ctx context.Context) {
 // writeBatch writes the heartbeats held now in one transaction, then
 // re-sends what expired to the nodes that need it.
 func (c *Controller) writeBatch(ctx context.Context) {
-	defer c.catch("heartbeat batch", nil)
+	defer c.guard.catch("heartbeat batch", nil)
 	held := c.beats.take()
 	if len(held) == 0 {
 		return
@@ -152,7 +152,7 @@ func (c *Controller) writeBatch(ctx context.Context) {
 	}
 	kept := make([]spec.Heartbeat, 0, len(held))
 	for _, hb := range held {
-		hb, err := c.believe(ctx, hb, heads[hb.Node].Seq)
+		hb, err := c.claims.believe(ctx, hb, heads[hb.Node].Seq)
 		if err != nil {
 			c.log.Error("heartbeat not recorded", "node", hb.Node, "err", err)
 			continue

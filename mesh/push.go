@@ -89,7 +89,7 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 	// Watch before sending: a fast host may answer before the send returns.
 	ws := make([]*watcher, len(items))
 	for k, it := range items {
-		ws[k] = c.watch(it.node, res.ID, req.Progress, false)
+		ws[k] = c.watches.watch(it.node, res.ID, req.Progress, false)
 	}
 	// A row says a sequence only once its declaration was published: the
 	// push's answer lists exactly the nodes that were sent one.
@@ -102,7 +102,7 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		it, pn := items[k], &res.Nodes[listed[k]]
 		switch {
 		case r.err != nil:
-			c.unwatch(it.node, ws[k])
+			c.watches.unwatch(it.node, ws[k])
 			pn.Error = r.err.Error()
 			if store.IsBusy(r.err) {
 				pn.Error = fmt.Sprintf("the store is busy (%v): nothing was sent to this node; run the push again once the store is free", r.err)
@@ -112,10 +112,10 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 				c.log.Error("declaration not sent", "node", it.node, "err", r.err)
 			}
 		case r.unchanged:
-			c.unwatch(it.node, ws[k])
+			c.watches.unwatch(it.node, ws[k])
 			pn.Seq, pn.Unchanged = r.seq, true
 		default:
-			c.setSeq(it.node, ws[k], r.seq)
+			c.watches.setSeq(it.node, ws[k], r.seq)
 			pn.Seq = r.seq
 		}
 	}
@@ -125,7 +125,7 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 // sendCaught is sendAll, with a panic answered as every node's failure
 // that has no result yet.
 func (c *Controller) sendCaught(ctx context.Context, items []sendItem, which resend) (results []sendResult) {
-	defer c.catch("push", func(err error) {
+	defer c.guard.catch("push", func(err error) {
 		results = make([]sendResult, len(items))
 		for k := range results {
 			results[k].err = err
@@ -145,15 +145,15 @@ func (c *Controller) previewAll(ctx context.Context, res spec.PushResult, items 
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			defer c.catch("preview to node "+it.node, func(err error) { pn.Seq, pn.Error = 0, err.Error() })
-			w := c.watch(it.node, res.ID, progress, true)
+			defer c.guard.catch("preview to node "+it.node, func(err error) { pn.Seq, pn.Error = 0, err.Error() })
+			w := c.watches.watch(it.node, res.ID, progress, true)
 			seq, err := c.preview(ctx, it.node, it.ct)
 			if err != nil {
-				c.unwatch(it.node, w)
+				c.watches.unwatch(it.node, w)
 				pn.Error = err.Error()
 				return
 			}
-			c.setSeq(it.node, w, seq)
+			c.watches.setSeq(it.node, w, seq)
 			pn.Seq = seq
 		}()
 	}

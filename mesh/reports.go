@@ -122,7 +122,7 @@ func failedApply(r spec.Report) bool {
 // against the last sequence sent to its node (read for the batch at once),
 // then forwards each one recorded.
 func (c *Controller) recordReports(ctx context.Context, batch []queuedReport) {
-	defer c.catch("report batch", nil)
+	defer c.guard.catch("report batch", nil)
 	nodes := make([]string, 0, len(batch))
 	for _, q := range batch {
 		nodes = append(nodes, q.r.Node)
@@ -136,7 +136,7 @@ func (c *Controller) recordReports(ctx context.Context, batch []queuedReport) {
 	kept := make([]queuedReport, 0, len(batch))
 	for _, q := range batch {
 		r := q.r
-		if !c.weigh(r.Node, r.Seq, heads[r.Node].Seq) {
+		if !c.claims.weigh(r.Node, r.Seq, heads[r.Node].Seq) {
 			c.log.Warn("report refused: it names a declaration far above the last sent to the node", "node", r.Node, "seq", r.Seq)
 			c.ack(q) // refused for good: sent again, it would be again
 			continue
@@ -180,5 +180,5 @@ func (c *Controller) reported(r spec.Report) {
 	default:
 		c.log.Debug("report", "node", r.Node, "seq", r.Seq)
 	}
-	c.forward(r)
+	c.watches.forward(r)
 }

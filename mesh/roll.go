@@ -335,7 +335,7 @@ func (c *Controller) rollLoop(ctx context.Context) {
 // at the next tick).
 func (c *Controller) rollStep(ctx context.Context) (running bool) {
 	running = true
-	defer c.catch("roll", nil)
+	defer c.guard.catch("roll", nil)
 	c.roller.step.Lock()
 	defer c.roller.step.Unlock()
 	r, err := c.deps.DB.ActiveRoll(ctx)

@@ -145,7 +145,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 		if st.Flooding = c.beats.flooding(n.Name, now); st.Flooding != "" {
 			problem("%s %s", n.Name, st.Flooding)
 		}
-		if cl, ok := c.claimOf(n.Name); ok {
+		if cl, ok := c.claims.claimOf(n.Name); ok {
 			problem("%s", cl.problem(n.Name))
 			if st.State == "" && !cl.believed {
 				st.State = "not believed"

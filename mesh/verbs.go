@@ -36,7 +36,7 @@ func (c *Controller) verbRows() []row {
 		verb(spec.BlobPut, c.putBlob, notAudited),
 		verb(spec.Push, c.push, redactNone),
 		verb(spec.Status, c.status, redactNone),
-		verb(spec.Audit, c.auditLog, redactNone),
+		verb(spec.Audit, c.auditor.auditLog, redactNone),
 		verb(spec.CARoots, c.caRoots, redactNone),
 		verb(spec.CADomainAdd, c.addCADomain, redactNone),
 		verb(spec.CADomainList, c.listCADomains, redactNone),

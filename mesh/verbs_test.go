@@ -43,12 +43,12 @@ func TestEveryVerbHasARow(t *testing.T) {
 			t.Errorf("verb %q has no handler", v.Name)
 		}
 		if r.redact.args != nil {
-			if args := c.redact(context.Background(), v.Name, []byte(`{}`)); strings.Contains(args, "unknown verb") {
+			if args := c.auditor.redact(context.Background(), v.Name, []byte(`{}`)); strings.Contains(args, "unknown verb") {
 				t.Errorf("verb %q is audited as %s", v.Name, args)
 			}
 		}
 	}
-	if args := c.redact(context.Background(), "no.such", []byte(`{"secret":"x"}`)); args != `"(unknown verb: arguments not kept)"` {
+	if args := c.auditor.redact(context.Background(), "no.such", []byte(`{"secret":"x"}`)); args != `"(unknown verb: arguments not kept)"` {
 		t.Errorf("a verb no row knows is audited as %s", args)
 	}
 }

@@ -2,11 +2,23 @@ package mesh
 
 import (
 	"encoding/json"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
 )
+
+// watches are the pushes waiting for nodes' reports, each forwarded to its
+// operator's progress subject.
+type watches struct {
+	now func() time.Time
+	log *slog.Logger
+	// publish sends a progress event, on the serving connection.
+	publish func(subject string, body []byte) error
+	mu      sync.Mutex
+	byNode  map[string][]*watcher // per node
+}
 
 // watcher forwards one node's next report at or above seq to subject.
 type watcher struct {
@@ -21,7 +33,7 @@ type watcher struct {
 
 // setSeq says which sequence the watcher waits for, and forwards a report of
 // it that arrived while the send was still returning.
-func (c *Controller) setSeq(node string, w *watcher, seq uint64) {
+func (wb *watches) setSeq(node string, w *watcher, seq uint64) {
 	w.mu.Lock()
 	w.seq = seq
 	early := w.early
@@ -29,42 +41,42 @@ func (c *Controller) setSeq(node string, w *watcher, seq uint64) {
 	w.mu.Unlock()
 	for _, r := range early {
 		if r.Preview == w.preview && r.Seq >= seq {
-			c.notify(w, r)
+			wb.notify(w, r)
 			if r.Waiting == "" {
-				c.unwatch(node, w)
+				wb.unwatch(node, w)
 				return
 			}
 		}
 	}
 }
 
-func (c *Controller) notify(w *watcher, r spec.Report) {
+func (wb *watches) notify(w *watcher, r spec.Report) {
 	body, _ := json.Marshal(spec.PushEvent{PushID: w.pushID, Report: r})
 	// On the serving connection: the progress subject is under the
 	// operator's inbox (push checked it), and the bus holds it there.
-	if err := c.serving.Publish(w.subject, body); err != nil {
-		c.log.Warn("push progress not forwarded", "node", r.Node, "err", err)
+	if err := wb.publish(w.subject, body); err != nil {
+		wb.log.Warn("push progress not forwarded", "node", r.Node, "err", err)
 	}
 }
 
-func (c *Controller) watch(node, pushID, subject string, preview bool) *watcher {
-	w := &watcher{pushID: pushID, subject: subject, preview: preview, expires: c.cfg.Now().Add(time.Hour)}
+func (wb *watches) watch(node, pushID, subject string, preview bool) *watcher {
+	w := &watcher{pushID: pushID, subject: subject, preview: preview, expires: wb.now().Add(time.Hour)}
 	if subject == "" {
 		return w
 	}
-	c.watchMu.Lock()
-	defer c.watchMu.Unlock()
-	c.watchers[node] = append(c.watchers[node], w)
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	wb.byNode[node] = append(wb.byNode[node], w)
 	return w
 }
 
 // dropExpiredWatchers forgets the pushes still waiting, past their expiry,
 // for nodes that never answered.
-func (c *Controller) dropExpiredWatchers() {
-	now := c.cfg.Now()
-	c.watchMu.Lock()
-	defer c.watchMu.Unlock()
-	for node, ws := range c.watchers {
+func (wb *watches) dropExpiredWatchers() {
+	now := wb.now()
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	for node, ws := range wb.byNode {
 		keep := ws[:0]
 		for _, w := range ws {
 			if now.Before(w.expires) {
@@ -72,20 +84,20 @@ func (c *Controller) dropExpiredWatchers() {
 			}
 		}
 		if len(keep) == 0 {
-			delete(c.watchers, node)
+			delete(wb.byNode, node)
 		} else {
-			c.watchers[node] = keep
+			wb.byNode[node] = keep
 		}
 	}
 }
 
-func (c *Controller) unwatch(node string, w *watcher) {
-	c.watchMu.Lock()
-	defer c.watchMu.Unlock()
-	ws := c.watchers[node]
+func (wb *watches) unwatch(node string, w *watcher) {
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	ws := wb.byNode[node]
 	for i, x := range ws {
 		if x == w {
-			c.watchers[node] = append(ws[:i:i], ws[i+1:]...)
+			wb.byNode[node] = append(ws[:i:i], ws[i+1:]...)
 			return
 		}
 	}
@@ -94,11 +106,11 @@ func (c *Controller) unwatch(node string, w *watcher) {
 // forward hands r to the watchers of its node that it answers. A report
 // that the declaration waits (for the roster it names) is handed on and
 // ends no watch: the apply's report comes later.
-func (c *Controller) forward(r spec.Report) {
-	c.watchMu.Lock()
+func (wb *watches) forward(r spec.Report) {
+	wb.mu.Lock()
 	var keep, due []*watcher
-	now := c.cfg.Now()
-	for _, w := range c.watchers[r.Node] {
+	now := wb.now()
+	for _, w := range wb.byNode[r.Node] {
 		w.mu.Lock()
 		switch {
 		case now.After(w.expires):
@@ -118,12 +130,12 @@ func (c *Controller) forward(r spec.Report) {
 		w.mu.Unlock()
 	}
 	if len(keep) == 0 {
-		delete(c.watchers, r.Node)
+		delete(wb.byNode, r.Node)
 	} else {
-		c.watchers[r.Node] = keep
+		wb.byNode[r.Node] = keep
 	}
-	c.watchMu.Unlock()
+	wb.mu.Unlock()
 	for _, w := range due {
-		c.notify(w, r)
+		wb.notify(w, r)
 	}
 }
