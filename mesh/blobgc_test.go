@@ -18,7 +18,7 @@ func putBlobChunks(t *testing.T, c *Controller, data []byte) string {
 	digest := spec.ContentDigest(data)
 	for off := 0; off < len(data); off += spec.BlobChunk {
 		req := spec.BlobPutRequest{Digest: digest, Size: int64(len(data)), Offset: int64(off), Data: data[off:min(off+spec.BlobChunk, len(data))]}
-		res, err := c.putBlob(context.Background(), req)
+		res, err := c.blobs.putBlob(context.Background(), req)
 		if err != nil {
 			t.Fatalf("put blob %s at %d: %v", digest, off, err)
 		}
@@ -77,7 +77,7 @@ func TestUnusedBlobsAreCollected(t *testing.T) {
 	}
 	collect := func() {
 		t.Helper()
-		if err := c.collectBlobs(ctx); err != nil {
+		if err := c.blobs.collectBlobs(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -21,7 +21,7 @@ func (c *Controller) onBlob(ctx context.Context, m *nats.Msg, who requester) {
 		reply(nil, callerError(fmt.Sprintf("malformed blob request: %v", err)))
 		return
 	}
-	if err := c.mayFetch(ctx, node, req.Digest); err != nil {
+	if err := c.blobs.mayFetch(ctx, node, req.Digest); err != nil {
 		reply(nil, err)
 		return
 	}

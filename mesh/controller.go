@@ -116,13 +116,7 @@ type Controller struct {
 
 	auditor *auditor
 
-	// uploadsMu takes one blob chunk at a time: each continues its
-	// upload's running hash.
-	uploadsMu sync.Mutex
-	// blobRights are the blobs each node may fetch.
-	blobRights blobRights
-	// collectKick asks collectLoop for a collection of unused blobs.
-	collectKick chan struct{}
+	blobs *blobs
 
 	// caMu makes one change of the CA's domains at a time.
 	caMu sync.Mutex
@@ -170,14 +164,17 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if cfg.CertLifetime < MinCertLifetime {
 		return nil, fmt.Errorf("certificate lifetime %s is shorter than %s: a leaf must outlive the time it takes to renew it", cfg.CertLifetime, MinCertLifetime)
 	}
-	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(), roller: newRoller(),
-		collectKick: make(chan struct{}, 1), reportq: make(chan queuedReport, reportQueue)}
+	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(),
+		reportq: make(chan queuedReport, reportQueue)}
 	c.guard = guard{panics: cfg.Panics, log: log}
 	b := base{db: deps.DB, now: cfg.Now, log: log, guard: c.guard}
 	c.auditor = &auditor{base: b, kick: make(chan struct{}, 1)}
 	c.watches = &watches{now: cfg.Now, log: log, byNode: map[string][]*watcher{},
 		publish: func(subject string, body []byte) error { return c.serving.Publish(subject, body) }}
 	c.claims = &claimBook{db: deps.DB, log: log, byNode: map[string]claim{}}
+	c.blobs = &blobs{base: b, metrics: &c.metrics, collectKick: make(chan struct{}, 1)}
+	c.roller = newRoller(b, cfg.Node, cfg.RollTicks)
+	c.roller.gather, c.roller.rosterOnce, c.roller.contentNow, c.roller.send = c.gather, c.rosterOnce, c.contentNow, c.send
 	c.verbs = verbTable(c.verbRows())
 	c.auditor.verbs = c.verbs
 	return c, nil
@@ -268,10 +265,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	go func() { defer close(reportsDone); c.writeReports(ctx) }()
 	defer func() { <-reportsDone }()
 	rollDone := make(chan struct{})
-	go func() { defer close(rollDone); c.rollLoop(ctx) }()
+	go func() { defer close(rollDone); c.roller.rollLoop(ctx) }()
 	defer func() { <-rollDone }()
 	collectDone := make(chan struct{})
-	go func() { defer close(collectDone); c.collectLoop(ctx) }()
+	go func() { defer close(collectDone); c.blobs.collectLoop(ctx) }()
 	defer func() { <-collectDone }()
 
 	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}

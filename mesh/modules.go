@@ -42,7 +42,7 @@ func (c *Controller) registerModules(ctx context.Context, req spec.ModuleRegiste
 	}
 	if len(previous) > 0 {
 		// A version replaced may have left blobs nothing else names.
-		c.nudgeCollect()
+		c.blobs.nudgeCollect()
 	}
 	return res, nil
 }
@@ -123,7 +123,7 @@ func (c *Controller) removeModule(ctx context.Context, req spec.ModuleRemoveRequ
 		return spec.ModuleRemoveResult{}, err
 	}
 	c.log.Info("module removed", "module", m.Module.Name, "version", m.Module.Version)
-	c.nudgeCollect()
+	c.blobs.nudgeCollect()
 	return spec.ModuleRemoveResult{Name: m.Module.Name, Version: m.Module.Version}, nil
 }
 

@@ -181,7 +181,7 @@ func TestSendEachSendsTheRosterOnce(t *testing.T) {
 		nodes = append(nodes, n)
 	}
 	before := reads.n.Load()
-	for _, pn := range c.sendEach(ctx, nodes) {
+	for _, pn := range c.roller.sendEach(ctx, nodes) {
 		if pn.Error != "" || pn.Seq == 0 {
 			t.Fatalf("send to %s: %+v", pn.Node, pn)
 		}

@@ -33,7 +33,7 @@ func (c *Controller) verbRows() []row {
 		verb(spec.ModuleRemove, c.removeModule, redactNone),
 		verb(spec.Assign, c.assign, redactSettings),
 		verb(spec.Unassign, c.unassign, redactNone),
-		verb(spec.BlobPut, c.putBlob, notAudited),
+		verb(spec.BlobPut, c.blobs.putBlob, notAudited),
 		verb(spec.Push, c.push, redactNone),
 		verb(spec.Status, c.status, redactNone),
 		verb(spec.Audit, c.auditor.auditLog, redactNone),
@@ -43,10 +43,10 @@ func (c *Controller) verbRows() []row {
 		verb(spec.CACerts, c.listCerts, redactNone),
 		verb(spec.ReleasePublish, c.publishRelease, redactNone),
 		verb(spec.ReleaseList, c.listReleases, redactNone),
-		verb(spec.ReleaseRoll, c.startRoll, redactNone),
-		verb(spec.RollResume, c.resumeRoll, redactNone),
-		verb(spec.RollAbort, c.abortRoll, redactNone),
-		verb(spec.RollShow, c.showRoll, redactNone),
+		verb(spec.ReleaseRoll, c.roller.startRoll, redactNone),
+		verb(spec.RollResume, c.roller.resumeRoll, redactNone),
+		verb(spec.RollAbort, c.roller.abortRoll, redactNone),
+		verb(spec.RollShow, c.roller.showRoll, redactNone),
 	}
 }
 
