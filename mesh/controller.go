@@ -15,7 +15,6 @@ import (
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
-	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -92,19 +91,14 @@ type Controller struct {
 	mu       sync.Mutex
 	httpAddr string
 
-	usersMu   sync.Mutex
-	users     map[string]broker.User // as last given to the bus, by nkey
-	answering map[string]store.Token // used tokens whose host is still hearing its answer
+	enrolment *enrolment
 
 	nc      *nats.Conn // full power: declarations, previews, JetStream; serves nothing
 	js      jetstream.JetStream
 	serving *nats.Conn // serves requests and progress; may publish only to inboxes
 
-	locks nodeLocks // per node: sequences are taken under them
-	// rosterMu: the roster's sequence is taken under it, and rosterKept
-	// (the answer to a roster request, kept) read and written.
-	rosterMu   sync.Mutex
-	rosterKept *keptReply
+	locks   nodeLocks // per node: sequences are taken under them
+	rosters *rosters
 	// refused are the nodes whose hosts speak another protocol.
 	refused refusedHosts
 	// stream is the declaration stream's handle (declarations).
@@ -116,18 +110,20 @@ type Controller struct {
 
 	auditor *auditor
 
-	blobs *blobs
+	blobs   *blobs
+	modules *catalogue
 
-	// caMu makes one change of the CA's domains at a time.
-	caMu sync.Mutex
+	composer *composer
+	certs    *certs
 
 	verbs map[string]row // the operator API, by verb (verbs.go)
 
 	metrics metrics
 	// beats are the heartbeats not yet written, and each node's rate.
 	beats *beats
-	// reportq are the reports not yet written (reports.go).
-	reportq chan queuedReport
+	// reports are the reports not yet written (reports.go).
+	reports *reportLine
+	numbers *numberer
 	// roller is the roll loop's (roll.go).
 	roller *roller
 	// dropLog lets one line a requester through every 10 s for dropped
@@ -164,17 +160,25 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if cfg.CertLifetime < MinCertLifetime {
 		return nil, fmt.Errorf("certificate lifetime %s is shorter than %s: a leaf must outlive the time it takes to renew it", cfg.CertLifetime, MinCertLifetime)
 	}
-	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(),
-		reportq: make(chan queuedReport, reportQueue)}
+	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats()}
 	c.guard = guard{panics: cfg.Panics, log: log}
 	b := base{db: deps.DB, now: cfg.Now, log: log, guard: c.guard}
+	c.composer = &composer{db: deps.DB, ca: deps.CA}
+	c.rosters = &rosters{base: b, signKey: cfg.SignKey, metrics: &c.metrics, js: func() jetstream.JetStream { return c.js }}
+	c.certs = &certs{base: b, ca: deps.CA, composer: c.composer}
 	c.auditor = &auditor{base: b, kick: make(chan struct{}, 1)}
 	c.watches = &watches{now: cfg.Now, log: log, byNode: map[string][]*watcher{},
 		publish: func(subject string, body []byte) error { return c.serving.Publish(subject, body) }}
 	c.claims = &claimBook{db: deps.DB, log: log, byNode: map[string]claim{}}
 	c.blobs = &blobs{base: b, metrics: &c.metrics, collectKick: make(chan struct{}, 1)}
 	c.roller = newRoller(b, cfg.Node, cfg.RollTicks)
-	c.roller.gather, c.roller.rosterOnce, c.roller.contentNow, c.roller.send = c.gather, c.rosterOnce, c.contentNow, c.send
+	c.roller.gather, c.roller.rosterOnce, c.roller.contentNow, c.roller.send = c.composer.gather, c.rosters.rosterOnce, c.rosters.contentNow, c.send
+	c.enrolment = &enrolment{base: b, keys: cfg.Keys, busURLs: cfg.BusURLs, node: cfg.Node, signKey: cfg.SignKey, maxNodes: c.maxNodes(),
+		bus: deps.Bus, ca: deps.CA, metrics: &c.metrics, locks: &c.locks, beats: c.beats,
+		purge: func(ctx context.Context, node string) error { return purgeDeclarations(ctx, c.js, node) }}
+	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect}
+	c.numbers = &numberer{db: deps.DB, now: cfg.Now}
+	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond}
 	c.verbs = verbTable(c.verbRows())
 	c.auditor.verbs = c.verbs
 	return c, nil
@@ -197,9 +201,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	c.usersMu.Lock()
-	c.users = byKey(c.deps.Bus.Users())
-	c.usersMu.Unlock()
+	c.enrolment.mu.Lock()
+	c.enrolment.users = byKey(c.deps.Bus.Users())
+	c.enrolment.mu.Unlock()
 	l, err := net.Listen("tcp", c.cfg.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("bind http address %s: %w", c.cfg.HTTPListen, err)
@@ -262,7 +266,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	go func() { defer close(beatsDone); c.writeBeats(ctx) }()
 	defer func() { <-beatsDone }()
 	reportsDone := make(chan struct{})
-	go func() { defer close(reportsDone); c.writeReports(ctx) }()
+	go func() { defer close(reportsDone); c.reports.writeReports(ctx) }()
 	defer func() { <-reportsDone }()
 	rollDone := make(chan struct{})
 	go func() { defer close(rollDone); c.roller.rollLoop(ctx) }()
@@ -327,7 +331,7 @@ func (c *Controller) connect(key nkeys.KeyPair, name string) (*nats.Conn, error)
 // waited past their expiry.
 func (c *Controller) sweep(ctx context.Context) {
 	defer c.guard.catch("sweep", nil)
-	if err := c.syncUsers(ctx); err != nil {
+	if err := c.enrolment.syncUsers(ctx); err != nil {
 		c.log.Error("bus users not refreshed", "err", err)
 	}
 	c.watches.dropExpiredWatchers()
@@ -389,7 +393,7 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 		return err
 	}
 	// The roster before the declarations that may name it.
-	if err := c.publishRecordedRoster(ctx); err != nil {
+	if err := c.rosters.publishRecordedRoster(ctx); err != nil {
 		return err
 	}
 	nodes, err := c.deps.DB.Nodes(ctx)

@@ -81,7 +81,7 @@ func (c *Controller) signCSR(ctx context.Context, node string, data []byte) (spe
 	if err := onlyDNSNames(csr); err != nil {
 		return spec.CSRResult{}, names, "", err
 	}
-	held, err := c.heldNames(ctx, node)
+	held, err := c.certs.heldNames(ctx, node)
 	if err != nil {
 		return spec.CSRResult{}, names, "", err
 	}

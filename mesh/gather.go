@@ -5,9 +5,17 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 )
+
+// composer composes nodes from what the store holds: the modules assigned
+// to them, their binaries and facts, and the CA chain.
+type composer struct {
+	db Store
+	ca *ca.Authority
+}
 
 // gathered is every node composed: the plans of those that compose, the
 // node-own failures of those that do not, the mesh's roster and its CA
@@ -24,18 +32,18 @@ type gathered struct {
 // declaration it last received, which is what it still serves; any other
 // failure is raised, naming the node and the read, and no roster is
 // returned beside it (invariant 1).
-func (c *Controller) gather(ctx context.Context) (gathered, error) {
-	nodes, err := c.deps.DB.Nodes(ctx)
+func (cm *composer) gather(ctx context.Context) (gathered, error) {
+	nodes, err := cm.db.Nodes(ctx)
 	if err != nil {
 		return gathered{}, err
 	}
-	modules, err := c.modulesByName(ctx)
+	modules, err := cm.modulesByName(ctx)
 	if err != nil {
 		return gathered{}, err
 	}
 	// Every node's assignments and binary in one read each, not two reads
 	// a node.
-	all, err := c.deps.DB.Assignments(ctx)
+	all, err := cm.db.Assignments(ctx)
 	if err != nil {
 		return gathered{}, err
 	}
@@ -43,12 +51,12 @@ func (c *Controller) gather(ctx context.Context) (gathered, error) {
 	for _, a := range all {
 		assigned[a.Node] = append(assigned[a.Node], a)
 	}
-	binaries, err := c.deps.DB.NodeBinaries(ctx)
+	binaries, err := cm.db.NodeBinaries(ctx)
 	if err != nil {
 		return gathered{}, err
 	}
 	g := gathered{plans: map[string]Plan{}, own: map[string]error{}, roster: spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}},
-		chain: ComposeChain(c.deps.CA.Intermediate())}
+		chain: ComposeChain(cm.ca.Intermediate())}
 	for _, n := range nodes {
 		if !n.Removing.IsZero() {
 			continue // leaving the mesh: in nobody's roster, sent nothing
@@ -58,7 +66,7 @@ func (c *Controller) gather(ctx context.Context) (gathered, error) {
 		if b, ok := binaries[n.Name]; ok {
 			bin = &b
 		}
-		plan, own, err := c.composeWith(ctx, n, modules, assigned[n.Name], bin)
+		plan, own, err := cm.composeWith(ctx, n, modules, assigned[n.Name], bin)
 		if err != nil {
 			return gathered{}, err
 		}
@@ -74,8 +82,8 @@ func (c *Controller) gather(ctx context.Context) (gathered, error) {
 }
 
 // modulesByName is every registered module, by name.
-func (c *Controller) modulesByName(ctx context.Context) (map[string]spec.Module, error) {
-	mods, err := c.deps.DB.Modules(ctx)
+func (cm *composer) modulesByName(ctx context.Context) (map[string]spec.Module, error) {
+	mods, err := cm.db.Modules(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -90,24 +98,24 @@ func (c *Controller) modulesByName(ctx context.Context) (map[string]spec.Module,
 // (ErrNodeOwn) is returned as own, with a plan holding only the routes of
 // the declaration it last received, which is what it still serves; any
 // other failure is err, naming the node and the read.
-func (c *Controller) composeOne(ctx context.Context, n store.Node, modules map[string]spec.Module) (plan Plan, own, err error) {
-	as, err := c.deps.DB.AssignmentsOf(ctx, n.Name)
+func (cm *composer) composeOne(ctx context.Context, n store.Node, modules map[string]spec.Module) (plan Plan, own, err error) {
+	as, err := cm.db.AssignmentsOf(ctx, n.Name)
 	if err != nil {
 		return Plan{}, nil, fmt.Errorf("compose node %q: %w", n.Name, err)
 	}
 	var bin *store.Release
-	switch rel, err := c.deps.DB.NodeBinary(ctx, n.Name); {
+	switch rel, err := cm.db.NodeBinary(ctx, n.Name); {
 	case err == nil:
 		bin = &rel
 	case !errors.Is(err, store.ErrNotFound):
 		return Plan{}, nil, fmt.Errorf("compose node %q: %w", n.Name, err)
 	}
-	return c.composeWith(ctx, n, modules, as, bin)
+	return cm.composeWith(ctx, n, modules, as, bin)
 }
 
 // composeWith is composeOne with n's assignments and binary (nil: none)
 // read already.
-func (c *Controller) composeWith(ctx context.Context, n store.Node, modules map[string]spec.Module, as []store.Assignment, bin *store.Release) (plan Plan, own, err error) {
+func (cm *composer) composeWith(ctx context.Context, n store.Node, modules map[string]spec.Module, as []store.Assignment, bin *store.Release) (plan Plan, own, err error) {
 	in := NodeInput{Node: n.Name, Address: n.Address}
 	if n.Facts != nil {
 		in.Capabilities, in.Arch, in.OS = n.Facts.Capabilities, n.Facts.Arch, n.Facts.OS
@@ -124,7 +132,7 @@ func (c *Controller) composeWith(ctx context.Context, n store.Node, modules map[
 	case err == nil:
 		return plan, nil, nil
 	case errors.Is(err, ErrNodeOwn):
-		routes, rerr := c.servedRoutes(ctx, n.Name)
+		routes, rerr := cm.servedRoutes(ctx, n.Name)
 		if rerr != nil {
 			return Plan{}, nil, rerr
 		}
@@ -136,8 +144,8 @@ func (c *Controller) composeWith(ctx context.Context, n store.Node, modules map[
 
 // servedRoutes are the routes node serves by the declaration it last
 // received; none if it never received one.
-func (c *Controller) servedRoutes(ctx context.Context, node string) ([]spec.RosterRoute, error) {
-	body, err := c.deps.DB.LastReceived(ctx, node)
+func (cm *composer) servedRoutes(ctx context.Context, node string) ([]spec.RosterRoute, error) {
+	body, err := cm.db.LastReceived(ctx, node)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
@@ -154,7 +162,7 @@ func (c *Controller) servedRoutes(ctx context.Context, node string) ([]spec.Rost
 	// What the node serves is what the roster in force says it serves (the
 	// reference may be older: a roster change sends the node nothing when
 	// its resources are as they were).
-	r, err := c.deps.DB.LastRoster(ctx)
+	r, err := cm.db.LastRoster(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("read the roster node %q's last declaration names (%d): no roster is recorded", node, d.RosterRef.Seq)
 	}
@@ -195,3 +203,6 @@ func contentOf(decl spec.Declaration) content {
 func (ct content) digest() string {
 	return contentDigest(ct.resources, spec.Roster{}, ct.chain)
 }
+
+// gather is the composer's, for the push handler.
+func (c *Controller) gather(ctx context.Context) (gathered, error) { return c.composer.gather(ctx) }

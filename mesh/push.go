@@ -89,7 +89,7 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 	// Watch before sending: a fast host may answer before the send returns.
 	ws := make([]*watcher, len(items))
 	for k, it := range items {
-		ws[k] = c.watches.watch(it.node, res.ID, req.Progress, false)
+		ws[k] = c.watch(it.node, res.ID, req.Progress, false)
 	}
 	// A row says a sequence only once its declaration was published: the
 	// push's answer lists exactly the nodes that were sent one.
@@ -102,7 +102,7 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		it, pn := items[k], &res.Nodes[listed[k]]
 		switch {
 		case r.err != nil:
-			c.watches.unwatch(it.node, ws[k])
+			c.unwatch(it.node, ws[k])
 			pn.Error = r.err.Error()
 			if store.IsBusy(r.err) {
 				pn.Error = fmt.Sprintf("the store is busy (%v): nothing was sent to this node; run the push again once the store is free", r.err)
@@ -112,10 +112,10 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 				c.log.Error("declaration not sent", "node", it.node, "err", r.err)
 			}
 		case r.unchanged:
-			c.watches.unwatch(it.node, ws[k])
+			c.unwatch(it.node, ws[k])
 			pn.Seq, pn.Unchanged = r.seq, true
 		default:
-			c.watches.setSeq(it.node, ws[k], r.seq)
+			c.setSeq(it.node, ws[k], r.seq)
 			pn.Seq = r.seq
 		}
 	}
@@ -176,7 +176,7 @@ func reasonSuffix(reason string) string {
 // preview subject. It is numbered as the next send would be, but nothing of
 // it is stored: the host answers with what it would change.
 func (c *Controller) preview(ctx context.Context, node string, ct content) (uint64, error) {
-	decl, err := c.next(ctx, node, 10*time.Minute)
+	decl, err := c.numbers.next(ctx, node, 10*time.Minute)
 	if err != nil {
 		return 0, err
 	}

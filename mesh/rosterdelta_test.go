@@ -124,7 +124,7 @@ func TestRosterReplyKeptWhileInForce(t *testing.T) {
 	}
 	ask := func() spec.RosterReply {
 		t.Helper()
-		kept, err := c.rosterReply(ctx)
+		kept, err := c.rosters.rosterReply(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

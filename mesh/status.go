@@ -50,7 +50,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	if err != nil {
 		return spec.StatusResult{}, err
 	}
-	g, err := c.gather(ctx)
+	g, err := c.composer.gather(ctx)
 	if err != nil {
 		return spec.StatusResult{}, fmt.Errorf("work out what is pending: %w", err)
 	}
@@ -85,7 +85,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 			problem("%s", p)
 		}
 	}
-	inForce, pending, err := c.rosterPending(ctx, g.roster)
+	inForce, pending, err := c.rosters.rosterPending(ctx, g.roster)
 	if err != nil {
 		return spec.StatusResult{}, err
 	}

@@ -139,3 +139,12 @@ func (wb *watches) forward(r spec.Report) {
 		wb.notify(w, r)
 	}
 }
+
+// watch, unwatch and setSeq are the watches' own, for the push handler.
+func (c *Controller) watch(node, pushID, subject string, preview bool) *watcher {
+	return c.watches.watch(node, pushID, subject, preview)
+}
+
+func (c *Controller) unwatch(node string, w *watcher) { c.watches.unwatch(node, w) }
+
+func (c *Controller) setSeq(node string, w *watcher, seq uint64) { c.watches.setSeq(node, w, seq) }
