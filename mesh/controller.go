@@ -122,8 +122,9 @@ type Controller struct {
 	// beats are the heartbeats not yet written, and each node's rate.
 	beats *beats
 	// reports are the reports not yet written (reports.go).
-	reports *reportLine
-	numbers *numberer
+	reports  *reportLine
+	beatLine *beatLine
+	numbers  *numberer
 	// roller is the roll loop's (roll.go).
 	roller *roller
 	// dropLog lets one line a requester through every 10 s for dropped
@@ -179,6 +180,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect}
 	c.numbers = &numberer{db: deps.DB, now: cfg.Now}
 	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond}
+	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.resendIfExpired}
 	c.verbs = verbTable(c.verbRows())
 	c.auditor.verbs = c.verbs
 	return c, nil
@@ -263,7 +265,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	go func() { defer close(auditDone); c.auditor.drainAudit(ctx) }()
 	defer func() { <-auditDone }()
 	beatsDone := make(chan struct{})
-	go func() { defer close(beatsDone); c.writeBeats(ctx) }()
+	go func() { defer close(beatsDone); c.beatLine.writeBeats(ctx) }()
 	defer func() { <-beatsDone }()
 	reportsDone := make(chan struct{})
 	go func() { defer close(reportsDone); c.reports.writeReports(ctx) }()
