@@ -233,49 +233,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 
-	// Each handler is told who sent its message, as the subject places
-	// them, and answers only under that requester's own inbox.
-	subs := []struct {
-		subject, queue string
-		who            func(*nats.Msg) requester
-		handle         func(*nats.Msg, requester)
-	}{
-		{spec.APIPrefix + ">", "api", byOperatorSubject, func(m *nats.Msg, r requester) { c.serveAPI(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindHeartbeat), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onHeartbeat(ctx, m) }},
-		{spec.NodeSubject("*", spec.KindFacts), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onFacts(ctx, m) }},
-		{spec.EnrolSubject, "enrol", c.enrolRequester(ctx), func(m *nats.Msg, r requester) { c.onEnrol(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindReport), "", byNodeSubject, func(m *nats.Msg, r requester) { c.onReport(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindBlob), "blob", byNodeSubject, func(m *nats.Msg, r requester) { c.onBlob(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindCSR), "csr", byNodeSubject, func(m *nats.Msg, r requester) { c.onCSR(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindRoster), "roster", byNodeSubject, func(m *nats.Msg, r requester) { c.onRoster(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindDeclaration), "declaration", byNodeSubject, func(m *nats.Msg, r requester) { c.onDeclaration(ctx, m, r) }},
-	}
-	for _, s := range subs {
-		if _, err := serving.QueueSubscribe(s.subject, s.queue, c.guardMsg(s.subject, s.who, s.handle)); err != nil {
-			l.Close()
-			return fmt.Errorf("subscribe to %s: %w", s.subject, err)
-		}
-	}
-	if err := serving.Flush(); err != nil {
+	if err := c.subscribe(ctx, serving); err != nil {
 		l.Close()
-		return fmt.Errorf("subscribe controller: %w", err)
+		return err
 	}
 
-	auditDone := make(chan struct{})
-	go func() { defer close(auditDone); c.auditor.drainAudit(ctx) }()
-	defer func() { <-auditDone }()
-	beatsDone := make(chan struct{})
-	go func() { defer close(beatsDone); c.beatLine.writeBeats(ctx) }()
-	defer func() { <-beatsDone }()
-	reportsDone := make(chan struct{})
-	go func() { defer close(reportsDone); c.reports.writeReports(ctx) }()
-	defer func() { <-reportsDone }()
-	rollDone := make(chan struct{})
-	go func() { defer close(rollDone); c.roller.rollLoop(ctx) }()
-	defer func() { <-rollDone }()
-	collectDone := make(chan struct{})
-	go func() { defer close(collectDone); c.blobs.collectLoop(ctx) }()
-	defer func() { <-collectDone }()
+	defer goAll(ctx, c.auditor.drainAudit, c.beatLine.writeBeats, c.reports.writeReports, c.roller.rollLoop, c.blobs.collectLoop)()
 
 	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}
 	httpDone := make(chan error, 1)
@@ -306,6 +269,45 @@ loop:
 	serving.Drain()
 	nc.Drain()
 	return nil
+}
+
+// subscribe has serving take every subject the controller answers.
+func (c *Controller) subscribe(ctx context.Context, serving *nats.Conn) error {
+	// Each handler is told who sent its message, as the subject places
+	// them, and answers only under that requester's own inbox.
+	subs := []struct {
+		subject, queue string
+		who            func(*nats.Msg) requester
+		handle         func(*nats.Msg, requester)
+	}{
+		{spec.APIPrefix + ">", "api", byOperatorSubject, func(m *nats.Msg, r requester) { c.serveAPI(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindHeartbeat), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onHeartbeat(ctx, m) }},
+		{spec.NodeSubject("*", spec.KindFacts), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onFacts(ctx, m) }},
+		{spec.EnrolSubject, "enrol", c.enrolRequester(ctx), func(m *nats.Msg, r requester) { c.onEnrol(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindReport), "", byNodeSubject, func(m *nats.Msg, r requester) { c.onReport(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindBlob), "blob", byNodeSubject, func(m *nats.Msg, r requester) { c.onBlob(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindCSR), "csr", byNodeSubject, func(m *nats.Msg, r requester) { c.onCSR(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindRoster), "roster", byNodeSubject, func(m *nats.Msg, r requester) { c.onRoster(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindDeclaration), "declaration", byNodeSubject, func(m *nats.Msg, r requester) { c.onDeclaration(ctx, m, r) }},
+	}
+	for _, s := range subs {
+		if _, err := serving.QueueSubscribe(s.subject, s.queue, c.guardMsg(s.subject, s.who, s.handle)); err != nil {
+			return fmt.Errorf("subscribe to %s: %w", s.subject, err)
+		}
+	}
+	if err := serving.Flush(); err != nil {
+		return fmt.Errorf("subscribe controller: %w", err)
+	}
+	return nil
+}
+
+// goAll runs each loop until ctx ends, and returns what waits for them all.
+func goAll(ctx context.Context, loops ...func(context.Context)) (wait func()) {
+	var wg sync.WaitGroup
+	for _, loop := range loops {
+		wg.Go(func() { loop(ctx) })
+	}
+	return wg.Wait
 }
 
 // inProcessTimeout bounds the handshake of the controller's own
