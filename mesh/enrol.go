@@ -95,7 +95,7 @@ func (en *enrolment) addUser(u broker.User) error {
 }
 
 // withdrawUser takes the user nkey off the bus, at the cost of one user,
-// and returns once its connections are closed. Called with usersMu held.
+// and returns once its connections are closed. Called with en.mu held.
 func (en *enrolment) withdrawUser(nkey string) {
 	en.bus.WithdrawUser(nkey)
 	delete(en.users, nkey)
@@ -488,7 +488,7 @@ func (en *enrolment) releaseEnrolUser(ctx context.Context, t store.Token) {
 }
 
 // keepAnswering adds to users the enrolment users held for an answer that
-// Users left out. Called with usersMu held.
+// Users left out. Called with en.mu held.
 func (en *enrolment) keepAnswering(users map[string]broker.User) {
 	for _, t := range en.answering {
 		if _, ok := users[t.EnrolNKey]; !ok {
