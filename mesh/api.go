@@ -51,7 +51,7 @@ func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg, r requester) {
 	verb := strings.TrimPrefix(m.Subject, spec.APIPrefix)
 	result, err := c.safeCall(ctx, verb, m.Data)
 	if row, known := c.verbs[verb]; !known || row.redact.args != nil {
-		c.audit(ctx, verb, m.Data, err)
+		c.auditor.audit(ctx, verb, m.Data, err)
 	}
 	// A call the controller's own stop cut short is not answered: its
 	// failure would be the stop's, not the call's, and a caller that hears
@@ -73,7 +73,7 @@ func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg, r requester) {
 // safeCall is call under catch: a verb that panics is answered, and audited,
 // as a failure.
 func (c *Controller) safeCall(ctx context.Context, verb string, data []byte) (result json.RawMessage, err error) {
-	defer c.catch("api "+verb, func(e error) { result, err = nil, e })
+	defer c.guard.catch("api "+verb, func(e error) { result, err = nil, e })
 	return c.call(ctx, verb, data)
 }
 

@@ -43,11 +43,11 @@ func BenchmarkAssign(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				req := spec.AssignRequest{Module: mods[i%n].Name, Node: "alpha"}
-				if _, err := c.assign(ctx, req); err != nil {
+				if _, err := c.modules.assign(ctx, req); err != nil {
 					b.Fatal(err)
 				}
-				c.assignArgs(ctx, mustJSON(b, req))
-				if _, err := c.unassign(ctx, req); err != nil {
+				assignArgs(c.deps.DB, ctx, mustJSON(b, req))
+				if _, err := c.modules.unassign(ctx, req); err != nil {
 					b.Fatal(err)
 				}
 				i++

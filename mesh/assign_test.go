@@ -64,9 +64,9 @@ func TestAssignSaysWhichNodesChange(t *testing.T) {
 		{false, "routed", "gamma", []string{"gamma"}},
 	} {
 		req := spec.AssignRequest{Module: tc.module, Node: tc.node}
-		do, what := c.assign, "assign"
+		do, what := c.modules.assign, "assign"
 		if tc.unassign {
-			do, what = c.unassign, "unassign"
+			do, what = c.modules.unassign, "unassign"
 		}
 		res, err := do(ctx, req)
 		if err != nil {
@@ -78,7 +78,7 @@ func TestAssignSaysWhichNodesChange(t *testing.T) {
 	}
 
 	fs.fail.Store(true)
-	res, err := c.assign(ctx, spec.AssignRequest{Module: "plain", Node: "beta"})
+	res, err := c.modules.assign(ctx, spec.AssignRequest{Module: "plain", Node: "beta"})
 	if err != nil || len(res.Changed) != 0 || !strings.Contains(res.Unknown, `read assignments of node "beta"`) {
 		t.Errorf("assign with the mesh not composing: %+v %v, want the reason the nodes are not known", res, err)
 	}
@@ -113,17 +113,17 @@ func TestAssignReadsOnlyWhatItNeeds(t *testing.T) {
 	if _, err := db.RegisterModules(ctx, mods, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.assign(ctx, spec.AssignRequest{Module: "plain", Node: "alpha", Settings: map[string]string{"who": "me"}})
+	res, err := c.modules.assign(ctx, spec.AssignRequest{Module: "plain", Node: "alpha", Settings: map[string]string{"who": "me"}})
 	if err != nil || !slices.Equal(res.Changed, []string{"alpha"}) || res.Unknown != "" {
 		t.Fatalf("assign plain: %+v %v, want alpha changed", res, err)
 	}
-	if got := c.assignArgs(ctx, mustJSON(t, spec.AssignRequest{Module: "plain", Node: "alpha", Settings: map[string]string{"who": "me"}})); !strings.Contains(got, `"who":"me"`) {
+	if got := assignArgs(c.deps.DB, ctx, mustJSON(t, spec.AssignRequest{Module: "plain", Node: "alpha", Settings: map[string]string{"who": "me"}})); !strings.Contains(got, `"who":"me"`) {
 		t.Fatalf("the audit of a setting the module says is not secret: %s", got)
 	}
-	if res, err := c.unassign(ctx, spec.AssignRequest{Module: "plain", Node: "alpha"}); err != nil || !slices.Equal(res.Changed, []string{"alpha"}) {
+	if res, err := c.modules.unassign(ctx, spec.AssignRequest{Module: "plain", Node: "alpha"}); err != nil || !slices.Equal(res.Changed, []string{"alpha"}) {
 		t.Fatalf("unassign plain: %+v %v, want alpha changed", res, err)
 	}
-	res, err = c.assign(ctx, spec.AssignRequest{Module: "routed", Node: "alpha"})
+	res, err = c.modules.assign(ctx, spec.AssignRequest{Module: "routed", Node: "alpha"})
 	if err != nil || !slices.Equal(res.Changed, []string{"alpha"}) || !res.Roster || res.Unknown != "" {
 		t.Fatalf("assign routed: %+v %v, want alpha and the roster changed", res, err)
 	}
@@ -166,14 +166,14 @@ func TestAssignCountsTheNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := reads.n.Load()
-	res, err := c.assign(ctx, spec.AssignRequest{Module: "plain", Node: "alpha"})
+	res, err := c.modules.assign(ctx, spec.AssignRequest{Module: "plain", Node: "alpha"})
 	if err != nil || res.Nodes != 2 || res.Unknown != "" {
 		t.Fatalf("assign plain: %+v %v, want 2 nodes composed (alpha, beta)", res, err)
 	}
 	if n := reads.n.Load() - before; n != 0 {
 		t.Fatalf("an assign that changes no route read every node's name %d times", n)
 	}
-	if res, err = c.assign(ctx, spec.AssignRequest{Module: "routed", Node: "alpha"}); err != nil || res.Nodes != 2 || !res.Roster {
+	if res, err = c.modules.assign(ctx, spec.AssignRequest{Module: "routed", Node: "alpha"}); err != nil || res.Nodes != 2 || !res.Roster {
 		t.Fatalf("assign routed: %+v %v, want 2 nodes and the roster changed", res, err)
 	}
 }

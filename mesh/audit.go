@@ -3,46 +3,58 @@ package mesh
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 )
 
+// auditor keeps the record of operator API calls, and of nodes' CSRs:
+// written to the store, or queued in memory while the store refuses.
+type auditor struct {
+	base
+	verbs map[string]row // the API's rows, for their redactions
+	mu    sync.Mutex
+	// pending are the calls the store did not take yet, oldest first.
+	pending []store.AuditEntry
+	kick    chan struct{}
+}
+
 // audit records one operator API call with its arguments, secrets redacted.
 // An operator call that was made is always audited, even if it failed: an
 // entry the store cannot take now (it is busy, held by another writer) is
 // queued, in order, and written by drainAudit as soon as the store takes
 // writes again.
-func (c *Controller) audit(ctx context.Context, verb string, data []byte, callErr error) {
+func (a *auditor) audit(ctx context.Context, verb string, data []byte, callErr error) {
 	outcome := "ok"
 	if callErr != nil {
 		outcome = callErr.Error()
 	}
-	c.keepAudit(ctx, store.AuditEntry{At: c.cfg.Now(), Operator: "operator", Verb: verb, Args: c.redact(ctx, verb, data), Outcome: outcome})
+	a.keepAudit(ctx, store.AuditEntry{At: a.now(), Operator: "operator", Verb: verb, Args: a.redact(ctx, verb, data), Outcome: outcome})
 }
 
 // keepAudit writes e, or queues it, in order, when the store does not take
 // it now.
-func (c *Controller) keepAudit(ctx context.Context, e store.AuditEntry) {
+func (a *auditor) keepAudit(ctx context.Context, e store.AuditEntry) {
 	verb := e.Verb
-	c.auditMu.Lock()
-	defer c.auditMu.Unlock()
-	if len(c.auditPending) == 0 {
-		err := c.deps.DB.Audit(ctx, e)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.pending) == 0 {
+		err := a.db.Audit(ctx, e)
 		if err == nil {
 			return
 		}
-		c.log.Warn("api call not audited yet: queued, and written once the store takes it", "verb", verb, "err", err)
+		a.log.Warn("api call not audited yet: queued, and written once the store takes it", "verb", verb, "err", err)
 	}
-	if len(c.auditPending) >= maxAuditPending {
+	if len(a.pending) >= maxAuditPending {
 		// The log is the record of last resort.
-		c.log.Error("api call not audited: the audit queue is full", "verb", verb, "at", e.At, "args", e.Args, "outcome", e.Outcome)
+		a.log.Error("api call not audited: the audit queue is full", "verb", verb, "at", e.At, "args", e.Args, "outcome", e.Outcome)
 		return
 	}
-	c.auditPending = append(c.auditPending, e)
+	a.pending = append(a.pending, e)
 	select {
-	case c.auditKick <- struct{}{}:
+	case a.kick <- struct{}{}:
 	default:
 	}
 }
@@ -58,8 +70,8 @@ const auditRetry = 500 * time.Millisecond
 // drainAudit writes the queued audit entries, oldest first, until ctx ends;
 // then it tries once more and logs, as the record of last resort, each entry
 // the store still refuses.
-func (c *Controller) drainAudit(ctx context.Context) {
-	defer c.catch("audit queue", nil)
+func (a *auditor) drainAudit(ctx context.Context) {
+	defer a.guard.catch("audit queue", nil)
 	retry := time.NewTimer(auditRetry)
 	defer retry.Stop()
 	for {
@@ -67,19 +79,19 @@ func (c *Controller) drainAudit(ctx context.Context) {
 		case <-ctx.Done():
 			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			if c.writeAudit(last) != nil {
-				c.auditMu.Lock()
-				for _, e := range c.auditPending {
-					c.log.Error("api call not audited: the store refused it until the controller stopped", "verb", e.Verb, "at", e.At, "args", e.Args, "outcome", e.Outcome)
+			if a.writeAudit(last) != nil {
+				a.mu.Lock()
+				for _, e := range a.pending {
+					a.log.Error("api call not audited: the store refused it until the controller stopped", "verb", e.Verb, "at", e.At, "args", e.Args, "outcome", e.Outcome)
 				}
-				c.auditPending = nil
-				c.auditMu.Unlock()
+				a.pending = nil
+				a.mu.Unlock()
 			}
 			return
-		case <-c.auditKick:
+		case <-a.kick:
 		case <-retry.C:
 		}
-		if err := c.writeAudit(ctx); err != nil {
+		if err := a.writeAudit(ctx); err != nil {
 			retry.Reset(auditRetry)
 		}
 	}
@@ -88,41 +100,41 @@ func (c *Controller) drainAudit(ctx context.Context) {
 // writeAudit writes the queued entries, oldest first, and stops at the
 // first the store refuses. Only drainAudit takes entries off the queue, and
 // it holds no lock while the store answers, so calls go on being queued.
-func (c *Controller) writeAudit(ctx context.Context) error {
+func (a *auditor) writeAudit(ctx context.Context) error {
 	for {
-		c.auditMu.Lock()
-		if len(c.auditPending) == 0 {
-			c.auditPending = nil
-			c.auditMu.Unlock()
+		a.mu.Lock()
+		if len(a.pending) == 0 {
+			a.pending = nil
+			a.mu.Unlock()
 			return nil
 		}
-		e := c.auditPending[0]
-		c.auditMu.Unlock()
-		if err := c.deps.DB.Audit(ctx, e); err != nil {
+		e := a.pending[0]
+		a.mu.Unlock()
+		if err := a.db.Audit(ctx, e); err != nil {
 			return err
 		}
-		c.auditMu.Lock()
-		c.auditPending = c.auditPending[1:]
-		c.auditMu.Unlock()
+		a.mu.Lock()
+		a.pending = a.pending[1:]
+		a.mu.Unlock()
 	}
 }
 
 // auditQueued is how many audit entries wait for the store.
-func (c *Controller) auditQueued() int {
-	c.auditMu.Lock()
-	defer c.auditMu.Unlock()
-	return len(c.auditPending)
+func (a *auditor) auditQueued() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.pending)
 }
 
 // redact is a call's arguments as the audit keeps them, by its verb's
 // redaction: without secret settings' values, and modules by name and
 // version. A verb no row knows keeps nothing.
-func (c *Controller) redact(ctx context.Context, verb string, data []byte) string {
-	row, ok := c.verbs[verb]
+func (a *auditor) redact(ctx context.Context, verb string, data []byte) string {
+	row, ok := a.verbs[verb]
 	if !ok || row.redact.args == nil {
 		return `"(unknown verb: arguments not kept)"`
 	}
-	return row.redact.args(c, ctx, data)
+	return row.redact.args(a.db, ctx, data)
 }
 
 // redaction is how the audit keeps a verb's arguments. Every row of the
@@ -131,19 +143,19 @@ type redaction struct {
 	rule string // what is kept; empty is no rule, which the table's test refuses
 	// args is the arguments as kept; nil for a verb whose calls are not
 	// audited.
-	args func(c *Controller, ctx context.Context, data []byte) string
+	args func(db Store, ctx context.Context, data []byte) string
 }
 
 var (
 	// redactNone keeps the arguments as they came: nothing secret in them.
-	redactNone = redaction{rule: "as given: nothing secret", args: func(_ *Controller, _ context.Context, data []byte) string {
+	redactNone = redaction{rule: "as given: nothing secret", args: func(_ Store, _ context.Context, data []byte) string {
 		return string(data)
 	}}
 	// redactSettings keeps an assignment without the values of its
 	// secret settings (and of settings the module does not declare).
-	redactSettings = redaction{rule: "secret settings' values left out", args: (*Controller).assignArgs}
+	redactSettings = redaction{rule: "secret settings' values left out", args: assignArgs}
 	// redactModules keeps a registration's modules by name and version.
-	redactModules = redaction{rule: "modules by name and version", args: func(_ *Controller, _ context.Context, data []byte) string {
+	redactModules = redaction{rule: "modules by name and version", args: func(_ Store, _ context.Context, data []byte) string {
 		var req spec.ModuleRegisterRequest
 		json.Unmarshal(data, &req)
 		var mods []string
@@ -157,13 +169,13 @@ var (
 	notAudited = redaction{rule: "not audited"}
 )
 
-func (c *Controller) assignArgs(ctx context.Context, data []byte) string {
+func assignArgs(db Store, ctx context.Context, data []byte) string {
 	var req spec.AssignRequest
 	if json.Unmarshal(data, &req) != nil {
 		return `"(unreadable)"`
 	}
 	secret := func(string) bool { return true } // unless the module says otherwise
-	if m, err := c.deps.DB.Module(ctx, req.Module); err == nil {
+	if m, err := db.Module(ctx, req.Module); err == nil {
 		mod := m.Module
 		secret = func(name string) bool {
 			s, ok := mod.Setting(name)
@@ -183,16 +195,16 @@ func auditJSON(v any) string {
 	return string(b)
 }
 
-func (c *Controller) auditLog(ctx context.Context, req spec.AuditRequest) (spec.AuditResult, error) {
+func (a *auditor) auditLog(ctx context.Context, req spec.AuditRequest) (spec.AuditResult, error) {
 	limit := req.Limit
 	if limit <= 0 || limit > 10000 {
 		limit = 1000
 	}
 	since := req.Since
 	if since.IsZero() {
-		since = c.cfg.Now().Add(-24 * time.Hour)
+		since = a.now().Add(-24 * time.Hour)
 	}
-	es, err := c.deps.DB.AuditSince(ctx, since, limit)
+	es, err := a.db.AuditSince(ctx, since, limit)
 	if err != nil {
 		return spec.AuditResult{}, err
 	}

@@ -77,7 +77,7 @@ func TestBusyStoreLosesNoAudit(t *testing.T) {
 	// The queue's count falls once the write that emptied it returns, a
 	// moment after the rows are readable.
 	poll.Until(t, 10*time.Second, "the audit queue empty", func() (bool, string) {
-		n := c.auditQueued()
+		n := c.auditor.auditQueued()
 		return n == 0, fmt.Sprintf("%d entries still queued", n)
 	})
 }

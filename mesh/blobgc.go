@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -14,12 +15,27 @@ const BlobGrace = UploadIdle
 // besides after a module is removed or replaced.
 const blobCollectEvery = 10 * time.Minute
 
+// blobs are the blobs operators upload and nodes fetch: the uploads
+// taken, the rights of each node to fetch, and the collection of those
+// nothing names any more.
+type blobs struct {
+	base
+	metrics *metrics
+	// uploadsMu takes one blob chunk at a time: each continues its
+	// upload's running hash.
+	uploadsMu sync.Mutex
+	// rights are the blobs each node may fetch.
+	rights blobRights
+	// collectKick asks collectLoop for a collection of unused blobs.
+	collectKick chan struct{}
+}
+
 // collectBlobs deletes the blobs nothing names any more (store.CollectBlobs:
 // no module, no node's last declaration, no release), untouched for
 // BlobGrace, in one audited transaction, and counts them.
-func (c *Controller) collectBlobs(ctx context.Context) error {
-	now := c.cfg.Now()
-	gone, err := c.deps.DB.CollectBlobs(ctx, now.Add(-BlobGrace), now)
+func (bs *blobs) collectBlobs(ctx context.Context) error {
+	now := bs.now()
+	gone, err := bs.db.CollectBlobs(ctx, now.Add(-BlobGrace), now)
 	if err != nil {
 		return err
 	}
@@ -30,24 +46,24 @@ func (c *Controller) collectBlobs(ctx context.Context) error {
 	for _, b := range gone {
 		bytes += b.Size
 	}
-	c.metrics.blobsCollected.Add(uint64(len(gone)))
-	c.metrics.blobBytesCollected.Add(uint64(bytes))
-	c.log.Info("unused blobs collected", "blobs", len(gone), "bytes", bytes)
+	bs.metrics.blobsCollected.Add(uint64(len(gone)))
+	bs.metrics.blobBytesCollected.Add(uint64(bytes))
+	bs.log.Info("unused blobs collected", "blobs", len(gone), "bytes", bytes)
 	return nil
 }
 
 // nudgeCollect asks the collector loop for a collection soon: a module
 // was removed or replaced, and its blobs may be unused now.
-func (c *Controller) nudgeCollect() {
+func (bs *blobs) nudgeCollect() {
 	select {
-	case c.collectKick <- struct{}{}:
+	case bs.collectKick <- struct{}{}:
 	default:
 	}
 }
 
 // collectLoop collects unused blobs every blobCollectEvery and when
 // nudged, one collection at a time, until ctx ends.
-func (c *Controller) collectLoop(ctx context.Context) {
+func (bs *blobs) collectLoop(ctx context.Context) {
 	tick := time.NewTicker(blobCollectEvery)
 	defer tick.Stop()
 	for {
@@ -55,16 +71,16 @@ func (c *Controller) collectLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-c.collectKick:
+		case <-bs.collectKick:
 		}
-		c.collectOnce(ctx)
+		bs.collectOnce(ctx)
 	}
 }
 
 // collectOnce is one collection, its failure logged, its panic caught.
-func (c *Controller) collectOnce(ctx context.Context) {
-	defer c.catch("blob collector", nil)
-	if err := c.collectBlobs(ctx); err != nil {
-		c.log.Error("unused blobs not collected", "err", err)
+func (bs *blobs) collectOnce(ctx context.Context) {
+	defer bs.guard.catch("blob collector", nil)
+	if err := bs.collectBlobs(ctx); err != nil {
+		bs.log.Error("unused blobs not collected", "err", err)
 	}
 }

@@ -18,7 +18,7 @@ func putBlobChunks(t *testing.T, c *Controller, data []byte) string {
 	digest := spec.ContentDigest(data)
 	for off := 0; off < len(data); off += spec.BlobChunk {
 		req := spec.BlobPutRequest{Digest: digest, Size: int64(len(data)), Offset: int64(off), Data: data[off:min(off+spec.BlobChunk, len(data))]}
-		res, err := c.putBlob(context.Background(), req)
+		res, err := c.blobs.putBlob(context.Background(), req)
 		if err != nil {
 			t.Fatalf("put blob %s at %d: %v", digest, off, err)
 		}
@@ -64,7 +64,7 @@ func TestUnusedBlobsAreCollected(t *testing.T) {
 	}
 	register := func(m spec.Module) {
 		t.Helper()
-		if _, err := c.registerModules(ctx, spec.ModuleRegisterRequest{Modules: []spec.Module{m}}); err != nil {
+		if _, err := c.modules.registerModules(ctx, spec.ModuleRegisterRequest{Modules: []spec.Module{m}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -77,7 +77,7 @@ func TestUnusedBlobsAreCollected(t *testing.T) {
 	}
 	collect := func() {
 		t.Helper()
-		if err := c.collectBlobs(ctx); err != nil {
+		if err := c.blobs.collectBlobs(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,7 +86,7 @@ func TestUnusedBlobsAreCollected(t *testing.T) {
 
 	a := putBlobChunks(t, c, v1)
 	register(fileModule("m", "1", "/srv/big", a, len(v1)))
-	if _, err := c.assign(ctx, spec.AssignRequest{Module: "m", Node: "alpha"}); err != nil {
+	if _, err := c.modules.assign(ctx, spec.AssignRequest{Module: "m", Node: "alpha"}); err != nil {
 		t.Fatal(err)
 	}
 	push()
@@ -111,10 +111,10 @@ func TestUnusedBlobsAreCollected(t *testing.T) {
 
 	// Unassigned and removed, m no longer names v2's blob, but alpha's
 	// last declaration does until a push replaces it.
-	if _, err := c.unassign(ctx, spec.AssignRequest{Module: "m", Node: "alpha"}); err != nil {
+	if _, err := c.modules.unassign(ctx, spec.AssignRequest{Module: "m", Node: "alpha"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.removeModule(ctx, spec.ModuleRemoveRequest{Name: "m"}); err != nil {
+	if _, err := c.modules.removeModule(ctx, spec.ModuleRemoveRequest{Name: "m"}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Add(BlobGrace + time.Minute)

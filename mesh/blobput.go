@@ -27,7 +27,7 @@ const MaxBlob = 1 << 30
 // chunk and never the blob; the last one is verified against the digest
 // and makes the blob whole in the same transaction. A chunk at 0 starts
 // the upload again (a caller that failed half-way and tries again).
-func (c *Controller) putBlob(ctx context.Context, req spec.BlobPutRequest) (spec.BlobPutResult, error) {
+func (bs *blobs) putBlob(ctx context.Context, req spec.BlobPutRequest) (spec.BlobPutResult, error) {
 	if req.Size <= 0 || req.Size > MaxBlob {
 		return spec.BlobPutResult{}, callerError(fmt.Sprintf("blob %s: size %d is not from 1 byte to 1 GiB", req.Digest, req.Size))
 	}
@@ -36,21 +36,21 @@ func (c *Controller) putBlob(ctx context.Context, req spec.BlobPutRequest) (spec
 	}
 	// A blob stored already is touched: the collector of unused blobs
 	// leaves it while the register or publish that names it follows.
-	if has, err := c.deps.DB.TouchBlob(ctx, req.Digest, c.cfg.Now()); err != nil {
+	if has, err := bs.db.TouchBlob(ctx, req.Digest, bs.now()); err != nil {
 		return spec.BlobPutResult{}, err
 	} else if has {
 		return spec.BlobPutResult{Complete: true}, nil
 	}
-	c.uploadsMu.Lock()
-	defer c.uploadsMu.Unlock()
-	now := c.cfg.Now()
+	bs.uploadsMu.Lock()
+	defer bs.uploadsMu.Unlock()
+	now := bs.now()
 	if req.Offset == 0 {
-		if n, err := c.deps.DB.DropUploadsBefore(ctx, now.Add(-UploadIdle)); err != nil {
+		if n, err := bs.db.DropUploadsBefore(ctx, now.Add(-UploadIdle)); err != nil {
 			return spec.BlobPutResult{}, err
 		} else if n > 0 {
-			c.log.Info("abandoned blob uploads dropped", "uploads", n, "idle", UploadIdle)
+			bs.log.Info("abandoned blob uploads dropped", "uploads", n, "idle", UploadIdle)
 		}
-		began, err := c.deps.DB.BeginUpload(ctx, req.Digest, req.Size, now)
+		began, err := bs.db.BeginUpload(ctx, req.Digest, req.Size, now)
 		if err != nil {
 			return spec.BlobPutResult{}, err
 		}
@@ -61,7 +61,7 @@ func (c *Controller) putBlob(ctx context.Context, req spec.BlobPutRequest) (spec
 	restart := func(why string) (spec.BlobPutResult, error) {
 		return spec.BlobPutResult{}, callerError(fmt.Sprintf("blob %s: %s; start again at 0", req.Digest, why))
 	}
-	u, err := c.deps.DB.UploadOf(ctx, req.Digest)
+	u, err := bs.db.UploadOf(ctx, req.Digest)
 	if errors.Is(err, store.ErrNotFound) {
 		return restart(fmt.Sprintf("chunk at %d does not follow what was received (no upload of it is under way)", req.Offset))
 	}
@@ -76,7 +76,7 @@ func (c *Controller) putBlob(ctx context.Context, req spec.BlobPutRequest) (spec
 	case len(req.Data) == 0:
 		return restart(fmt.Sprintf("chunk at %d holds no bytes", req.Offset))
 	case end > req.Size:
-		if err := c.deps.DB.DropUpload(ctx, req.Digest); err != nil {
+		if err := bs.db.DropUpload(ctx, req.Digest); err != nil {
 			return spec.BlobPutResult{}, err
 		}
 		return restart(fmt.Sprintf("more than its %d bytes", req.Size))
@@ -89,7 +89,7 @@ func (c *Controller) putBlob(ctx context.Context, req spec.BlobPutRequest) (spec
 	whole := req.Offset+int64(len(req.Data)) == req.Size
 	if whole {
 		if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != req.Digest {
-			if err := c.deps.DB.DropUpload(ctx, req.Digest); err != nil {
+			if err := bs.db.DropUpload(ctx, req.Digest); err != nil {
 				return spec.BlobPutResult{}, err
 			}
 			return spec.BlobPutResult{}, callerError(fmt.Sprintf("blob %s: the bytes received hash to %s; nothing was kept", req.Digest, got))
@@ -99,7 +99,7 @@ func (c *Controller) putBlob(ctx context.Context, req spec.BlobPutRequest) (spec
 	if err != nil {
 		return spec.BlobPutResult{}, fmt.Errorf("blob %s: the upload's running hash: %w", req.Digest, err)
 	}
-	if err := c.deps.DB.PutUploadChunk(ctx, req.Digest, req.Offset, req.Data, state, whole, now); err != nil {
+	if err := bs.db.PutUploadChunk(ctx, req.Digest, req.Offset, req.Data, state, whole, now); err != nil {
 		if errors.Is(err, store.ErrUploadOrder) {
 			return restart(err.Error())
 		}

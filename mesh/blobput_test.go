@@ -26,7 +26,7 @@ func TestBlobUploadInChunks(t *testing.T) {
 	data := bytes.Repeat([]byte("0123456789abcdef"), (2*spec.BlobChunk+100)/16)
 	digest, size := spec.ContentDigest(data), int64(len(data))
 	put := func(offset int64, b []byte) (spec.BlobPutResult, error) {
-		return c.putBlob(ctx, spec.BlobPutRequest{Digest: digest, Size: size, Offset: offset, Data: b})
+		return c.blobs.putBlob(ctx, spec.BlobPutRequest{Digest: digest, Size: size, Offset: offset, Data: b})
 	}
 	chunk := func(i int) []byte { return data[i*spec.BlobChunk : min((i+1)*spec.BlobChunk, len(data))] }
 	wantCaller := func(what string, err error, says string) {
@@ -36,7 +36,7 @@ func TestBlobUploadInChunks(t *testing.T) {
 		}
 	}
 
-	if _, err := c.putBlob(ctx, spec.BlobPutRequest{Digest: "sha256:XYZ", Size: 1, Data: []byte("x")}); err == nil {
+	if _, err := c.blobs.putBlob(ctx, spec.BlobPutRequest{Digest: "sha256:XYZ", Size: 1, Data: []byte("x")}); err == nil {
 		t.Error("a malformed digest was taken")
 	} else {
 		wantCaller("a malformed digest", err, "64 lowercase hex digits")
@@ -67,7 +67,7 @@ func TestBlobUploadInChunks(t *testing.T) {
 	}
 	_, err = put(2*spec.BlobChunk, chunk(2))
 	wantCaller("a chunk past what was received", err, "does not follow what was received")
-	_, err = c.putBlob(ctx, spec.BlobPutRequest{Digest: digest, Size: size + 1, Offset: spec.BlobChunk, Data: chunk(1)})
+	_, err = c.blobs.putBlob(ctx, spec.BlobPutRequest{Digest: digest, Size: size + 1, Offset: spec.BlobChunk, Data: chunk(1)})
 	wantCaller("a chunk of another size", err, "its upload began with")
 	for i := range 3 {
 		res, err := put(int64(i*spec.BlobChunk), chunk(i))
@@ -87,11 +87,11 @@ func TestBlobUploadInChunks(t *testing.T) {
 	// next one begins.
 	other := bytes.Repeat([]byte("x"), 100)
 	od := spec.ContentDigest(other)
-	if _, err := c.putBlob(ctx, spec.BlobPutRequest{Digest: od, Size: 100, Data: other[:50]}); err != nil {
+	if _, err := c.blobs.putBlob(ctx, spec.BlobPutRequest{Digest: od, Size: 100, Data: other[:50]}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Add(UploadIdle + time.Minute)
-	if _, err := c.putBlob(ctx, spec.BlobPutRequest{Digest: spec.ContentDigest([]byte("y")), Size: 1, Data: []byte("y")}); err != nil {
+	if _, err := c.blobs.putBlob(ctx, spec.BlobPutRequest{Digest: spec.ContentDigest([]byte("y")), Size: 1, Data: []byte("y")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.UploadOf(ctx, od); !errors.Is(err, store.ErrNotFound) {

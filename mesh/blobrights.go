@@ -55,12 +55,12 @@ func (b *blobRights) of(d store.Declaration) (map[string]bool, error) {
 }
 
 // mayFetch refuses node a blob its last declaration does not carry.
-func (c *Controller) mayFetch(ctx context.Context, node, digest string) error {
-	d, err := c.deps.DB.LastDeclaration(ctx, node)
+func (bs *blobs) mayFetch(ctx context.Context, node, digest string) error {
+	d, err := bs.db.LastDeclaration(ctx, node)
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", digest, err)
 	}
-	digests, err := c.blobRights.of(d)
+	digests, err := bs.rights.of(d)
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", digest, err)
 	}

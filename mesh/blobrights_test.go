@@ -55,7 +55,7 @@ func TestBlobRightIsTheDeclarationsBlobs(t *testing.T) {
 		{"a digest nowhere", "beta", spec.ContentDigest([]byte("nothing")), false},
 		{"another node's blob", "alpha", spec.ContentDigest(big), false},
 	} {
-		err := c.mayFetch(ctx, tc.node, tc.digest)
+		err := c.blobs.mayFetch(ctx, tc.node, tc.digest)
 		if (err == nil) != tc.ok {
 			t.Errorf("%s (%s): %v, want allowed %v", tc.what, tc.node, err, tc.ok)
 		}
@@ -90,7 +90,7 @@ func TestBlobRightIsTheDeclarationsBlobs(t *testing.T) {
 	if _, _, err := c.send(ctx, "beta", content{resources: []spec.Resource{inline}}, resendAll); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.mayFetch(ctx, "beta", spec.ContentDigest(big)); err == nil {
+	if err := c.blobs.mayFetch(ctx, "beta", spec.ContentDigest(big)); err == nil {
 		t.Error("a blob the last declaration dropped may still be fetched")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
@@ -52,31 +53,31 @@ func domainNames(ds []store.CADomain) []string {
 // current in one rename. A failure before the record changes nothing; one
 // after it leaves the domain recorded and not signed, which mesh ca domain
 // list shows and the same add finishes.
-func (c *Controller) addCADomain(ctx context.Context, req spec.CADomainAddRequest) (spec.CADomainAddResult, error) {
+func (cs *certs) addCADomain(ctx context.Context, req spec.CADomainAddRequest) (spec.CADomainAddResult, error) {
 	if err := spec.CheckCADomain(req.Domain); err != nil {
 		return spec.CADomainAddResult{}, callerError(err.Error())
 	}
-	c.caMu.Lock()
-	defer c.caMu.Unlock()
-	ds, err := c.deps.DB.CADomains(ctx)
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	ds, err := cs.db.CADomains(ctx)
 	if err != nil {
 		return spec.CADomainAddResult{}, err
 	}
 	declared := domainNames(ds)
 	recorded := slices.Contains(declared, req.Domain)
-	if recorded && slices.Contains(c.deps.CA.Permitted(), req.Domain) {
+	if recorded && slices.Contains(cs.ca.Permitted(), req.Domain) {
 		return spec.CADomainAddResult{}, refusedError(fmt.Sprintf("domain %s is already declared: mesh ca domain list shows the domains", req.Domain))
 	}
 	if !recorded {
 		declared = append(declared, req.Domain)
 	}
-	now := c.cfg.Now()
-	p, err := c.deps.CA.Prepare(Constraints(declared), now)
+	now := cs.now()
+	p, err := cs.ca.Prepare(Constraints(declared), now)
 	if err != nil {
 		return spec.CADomainAddResult{}, fmt.Errorf("add domain %s: %w", req.Domain, err)
 	}
 	if !recorded {
-		if err := c.deps.DB.AddCADomain(ctx, req.Domain, now); err != nil {
+		if err := cs.db.AddCADomain(ctx, req.Domain, now); err != nil {
 			p.Discard()
 			return spec.CADomainAddResult{}, fmt.Errorf("add domain %s: %w", req.Domain, err)
 		}
@@ -86,8 +87,8 @@ func (c *Controller) addCADomain(ctx context.Context, req spec.CADomainAddReques
 		return spec.CADomainAddResult{}, fmt.Errorf("add domain %s: it is recorded, but the intermediate that signs it is not in place (%w): mesh ca domain add %s again finishes it",
 			req.Domain, err, req.Domain)
 	}
-	c.log.Info("CA domain added: a new intermediate signs", "domain", req.Domain, "intermediate", p.Serial(), "permitted", Constraints(declared))
-	list, err := c.listCADomains(ctx, spec.CADomainListRequest{})
+	cs.log.Info("CA domain added: a new intermediate signs", "domain", req.Domain, "intermediate", p.Serial(), "permitted", Constraints(declared))
+	list, err := cs.listCADomains(ctx, spec.CADomainListRequest{})
 	if err != nil {
 		return spec.CADomainAddResult{}, err
 	}
@@ -96,13 +97,13 @@ func (c *Controller) addCADomain(ctx context.Context, req spec.CADomainAddReques
 
 // listCADomains lists the declared domains and what the current
 // intermediate may sign.
-func (c *Controller) listCADomains(ctx context.Context, _ spec.CADomainListRequest) (spec.CADomainListResult, error) {
-	ds, err := c.deps.DB.CADomains(ctx)
+func (cs *certs) listCADomains(ctx context.Context, _ spec.CADomainListRequest) (spec.CADomainListResult, error) {
+	ds, err := cs.db.CADomains(ctx)
 	if err != nil {
 		return spec.CADomainListResult{}, err
 	}
-	permitted := c.deps.CA.Permitted()
-	res := spec.CADomainListResult{Domains: []spec.CADomain{}, Permitted: permitted, Intermediate: ca.SerialOf(c.deps.CA.Intermediate())}
+	permitted := cs.ca.Permitted()
+	res := spec.CADomainListResult{Domains: []spec.CADomain{}, Permitted: permitted, Intermediate: ca.SerialOf(cs.ca.Intermediate())}
 	if res.Permitted == nil {
 		res.Permitted = []string{}
 	}
@@ -115,9 +116,9 @@ func (c *Controller) listCADomains(ctx context.Context, _ spec.CADomainListReque
 
 // listCerts lists the leaves issued, in the order they were, as many as
 // fit one reply.
-func (c *Controller) listCerts(ctx context.Context, req spec.CACertsRequest) (spec.CACertsResult, error) {
+func (cs *certs) listCerts(ctx context.Context, req spec.CACertsRequest) (spec.CACertsResult, error) {
 	certs, next, err := fillPage(req.After,
-		func(after int64, n int) ([]store.Cert, error) { return c.deps.DB.Certs(ctx, after, n) },
+		func(after int64, n int) ([]store.Cert, error) { return cs.db.Certs(ctx, after, n) },
 		func(cert store.Cert) int64 { return cert.ID },
 		func(cert store.Cert) spec.IssuedCert {
 			return spec.IssuedCert{Serial: cert.Serial, Node: cert.Node, Names: cert.Names, NotAfter: cert.NotAfter.UTC(), Issued: cert.Issued.UTC()}
@@ -154,13 +155,23 @@ func expiringCerts(latest []store.NameCert, held map[string]bool, now time.Time)
 	return lines
 }
 
+// certs are the CA's domains and the certificates it signed, and the
+// names each node may hold one for.
+type certs struct {
+	base
+	ca       *ca.Authority
+	composer *composer
+	// mu makes one change of the CA's domains at a time.
+	mu sync.Mutex
+}
+
 // heldNames are the names node may hold a certificate for: NODE.internal,
 // and every name it serves by its composition (ROUTE.NODE.internal, and the
 // public names assigned to it), or, when its own set does not compose, by
 // the declaration it last received. A read that fails is an error, never
 // "it holds nothing".
-func (c *Controller) heldNames(ctx context.Context, node string) (map[string]bool, error) {
-	n, err := c.deps.DB.Node(ctx, node)
+func (cs *certs) heldNames(ctx context.Context, node string) (map[string]bool, error) {
+	n, err := cs.db.Node(ctx, node)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, refusedError(fmt.Sprintf("node %q is not in the mesh", node))
 	}
@@ -170,11 +181,11 @@ func (c *Controller) heldNames(ctx context.Context, node string) (map[string]boo
 	if !n.Removing.IsZero() {
 		return nil, refusedError(fmt.Sprintf("node %q is being removed: it holds no names", node))
 	}
-	modules, err := c.modulesByName(ctx)
+	modules, err := cs.composer.modulesByName(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("work out the names node %q may hold: %w", node, err)
 	}
-	plan, _, err := c.composeOne(ctx, n, modules)
+	plan, _, err := cs.composer.composeOne(ctx, n, modules)
 	if err != nil {
 		return nil, fmt.Errorf("work out the names node %q may hold: %w", node, err)
 	}

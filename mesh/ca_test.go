@@ -30,7 +30,7 @@ func callAPI(t *testing.T, nc *nats.Conn, verb string, req, res any) error {
 
 func domainList(t *testing.T, c *Controller) spec.CADomainListResult {
 	t.Helper()
-	res, err := c.listCADomains(context.Background(), spec.CADomainListRequest{})
+	res, err := c.certs.listCADomains(context.Background(), spec.CADomainListRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestCADomainRefusals(t *testing.T) {
 	t.Parallel()
 	c, db := newController(t, &clock{now: time.Now()})
 	op := operatorConn(t, c)
-	if _, err := c.addCADomain(context.Background(), spec.CADomainAddRequest{Domain: "example.org"}); err != nil {
+	if _, err := c.certs.addCADomain(context.Background(), spec.CADomainAddRequest{Domain: "example.org"}); err != nil {
 		t.Fatal(err)
 	}
 	list, file := domainList(t, c), intermediateFile(t, c)
@@ -211,7 +211,7 @@ func TestCADomainAddHalfWay(t *testing.T) {
 	list, file := domainList(t, c), intermediateFile(t, c)
 
 	fs.fail.Store(true)
-	if _, err := c.addCADomain(ctx, spec.CADomainAddRequest{Domain: "example.org"}); err == nil || spec.KindOf(err) != spec.ReplyFailed {
+	if _, err := c.certs.addCADomain(ctx, spec.CADomainAddRequest{Domain: "example.org"}); err == nil || spec.KindOf(err) != spec.ReplyFailed {
 		t.Fatalf("add while the store refuses the record: %v, want the controller's failure", err)
 	}
 	fs.fail.Store(false)
@@ -228,7 +228,7 @@ func TestCADomainAddHalfWay(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	_, err := c.addCADomain(ctx, spec.CADomainAddRequest{Domain: "example.org"})
+	_, err := c.certs.addCADomain(ctx, spec.CADomainAddRequest{Domain: "example.org"})
 	if err == nil || !strings.Contains(err.Error(), "mesh ca domain add example.org again finishes it") {
 		t.Fatalf("add whose intermediate cannot be put in place: %v, want a failure saying how to finish", err)
 	}
@@ -239,14 +239,14 @@ func TestCADomainAddHalfWay(t *testing.T) {
 	if err := os.RemoveAll(blocker); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.addCADomain(ctx, spec.CADomainAddRequest{Domain: "example.org"})
+	res, err := c.certs.addCADomain(ctx, spec.CADomainAddRequest{Domain: "example.org"})
 	if err != nil {
 		t.Fatalf("the same add again: %v", err)
 	}
 	if len(res.Domains) != 1 || !res.Domains[0].Signed || !slices.Contains(c.deps.CA.Permitted(), "example.org") {
 		t.Errorf("the same add again: %+v, permitted %v; want example.org signed", res, c.deps.CA.Permitted())
 	}
-	if _, err := c.addCADomain(ctx, spec.CADomainAddRequest{Domain: "example.org"}); spec.KindOf(err) != spec.ReplyRefused {
+	if _, err := c.certs.addCADomain(ctx, spec.CADomainAddRequest{Domain: "example.org"}); spec.KindOf(err) != spec.ReplyRefused {
 		t.Errorf("a third add: %v, want refused as a duplicate", err)
 	}
 }
@@ -276,7 +276,7 @@ func TestCACerts(t *testing.T) {
 			t.Errorf("ca.certs[%d] = %+v, want %+v", i, got, s)
 		}
 	}
-	page, err := c.listCerts(context.Background(), spec.CACertsRequest{After: stored[0].ID})
+	page, err := c.certs.listCerts(context.Background(), spec.CACertsRequest{After: stored[0].ID})
 	if err != nil || len(page.Certs) != 1 || page.Certs[0].Serial != stored[1].Serial {
 		t.Errorf("ca.certs after the first: %+v, %v", page, err)
 	}

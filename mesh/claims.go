@@ -3,9 +3,19 @@ package mesh
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"sync"
 
 	"github.com/mesh-fleet/mesh/spec"
 )
+
+// claimBook holds the claims nodes make of sequences above the last sent.
+type claimBook struct {
+	db     Store
+	log    *slog.Logger
+	mu     sync.Mutex
+	byNode map[string]claim
+}
 
 // claim is a sequence a node reported having applied that is above the
 // last one sent to it.
@@ -20,25 +30,22 @@ type claim struct {
 // believed too (a store restored from an older copy forgot the pushes
 // since; the next push is numbered past it), and named in status. Further
 // above: not believed, the node's own failure, named in status.
-func (c *Controller) weigh(node string, applied, sent uint64) bool {
-	c.claimsMu.Lock()
-	defer c.claimsMu.Unlock()
-	if c.claims == nil {
-		c.claims = map[string]claim{}
-	}
+func (cb *claimBook) weigh(node string, applied, sent uint64) bool {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
 	if applied <= sent {
-		delete(c.claims, node)
+		delete(cb.byNode, node)
 		return true
 	}
 	cl := claim{claimed: applied, sent: sent, believed: applied-sent <= spec.MaxSeqAhead}
-	if prev, ok := c.claims[node]; !ok || prev.believed != cl.believed {
+	if prev, ok := cb.byNode[node]; !ok || prev.believed != cl.believed {
 		if cl.believed {
-			c.log.Warn("a node reports applying a declaration above the last sent to it: believed (a restored store?)", "node", node, "applied", applied, "sent", sent)
+			cb.log.Warn("a node reports applying a declaration above the last sent to it: believed (a restored store?)", "node", node, "applied", applied, "sent", sent)
 		} else {
-			c.log.Warn("a node reports applying a declaration far above the last sent to it: not believed", "node", node, "applied", applied, "sent", sent)
+			cb.log.Warn("a node reports applying a declaration far above the last sent to it: not believed", "node", node, "applied", applied, "sent", sent)
 		}
 	}
-	c.claims[node] = cl
+	cb.byNode[node] = cl
 	return cl.believed
 }
 
@@ -46,11 +53,11 @@ func (c *Controller) weigh(node string, applied, sent uint64) bool {
 // node): a claim weigh does not believe is
 // replaced by the applied sequence kept before it, so it numbers nothing
 // and reaches no other node.
-func (c *Controller) believe(ctx context.Context, hb spec.Heartbeat, sent uint64) (spec.Heartbeat, error) {
-	if c.weigh(hb.Node, hb.AppliedSeq, sent) {
+func (cb *claimBook) believe(ctx context.Context, hb spec.Heartbeat, sent uint64) (spec.Heartbeat, error) {
+	if cb.weigh(hb.Node, hb.AppliedSeq, sent) {
 		return hb, nil
 	}
-	n, err := c.deps.DB.Node(ctx, hb.Node)
+	n, err := cb.db.Node(ctx, hb.Node)
 	if err != nil {
 		return hb, err
 	}
@@ -59,10 +66,10 @@ func (c *Controller) believe(ctx context.Context, hb spec.Heartbeat, sent uint64
 }
 
 // claimOf is node's claim, if it made one.
-func (c *Controller) claimOf(node string) (claim, bool) {
-	c.claimsMu.Lock()
-	defer c.claimsMu.Unlock()
-	cl, ok := c.claims[node]
+func (cb *claimBook) claimOf(node string) (claim, bool) {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	cl, ok := cb.byNode[node]
 	return cl, ok
 }
 

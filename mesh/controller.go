@@ -15,7 +15,6 @@ import (
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
-	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -72,64 +71,60 @@ type Deps struct {
 	Bus *broker.Server
 }
 
+// base is what every concern of the controller reads: the store, the
+// clock, the log, and the guard its loops and handlers run under.
+type base struct {
+	db    Store
+	now   func() time.Time
+	log   *slog.Logger
+	guard guard
+}
+
 // Controller runs the operator API and listens to the nodes.
 type Controller struct {
 	cfg   Config
 	log   *slog.Logger
 	deps  Deps
 	ready chan struct{}
+	guard guard
 
 	mu       sync.Mutex
 	httpAddr string
 
-	usersMu   sync.Mutex
-	users     map[string]broker.User // as last given to the bus, by nkey
-	answering map[string]store.Token // used tokens whose host is still hearing its answer
+	enrolment *enrolment
 
 	nc      *nats.Conn // full power: declarations, previews, JetStream; serves nothing
 	js      jetstream.JetStream
 	serving *nats.Conn // serves requests and progress; may publish only to inboxes
 
-	locksMu sync.Mutex
-	locks   map[string]*sync.Mutex // per node: sequences are taken under it
-	// rosterMu: the roster's sequence is taken under it, and rosterKept
-	// (the answer to a roster request, kept) read and written.
-	rosterMu   sync.Mutex
-	rosterKept *keptReply
+	locks   nodeLocks // per node: sequences are taken under them
+	rosters *rosters
 	// refused are the nodes whose hosts speak another protocol.
 	refused refusedHosts
 	// stream is the declaration stream's handle (declarations).
 	streamMu sync.Mutex
 	stream   jetstream.Stream
 
-	watchMu  sync.Mutex
-	watchers map[string][]*watcher // per node: pushes waiting for its report
+	watches *watches   // pushes waiting for reports
+	claims  *claimBook // per node: an applied sequence above the last sent
 
-	claimsMu sync.Mutex
-	claims   map[string]claim // per node: an applied sequence above the last sent
+	auditor *auditor
 
-	auditMu      sync.Mutex
-	auditPending []store.AuditEntry // calls the store did not take yet, oldest first
-	auditKick    chan struct{}
+	blobs   *blobs
+	modules *catalogue
 
-	// uploadsMu takes one blob chunk at a time: each continues its
-	// upload's running hash.
-	uploadsMu sync.Mutex
-	// blobRights are the blobs each node may fetch.
-	blobRights blobRights
-	// collectKick asks collectLoop for a collection of unused blobs.
-	collectKick chan struct{}
-
-	// caMu makes one change of the CA's domains at a time.
-	caMu sync.Mutex
+	composer *composer
+	certs    *certs
 
 	verbs map[string]row // the operator API, by verb (verbs.go)
 
 	metrics metrics
 	// beats are the heartbeats not yet written, and each node's rate.
 	beats *beats
-	// reportq are the reports not yet written (reports.go).
-	reportq chan queuedReport
+	// reports are the reports not yet written (reports.go).
+	reports  *reportLine
+	beatLine *beatLine
+	numbers  *numberer
 	// roller is the roll loop's (roll.go).
 	roller *roller
 	// dropLog lets one line a requester through every 10 s for dropped
@@ -166,9 +161,28 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if cfg.CertLifetime < MinCertLifetime {
 		return nil, fmt.Errorf("certificate lifetime %s is shorter than %s: a leaf must outlive the time it takes to renew it", cfg.CertLifetime, MinCertLifetime)
 	}
-	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(), roller: newRoller(), watchers: map[string][]*watcher{},
-		auditKick: make(chan struct{}, 1), collectKick: make(chan struct{}, 1), reportq: make(chan queuedReport, reportQueue)}
+	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats()}
+	c.guard = guard{panics: cfg.Panics, log: log}
+	b := base{db: deps.DB, now: cfg.Now, log: log, guard: c.guard}
+	c.composer = &composer{db: deps.DB, ca: deps.CA}
+	c.rosters = &rosters{base: b, signKey: cfg.SignKey, metrics: &c.metrics, js: func() jetstream.JetStream { return c.js }}
+	c.certs = &certs{base: b, ca: deps.CA, composer: c.composer}
+	c.auditor = &auditor{base: b, kick: make(chan struct{}, 1)}
+	c.watches = &watches{now: cfg.Now, log: log, byNode: map[string][]*watcher{},
+		publish: func(subject string, body []byte) error { return c.serving.Publish(subject, body) }}
+	c.claims = &claimBook{db: deps.DB, log: log, byNode: map[string]claim{}}
+	c.blobs = &blobs{base: b, metrics: &c.metrics, collectKick: make(chan struct{}, 1)}
+	c.roller = newRoller(b, cfg.Node, cfg.RollTicks)
+	c.roller.gather, c.roller.rosterOnce, c.roller.contentNow, c.roller.send = c.composer.gather, c.rosters.rosterOnce, c.rosters.contentNow, c.send
+	c.enrolment = &enrolment{base: b, keys: cfg.Keys, busURLs: cfg.BusURLs, node: cfg.Node, signKey: cfg.SignKey, maxNodes: c.maxNodes(),
+		bus: deps.Bus, ca: deps.CA, metrics: &c.metrics, locks: &c.locks, beats: c.beats,
+		purge: func(ctx context.Context, node string) error { return purgeDeclarations(ctx, c.js, node) }}
+	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect}
+	c.numbers = &numberer{db: deps.DB, now: cfg.Now}
+	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond}
+	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.resendIfExpired}
 	c.verbs = verbTable(c.verbRows())
+	c.auditor.verbs = c.verbs
 	return c, nil
 }
 
@@ -189,9 +203,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	c.usersMu.Lock()
-	c.users = byKey(c.deps.Bus.Users())
-	c.usersMu.Unlock()
+	c.enrolment.mu.Lock()
+	c.enrolment.users = byKey(c.deps.Bus.Users())
+	c.enrolment.mu.Unlock()
 	l, err := net.Listen("tcp", c.cfg.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("bind http address %s: %w", c.cfg.HTTPListen, err)
@@ -219,49 +233,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 
-	// Each handler is told who sent its message, as the subject places
-	// them, and answers only under that requester's own inbox.
-	subs := []struct {
-		subject, queue string
-		who            func(*nats.Msg) requester
-		handle         func(*nats.Msg, requester)
-	}{
-		{spec.APIPrefix + ">", "api", byOperatorSubject, func(m *nats.Msg, r requester) { c.serveAPI(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindHeartbeat), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onHeartbeat(ctx, m) }},
-		{spec.NodeSubject("*", spec.KindFacts), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onFacts(ctx, m) }},
-		{spec.EnrolSubject, "enrol", c.enrolRequester(ctx), func(m *nats.Msg, r requester) { c.onEnrol(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindReport), "", byNodeSubject, func(m *nats.Msg, r requester) { c.onReport(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindBlob), "blob", byNodeSubject, func(m *nats.Msg, r requester) { c.onBlob(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindCSR), "csr", byNodeSubject, func(m *nats.Msg, r requester) { c.onCSR(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindRoster), "roster", byNodeSubject, func(m *nats.Msg, r requester) { c.onRoster(ctx, m, r) }},
-		{spec.NodeSubject("*", spec.KindDeclaration), "declaration", byNodeSubject, func(m *nats.Msg, r requester) { c.onDeclaration(ctx, m, r) }},
-	}
-	for _, s := range subs {
-		if _, err := serving.QueueSubscribe(s.subject, s.queue, c.guardMsg(s.subject, s.who, s.handle)); err != nil {
-			l.Close()
-			return fmt.Errorf("subscribe to %s: %w", s.subject, err)
-		}
-	}
-	if err := serving.Flush(); err != nil {
+	if err := c.subscribe(ctx, serving); err != nil {
 		l.Close()
-		return fmt.Errorf("subscribe controller: %w", err)
+		return err
 	}
 
-	auditDone := make(chan struct{})
-	go func() { defer close(auditDone); c.drainAudit(ctx) }()
-	defer func() { <-auditDone }()
-	beatsDone := make(chan struct{})
-	go func() { defer close(beatsDone); c.writeBeats(ctx) }()
-	defer func() { <-beatsDone }()
-	reportsDone := make(chan struct{})
-	go func() { defer close(reportsDone); c.writeReports(ctx) }()
-	defer func() { <-reportsDone }()
-	rollDone := make(chan struct{})
-	go func() { defer close(rollDone); c.rollLoop(ctx) }()
-	defer func() { <-rollDone }()
-	collectDone := make(chan struct{})
-	go func() { defer close(collectDone); c.collectLoop(ctx) }()
-	defer func() { <-collectDone }()
+	defer goAll(ctx, c.auditor.drainAudit, c.beatLine.writeBeats, c.reports.writeReports, c.roller.rollLoop, c.blobs.collectLoop)()
 
 	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}
 	httpDone := make(chan error, 1)
@@ -294,6 +271,45 @@ loop:
 	return nil
 }
 
+// subscribe has serving take every subject the controller answers.
+func (c *Controller) subscribe(ctx context.Context, serving *nats.Conn) error {
+	// Each handler is told who sent its message, as the subject places
+	// them, and answers only under that requester's own inbox.
+	subs := []struct {
+		subject, queue string
+		who            func(*nats.Msg) requester
+		handle         func(*nats.Msg, requester)
+	}{
+		{spec.APIPrefix + ">", "api", byOperatorSubject, func(m *nats.Msg, r requester) { c.serveAPI(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindHeartbeat), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onHeartbeat(ctx, m) }},
+		{spec.NodeSubject("*", spec.KindFacts), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onFacts(ctx, m) }},
+		{spec.EnrolSubject, "enrol", c.enrolRequester(ctx), func(m *nats.Msg, r requester) { c.onEnrol(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindReport), "", byNodeSubject, func(m *nats.Msg, r requester) { c.onReport(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindBlob), "blob", byNodeSubject, func(m *nats.Msg, r requester) { c.onBlob(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindCSR), "csr", byNodeSubject, func(m *nats.Msg, r requester) { c.onCSR(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindRoster), "roster", byNodeSubject, func(m *nats.Msg, r requester) { c.onRoster(ctx, m, r) }},
+		{spec.NodeSubject("*", spec.KindDeclaration), "declaration", byNodeSubject, func(m *nats.Msg, r requester) { c.onDeclaration(ctx, m, r) }},
+	}
+	for _, s := range subs {
+		if _, err := serving.QueueSubscribe(s.subject, s.queue, c.guardMsg(s.subject, s.who, s.handle)); err != nil {
+			return fmt.Errorf("subscribe to %s: %w", s.subject, err)
+		}
+	}
+	if err := serving.Flush(); err != nil {
+		return fmt.Errorf("subscribe controller: %w", err)
+	}
+	return nil
+}
+
+// goAll runs each loop until ctx ends, and returns what waits for them all.
+func goAll(ctx context.Context, loops ...func(context.Context)) (wait func()) {
+	var wg sync.WaitGroup
+	for _, loop := range loops {
+		wg.Go(func() { loop(ctx) })
+	}
+	return wg.Wait
+}
+
 // inProcessTimeout bounds the handshake of the controller's own
 // connections. The bus may be taking thousands of hosts reconnecting at
 // once, each with a TLS handshake, when the controller starts again: with
@@ -318,11 +334,11 @@ func (c *Controller) connect(key nkeys.KeyPair, name string) (*nats.Conn, error)
 // sweep withdraws expired tokens' enrolment users and forgets pushes that
 // waited past their expiry.
 func (c *Controller) sweep(ctx context.Context) {
-	defer c.catch("sweep", nil)
-	if err := c.syncUsers(ctx); err != nil {
+	defer c.guard.catch("sweep", nil)
+	if err := c.enrolment.syncUsers(ctx); err != nil {
 		c.log.Error("bus users not refreshed", "err", err)
 	}
-	c.dropExpiredWatchers()
+	c.watches.dropExpiredWatchers()
 }
 
 func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
@@ -381,7 +397,7 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 		return err
 	}
 	// The roster before the declarations that may name it.
-	if err := c.publishRecordedRoster(ctx); err != nil {
+	if err := c.rosters.publishRecordedRoster(ctx); err != nil {
 		return err
 	}
 	nodes, err := c.deps.DB.Nodes(ctx)

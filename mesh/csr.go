@@ -44,7 +44,7 @@ func (c *Controller) onCSR(ctx context.Context, m *nats.Msg, who requester) {
 			c.log.Warn("certificate request refused", "node", node, "names", names, "err", err, "refused_unlogged_before", held)
 		}
 	}
-	c.keepAudit(ctx, store.AuditEntry{At: c.cfg.Now(), Operator: "node:" + node, Verb: CSRVerb, Args: auditJSON(args),
+	c.auditor.keepAudit(ctx, store.AuditEntry{At: c.cfg.Now(), Operator: "node:" + node, Verb: CSRVerb, Args: auditJSON(args),
 		Outcome: spec.Clip(outcome, spec.MaxAuditText)})
 	c.respond(m, who, spec.EncodeReply(res, err))
 }
@@ -81,7 +81,7 @@ func (c *Controller) signCSR(ctx context.Context, node string, data []byte) (spe
 	if err := onlyDNSNames(csr); err != nil {
 		return spec.CSRResult{}, names, "", err
 	}
-	held, err := c.heldNames(ctx, node)
+	held, err := c.certs.heldNames(ctx, node)
 	if err != nil {
 		return spec.CSRResult{}, names, "", err
 	}

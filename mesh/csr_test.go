@@ -152,7 +152,7 @@ func TestCSRSignsOnlyTheNodesOwnNames(t *testing.T) {
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
 	nc := certMesh(t, c, db)
-	if _, err := c.addCADomain(context.Background(), spec.CADomainAddRequest{Domain: "example.org"}); err != nil {
+	if _, err := c.certs.addCADomain(context.Background(), spec.CADomainAddRequest{Domain: "example.org"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -258,7 +258,7 @@ func TestCSRPublicNameNeedsADomain(t *testing.T) {
 	if !errors.As(err, &re) || re.Kind != spec.ReplyRefused || !strings.Contains(re.Message, "x.example.org is not under a domain the mesh signs for") {
 		t.Fatalf("a public name before its domain is declared: %v, want a refusal naming it", err)
 	}
-	if _, err := c.addCADomain(context.Background(), spec.CADomainAddRequest{Domain: "example.org"}); err != nil {
+	if _, err := c.certs.addCADomain(context.Background(), spec.CADomainAddRequest{Domain: "example.org"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := askCSR(t, nc, "beta", csrBody(t, ecKey(t), "x.example.org")); err != nil {

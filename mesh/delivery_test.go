@@ -21,7 +21,7 @@ func TestRecordedButNotPublishedIsPublishedAtStart(t *testing.T) {
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
 	ctx := context.Background()
-	decl, err := c.next(ctx, "alpha", time.Hour)
+	decl, err := c.numbers.next(ctx, "alpha", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,11 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/mesh-fleet/mesh/broker"
+	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
@@ -27,78 +29,100 @@ const (
 	MaxTokenTTL     = 7 * 24 * time.Hour
 )
 
+// enrolment admits nodes and withdraws them: tokens, the joining hosts'
+// answers, node removal, and the bus users they put in force.
+type enrolment struct {
+	base
+	keys     Keys
+	busURLs  []string
+	node     string // the controller's own node, which is never removed
+	signKey  ed25519.PrivateKey
+	maxNodes int
+	bus      *broker.Server
+	ca       *ca.Authority
+	metrics  *metrics
+	locks    *nodeLocks
+	beats    *beats
+	// purge drops what the declaration stream holds for a node.
+	purge func(ctx context.Context, node string) error
+
+	mu        sync.Mutex
+	users     map[string]broker.User // as last given to the bus, by nkey
+	answering map[string]store.Token // used tokens whose host is still hearing its answer
+}
+
 // syncUsers composes every bus user from the store and gives them to the
 // bus if they changed. It returns once they are in force: a user withdrawn
 // has had its connections closed. It costs what every node costs: at
 // start-up and in the sweep (a token expired) it is the truth the changes
 // one user at a time (addUser, withdrawUser) are checked against.
-func (c *Controller) syncUsers(ctx context.Context) error {
-	c.usersMu.Lock()
-	defer c.usersMu.Unlock()
-	users, err := Users(ctx, c.deps.DB, c.cfg.Keys, c.cfg.Now())
+func (en *enrolment) syncUsers(ctx context.Context) error {
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	users, err := Users(ctx, en.db, en.keys, en.now())
 	if err != nil {
 		return fmt.Errorf("compose the bus's users: %w", err)
 	}
 	next := byKey(users)
-	c.keepAnswering(next)
-	if reflect.DeepEqual(next, c.users) {
+	en.keepAnswering(next)
+	if reflect.DeepEqual(next, en.users) {
 		return nil
 	}
-	if err := c.deps.Bus.SetUsers(slices.Collect(maps.Values(next))); err != nil {
+	if err := en.bus.SetUsers(slices.Collect(maps.Values(next))); err != nil {
 		return err
 	}
-	c.users = next
+	en.users = next
 	return nil
 }
 
 // addUser puts u in force on the bus beside the users in force, at the
 // cost of one user: the one a token or a join adds. It returns once u is
 // in force.
-func (c *Controller) addUser(u broker.User) error {
-	c.usersMu.Lock()
-	defer c.usersMu.Unlock()
-	if old, ok := c.users[u.NKey]; ok && reflect.DeepEqual(old, u) {
+func (en *enrolment) addUser(u broker.User) error {
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	if old, ok := en.users[u.NKey]; ok && reflect.DeepEqual(old, u) {
 		return nil
 	}
-	if err := c.deps.Bus.AddUser(u); err != nil {
+	if err := en.bus.AddUser(u); err != nil {
 		return err
 	}
-	if c.users == nil {
-		c.users = map[string]broker.User{}
+	if en.users == nil {
+		en.users = map[string]broker.User{}
 	}
-	c.users[u.NKey] = u
+	en.users[u.NKey] = u
 	return nil
 }
 
 // withdrawUser takes the user nkey off the bus, at the cost of one user,
-// and returns once its connections are closed. Called with usersMu held.
-func (c *Controller) withdrawUser(nkey string) {
-	c.deps.Bus.WithdrawUser(nkey)
-	delete(c.users, nkey)
+// and returns once its connections are closed. Called with en.mu held.
+func (en *enrolment) withdrawUser(nkey string) {
+	en.bus.WithdrawUser(nkey)
+	delete(en.users, nkey)
 }
 
 // withdrawToken takes t's enrolment user off the bus, unless a host is
 // being answered under it (releaseEnrolUser withdraws it then).
-func (c *Controller) withdrawToken(t store.Token) {
-	c.usersMu.Lock()
-	defer c.usersMu.Unlock()
-	if _, held := c.answering[t.ID]; !held {
-		c.withdrawUser(t.EnrolNKey)
+func (en *enrolment) withdrawToken(t store.Token) {
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	if _, held := en.answering[t.ID]; !held {
+		en.withdrawUser(t.EnrolNKey)
 	}
 }
 
 // withdrawNode takes node's user off the bus, its key read from the store.
-func (c *Controller) withdrawNode(ctx context.Context, node string) error {
-	n, err := c.deps.DB.Node(ctx, node)
+func (en *enrolment) withdrawNode(ctx context.Context, node string) error {
+	n, err := en.db.Node(ctx, node)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	c.usersMu.Lock()
-	defer c.usersMu.Unlock()
-	c.withdrawUser(n.NKey)
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	en.withdrawUser(n.NKey)
 	return nil
 }
 
@@ -111,7 +135,7 @@ func byKey(users []broker.User) map[string]broker.User {
 	return m
 }
 
-func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateRequest) (spec.TokenCreateResult, error) {
+func (en *enrolment) createToken(ctx context.Context, req spec.TokenCreateRequest) (spec.TokenCreateResult, error) {
 	if err := spec.CheckName("node", req.Node); err != nil {
 		return spec.TokenCreateResult{}, callerError(err.Error())
 	}
@@ -122,13 +146,13 @@ func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateReques
 	if ttl < MinTokenTTL || ttl > MaxTokenTTL {
 		return spec.TokenCreateResult{}, callerError(fmt.Sprintf("--ttl %s: a token lives from %s to %s", ttl, MinTokenTTL, MaxTokenTTL))
 	}
-	if err := c.nameTaken(ctx, req.Node); err != nil {
+	if err := en.nameTaken(ctx, req.Node); err != nil {
 		return spec.TokenCreateResult{}, err
 	}
-	if err := c.roomFor(ctx, req.Node); err != nil {
+	if err := en.roomFor(ctx, req.Node); err != nil {
 		return spec.TokenCreateResult{}, err
 	}
-	m, err := c.deps.DB.Mesh(ctx)
+	m, err := en.db.Mesh(ctx)
 	if err != nil {
 		return spec.TokenCreateResult{}, err
 	}
@@ -138,20 +162,20 @@ func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateReques
 	}
 	enrolPub, _ := enrol.PublicKey()
 	enrolSeed, _ := enrol.Seed()
-	now := c.cfg.Now()
+	now := en.now()
 	id := "t" + randomHex(5)
 	t := store.Token{ID: id, Node: req.Node, EnrolNKey: enrolPub, Created: now, Expires: now.Add(ttl).Truncate(time.Second)}
-	if err := c.deps.DB.AddToken(ctx, t); err != nil {
+	if err := en.db.AddToken(ctx, t); err != nil {
 		return spec.TokenCreateResult{}, err
 	}
 	// The enrolment user is in force on the bus before the token is handed
 	// out (invariant 9).
-	if err := c.addUser(enrolUser(t)); err != nil {
+	if err := en.addUser(enrolUser(t)); err != nil {
 		return spec.TokenCreateResult{}, fmt.Errorf("put token %s's enrolment user on the bus: %w", id, err)
 	}
-	tok := spec.Token{Mesh: m.Name, ID: id, Node: req.Node, Pin: c.deps.CA.Pin(), Bus: c.cfg.BusURLs,
+	tok := spec.Token{Mesh: m.Name, ID: id, Node: req.Node, Pin: en.ca.Pin(), Bus: en.busURLs,
 		Secret: string(enrolSeed), Expires: t.Expires.UTC()}
-	c.log.Info("token created", "token", id, "node", req.Node, "expires", t.Expires.UTC())
+	en.log.Info("token created", "token", id, "node", req.Node, "expires", t.Expires.UTC())
 	return spec.TokenCreateResult{ID: id, Token: tok.Encode(), Expires: t.Expires.UTC()}, nil
 }
 
@@ -161,16 +185,16 @@ func (c *Controller) createToken(ctx context.Context, req spec.TokenCreateReques
 // limit is the fleet the mesh was measured at. It counts the nodes and reads only
 // the open tokens and their names' nodes, so a token costs the same at
 // 10 nodes and at 10,000. A read that failed is an error.
-func (c *Controller) roomFor(ctx context.Context, node string) error {
-	joined, err := c.deps.DB.NodeCount(ctx)
+func (en *enrolment) roomFor(ctx context.Context, node string) error {
+	joined, err := en.db.NodeCount(ctx)
 	if err != nil {
 		return fmt.Errorf("count the nodes the mesh admits: %w", err)
 	}
-	tokens, err := c.deps.DB.OpenTokens(ctx)
+	tokens, err := en.db.OpenTokens(ctx)
 	if err != nil {
 		return fmt.Errorf("count the tokens that may still join: %w", err)
 	}
-	now := c.cfg.Now()
+	now := en.now()
 	var names []string
 	seen := map[string]bool{node: true}
 	for _, t := range tokens {
@@ -179,12 +203,12 @@ func (c *Controller) roomFor(ctx context.Context, node string) error {
 			names = append(names, t.Node)
 		}
 	}
-	nodes, err := c.deps.DB.NodesNamed(ctx, names)
+	nodes, err := en.db.NodesNamed(ctx, names)
 	if err != nil {
 		return fmt.Errorf("count the tokens that may still join: %w", err)
 	}
 	pending := len(names) - len(nodes)
-	if max, held := c.maxNodes(), joined+pending; held >= max {
+	if max, held := en.maxNodes, joined+pending; held >= max {
 		return refusedError(fmt.Sprintf("the mesh admits at most %d nodes (the fleet it is measured at, and room on stream %s for a consumer each) and %d are held: %d joined and %d unused tokens; remove a node (mesh node remove) or revoke a token (mesh token revoke) first",
 			max, spec.DeclarationStream, held, joined, pending))
 	}
@@ -204,13 +228,13 @@ func tokenInfo(t store.Token) spec.TokenInfo {
 	return info
 }
 
-func (c *Controller) listTokens(ctx context.Context, req spec.TokenListRequest) (spec.TokenListResult, error) {
-	ts, err := c.deps.DB.Tokens(ctx)
+func (en *enrolment) listTokens(ctx context.Context, req spec.TokenListRequest) (spec.TokenListResult, error) {
+	ts, err := en.db.Tokens(ctx)
 	if err != nil {
 		return spec.TokenListResult{}, err
 	}
 	res := spec.TokenListResult{Tokens: []spec.TokenInfo{}}
-	now := c.cfg.Now()
+	now := en.now()
 	for _, t := range ts {
 		if tokenOpen(t, now) || req.All {
 			res.Tokens = append(res.Tokens, tokenInfo(t))
@@ -219,8 +243,8 @@ func (c *Controller) listTokens(ctx context.Context, req spec.TokenListRequest) 
 	return res, nil
 }
 
-func (c *Controller) revokeToken(ctx context.Context, req spec.TokenRevokeRequest) (spec.Empty, error) {
-	t, err := c.deps.DB.Token(ctx, req.ID)
+func (en *enrolment) revokeToken(ctx context.Context, req spec.TokenRevokeRequest) (spec.Empty, error) {
+	t, err := en.db.Token(ctx, req.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		return spec.Empty{}, notFoundError(fmt.Sprintf("no token %q: mesh token list shows the open ones", req.ID))
 	}
@@ -230,13 +254,13 @@ func (c *Controller) revokeToken(ctx context.Context, req spec.TokenRevokeReques
 	if !t.Used.IsZero() {
 		return spec.Empty{}, refusedError(fmt.Sprintf("token %s was already used, by node %q: to undo that, mesh node remove %s", t.ID, t.Node, t.Node))
 	}
-	if err := c.deps.DB.RevokeToken(ctx, req.ID, c.cfg.Now()); err != nil {
+	if err := en.db.RevokeToken(ctx, req.ID, en.now()); err != nil {
 		return spec.Empty{}, err
 	}
 	// Its secret stops working now: the bus drops the enrolment user and
 	// with it any connection that holds it.
-	c.withdrawToken(t)
-	c.log.Info("token revoked", "token", req.ID, "node", t.Node)
+	en.withdrawToken(t)
+	en.log.Info("token revoked", "token", req.ID, "node", t.Node)
 	return spec.Empty{}, nil
 }
 
@@ -255,17 +279,17 @@ func (c *Controller) revokeToken(ctx context.Context, req spec.TokenRevokeReques
 // token. Every step runs under
 // the node's lock, so no declaration is sent to it between the purge and
 // the end.
-func (c *Controller) removeNode(ctx context.Context, req spec.NodeRemoveRequest) (spec.Empty, error) {
+func (en *enrolment) removeNode(ctx context.Context, req spec.NodeRemoveRequest) (spec.Empty, error) {
 	if err := spec.CheckName("node", req.Name); err != nil {
 		return spec.Empty{}, callerError(err.Error())
 	}
-	if req.Name == c.cfg.Node {
+	if req.Name == en.node {
 		return spec.Empty{}, refusedError(fmt.Sprintf("node %q is this controller's own machine: its host runs in the controller's process and cannot be removed from the mesh", req.Name))
 	}
-	lock := c.nodeLock(req.Name)
+	lock := en.locks.of(req.Name)
 	lock.Lock()
 	defer lock.Unlock()
-	if err := c.deps.DB.BeginRemoval(ctx, req.Name, c.cfg.Now()); errors.Is(err, store.ErrNotFound) {
+	if err := en.db.BeginRemoval(ctx, req.Name, en.now()); errors.Is(err, store.ErrNotFound) {
 		return spec.Empty{}, notFoundError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Name))
 	} else if err != nil {
 		return spec.Empty{}, err
@@ -275,23 +299,23 @@ func (c *Controller) removeNode(ctx context.Context, req spec.NodeRemoveRequest)
 	}
 	// The node's credential stops working now: the bus drops its user and
 	// with it the node's connections.
-	if err := c.withdrawNode(ctx, req.Name); err != nil {
+	if err := en.withdrawNode(ctx, req.Name); err != nil {
 		return spec.Empty{}, unfinished(fmt.Errorf("its credential is still on the bus: %w", err))
 	}
-	if err := jsCall(ctx, func(ctx context.Context) error { return purgeDeclarations(ctx, c.js, req.Name) }); err != nil {
+	if err := jsCall(ctx, func(ctx context.Context) error { return en.purge(ctx, req.Name) }); err != nil {
 		return spec.Empty{}, unfinished(err)
 	}
-	if err := c.deps.DB.RemoveNode(ctx, req.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := en.db.RemoveNode(ctx, req.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return spec.Empty{}, unfinished(err)
 	}
-	c.beats.forget(req.Name)
-	c.log.Info("node removed", "node", req.Name)
+	en.beats.forget(req.Name)
+	en.log.Info("node removed", "node", req.Name)
 	return spec.Empty{}, nil
 }
 
 // nameTaken says why name cannot be given to a new node, or nil if it can.
-func (c *Controller) nameTaken(ctx context.Context, name string) error {
-	n, err := c.deps.DB.Node(ctx, name)
+func (en *enrolment) nameTaken(ctx context.Context, name string) error {
+	n, err := en.db.Node(ctx, name)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil
@@ -314,7 +338,7 @@ func (c *Controller) onEnrol(ctx context.Context, m *nats.Msg, who requester) {
 	if !c.allowReply(m, who) {
 		return
 	}
-	c.enrolAnswering(ctx, m.Data, func(res spec.EnrolResult, err error) {
+	c.enrolment.enrolAnswering(ctx, m.Data, func(res spec.EnrolResult, err error) {
 		switch {
 		case err == nil:
 		case spec.KindOf(err) != spec.ReplyFailed:
@@ -333,22 +357,22 @@ func (c *Controller) onEnrol(ctx context.Context, m *nats.Msg, who requester) {
 }
 
 // enrol is enrolAnswering with no one to answer.
-func (c *Controller) enrol(ctx context.Context, data []byte) (spec.EnrolResult, error) {
-	return c.enrolAnswering(ctx, data, nil)
+func (en *enrolment) enrol(ctx context.Context, data []byte) (spec.EnrolResult, error) {
+	return en.enrolAnswering(ctx, data, nil)
 }
 
 // enrolAnswering enrols the node a request asks for and hands the outcome
 // to answer (when given) while the token's enrolment user is still on the
 // bus; then a token used, or found used or revoked, leaves the bus, and its
 // connections are closed: its secret reaches the bus no more.
-func (c *Controller) enrolAnswering(ctx context.Context, data []byte, answer func(spec.EnrolResult, error)) (spec.EnrolResult, error) {
+func (en *enrolment) enrolAnswering(ctx context.Context, data []byte, answer func(spec.EnrolResult, error)) (spec.EnrolResult, error) {
 	var held *store.Token
 	defer func() {
 		if held != nil {
-			c.releaseEnrolUser(ctx, *held)
+			en.releaseEnrolUser(ctx, *held)
 		}
 	}()
-	res, err := c.enrolSteps(ctx, data, &held)
+	res, err := en.enrolSteps(ctx, data, &held)
 	if answer != nil {
 		answer(res, err)
 	}
@@ -358,12 +382,12 @@ func (c *Controller) enrolAnswering(ctx context.Context, data []byte, answer fun
 // enrolSteps checks the request and the token it proves, and records the
 // node and its credential. Before the store spends the token
 // it holds the token's enrolment user on the bus, and says so in held.
-func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.Token) (spec.EnrolResult, error) {
+func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.Token) (spec.EnrolResult, error) {
 	var req spec.EnrolRequest
 	if err := spec.Decode(data, &req); err != nil {
 		return spec.EnrolResult{}, callerError("malformed enrolment request: " + err.Error())
 	}
-	t, err := c.deps.DB.Token(ctx, req.TokenID)
+	t, err := en.db.Token(ctx, req.TokenID)
 	if errors.Is(err, store.ErrNotFound) {
 		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %q is not one this mesh made: it is forged or from another mesh", req.TokenID))
 	}
@@ -377,7 +401,7 @@ func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.T
 	if err := enrolKey.Verify(req.ProofBytes(), req.Proof); err != nil {
 		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s: the request is not signed by its secret: the token is forged", t.ID))
 	}
-	now := c.cfg.Now()
+	now := en.now()
 	switch {
 	case !t.Revoked.IsZero():
 		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s was revoked at %s: ask for a new one (mesh token create %s)", t.ID, t.Revoked.UTC().Format(time.RFC3339), t.Node))
@@ -395,20 +419,20 @@ func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.T
 	// earlier node of that name (one removed before removals purged) is
 	// delivered to this one. Under the node's lock, so a removal of the name
 	// cannot interleave.
-	lock := c.nodeLock(req.Node)
+	lock := en.locks.of(req.Node)
 	lock.Lock()
 	defer lock.Unlock()
-	if err := c.nameTaken(ctx, req.Node); err != nil {
+	if err := en.nameTaken(ctx, req.Node); err != nil {
 		return spec.EnrolResult{}, err
 	}
-	if err := jsCall(ctx, func(ctx context.Context) error { return purgeDeclarations(ctx, c.js, req.Node) }); err != nil {
+	if err := jsCall(ctx, func(ctx context.Context) error { return en.purge(ctx, req.Node) }); err != nil {
 		return spec.EnrolResult{}, err
 	}
 	// The token's user stays on the bus until the host heard its answer,
 	// and goes as soon as it has, whatever the outcome.
-	c.holdEnrolUser(t)
+	en.holdEnrolUser(t)
 	*held = &t
-	if err := c.deps.DB.Enrol(ctx, t.ID, store.Node{Name: req.Node, Address: req.Address, NKey: req.NKey, Joined: now}); err != nil {
+	if err := en.db.Enrol(ctx, t.ID, store.Node{Name: req.Node, Address: req.Address, NKey: req.NKey, Joined: now}); err != nil {
 		if errors.Is(err, store.ErrTokenSpent) {
 			return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s was used or revoked a moment ago", t.ID))
 		}
@@ -416,57 +440,57 @@ func (c *Controller) enrolSteps(ctx context.Context, data []byte, held **store.T
 	}
 	facts := req.Facts
 	facts.Node = req.Node
-	if err := c.deps.DB.RecordFacts(ctx, facts, now); err != nil {
-		c.log.Warn("facts sent at enrolment not recorded", "node", req.Node, "err", err)
+	if err := en.db.RecordFacts(ctx, facts, now); err != nil {
+		en.log.Warn("facts sent at enrolment not recorded", "node", req.Node, "err", err)
 	}
 	// The node's credential is in force before the host hears it joined.
-	if err := c.addUser(nodeUser(req.Node, req.NKey)); err != nil {
+	if err := en.addUser(nodeUser(req.Node, req.NKey)); err != nil {
 		return spec.EnrolResult{}, fmt.Errorf("node %q recorded, but its credential is not on the bus: %w", req.Node, err)
 	}
-	m, err := c.deps.DB.Mesh(ctx)
+	m, err := en.db.Mesh(ctx)
 	if err != nil {
 		return spec.EnrolResult{}, err
 	}
-	c.log.Info("node joined", "node", req.Node, "address", req.Address, "token", t.ID)
+	en.log.Info("node joined", "node", req.Node, "address", req.Address, "token", t.ID)
 	return spec.EnrolResult{
-		Mesh: m.Name, Node: req.Node, Bus: c.cfg.BusURLs,
-		SignKey: base64.StdEncoding.EncodeToString(c.cfg.SignKey.Public().(ed25519.PublicKey)),
+		Mesh: m.Name, Node: req.Node, Bus: en.busURLs,
+		SignKey: base64.StdEncoding.EncodeToString(en.signKey.Public().(ed25519.PublicKey)),
 	}, nil
 }
 
 // holdEnrolUser keeps t's enrolment user on the bus while its host is
 // being answered, even once the store says t is used.
-func (c *Controller) holdEnrolUser(t store.Token) {
-	c.usersMu.Lock()
-	defer c.usersMu.Unlock()
-	if c.answering == nil {
-		c.answering = map[string]store.Token{}
+func (en *enrolment) holdEnrolUser(t store.Token) {
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	if en.answering == nil {
+		en.answering = map[string]store.Token{}
 	}
-	c.answering[t.ID] = t
+	en.answering[t.ID] = t
 }
 
 // releaseEnrolUser ends holdEnrolUser: a token the store says is used (or
 // revoked, or expired) leaves the bus now, and its connections are closed;
 // one still open (its enrolment refused before the store spent it) stays.
 // If the store cannot be read, the sweep withdraws it.
-func (c *Controller) releaseEnrolUser(ctx context.Context, t store.Token) {
-	c.usersMu.Lock()
-	defer c.usersMu.Unlock()
-	delete(c.answering, t.ID)
-	now, err := c.deps.DB.Token(ctx, t.ID)
+func (en *enrolment) releaseEnrolUser(ctx context.Context, t store.Token) {
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	delete(en.answering, t.ID)
+	now, err := en.db.Token(ctx, t.ID)
 	if err != nil {
-		c.log.Error("a token's secret may still reach the bus; the next sweep withdraws it", "token", t.ID, "err", err)
+		en.log.Error("a token's secret may still reach the bus; the next sweep withdraws it", "token", t.ID, "err", err)
 		return
 	}
-	if !tokenOpen(now, c.cfg.Now()) {
-		c.withdrawUser(t.EnrolNKey)
+	if !tokenOpen(now, en.now()) {
+		en.withdrawUser(t.EnrolNKey)
 	}
 }
 
 // keepAnswering adds to users the enrolment users held for an answer that
-// Users left out. Called with usersMu held.
-func (c *Controller) keepAnswering(users map[string]broker.User) {
-	for _, t := range c.answering {
+// Users left out. Called with en.mu held.
+func (en *enrolment) keepAnswering(users map[string]broker.User) {
+	for _, t := range en.answering {
 		if _, ok := users[t.EnrolNKey]; !ok {
 			users[t.EnrolNKey] = enrolUser(t)
 		}

@@ -29,17 +29,17 @@ func BenchmarkJoin(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if err := c.syncUsers(ctx); err != nil {
+			if err := c.enrolment.syncUsers(ctx); err != nil {
 				b.Fatal(err)
 			}
 			for i := 0; b.Loop(); i++ {
 				node := fmt.Sprintf("j%05d", i)
-				res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: node})
+				res, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: node})
 				if err != nil {
 					b.Fatal(err)
 				}
 				tok, _ := spec.ParseToken(res.Token)
-				if _, err := c.enrol(ctx, enrolRequest(b, tok, node)); err != nil {
+				if _, err := c.enrolment.enrol(ctx, enrolRequest(b, tok, node)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -173,7 +173,7 @@ func TestTokenExpiry(t *testing.T) {
 	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	c, db := newController(t, clk)
 	ctx := context.Background()
-	res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: "beta", TTL: time.Minute})
+	res, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: "beta", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestTokenExpiry(t *testing.T) {
 	enrolUser := func() bool {
 		kp, _ := nkeys.FromSeed([]byte(tok.Secret))
 		pub, _ := kp.PublicKey()
-		for _, u := range c.users {
+		for _, u := range c.enrolment.users {
 			if u.NKey == pub {
 				return true
 			}
@@ -196,14 +196,14 @@ func TestTokenExpiry(t *testing.T) {
 	}
 
 	clk.Add(2 * time.Minute)
-	_, err = c.enrol(ctx, enrolRequest(t, tok, "beta"))
+	_, err = c.enrolment.enrol(ctx, enrolRequest(t, tok, "beta"))
 	if err == nil || !strings.Contains(err.Error(), "expired at") {
 		t.Fatalf("enrol with an expired token: %v", err)
 	}
 	if nodes, _ := db.Nodes(ctx); len(nodes) != 1 {
 		t.Fatalf("an expired token added a node: %d nodes", len(nodes))
 	}
-	if err := c.syncUsers(ctx); err != nil {
+	if err := c.enrolment.syncUsers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if enrolUser() {
@@ -219,7 +219,7 @@ func TestEnrolRefusals(t *testing.T) {
 	c, db := newController(t, clk)
 	ctx := context.Background()
 	mk := func(node string) spec.Token {
-		res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: node})
+		res, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: node})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +242,7 @@ func TestEnrolRefusals(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := c.enrol(ctx, tc.body)
+			_, err := c.enrolment.enrol(ctx, tc.body)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}
@@ -252,10 +252,10 @@ func TestEnrolRefusals(t *testing.T) {
 		})
 	}
 	// And the real one goes through, once.
-	if _, err := c.enrol(ctx, enrolRequest(t, a, "beta")); err != nil {
+	if _, err := c.enrolment.enrol(ctx, enrolRequest(t, a, "beta")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.enrol(ctx, enrolRequest(t, a, "beta")); err == nil || !strings.Contains(err.Error(), "already used") {
+	if _, err := c.enrolment.enrol(ctx, enrolRequest(t, a, "beta")); err == nil || !strings.Contains(err.Error(), "already used") {
 		t.Fatalf("second use: %v", err)
 	}
 }
@@ -267,7 +267,7 @@ func TestUsersIsNeverEmptyOnFailure(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
-	before := len(c.users)
+	before := len(c.enrolment.users)
 	if before != 4 { // the controller's two, the operator, alpha
 		t.Fatalf("the controller starts with %d bus users, want 4", before)
 	}
@@ -276,11 +276,11 @@ func TestUsersIsNeverEmptyOnFailure(t *testing.T) {
 	if err == nil || users != nil {
 		t.Fatalf("Users on a closed store: %d users, err %v", len(users), err)
 	}
-	if err := c.syncUsers(context.Background()); err == nil {
+	if err := c.enrolment.syncUsers(context.Background()); err == nil {
 		t.Fatal("syncUsers on a closed store succeeded")
 	}
-	if len(c.users) != before {
-		t.Fatalf("a failed sync changed the bus's users from %d to %d", before, len(c.users))
+	if len(c.enrolment.users) != before {
+		t.Fatalf("a failed sync changed the bus's users from %d to %d", before, len(c.enrolment.users))
 	}
 }
 
@@ -296,7 +296,7 @@ func TestUsersChangedOneAtATimeAreTheComposedOnes(t *testing.T) {
 	ctx := context.Background()
 	tokens := map[string]spec.Token{}
 	create := func(node string) {
-		res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: node})
+		res, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: node})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,32 +308,32 @@ func TestUsersChangedOneAtATimeAreTheComposedOnes(t *testing.T) {
 	}{
 		{"tokens for beta, gamma and delta", func() { create("beta"); create("gamma"); create("delta") }},
 		{"beta joins", func() {
-			if _, err := c.enrol(ctx, enrolRequest(t, tokens["beta"], "beta")); err != nil {
+			if _, err := c.enrolment.enrol(ctx, enrolRequest(t, tokens["beta"], "beta")); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"beta's token again: refused, nothing changes", func() {
-			if _, err := c.enrol(ctx, enrolRequest(t, tokens["beta"], "beta")); err == nil {
+			if _, err := c.enrolment.enrol(ctx, enrolRequest(t, tokens["beta"], "beta")); err == nil {
 				t.Fatal("a used token joined again")
 			}
 		}},
 		{"delta's token for another name: refused, the token stays open", func() {
-			if _, err := c.enrol(ctx, enrolRequest(t, tokens["delta"], "zeta")); err == nil {
+			if _, err := c.enrolment.enrol(ctx, enrolRequest(t, tokens["delta"], "zeta")); err == nil {
 				t.Fatal("a token joined another node than its own")
 			}
 		}},
 		{"gamma's token revoked", func() {
-			if _, err := c.revokeToken(ctx, spec.TokenRevokeRequest{ID: tokens["gamma"].ID}); err != nil {
+			if _, err := c.enrolment.revokeToken(ctx, spec.TokenRevokeRequest{ID: tokens["gamma"].ID}); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"delta joins", func() {
-			if _, err := c.enrol(ctx, enrolRequest(t, tokens["delta"], "delta")); err != nil {
+			if _, err := c.enrolment.enrol(ctx, enrolRequest(t, tokens["delta"], "delta")); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"beta removed", func() {
-			if _, err := c.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"}); err != nil {
+			if _, err := c.enrolment.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"}); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -349,7 +349,7 @@ func TestUsersChangedOneAtATimeAreTheComposedOnes(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("after %s the bus holds %d users, composing them gives %d:\nbus: %+v\ncomposed: %+v", step.name, len(got), len(want), got, want)
 		}
-		if !reflect.DeepEqual(c.users, want) {
+		if !reflect.DeepEqual(c.enrolment.users, want) {
 			t.Fatalf("after %s the controller's record of the bus's users is not what the bus holds", step.name)
 		}
 	}
@@ -358,7 +358,7 @@ func TestUsersChangedOneAtATimeAreTheComposedOnes(t *testing.T) {
 // joinNodeWith enrols node with tok, as a host does.
 func joinNodeWith(t *testing.T, c *Controller, tok spec.Token, node string) {
 	t.Helper()
-	if _, err := c.enrol(context.Background(), enrolRequest(t, tok, node)); err != nil {
+	if _, err := c.enrolment.enrol(context.Background(), enrolRequest(t, tok, node)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -120,7 +120,7 @@ func TestReadFailureIsRaisedNotAbsence(t *testing.T) {
 			t.Errorf("push error %q does not say %q", err, want)
 		}
 	}
-	if _, err := c.gather(ctx); err == nil {
+	if _, err := c.composer.gather(ctx); err == nil {
 		t.Fatal("gather returned no error beside a roster")
 	}
 	for _, n := range []string{"alpha", "beta", "gamma"} {

@@ -113,15 +113,25 @@ func (b *beats) forget(node string) {
 	delete(b.windows, node)
 }
 
+// beatLine writes the held heartbeats in batches, weighing each node's
+// claim, and has what expired unapplied re-sent.
+type beatLine struct {
+	base
+	beats  *beats
+	claims *claimBook
+	// resend re-sends a node's last declaration if it expired unapplied.
+	resend func(ctx context.Context, hb spec.Heartbeat) error
+}
+
 // writeBeats writes the held heartbeats, a batch at a time, until ctx ends.
-func (c *Controller) writeBeats(ctx context.Context) {
+func (bl *beatLine) writeBeats(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-c.beats.wake:
+		case <-bl.beats.wake:
 		}
-		c.writeBatch(ctx)
+		bl.writeBatch(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -132,9 +142,9 @@ func (c *Controller) writeBeats(ctx context.Context) {
 
 // writeBatch writes the heartbeats held now in one transaction, then
 // re-sends what expired to the nodes that need it.
-func (c *Controller) writeBatch(ctx context.Context) {
-	defer c.catch("heartbeat batch", nil)
-	held := c.beats.take()
+func (bl *beatLine) writeBatch(ctx context.Context) {
+	defer bl.guard.catch("heartbeat batch", nil)
+	held := bl.beats.take()
 	if len(held) == 0 {
 		return
 	}
@@ -145,35 +155,35 @@ func (c *Controller) writeBatch(ctx context.Context) {
 	for _, hb := range held {
 		nodes = append(nodes, hb.Node)
 	}
-	heads, err := c.deps.DB.DeclarationHeads(ctx, nodes)
+	heads, err := bl.db.DeclarationHeads(ctx, nodes)
 	if err != nil {
-		c.log.Error("heartbeats not recorded", "nodes", len(held), "err", err)
+		bl.log.Error("heartbeats not recorded", "nodes", len(held), "err", err)
 		return
 	}
 	kept := make([]spec.Heartbeat, 0, len(held))
 	for _, hb := range held {
-		hb, err := c.believe(ctx, hb, heads[hb.Node].Seq)
+		hb, err := bl.claims.believe(ctx, hb, heads[hb.Node].Seq)
 		if err != nil {
-			c.log.Error("heartbeat not recorded", "node", hb.Node, "err", err)
+			bl.log.Error("heartbeat not recorded", "node", hb.Node, "err", err)
 			continue
 		}
 		kept = append(kept, hb)
 	}
-	failed, err := c.deps.DB.RecordHeartbeats(ctx, kept, c.cfg.Now())
+	failed, err := bl.db.RecordHeartbeats(ctx, kept, bl.now())
 	if err != nil {
-		c.log.Error("heartbeats not recorded", "nodes", len(kept), "err", err)
+		bl.log.Error("heartbeats not recorded", "nodes", len(kept), "err", err)
 		return
 	}
 	for _, hb := range kept {
 		if err := failed[hb.Node]; err != nil {
-			c.log.Warn("heartbeat not recorded", "node", hb.Node, "err", err)
+			bl.log.Warn("heartbeat not recorded", "node", hb.Node, "err", err)
 			continue
 		}
-		if d := heads[hb.Node]; d.Seq == 0 || hb.AppliedSeq >= d.Seq || c.cfg.Now().Before(d.Expires) {
+		if d := heads[hb.Node]; d.Seq == 0 || hb.AppliedSeq >= d.Seq || bl.now().Before(d.Expires) {
 			continue // nothing sent, applied, or not expired: as resendIfExpired finds
 		}
-		if err := c.resendIfExpired(ctx, hb); err != nil {
-			c.log.Error("expired declaration not re-sent", "node", hb.Node, "err", err)
+		if err := bl.resend(ctx, hb); err != nil {
+			bl.log.Error("expired declaration not re-sent", "node", hb.Node, "err", err)
 		}
 	}
 }

@@ -104,7 +104,7 @@ func (c *Controller) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	counter("mesh_roster_bytes_total", "Bytes of the roster messages published: their signed bodies.", c.metrics.rosterBytes.Load())
 	counter("mesh_blobs_collected_total", "Blobs deleted because no module, node's last declaration or release named them.", c.metrics.blobsCollected.Load())
 	counter("mesh_blob_bytes_collected_total", "Bytes of the blobs collected.", c.metrics.blobBytesCollected.Load())
-	gauge("mesh_audit_queued", "Operator API calls audited in memory only: the store did not take them yet.", float64(c.auditQueued()))
+	gauge("mesh_audit_queued", "Operator API calls audited in memory only: the store did not take them yet.", float64(c.auditor.auditQueued()))
 	counter("mesh_panics_total", "Panics recovered in a handler or loop of this process; each is logged with its stack.", c.cfg.Panics.Load())
 	gauge("go_goroutines", "Goroutines in the process.", float64(runtime.NumGoroutine()))
 	if rss, ok := residentBytes(); ok {

@@ -20,35 +20,35 @@ func TestTokenBeyondMaxNodesRefused(t *testing.T) {
 	ctx := context.Background()
 	// alpha (genesis) holds the first place.
 	for _, n := range []string{"beta", "gamma"} {
-		if _, err := c.createToken(ctx, spec.TokenCreateRequest{Node: n}); err != nil {
+		if _, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: n}); err != nil {
 			t.Fatalf("token for %s within the limit: %v", n, err)
 		}
 	}
-	_, err := c.createToken(ctx, spec.TokenCreateRequest{Node: "delta"})
+	_, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: "delta"})
 	if err == nil || spec.KindOf(err) != spec.ReplyRefused || !strings.Contains(err.Error(), "at most 3 nodes") || !strings.Contains(err.Error(), "2 unused tokens") {
 		t.Fatalf("fourth node: %v (kind %q), want a refusal naming the limit of 3 and the 2 unused tokens", err, spec.KindOf(err))
 	}
 	// Another token for gamma takes no new place.
-	if _, err := c.createToken(ctx, spec.TokenCreateRequest{Node: "gamma"}); err != nil {
+	if _, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: "gamma"}); err != nil {
 		t.Fatalf("a second token for gamma: %v", err)
 	}
-	ts, err := c.listTokens(ctx, spec.TokenListRequest{})
+	ts, err := c.enrolment.listTokens(ctx, spec.TokenListRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tok := range ts.Tokens {
 		if tok.Node == "beta" {
-			if _, err := c.revokeToken(ctx, spec.TokenRevokeRequest{ID: tok.ID}); err != nil {
+			if _, err := c.enrolment.revokeToken(ctx, spec.TokenRevokeRequest{ID: tok.ID}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	if _, err := c.createToken(ctx, spec.TokenCreateRequest{Node: "delta"}); err != nil {
+	if _, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: "delta"}); err != nil {
 		t.Fatalf("after beta's token was revoked: %v", err)
 	}
 	// An expired token holds no place either.
 	clk.Add(DefaultTokenTTL + time.Minute)
-	if _, err := c.createToken(ctx, spec.TokenCreateRequest{Node: "epsilon"}); err != nil {
+	if _, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: "epsilon"}); err != nil {
 		t.Fatalf("after the tokens expired: %v", err)
 	}
 }

@@ -13,8 +13,17 @@ import (
 	"github.com/mesh-fleet/mesh/store"
 )
 
+// catalogue is the modules operators register and assign to nodes.
+type catalogue struct {
+	base
+	// composeOne composes a node from the modules given (gather.go).
+	composeOne func(ctx context.Context, n store.Node, modules map[string]spec.Module) (Plan, error, error)
+	// nudgeCollect asks for a collection of blobs that may be unused now.
+	nudgeCollect func()
+}
+
 // registerModules checks every module and records them all, or none.
-func (c *Controller) registerModules(ctx context.Context, req spec.ModuleRegisterRequest) (spec.ModuleRegisterResult, error) {
+func (cat *catalogue) registerModules(ctx context.Context, req spec.ModuleRegisterRequest) (spec.ModuleRegisterResult, error) {
 	if len(req.Modules) == 0 {
 		return spec.ModuleRegisterResult{}, callerError("no module to register")
 	}
@@ -28,8 +37,8 @@ func (c *Controller) registerModules(ctx context.Context, req spec.ModuleRegiste
 		}
 		seen[m.Name] = true
 	}
-	now := c.cfg.Now()
-	previous, err := c.deps.DB.RegisterModules(ctx, req.Modules, now)
+	now := cat.now()
+	previous, err := cat.db.RegisterModules(ctx, req.Modules, now)
 	if err != nil {
 		return spec.ModuleRegisterResult{}, err
 	}
@@ -38,21 +47,21 @@ func (c *Controller) registerModules(ctx context.Context, req spec.ModuleRegiste
 		info := spec.ModuleInfo{Name: m.Name, Version: m.Version, Description: m.Description, Resources: len(m.Resources),
 			Registered: now.UTC(), Previous: previous[m.Name], Nodes: []string{}}
 		res.Modules = append(res.Modules, info)
-		c.log.Info("module registered", "module", m.Name, "version", m.Version, "previous", previous[m.Name])
+		cat.log.Info("module registered", "module", m.Name, "version", m.Version, "previous", previous[m.Name])
 	}
 	if len(previous) > 0 {
 		// A version replaced may have left blobs nothing else names.
-		c.nudgeCollect()
+		cat.nudgeCollect()
 	}
 	return res, nil
 }
 
-func (c *Controller) moduleInfos(ctx context.Context) ([]spec.ModuleInfo, map[string]spec.Module, error) {
-	mods, err := c.deps.DB.Modules(ctx)
+func (cat *catalogue) moduleInfos(ctx context.Context) ([]spec.ModuleInfo, map[string]spec.Module, error) {
+	mods, err := cat.db.Modules(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	as, err := c.deps.DB.Assignments(ctx)
+	as, err := cat.db.Assignments(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -75,13 +84,13 @@ func (c *Controller) moduleInfos(ctx context.Context) ([]spec.ModuleInfo, map[st
 	return infos, byName, nil
 }
 
-func (c *Controller) listModules(ctx context.Context, _ spec.ModuleListRequest) (spec.ModuleListResult, error) {
-	infos, _, err := c.moduleInfos(ctx)
+func (cat *catalogue) listModules(ctx context.Context, _ spec.ModuleListRequest) (spec.ModuleListResult, error) {
+	infos, _, err := cat.moduleInfos(ctx)
 	return spec.ModuleListResult{Modules: infos}, err
 }
 
-func (c *Controller) showModule(ctx context.Context, req spec.ModuleShowRequest) (spec.ModuleShowResult, error) {
-	infos, byName, err := c.moduleInfos(ctx)
+func (cat *catalogue) showModule(ctx context.Context, req spec.ModuleShowRequest) (spec.ModuleShowResult, error) {
+	infos, byName, err := cat.moduleInfos(ctx)
 	if err != nil {
 		return spec.ModuleShowResult{}, err
 	}
@@ -107,11 +116,11 @@ func (c *Controller) showModule(ctx context.Context, req spec.ModuleShowRequest)
 // removeModule removes a module from the catalogue. One still assigned is
 // refused, naming the nodes, and nothing changes: unassign it and push
 // first, so no host is left holding what the catalogue no longer knows.
-func (c *Controller) removeModule(ctx context.Context, req spec.ModuleRemoveRequest) (spec.ModuleRemoveResult, error) {
+func (cat *catalogue) removeModule(ctx context.Context, req spec.ModuleRemoveRequest) (spec.ModuleRemoveResult, error) {
 	if err := spec.CheckName("module", req.Name); err != nil {
 		return spec.ModuleRemoveResult{}, callerError(err.Error() + "; nothing was removed")
 	}
-	m, err := c.deps.DB.RemoveModule(ctx, req.Name)
+	m, err := cat.db.RemoveModule(ctx, req.Name)
 	var assigned *store.AssignedError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -122,8 +131,8 @@ func (c *Controller) removeModule(ctx context.Context, req spec.ModuleRemoveRequ
 	case err != nil:
 		return spec.ModuleRemoveResult{}, err
 	}
-	c.log.Info("module removed", "module", m.Module.Name, "version", m.Module.Version)
-	c.nudgeCollect()
+	cat.log.Info("module removed", "module", m.Module.Name, "version", m.Module.Version)
+	cat.nudgeCollect()
 	return spec.ModuleRemoveResult{Name: m.Module.Name, Version: m.Module.Version}, nil
 }
 
@@ -139,11 +148,11 @@ func checkAssignNames(req spec.AssignRequest) error {
 	return nil
 }
 
-func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.AssignResult, error) {
+func (cat *catalogue) assign(ctx context.Context, req spec.AssignRequest) (spec.AssignResult, error) {
 	if err := checkAssignNames(req); err != nil {
 		return spec.AssignResult{}, err
 	}
-	found, err := c.deps.DB.Module(ctx, req.Module)
+	found, err := cat.db.Module(ctx, req.Module)
 	if errors.Is(err, store.ErrNotFound) {
 		return spec.AssignResult{}, notFoundError(fmt.Sprintf("no module called %q: mesh module list shows the registered ones", req.Module))
 	}
@@ -168,8 +177,8 @@ func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.A
 		}
 		return spec.AssignResult{}, err
 	}
-	return c.changedBy(ctx, req.Node, func() error {
-		err := c.deps.DB.Assign(ctx, req.Module, req.Node, req.Settings, c.cfg.Now())
+	return cat.changedBy(ctx, req.Node, func() error {
+		err := cat.db.Assign(ctx, req.Module, req.Node, req.Settings, cat.now())
 		if errors.Is(err, store.ErrNotFound) {
 			return notFoundError(err.Error())
 		}
@@ -180,7 +189,7 @@ func (c *Controller) assign(ctx context.Context, req spec.AssignRequest) (spec.A
 				names = append(names, k)
 			}
 			sort.Strings(names)
-			c.log.Info("module assigned", "module", req.Module, "node", req.Node, "settings", names)
+			cat.log.Info("module assigned", "module", req.Module, "node", req.Node, "settings", names)
 		}
 		return err
 	})
@@ -193,17 +202,17 @@ func orNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-func (c *Controller) unassign(ctx context.Context, req spec.AssignRequest) (spec.AssignResult, error) {
+func (cat *catalogue) unassign(ctx context.Context, req spec.AssignRequest) (spec.AssignResult, error) {
 	if err := checkAssignNames(req); err != nil {
 		return spec.AssignResult{}, err
 	}
-	return c.changedBy(ctx, req.Node, func() error {
-		err := c.deps.DB.Unassign(ctx, req.Module, req.Node)
+	return cat.changedBy(ctx, req.Node, func() error {
+		err := cat.db.Unassign(ctx, req.Module, req.Node)
 		if errors.Is(err, store.ErrNotFound) {
 			return notFoundError(fmt.Sprintf("module %q is not assigned to node %q", req.Module, req.Node))
 		}
 		if err == nil {
-			c.log.Info("module unassigned", "module", req.Module, "node", req.Node)
+			cat.log.Info("module unassigned", "module", req.Module, "node", req.Node)
 		}
 		return err
 	})
@@ -217,13 +226,13 @@ func (c *Controller) unassign(ctx context.Context, req spec.AssignRequest) (spec
 // changes, which no declaration holds. When node
 // cannot be composed, the change is recorded all the same and the result
 // says why the nodes are not known.
-func (c *Controller) changedBy(ctx context.Context, node string, record func() error) (spec.AssignResult, error) {
-	before, ownBefore, errBefore := c.composeByName(ctx, node)
+func (cat *catalogue) changedBy(ctx context.Context, node string, record func() error) (spec.AssignResult, error) {
+	before, ownBefore, errBefore := cat.composeByName(ctx, node)
 	if err := record(); err != nil {
 		return spec.AssignResult{}, err
 	}
 	res := spec.AssignResult{Changed: []string{}}
-	after, ownAfter, err := c.composeByName(ctx, node)
+	after, ownAfter, err := cat.composeByName(ctx, node)
 	if err == nil {
 		err = errBefore
 	}
@@ -235,11 +244,11 @@ func (c *Controller) changedBy(ctx context.Context, node string, record func() e
 	switch {
 	case err != nil:
 	case routed:
-		all, err = c.composedNodes(ctx)
+		all, err = cat.composedNodes(ctx)
 		composed = len(all)
 	default:
 		var nodes, leaving int
-		nodes, leaving, err = c.deps.DB.NodesLeaving(ctx)
+		nodes, leaving, err = cat.db.NodesLeaving(ctx)
 		composed = nodes - leaving
 	}
 	if err != nil {
@@ -264,8 +273,8 @@ func (c *Controller) changedBy(ctx context.Context, node string, record func() e
 // composeByName composes node from the modules assigned to it, as
 // composeOne does. A node not in the mesh (or leaving it) composes to
 // nothing.
-func (c *Controller) composeByName(ctx context.Context, node string) (plan Plan, own, err error) {
-	n, err := c.deps.DB.Node(ctx, node)
+func (cat *catalogue) composeByName(ctx context.Context, node string) (plan Plan, own, err error) {
+	n, err := cat.db.Node(ctx, node)
 	if errors.Is(err, store.ErrNotFound) {
 		return Plan{}, nil, nil
 	}
@@ -275,27 +284,27 @@ func (c *Controller) composeByName(ctx context.Context, node string) (plan Plan,
 	if !n.Removing.IsZero() {
 		return Plan{}, nil, nil
 	}
-	as, err := c.deps.DB.AssignmentsOf(ctx, node)
+	as, err := cat.db.AssignmentsOf(ctx, node)
 	if err != nil {
 		return Plan{}, nil, fmt.Errorf("compose node %q: %w", node, err)
 	}
 	modules := make(map[string]spec.Module, len(as))
 	for _, a := range as {
-		m, err := c.deps.DB.Module(ctx, a.Module)
+		m, err := cat.db.Module(ctx, a.Module)
 		if err != nil {
 			return Plan{}, nil, fmt.Errorf("compose node %q: %w", node, err)
 		}
 		modules[a.Module] = m.Module
 	}
-	return c.composeOne(ctx, n, modules)
+	return cat.composeOne(ctx, n, modules)
 }
 
 // composedNodes are the nodes a push composes: every node not leaving the
 // mesh, by name.
-func (c *Controller) composedNodes(ctx context.Context) ([]string, error) {
+func (cat *catalogue) composedNodes(ctx context.Context) ([]string, error) {
 	// Names only: each assign asks, and reading every node whole (its
 	// facts decoded) cost a 10,000-node mesh over a second an assign.
-	nodes, err := c.deps.DB.NodeKeys(ctx)
+	nodes, err := cat.db.NodeKeys(ctx)
 	if err != nil {
 		return nil, err
 	}

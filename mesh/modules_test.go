@@ -28,7 +28,7 @@ func TestAssignNamesTheRule(t *testing.T) {
 		{spec.AssignRequest{Module: "motd", Node: strings.Repeat("b", 64)}, "a DNS label holds at most 63"},
 		{spec.AssignRequest{Module: "Motd", Node: "beta"}, `module name "Motd" holds 'M'`},
 	} {
-		for verb, call := range map[string]func(context.Context, spec.AssignRequest) (spec.AssignResult, error){"assign": c.assign, "unassign": c.unassign} {
+		for verb, call := range map[string]func(context.Context, spec.AssignRequest) (spec.AssignResult, error){"assign": c.modules.assign, "unassign": c.modules.unassign} {
 			_, err := call(ctx, tc.req)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "not") && strings.Contains(err.Error(), "found") || spec.KindOf(err) != spec.ReplyCaller {
 				t.Errorf("%s %+v: %v, want the caller's error naming the rule %q", verb, tc.req, err, tc.want)

@@ -198,7 +198,7 @@ func TestReportBeforeAnyPush(t *testing.T) {
 // BenchmarkGuardMsg: what the recovering wrapper costs a handler that does
 // nothing, against the same handler called bare (the peer in this run).
 func BenchmarkGuardMsg(b *testing.B) {
-	c := &Controller{cfg: Config{Panics: new(atomic.Uint64)}}
+	c := &Controller{cfg: Config{Panics: new(atomic.Uint64)}, guard: guard{panics: new(atomic.Uint64)}}
 	m := &nats.Msg{Subject: spec.NodeSubject("alpha", spec.KindHeartbeat)}
 	var n int
 	h := func(*nats.Msg, requester) { n++ }

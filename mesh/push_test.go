@@ -121,16 +121,16 @@ func TestExpiredWatchersAreDropped(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Now()}
 	c, _ := newController(t, clk)
-	c.watch("alpha", "p1", spec.OperatorInbox+".x", false)
-	c.watch("alpha", "p2", spec.OperatorInbox+".y", false)
-	c.dropExpiredWatchers()
-	if len(c.watchers["alpha"]) != 2 {
-		t.Fatalf("dropped live watchers: %d left", len(c.watchers["alpha"]))
+	c.watches.watch("alpha", "p1", spec.OperatorInbox+".x", false)
+	c.watches.watch("alpha", "p2", spec.OperatorInbox+".y", false)
+	c.watches.dropExpiredWatchers()
+	if len(c.watches.byNode["alpha"]) != 2 {
+		t.Fatalf("dropped live watchers: %d left", len(c.watches.byNode["alpha"]))
 	}
 	clk.Add(2 * time.Hour)
-	c.dropExpiredWatchers()
-	if len(c.watchers) != 0 {
-		t.Fatalf("%d nodes still have expired watchers", len(c.watchers))
+	c.watches.dropExpiredWatchers()
+	if len(c.watches.byNode) != 0 {
+		t.Fatalf("%d nodes still have expired watchers", len(c.watches.byNode))
 	}
 }
 

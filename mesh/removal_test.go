@@ -53,12 +53,12 @@ func onBus(c *Controller, nkey string) bool {
 // joinNode enrols node through a token, as a host does.
 func joinNode(t *testing.T, c *Controller, node string) {
 	t.Helper()
-	res, err := c.createToken(context.Background(), spec.TokenCreateRequest{Node: node})
+	res, err := c.enrolment.createToken(context.Background(), spec.TokenCreateRequest{Node: node})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tok, _ := spec.ParseToken(res.Token)
-	if _, err := c.enrol(context.Background(), enrolRequest(t, tok, node)); err != nil {
+	if _, err := c.enrolment.enrol(context.Background(), enrolRequest(t, tok, node)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -95,12 +95,12 @@ func TestRemovalFailedHalfWayIsFinishedByRunningItAgain(t *testing.T) {
 	}
 
 	fs.fail.Store(true)
-	_, err := c.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"})
+	_, err := c.enrolment.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"})
 	if err == nil || !strings.Contains(err.Error(), "only partly removed") || !strings.Contains(err.Error(), "run mesh node remove beta again") {
 		t.Fatalf("removal with the store failing: %v, want it to say to run it again", err)
 	}
 	// Every step before the store's was taken, and a sweep keeps them so.
-	if err := c.syncUsers(ctx); err != nil {
+	if err := c.enrolment.syncUsers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if onBus(c, beta.NKey) {
@@ -133,13 +133,13 @@ func TestRemovalFailedHalfWayIsFinishedByRunningItAgain(t *testing.T) {
 	if n := onStream(t, c, "beta"); n != 0 {
 		t.Errorf("a push sent the half-removed node %d declarations", n)
 	}
-	if _, err := c.createToken(ctx, spec.TokenCreateRequest{Node: "beta"}); err == nil || !strings.Contains(err.Error(), "run mesh node remove beta again") {
+	if _, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: "beta"}); err == nil || !strings.Contains(err.Error(), "run mesh node remove beta again") {
 		t.Errorf("a token for the half-removed node's name: %v", err)
 	}
 
 	// Run again: the steps already taken are no errors, the store's is done.
 	fs.fail.Store(false)
-	if _, err := c.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"}); err != nil {
+	if _, err := c.enrolment.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"}); err != nil {
 		t.Fatalf("removal run again: %v", err)
 	}
 	if _, err := db.Node(ctx, "beta"); !errors.Is(err, store.ErrNotFound) {
@@ -154,7 +154,7 @@ func TestRemovalFailedHalfWayIsFinishedByRunningItAgain(t *testing.T) {
 	if as, err := db.AssignmentsOf(ctx, "beta"); err != nil || len(as) != 0 {
 		t.Errorf("beta's assignments after removal: %v %v", as, err)
 	}
-	if _, err := c.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"}); err == nil || !strings.Contains(err.Error(), `no node called "beta"`) {
+	if _, err := c.enrolment.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"}); err == nil || !strings.Contains(err.Error(), `no node called "beta"`) {
 		t.Errorf("removing a removed node: %v", err)
 	}
 }
@@ -185,9 +185,9 @@ func TestJoinedAgainStartsFromNothing(t *testing.T) {
 func TestControllersOwnNodeIsNotRemoved(t *testing.T) {
 	t.Parallel()
 	c, db := newController(t, &clock{now: time.Now()})
-	c.cfg.Node = "alpha"
+	c.enrolment.node = "alpha"
 	ctx := context.Background()
-	_, err := c.removeNode(ctx, spec.NodeRemoveRequest{Name: "alpha"})
+	_, err := c.enrolment.removeNode(ctx, spec.NodeRemoveRequest{Name: "alpha"})
 	var refused refusedError
 	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "this controller's own machine") {
 		t.Fatalf("removing the controller's own node: %v", err)

@@ -66,13 +66,13 @@ func operatorConn(t *testing.T, c *Controller) *nats.Conn {
 // node's key.
 func joinWithKey(t *testing.T, c *Controller, node string) nkeys.KeyPair {
 	t.Helper()
-	res, err := c.createToken(context.Background(), spec.TokenCreateRequest{Node: node})
+	res, err := c.enrolment.createToken(context.Background(), spec.TokenCreateRequest{Node: node})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tok, _ := spec.ParseToken(res.Token)
 	key, _ := nkeys.CreateUser()
-	if _, err := c.enrol(context.Background(), enrolRequestWith(t, tok, node, key)); err != nil {
+	if _, err := c.enrolment.enrol(context.Background(), enrolRequestWith(t, tok, node, key)); err != nil {
 		t.Fatal(err)
 	}
 	return key
@@ -296,7 +296,7 @@ func TestEnrolmentCannotMakeTheControllerAnswerElsewhere(t *testing.T) {
 	c, db := newController(t, &clock{now: time.Now()})
 	ctx := context.Background()
 	mk := func(node string) spec.Token {
-		res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: node})
+		res, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: node})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -368,7 +368,7 @@ func TestRevokedTokenLeavesTheBusAtOnce(t *testing.T) {
 	t.Parallel()
 	c, _ := newController(t, &clock{now: time.Now()})
 	ctx := context.Background()
-	res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: "gamma"})
+	res, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: "gamma"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func TestRevokedTokenLeavesTheBusAtOnce(t *testing.T) {
 	}
 	closed := make(chan struct{})
 	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
-	if _, err := c.revokeToken(ctx, spec.TokenRevokeRequest{ID: tok.ID}); err != nil {
+	if _, err := c.enrolment.revokeToken(ctx, spec.TokenRevokeRequest{ID: tok.ID}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := busConn(t, c, secret, spec.EnrolInbox(tok.ID), nil); !errors.Is(err, nats.ErrAuthorization) {

@@ -51,13 +51,24 @@ func (c *Controller) onReport(ctx context.Context, m *nats.Msg, who requester) {
 		c.log.Warn("declaration waits for its roster", "node", node, "seq", r.Seq, "waiting", spec.Clip(r.Waiting, spec.MaxStatusText))
 	}
 	if r.Preview {
-		c.reported(r)
+		c.reports.reported(r)
 		return
 	}
 	select {
-	case c.reportq <- queuedReport{r: r, at: c.cfg.Now(), msg: m, who: who}:
+	case c.reports.queue <- queuedReport{r: r, at: c.cfg.Now(), msg: m, who: who}:
 	case <-ctx.Done():
 	}
+}
+
+// reportLine writes the reports nodes send, in batches, answers them and
+// forwards each to the pushes waiting for it.
+type reportLine struct {
+	base
+	queue   chan queuedReport // the reports not yet written
+	claims  *claimBook
+	watches *watches
+	// respond answers a report's message under its host's own inbox.
+	respond func(m *nats.Msg, r requester, body []byte)
 }
 
 // queuedReport is a report waiting for the writer, and when it came; msg
@@ -71,36 +82,36 @@ type queuedReport struct {
 
 // ack answers q's report, when its host asked for an answer: the
 // controller holds it, so it need not come again.
-func (c *Controller) ack(q queuedReport) {
+func (rp *reportLine) ack(q queuedReport) {
 	if q.msg == nil || q.msg.Reply == "" {
 		return
 	}
-	c.respond(q.msg, q.who, spec.EncodeReply(spec.ReportAck{Seq: q.r.Seq, Time: q.r.Time}, nil))
+	rp.respond(q.msg, q.who, spec.EncodeReply(spec.ReportAck{Seq: q.r.Seq, Time: q.r.Time}, nil))
 }
 
 // writeReports writes the queued reports until ctx ends: whatever is
 // queued when it looks, up to reportBatch, in one transaction. Under a
 // burst the reports that come while one batch is written make the next;
 // a lone report waits for nothing.
-func (c *Controller) writeReports(ctx context.Context) {
+func (rp *reportLine) writeReports(ctx context.Context) {
 	for {
 		var batch []queuedReport
 		select {
 		case <-ctx.Done():
 			return
-		case q := <-c.reportq:
+		case q := <-rp.queue:
 			batch = append(batch, q)
 		}
 	more:
 		for len(batch) < reportBatch {
 			select {
-			case q := <-c.reportq:
+			case q := <-rp.queue:
 				batch = append(batch, q)
 			default:
 				break more
 			}
 		}
-		c.recordReports(ctx, batch)
+		rp.recordReports(ctx, batch)
 	}
 }
 
@@ -121,24 +132,24 @@ func failedApply(r spec.Report) bool {
 // recordReports records batch in one transaction, each report weighed
 // against the last sequence sent to its node (read for the batch at once),
 // then forwards each one recorded.
-func (c *Controller) recordReports(ctx context.Context, batch []queuedReport) {
-	defer c.catch("report batch", nil)
+func (rp *reportLine) recordReports(ctx context.Context, batch []queuedReport) {
+	defer rp.guard.catch("report batch", nil)
 	nodes := make([]string, 0, len(batch))
 	for _, q := range batch {
 		nodes = append(nodes, q.r.Node)
 	}
-	heads, err := c.deps.DB.DeclarationHeads(ctx, nodes)
+	heads, err := rp.db.DeclarationHeads(ctx, nodes)
 	if err != nil {
-		c.log.Error("reports not recorded", "reports", len(batch), "err", err)
+		rp.log.Error("reports not recorded", "reports", len(batch), "err", err)
 		return
 	}
 	records := make([]store.ReportRecord, 0, len(batch))
 	kept := make([]queuedReport, 0, len(batch))
 	for _, q := range batch {
 		r := q.r
-		if !c.weigh(r.Node, r.Seq, heads[r.Node].Seq) {
-			c.log.Warn("report refused: it names a declaration far above the last sent to the node", "node", r.Node, "seq", r.Seq)
-			c.ack(q) // refused for good: sent again, it would be again
+		if !rp.claims.weigh(r.Node, r.Seq, heads[r.Node].Seq) {
+			rp.log.Warn("report refused: it names a declaration far above the last sent to the node", "node", r.Node, "seq", r.Seq)
+			rp.ack(q) // refused for good: sent again, it would be again
 			continue
 		}
 		body, _ := json.Marshal(r)
@@ -149,23 +160,23 @@ func (c *Controller) recordReports(ctx context.Context, batch []queuedReport) {
 	if len(records) == 0 {
 		return
 	}
-	failed, err := c.deps.DB.RecordReports(ctx, records)
+	failed, err := rp.db.RecordReports(ctx, records)
 	if err != nil {
-		c.log.Error("reports not recorded", "reports", len(records), "err", err)
+		rp.log.Error("reports not recorded", "reports", len(records), "err", err)
 		return
 	}
 	for i, q := range kept {
 		if err := failed[i]; err != nil {
-			c.log.Error("report not recorded", "node", q.r.Node, "err", err)
+			rp.log.Error("report not recorded", "node", q.r.Node, "err", err)
 			continue
 		}
-		c.ack(q)
-		c.reported(q.r)
+		rp.ack(q)
+		rp.reported(q.r)
 	}
 }
 
 // reported logs what r says and forwards it to the pushes waiting for it.
-func (c *Controller) reported(r spec.Report) {
+func (rp *reportLine) reported(r spec.Report) {
 	failed := 0
 	for _, res := range r.Results {
 		if res.Outcome == spec.Failed {
@@ -174,11 +185,11 @@ func (c *Controller) reported(r spec.Report) {
 	}
 	switch {
 	case r.Refused != "":
-		c.log.Warn("declaration refused", "node", r.Node, "seq", r.Seq, "reason", r.Refused)
+		rp.log.Warn("declaration refused", "node", r.Node, "seq", r.Seq, "reason", r.Refused)
 	case failed > 0:
-		c.log.Warn("declaration applied with failures", "node", r.Node, "seq", r.Seq, "failed", failed)
+		rp.log.Warn("declaration applied with failures", "node", r.Node, "seq", r.Seq, "failed", failed)
 	default:
-		c.log.Debug("report", "node", r.Node, "seq", r.Seq)
+		rp.log.Debug("report", "node", r.Node, "seq", r.Seq)
 	}
-	c.forward(r)
+	rp.watches.forward(r)
 }

@@ -23,8 +23,19 @@ import (
 // when a roll is started or resumed.
 const rollTick = 250 * time.Millisecond
 
-// roller is the roll loop's state that is not in the store.
+// roller carries out rolls: the operator's roll verbs and the roll loop,
+// with the loop's state that is not in the store.
 type roller struct {
+	base
+	node  string           // the controller's own node, rolled last
+	ticks <-chan time.Time // nil: a ticker's, every rollTick
+	// gather, rosterOnce, contentNow and send are how a roll composes and
+	// sends a node its declaration, as a push does.
+	gather     func(context.Context) (gathered, error)
+	rosterOnce func(context.Context, gathered) func() (*spec.RosterRef, error)
+	contentNow func(context.Context, store.Node, gathered, func() (*spec.RosterRef, error)) (content, error)
+	send       func(context.Context, string, content, resend) (uint64, bool, error)
+
 	kick chan struct{}
 	// step is held by each step of the loop and by an abort or resume:
 	// an abort never lands between a step's record and its send.
@@ -40,8 +51,8 @@ type roller struct {
 	began time.Time
 }
 
-func newRoller() *roller {
-	return &roller{kick: make(chan struct{}, 1), sent: map[[2]int64]bool{}}
+func newRoller(b base, node string, ticks <-chan time.Time) *roller {
+	return &roller{base: b, node: node, ticks: ticks, kick: make(chan struct{}, 1), sent: map[[2]int64]bool{}}
 }
 
 // wake has the roll loop look now.
@@ -69,7 +80,7 @@ func (r *roller) markSent(roll int64, pos int) {
 // the roll loop start it. A digest not published, a node that is not in
 // the mesh, a deadline out of bounds or a roll running or halted already:
 // refused, nothing recorded.
-func (c *Controller) startRoll(ctx context.Context, req spec.ReleaseRollRequest) (spec.ReleaseRollResult, error) {
+func (rl *roller) startRoll(ctx context.Context, req spec.ReleaseRollRequest) (spec.ReleaseRollResult, error) {
 	if err := spec.CheckReleaseDigest(req.Digest); err != nil {
 		return spec.ReleaseRollResult{}, callerError(err.Error() + "; nothing was rolled")
 	}
@@ -80,34 +91,34 @@ func (c *Controller) startRoll(ctx context.Context, req spec.ReleaseRollRequest)
 	if within < time.Second || within > spec.MaxHealthyWithin {
 		return spec.ReleaseRollResult{}, callerError(fmt.Sprintf("--healthy-within %s is not between 1s and %s; nothing was rolled", within, spec.MaxHealthyWithin))
 	}
-	rel, err := c.deps.DB.Release(ctx, req.Digest)
+	rel, err := rl.db.Release(ctx, req.Digest)
 	if errors.Is(err, store.ErrNotFound) {
 		return spec.ReleaseRollResult{}, notFoundError(fmt.Sprintf("release %s is not published (mesh release list shows what is; mesh release publish FILE adds one); nothing was rolled", req.Digest))
 	}
 	if err != nil {
 		return spec.ReleaseRollResult{}, err
 	}
-	nodes, err := c.deps.DB.Nodes(ctx)
+	nodes, err := rl.db.Nodes(ctx)
 	if err != nil {
 		return spec.ReleaseRollResult{}, err
 	}
-	order, err := rollOrder(nodes, req.Nodes, c.cfg.Node)
+	order, err := rollOrder(nodes, req.Nodes, rl.node)
 	if err != nil {
 		return spec.ReleaseRollResult{}, err
 	}
-	roll := store.Roll{Digest: rel.Digest, HealthyWithin: within, Started: c.cfg.Now()}
+	roll := store.Roll{Digest: rel.Digest, HealthyWithin: within, Started: rl.now()}
 	for _, n := range order {
 		roll.Nodes = append(roll.Nodes, store.RollNode{Node: n})
 	}
-	r, err := c.deps.DB.StartRoll(ctx, roll)
+	r, err := rl.db.StartRoll(ctx, roll)
 	if errors.Is(err, store.ErrRollActive) {
 		return spec.ReleaseRollResult{}, callerError(fmt.Sprintf("roll %d of %s is %s: mesh release roll --resume or --abort it first; nothing was rolled", r.ID, short(r.Digest), r.State))
 	}
 	if err != nil {
 		return spec.ReleaseRollResult{}, err
 	}
-	c.log.Info("roll started", "roll", r.ID, "digest", r.Digest, "nodes", len(r.Nodes), "healthy_within", within)
-	c.roller.wake()
+	rl.log.Info("roll started", "roll", r.ID, "digest", r.Digest, "nodes", len(r.Nodes), "healthy_within", within)
+	rl.wake()
 	return spec.ReleaseRollResult{Roll: rollOf(r)}, nil
 }
 
@@ -152,29 +163,29 @@ func rollOrder(nodes []store.Node, named []string, own string) ([]string, error)
 // launcher gave up on the release is asked to try it once more (its
 // binary's retry count goes up: spec.BinarySpec.Retry), since it would not
 // start it again otherwise; the cause may have been put right since.
-func (c *Controller) resumeRoll(ctx context.Context, _ spec.ReleaseRollResumeRequest) (spec.ReleaseRollResult, error) {
-	c.roller.step.Lock()
-	defer c.roller.step.Unlock()
-	retry, err := c.gaveUp(ctx)
+func (rl *roller) resumeRoll(ctx context.Context, _ spec.ReleaseRollResumeRequest) (spec.ReleaseRollResult, error) {
+	rl.step.Lock()
+	defer rl.step.Unlock()
+	retry, err := rl.gaveUp(ctx)
 	if err != nil {
 		return spec.ReleaseRollResult{}, err
 	}
-	r, err := c.deps.DB.ResumeRoll(ctx, retry)
+	r, err := rl.db.ResumeRoll(ctx, retry)
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRollActive) {
-		return spec.ReleaseRollResult{}, callerError(c.noRollTo(ctx, "resume"))
+		return spec.ReleaseRollResult{}, callerError(rl.noRollTo(ctx, "resume"))
 	}
 	if err != nil {
 		return spec.ReleaseRollResult{}, err
 	}
-	c.log.Info("roll resumed", "roll", r.ID, "digest", r.Digest)
-	c.roller.wake()
+	rl.log.Info("roll resumed", "roll", r.ID, "digest", r.Digest)
+	rl.wake()
 	return spec.ReleaseRollResult{Roll: rollOf(r)}, nil
 }
 
 // gaveUp names the failed nodes of the halted roll whose launchers gave up
 // on its release (none when no roll is halted: ResumeRoll says so).
-func (c *Controller) gaveUp(ctx context.Context) ([]string, error) {
-	r, err := c.deps.DB.ActiveRoll(ctx)
+func (rl *roller) gaveUp(ctx context.Context) ([]string, error) {
+	r, err := rl.db.ActiveRoll(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
@@ -186,14 +197,14 @@ func (c *Controller) gaveUp(ctx context.Context) ([]string, error) {
 		if n.State != spec.RollFailed {
 			continue
 		}
-		node, err := c.deps.DB.Node(ctx, n.Node)
+		node, err := rl.db.Node(ctx, n.Node)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		retry, err := c.binaryRetry(ctx, n.Node, r.Digest)
+		retry, err := rl.binaryRetry(ctx, n.Node, r.Digest)
 		if err != nil {
 			return nil, err
 		}
@@ -206,30 +217,30 @@ func (c *Controller) gaveUp(ctx context.Context) ([]string, error) {
 
 // abortRoll ends the running or halted roll: the nodes not yet sent are
 // never sent. What the nodes sent already hold stays declared.
-func (c *Controller) abortRoll(ctx context.Context, _ spec.ReleaseRollAbortRequest) (spec.ReleaseRollResult, error) {
-	c.roller.step.Lock()
-	defer c.roller.step.Unlock()
-	r, reverted, err := c.deps.DB.AbortRoll(ctx, c.cfg.Now())
+func (rl *roller) abortRoll(ctx context.Context, _ spec.ReleaseRollAbortRequest) (spec.ReleaseRollResult, error) {
+	rl.step.Lock()
+	defer rl.step.Unlock()
+	r, reverted, err := rl.db.AbortRoll(ctx, rl.now())
 	if errors.Is(err, store.ErrNotFound) {
-		return spec.ReleaseRollResult{}, callerError(c.noRollTo(ctx, "abort"))
+		return spec.ReleaseRollResult{}, callerError(rl.noRollTo(ctx, "abort"))
 	}
 	if err != nil {
 		return spec.ReleaseRollResult{}, err
 	}
-	c.log.Info("roll aborted", "roll", r.ID, "digest", r.Digest, "reverted", len(reverted))
-	return spec.ReleaseRollResult{Roll: rollOf(r), Reverted: c.sendEach(ctx, reverted)}, nil
+	rl.log.Info("roll aborted", "roll", r.ID, "digest", r.Digest, "reverted", len(reverted))
+	return spec.ReleaseRollResult{Roll: rollOf(r), Reverted: rl.sendEach(ctx, reverted)}, nil
 }
 
 // sendEach composes the mesh once and sends each of nodes its declaration
 // (nothing to one that holds it), saying per node what it came to: an
 // abort's nodes, whose binary is what it was before the roll.
-func (c *Controller) sendEach(ctx context.Context, nodes []string) []spec.PushNode {
+func (rl *roller) sendEach(ctx context.Context, nodes []string) []spec.PushNode {
 	if len(nodes) == 0 {
 		return nil
 	}
 	out := make([]spec.PushNode, len(nodes))
-	g, gerr := c.gather(ctx)
-	roster := c.rosterOnce(ctx, g)
+	g, gerr := rl.gather(ctx)
+	roster := rl.rosterOnce(ctx, g)
 	for i, node := range nodes {
 		pn := spec.PushNode{Node: node}
 		switch {
@@ -238,14 +249,14 @@ func (c *Controller) sendEach(ctx context.Context, nodes []string) []spec.PushNo
 		case g.own[node] != nil:
 			pn.Error = g.own[node].Error() + "; nothing was sent to it"
 		default:
-			n, err := c.deps.DB.Node(ctx, node)
+			n, err := rl.db.Node(ctx, node)
 			var ct content
 			if err == nil {
-				ct, err = c.contentNow(ctx, n, g, roster)
+				ct, err = rl.contentNow(ctx, n, g, roster)
 			}
 			if err == nil {
 				pn.Resources = len(ct.resources)
-				pn.Seq, pn.Unchanged, err = c.send(ctx, node, ct, resendNone)
+				pn.Seq, pn.Unchanged, err = rl.send(ctx, node, ct, resendNone)
 			}
 			if err != nil {
 				pn.Error = fmt.Sprintf("%v (mesh push %s sends it)", err, node)
@@ -257,8 +268,8 @@ func (c *Controller) sendEach(ctx context.Context, nodes []string) []spec.PushNo
 }
 
 // noRollTo says there is no roll to resume (or abort), and what there is.
-func (c *Controller) noRollTo(ctx context.Context, what string) string {
-	r, err := c.deps.DB.ActiveRoll(ctx)
+func (rl *roller) noRollTo(ctx context.Context, what string) string {
+	r, err := rl.db.ActiveRoll(ctx)
 	if err == nil {
 		return fmt.Sprintf("roll %d of %s is %s, not halted: nothing to %s; nothing changed", r.ID, short(r.Digest), r.State, what)
 	}
@@ -266,8 +277,8 @@ func (c *Controller) noRollTo(ctx context.Context, what string) string {
 }
 
 // showRoll is the roll numbered req.ID, the latest when 0.
-func (c *Controller) showRoll(ctx context.Context, req spec.ReleaseRollShowRequest) (spec.ReleaseRollResult, error) {
-	r, err := c.deps.DB.RollByID(ctx, req.ID)
+func (rl *roller) showRoll(ctx context.Context, req spec.ReleaseRollShowRequest) (spec.ReleaseRollResult, error) {
+	r, err := rl.db.RollByID(ctx, req.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		if req.ID == 0 {
 			return spec.ReleaseRollResult{}, notFoundError("no release was ever rolled (mesh release roll DIGEST)")
@@ -301,15 +312,15 @@ func timePtr(t time.Time) *time.Time {
 func short(digest string) string { return digest[:min(12, len(digest))] }
 
 // rollLoop carries out the running roll until ctx ends.
-func (c *Controller) rollLoop(ctx context.Context) {
-	c.roller.began = c.cfg.Now()
-	ticks := c.cfg.RollTicks
+func (rl *roller) rollLoop(ctx context.Context) {
+	rl.began = rl.now()
+	ticks := rl.ticks
 	if ticks == nil {
 		tick := time.NewTicker(rollTick)
 		defer tick.Stop()
 		ticks = tick.C
 	}
-	running := c.rollStep(ctx)
+	running := rl.rollStep(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -321,9 +332,9 @@ func (c *Controller) rollLoop(ctx context.Context) {
 			if !running {
 				continue
 			}
-		case <-c.roller.kick:
+		case <-rl.kick:
 		}
-		running = c.rollStep(ctx)
+		running = rl.rollStep(ctx)
 	}
 }
 
@@ -333,39 +344,39 @@ func (c *Controller) rollLoop(ctx context.Context) {
 // left is done. It says whether a roll may still be running: false only
 // when the store said none is (a failed read or a panic is looked at again
 // at the next tick).
-func (c *Controller) rollStep(ctx context.Context) (running bool) {
+func (rl *roller) rollStep(ctx context.Context) (running bool) {
 	running = true
-	defer c.catch("roll", nil)
-	c.roller.step.Lock()
-	defer c.roller.step.Unlock()
-	r, err := c.deps.DB.ActiveRoll(ctx)
+	defer rl.guard.catch("roll", nil)
+	rl.step.Lock()
+	defer rl.step.Unlock()
+	r, err := rl.db.ActiveRoll(ctx)
 	if errors.Is(err, store.ErrNotFound) || err == nil && r.State != spec.RollRunning {
 		return false
 	}
 	if err != nil {
-		c.log.Error("roll not carried on", "err", err)
+		rl.log.Error("roll not carried on", "err", err)
 		return true
 	}
 	for _, n := range r.Nodes {
 		var err error
 		switch n.State {
 		case spec.RollPending:
-			err = c.rollSend(ctx, r, n)
+			err = rl.rollSend(ctx, r, n)
 		case spec.RollSending:
-			err = c.rollWatch(ctx, r, n)
+			err = rl.rollWatch(ctx, r, n)
 		default:
 			continue
 		}
 		if err != nil {
-			c.log.Error("roll not carried on", "roll", r.ID, "node", n.Node, "err", err)
+			rl.log.Error("roll not carried on", "roll", r.ID, "node", n.Node, "err", err)
 		}
 		return true // one node at a time
 	}
-	if err := c.deps.DB.FinishRoll(ctx, r.ID, c.cfg.Now()); err != nil {
-		c.log.Error("roll not recorded done", "roll", r.ID, "err", err)
+	if err := rl.db.FinishRoll(ctx, r.ID, rl.now()); err != nil {
+		rl.log.Error("roll not recorded done", "roll", r.ID, "err", err)
 		return true
 	}
-	c.log.Info("roll done", "roll", r.ID, "digest", r.Digest, "nodes", len(r.Nodes))
+	rl.log.Info("roll done", "roll", r.ID, "digest", r.Digest, "nodes", len(r.Nodes))
 	return false
 }
 
@@ -373,13 +384,13 @@ func (c *Controller) rollStep(ctx context.Context) (running bool) {
 // is skipped, saying why; one that cannot be sent fails the roll;
 // otherwise its declarations carry the release from now on, and it is
 // sent one.
-func (c *Controller) rollSend(ctx context.Context, r store.Roll, n store.RollNode) error {
-	now := c.cfg.Now()
+func (rl *roller) rollSend(ctx context.Context, r store.Roll, n store.RollNode) error {
+	now := rl.now()
 	skip := func(cause string) error {
-		c.log.Info("roll skipped a node", "roll", r.ID, "node", n.Node, "cause", cause)
-		return c.deps.DB.EndRollStep(ctx, r.ID, n.Position, spec.RollSkipped, cause, now)
+		rl.log.Info("roll skipped a node", "roll", r.ID, "node", n.Node, "cause", cause)
+		return rl.db.EndRollStep(ctx, r.ID, n.Position, spec.RollSkipped, cause, now)
 	}
-	node, err := c.deps.DB.Node(ctx, n.Node)
+	node, err := rl.db.Node(ctx, n.Node)
 	if errors.Is(err, store.ErrNotFound) {
 		return skip("the node was removed")
 	}
@@ -389,7 +400,7 @@ func (c *Controller) rollSend(ctx context.Context, r store.Roll, n store.RollNod
 	if !node.Removing.IsZero() {
 		return skip("the node is being removed")
 	}
-	rel, err := c.deps.DB.Release(ctx, r.Digest)
+	rel, err := rl.db.Release(ctx, r.Digest)
 	if err != nil {
 		return err
 	}
@@ -402,87 +413,87 @@ func (c *Controller) rollSend(ctx context.Context, r store.Roll, n store.RollNod
 		return skip(why)
 	}
 	if !node.Held.IsZero() {
-		return c.rollFail(ctx, r, n, fmt.Sprintf("%s is held%s: it was not sent the release (mesh node release %s, then mesh release roll --resume)",
+		return rl.rollFail(ctx, r, n, fmt.Sprintf("%s is held%s: it was not sent the release (mesh node release %s, then mesh release roll --resume)",
 			n.Node, reasonSuffix(node.HeldReason), n.Node))
 	}
-	retry, err := c.binaryRetry(ctx, n.Node, r.Digest)
+	retry, err := rl.binaryRetry(ctx, n.Node, r.Digest)
 	if err != nil {
 		return err
 	}
 	if fb, ok := fellBack(node, r.Digest, retry); ok {
-		return c.rollFail(ctx, r, n, fmt.Sprintf("%s's launcher gave up on %s before (%s): it will not start it again unless the roll is resumed", n.Node, short(r.Digest), fb.Reason))
+		return rl.rollFail(ctx, r, n, fmt.Sprintf("%s's launcher gave up on %s before (%s): it will not start it again unless the roll is resumed", n.Node, short(r.Digest), fb.Reason))
 	}
-	if err := c.deps.DB.BeginRollStep(ctx, r.ID, n.Position, now); err != nil {
+	if err := rl.db.BeginRollStep(ctx, r.ID, n.Position, now); err != nil {
 		return err
 	}
-	c.log.Info("roll sends a node the release", "roll", r.ID, "node", n.Node, "digest", r.Digest)
-	return c.rollDeliver(ctx, r, n)
+	rl.log.Info("roll sends a node the release", "roll", r.ID, "node", n.Node, "digest", r.Digest)
+	return rl.rollDeliver(ctx, r, n)
 }
 
 // rollDeliver sends node n its declaration, which carries the release now
 // (nothing when its last declaration holds it already), and then, if its
 // heartbeats report the digest, it is healthy at once.
-func (c *Controller) rollDeliver(ctx context.Context, r store.Roll, n store.RollNode) error {
-	g, err := c.gather(ctx)
+func (rl *roller) rollDeliver(ctx context.Context, r store.Roll, n store.RollNode) error {
+	g, err := rl.gather(ctx)
 	if err != nil {
 		return fmt.Errorf("compose the mesh: %w", err)
 	}
 	if own := g.own[n.Node]; own != nil {
-		return c.rollFail(ctx, r, n, own.Error()+"; it was not sent the release")
+		return rl.rollFail(ctx, r, n, own.Error()+"; it was not sent the release")
 	}
-	node, err := c.deps.DB.Node(ctx, n.Node)
+	node, err := rl.db.Node(ctx, n.Node)
 	if err != nil {
 		return err
 	}
-	ct, err := c.contentNow(ctx, node, g, c.rosterOnce(ctx, g))
+	ct, err := rl.contentNow(ctx, node, g, rl.rosterOnce(ctx, g))
 	if err != nil {
 		return err // the controller's: tried again next tick
 	}
-	if _, _, err := c.send(ctx, n.Node, ct, resendNone); err != nil {
+	if _, _, err := rl.send(ctx, n.Node, ct, resendNone); err != nil {
 		var caller callerError
 		if errors.As(err, &caller) {
-			return c.rollFail(ctx, r, n, err.Error())
+			return rl.rollFail(ctx, r, n, err.Error())
 		}
 		return err // the controller's: tried again next tick
 	}
-	c.roller.markSent(r.ID, n.Position)
-	return c.rollWatch(ctx, r, n)
+	rl.markSent(r.ID, n.Position)
+	return rl.rollWatch(ctx, r, n)
 }
 
 // rollWatch checks node n, sent the release: healthy once its heartbeats
 // report the digest; failed, halting the roll, when they report a
 // fallback of it or the deadline passes first.
-func (c *Controller) rollWatch(ctx context.Context, r store.Roll, n store.RollNode) error {
-	if !c.roller.wasSent(r.ID, n.Position) {
+func (rl *roller) rollWatch(ctx context.Context, r store.Roll, n store.RollNode) error {
+	if !rl.wasSent(r.ID, n.Position) {
 		// Sending when this process started: send again (nothing, if the
 		// send before the restart got through).
-		return c.rollDeliver(ctx, r, n)
+		return rl.rollDeliver(ctx, r, n)
 	}
-	now := c.cfg.Now()
-	node, err := c.deps.DB.Node(ctx, n.Node)
+	now := rl.now()
+	node, err := rl.db.Node(ctx, n.Node)
 	if errors.Is(err, store.ErrNotFound) {
-		return c.deps.DB.EndRollStep(ctx, r.ID, n.Position, spec.RollSkipped, "the node was removed", now)
+		return rl.db.EndRollStep(ctx, r.ID, n.Position, spec.RollSkipped, "the node was removed", now)
 	}
 	if err != nil {
 		return err
 	}
 	// Counted with the heartbeats not yet written: the batch is at most a
 	// tenth of a second behind.
-	retry, err := c.binaryRetry(ctx, n.Node, r.Digest)
+	retry, err := rl.binaryRetry(ctx, n.Node, r.Digest)
 	if err != nil {
 		return err
 	}
 	if fb, ok := fellBack(node, r.Digest, retry); ok {
-		return c.rollFail(ctx, r, n, fmt.Sprintf("%s fell back from %s: %s", n.Node, short(r.Digest), fb.Reason))
+		return rl.rollFail(ctx, r, n, fmt.Sprintf("%s fell back from %s: %s", n.Node, short(r.Digest), fb.Reason))
 	}
 	// A version heard is one the node runs now: a silent node's last word
 	// is not.
 	if node.HostVersion == r.Digest && !Silent(node.LastHeard, now, node.Heartbeat) {
-		c.log.Info("roll: node healthy on the release", "roll", r.ID, "node", n.Node, "digest", r.Digest)
-		if err := c.deps.DB.EndRollStep(ctx, r.ID, n.Position, spec.RollHealthy, "", now); err != nil {
+		rl.log.Info("roll: node healthy on the release", "roll", r.ID, "node", n.Node, "digest", r.Digest)
+		if err := rl.db.EndRollStep(ctx, r.ID, n.Position, spec.RollHealthy, "", now); err != nil {
 			return err
 		}
-		c.roller.wake()
+		rl.wake()
 		return nil
 	}
 	started := n.Started
@@ -494,27 +505,27 @@ func (c *Controller) rollWatch(ctx context.Context, r store.Roll, n store.RollNo
 		// starting the release now (the controller's own is, when its
 		// step restarted this process). It is given until it would be
 		// silent, counted from the start, to say so.
-		if began := c.roller.began; node.LastHeard.Before(began) && !Silent(began, now, node.Heartbeat) {
+		if began := rl.began; node.LastHeard.Before(began) && !Silent(began, now, node.Heartbeat) {
 			return nil
 		}
 		runs := "it was never heard"
 		if !node.LastHeard.IsZero() {
 			runs = fmt.Sprintf("it reports %s, last heard %s ago", versionOr(node.HostVersion), now.Sub(node.LastHeard).Round(time.Second))
 		}
-		why, err := c.binaryFailure(ctx, n.Node)
+		why, err := rl.binaryFailure(ctx, n.Node)
 		if err != nil {
 			return err
 		}
 		runs += why
-		return c.rollFail(ctx, r, n, fmt.Sprintf("%s did not report %s within %s: %s", n.Node, short(r.Digest), r.HealthyWithin, runs))
+		return rl.rollFail(ctx, r, n, fmt.Sprintf("%s did not report %s within %s: %s", n.Node, short(r.Digest), r.HealthyWithin, runs))
 	}
 	return nil
 }
 
 // binaryFailure is "; its host failed the binary: CAUSE" when node's last
 // report says its binary resource failed, else "".
-func (c *Controller) binaryFailure(ctx context.Context, node string) (string, error) {
-	rep, err := c.deps.DB.LastReport(ctx, node)
+func (rl *roller) binaryFailure(ctx context.Context, node string) (string, error) {
+	rep, err := rl.db.LastReport(ctx, node)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}
@@ -535,9 +546,9 @@ func (c *Controller) binaryFailure(ctx context.Context, node string) (string, er
 }
 
 // rollFail records node n failed with cause, halting the roll.
-func (c *Controller) rollFail(ctx context.Context, r store.Roll, n store.RollNode, cause string) error {
-	c.log.Warn("roll halted", "roll", r.ID, "node", n.Node, "cause", cause)
-	return c.deps.DB.EndRollStep(ctx, r.ID, n.Position, spec.RollFailed, cause, c.cfg.Now())
+func (rl *roller) rollFail(ctx context.Context, r store.Roll, n store.RollNode, cause string) error {
+	rl.log.Warn("roll halted", "roll", r.ID, "node", n.Node, "cause", cause)
+	return rl.db.EndRollStep(ctx, r.ID, n.Position, spec.RollFailed, cause, rl.now())
 }
 
 // fellBack is the fallback node's heartbeat reports of digest, if any,
@@ -554,8 +565,8 @@ func fellBack(n store.Node, digest string, retry int) (spec.Fallback, bool) {
 
 // binaryRetry is how many times node was asked to try digest again (a
 // resumed roll): 0 when its binary is another release or none.
-func (c *Controller) binaryRetry(ctx context.Context, node, digest string) (int, error) {
-	rel, err := c.deps.DB.NodeBinary(ctx, node)
+func (rl *roller) binaryRetry(ctx context.Context, node, digest string) (int, error) {
+	rel, err := rl.db.NodeBinary(ctx, node)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return 0, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
@@ -13,6 +14,20 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// rosters sign, record and publish the roster messages, and keep the
+// answer to a host's roster request.
+type rosters struct {
+	base
+	signKey ed25519.PrivateKey
+	// js is the controller's JetStream, once Run connected it.
+	js      func() jetstream.JetStream
+	metrics *metrics
+	// mu: the roster's sequence is taken under it, and kept (the answer
+	// to a roster request, kept) read and written.
+	mu   sync.Mutex
+	kept *keptReply
+}
 
 // rosterDigest is the digest of the names a roster holds, without sequence
 // and times: what a push compares with the roster in force.
@@ -37,42 +52,42 @@ func refOf(r store.Roster) *spec.RosterRef {
 // whatever the number of nodes. A roster whose last message expired is
 // signed again under a new sequence, so a host that joins later can take
 // it.
-func (c *Controller) sendRoster(ctx context.Context, roster spec.Roster) (ref *spec.RosterRef, sent bool, err error) {
-	c.rosterMu.Lock()
-	defer c.rosterMu.Unlock()
+func (rs *rosters) sendRoster(ctx context.Context, roster spec.Roster) (ref *spec.RosterRef, sent bool, err error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	digest, err := rosterDigest(roster)
 	if err != nil {
 		return nil, false, err
 	}
-	last, err := c.deps.DB.LastRoster(ctx)
+	last, err := rs.db.LastRoster(ctx)
 	var base *store.Roster
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		return nil, false, err
-	case last.Content == digest && c.cfg.Now().Before(last.Expires):
+	case last.Content == digest && rs.now().Before(last.Expires):
 		return refOf(last), false, nil
 	default:
 		base = &last
 	}
-	r, err := c.signRoster(ctx, roster, digest, last.Seq+1, base)
+	r, err := rs.signRoster(ctx, roster, digest, last.Seq+1, base)
 	if err != nil {
 		return nil, false, err
 	}
-	c.log.Info("roster sent", "seq", r.Seq, "nodes", len(roster.Nodes), "routes", len(roster.Routes), "bytes", len(r.Body))
+	rs.log.Info("roster sent", "seq", r.Seq, "nodes", len(roster.Nodes), "routes", len(roster.Routes), "bytes", len(r.Body))
 	return refOf(r), true, nil
 }
 
 // signRoster signs roster as message seq, records it as the roster in
 // force and publishes it (as a delta from base, the roster in force before
 // it; nil: none). Recorded, it is published whatever happens to the
-// caller's context (as a declaration is). The caller holds rosterMu.
-func (c *Controller) signRoster(ctx context.Context, roster spec.Roster, digest string, seq uint64, base *store.Roster) (store.Roster, error) {
-	m, err := c.deps.DB.Mesh(ctx)
+// caller's context (as a declaration is). The caller holds rs.mu.
+func (rs *rosters) signRoster(ctx context.Context, roster spec.Roster, digest string, seq uint64, base *store.Roster) (store.Roster, error) {
+	m, err := rs.db.Mesh(ctx)
 	if err != nil {
 		return store.Roster{}, err
 	}
-	now := c.cfg.Now().UTC()
+	now := rs.now().UTC()
 	doc := spec.RosterDoc{Mesh: m.Name, Seq: seq, Issued: now, Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol, Names: roster}
 	body, err := json.Marshal(doc)
 	if err != nil {
@@ -82,11 +97,11 @@ func (c *Controller) signRoster(ctx context.Context, roster spec.Roster, digest 
 		return store.Roster{}, fmt.Errorf("the roster would be %s, over the %s cap, so nothing was sent (%d nodes, %d routes): every host keeps the names it has",
 			kib(len(body)), kib(spec.MaxRoster), len(roster.Nodes), len(roster.Routes))
 	}
-	r := store.Roster{Seq: seq, Body: body, Sig: ed25519.Sign(c.cfg.SignKey, body), Content: digest, Sent: doc.Issued, Expires: doc.Expires}
-	if err := c.deps.DB.RecordRoster(ctx, r); err != nil {
+	r := store.Roster{Seq: seq, Body: body, Sig: ed25519.Sign(rs.signKey, body), Content: digest, Sent: doc.Issued, Expires: doc.Expires}
+	if err := rs.db.RecordRoster(ctx, r); err != nil {
 		return store.Roster{}, err
 	}
-	if err := c.publishRoster(context.WithoutCancel(ctx), doc, r, base); err != nil {
+	if err := rs.publishRoster(context.WithoutCancel(ctx), doc, r, base); err != nil {
 		return store.Roster{}, err
 	}
 	return r, nil
@@ -109,8 +124,8 @@ const maxFetchWithin = 2 * time.Minute
 // within a window). Every host receives every message on the subject, so
 // the delta is what the fleet receives; the whole roster goes to a host
 // only when it asks.
-func (c *Controller) publishRoster(ctx context.Context, doc spec.RosterDoc, r store.Roster, base *store.Roster) error {
-	nodes, err := c.deps.DB.NodeCount(ctx)
+func (rs *rosters) publishRoster(ctx context.Context, doc spec.RosterDoc, r store.Roster, base *store.Roster) error {
+	nodes, err := rs.db.NodeCount(ctx)
 	if err != nil {
 		return fmt.Errorf("count the nodes a roster goes to: %w", err)
 	}
@@ -133,12 +148,12 @@ func (c *Controller) publishRoster(ctx context.Context, doc spec.RosterDoc, r st
 			return fmt.Errorf("encode the delta of roster %d: %w", doc.Seq, err)
 		}
 	}
-	msg := signedMsg(spec.RosterSubject, body, ed25519.Sign(c.cfg.SignKey, body))
+	msg := signedMsg(spec.RosterSubject, body, ed25519.Sign(rs.signKey, body))
 	msg.Header.Set(spec.RosterDeltaHeader, "1")
-	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+	if _, err := rs.js().PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publish the delta of roster %d: %w", doc.Seq, err)
 	}
-	c.metrics.countRoster(len(body))
+	rs.metrics.countRoster(len(body))
 	return nil
 }
 
@@ -148,24 +163,24 @@ func (c *Controller) publishRoster(ctx context.Context, doc spec.RosterDoc, r st
 // while it stays the last recorded (one small read tells): at 10,000 hosts
 // asking for a 400 KB roster within its window, reading it from the store
 // and encoding it for each was most of the controller's work.
-func (c *Controller) rosterReply(ctx context.Context) (*keptReply, error) {
-	c.rosterMu.Lock()
-	defer c.rosterMu.Unlock()
-	last, err := c.deps.DB.LastRosterSeq(ctx)
+func (rs *rosters) rosterReply(ctx context.Context) (*keptReply, error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	last, err := rs.db.LastRosterSeq(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if k := c.rosterKept; k != nil && k.seq == last && c.cfg.Now().Before(k.expires) {
+	if k := rs.kept; k != nil && k.seq == last && rs.now().Before(k.expires) {
 		return k, nil
 	}
-	r, err := c.currentRoster(ctx)
+	r, err := rs.currentRoster(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c.rosterKept = &keptReply{seq: r.Seq, digest: spec.ContentDigest(r.Body), expires: r.Expires,
+	rs.kept = &keptReply{seq: r.Seq, digest: spec.ContentDigest(r.Body), expires: r.Expires,
 		reply:   spec.EncodeReply(spec.RosterReply{Body: r.Body, Sig: r.Sig}, nil),
 		gzipped: spec.EncodeReply(spec.RosterReply{BodyGzip: spec.Gzip(r.Body), Sig: r.Sig}, nil)}
-	return c.rosterKept, nil
+	return rs.kept, nil
 }
 
 // keptReply is a roster request's answer, encoded, for the roster message
@@ -184,24 +199,24 @@ var heldReply = spec.EncodeReply(spec.RosterReply{Held: true}, nil)
 
 // currentRoster is the roster message in force, signed again under a new
 // sequence (same names) when it expired; ErrNotFound when none was sent.
-// The caller holds rosterMu.
-func (c *Controller) currentRoster(ctx context.Context) (store.Roster, error) {
-	last, err := c.deps.DB.LastRoster(ctx)
+// The caller holds rs.mu.
+func (rs *rosters) currentRoster(ctx context.Context) (store.Roster, error) {
+	last, err := rs.db.LastRoster(ctx)
 	if err != nil {
 		return store.Roster{}, err
 	}
-	if c.cfg.Now().Before(last.Expires) {
+	if rs.now().Before(last.Expires) {
 		return last, nil
 	}
 	var doc spec.RosterDoc
 	if err := spec.Decode(last.Body, &doc); err != nil {
 		return store.Roster{}, fmt.Errorf("read roster %d: %w", last.Seq, err)
 	}
-	r, err := c.signRoster(ctx, doc.Names, last.Content, last.Seq+1, &last)
+	r, err := rs.signRoster(ctx, doc.Names, last.Content, last.Seq+1, &last)
 	if err != nil {
 		return store.Roster{}, err
 	}
-	c.log.Info("expired roster signed again", "was", last.Seq, "seq", r.Seq)
+	rs.log.Info("expired roster signed again", "was", last.Seq, "seq", r.Seq)
 	return r, nil
 }
 
@@ -225,7 +240,7 @@ func (c *Controller) onRoster(ctx context.Context, m *nats.Msg, who requester) {
 		reply(nil, refusal(p))
 		return
 	}
-	kept, err := c.rosterReply(ctx)
+	kept, err := c.rosters.rosterReply(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		reply(nil, notFoundError("no roster was sent yet: the next mesh push sends one"))
 		return
@@ -253,15 +268,15 @@ func (c *Controller) onRoster(ctx context.Context, m *nats.Msg, who requester) {
 // stream does not hold it: a controller stopped between recording it and
 // publishing it. The bytes are the ones recorded, so a host that has it
 // takes it as a duplicate.
-func (c *Controller) publishRecordedRoster(ctx context.Context) error {
-	r, err := c.deps.DB.LastRoster(ctx)
+func (rs *rosters) publishRecordedRoster(ctx context.Context) error {
+	r, err := rs.db.LastRoster(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	stream, err := c.js.Stream(ctx, spec.DeclarationStream)
+	stream, err := rs.js().Stream(ctx, spec.DeclarationStream)
 	if err != nil {
 		return fmt.Errorf("read stream %s: %w", spec.DeclarationStream, err)
 	}
@@ -284,10 +299,10 @@ func (c *Controller) publishRecordedRoster(ctx context.Context) error {
 		return fmt.Errorf("read the recorded roster %d: %w", r.Seq, err)
 	}
 	// No base: the hosts ask for it whole, each within the window.
-	if err := c.publishRoster(ctx, doc, r, nil); err != nil {
+	if err := rs.publishRoster(ctx, doc, r, nil); err != nil {
 		return err
 	}
-	c.log.Info("roster recorded but not published before a stop: published now", "seq", r.Seq)
+	rs.log.Info("roster recorded but not published before a stop: published now", "seq", r.Seq)
 	return nil
 }
 
@@ -295,7 +310,7 @@ func (c *Controller) publishRecordedRoster(ctx context.Context) error {
 // and the reference to the roster in force, sent first when it changed
 // (see sendRoster). A roster that cannot be sent is an error: nothing that
 // would name it is sent.
-func (c *Controller) contentNow(ctx context.Context, n store.Node, g gathered, roster func() (*spec.RosterRef, error)) (content, error) {
+func (rs *rosters) contentNow(ctx context.Context, n store.Node, g gathered, roster func() (*spec.RosterRef, error)) (content, error) {
 	ref, err := roster()
 	if err != nil {
 		return content{}, fmt.Errorf("send the roster: %w", err)
@@ -306,13 +321,13 @@ func (c *Controller) contentNow(ctx context.Context, n store.Node, g gathered, r
 // rosterOnce is sendRoster of g's roster, called once however many nodes
 // ask: each call encodes and hashes the whole roster and reads the last
 // one recorded, so a call a node made sending to every node O(N^2).
-func (c *Controller) rosterOnce(ctx context.Context, g gathered) func() (*spec.RosterRef, error) {
+func (rs *rosters) rosterOnce(ctx context.Context, g gathered) func() (*spec.RosterRef, error) {
 	var ref *spec.RosterRef
 	var err error
 	done := false
 	return func() (*spec.RosterRef, error) {
 		if !done {
-			ref, _, err = c.sendRoster(ctx, g.roster)
+			ref, _, err = rs.sendRoster(ctx, g.roster)
 			done = true
 		}
 		return ref, err
@@ -332,8 +347,8 @@ func rosterOf(r store.Roster) (spec.Roster, error) {
 // and whether roster differs from it (by the digest of its names), so a
 // push would send it; before any roster was sent, whether it holds a
 // route. A read that fails is an error, never "nothing pending".
-func (c *Controller) rosterPending(ctx context.Context, roster spec.Roster) (store.Roster, bool, error) {
-	last, err := c.deps.DB.LastRoster(ctx)
+func (rs *rosters) rosterPending(ctx context.Context, roster spec.Roster) (store.Roster, bool, error) {
+	last, err := rs.db.LastRoster(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Roster{}, len(roster.Routes) > 0, nil
 	}

@@ -124,7 +124,7 @@ func TestRosterReplyKeptWhileInForce(t *testing.T) {
 	}
 	ask := func() spec.RosterReply {
 		t.Helper()
-		kept, err := c.rosterReply(ctx)
+		kept, err := c.rosters.rosterReply(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,7 @@ func TestSendEachSendsTheRosterOnce(t *testing.T) {
 		nodes = append(nodes, n)
 	}
 	before := reads.n.Load()
-	for _, pn := range c.sendEach(ctx, nodes) {
+	for _, pn := range c.roller.sendEach(ctx, nodes) {
 		if pn.Error != "" || pn.Seq == 0 {
 			t.Fatalf("send to %s: %+v", pn.Node, pn)
 		}

@@ -51,7 +51,7 @@ const (
 )
 
 // sendAll numbers, signs, records and publishes a declaration to each
-// item's node, under the nodes' locks (taken in name order, so two sends
+// item's node, under the nodes' locks (taken in stripe order, so two sends
 // never wait for each other's). Unless which says otherwise, a node whose
 // last declaration holds the same content (the digest status
 // compares for "pending": the chain included) is sent nothing, and its
@@ -80,11 +80,7 @@ func (c *Controller) sendAll(ctx context.Context, items []sendItem, which resend
 		}
 	}
 	slices.Sort(names)
-	for _, name := range names {
-		l := c.nodeLock(name)
-		l.Lock()
-		defer l.Unlock()
-	}
+	defer c.locks.lockAll(names)()
 	fail := func(err error) []sendResult {
 		for i := range out {
 			out[i].err = err

@@ -50,183 +50,252 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	if err != nil {
 		return spec.StatusResult{}, err
 	}
-	g, err := c.gather(ctx)
+	p, err := newStatusPass(ctx, c, now)
 	if err != nil {
-		return spec.StatusResult{}, fmt.Errorf("work out what is pending: %w", err)
+		return spec.StatusResult{}, err
+	}
+	for _, n := range nodes {
+		if err := p.node(ctx, n); err != nil {
+			return spec.StatusResult{}, err
+		}
+	}
+	for _, ns := range p.res.Versions {
+		sort.Strings(ns)
+	}
+	p.res.AllClear = len(p.res.Problems) == 0 && len(p.res.Nodes) > 0
+	return p.res, nil
+}
+
+// statusPass is one status answer being made: what each node's line is
+// read against, and the answer so far.
+type statusPass struct {
+	c        *Controller
+	now      time.Time
+	g        gathered
+	meshName string
+	certs    map[string][]store.NameCert // the latest of each node's names
+	binaries map[string]store.Release
+	inForce  store.Roster
+	res      spec.StatusResult
+}
+
+// newStatusPass reads what every node's line is read against, and the
+// mesh's own lines (the roll, a roster pending).
+func newStatusPass(ctx context.Context, c *Controller, now time.Time) (*statusPass, error) {
+	p := &statusPass{c: c, now: now}
+	var err error
+	if p.g, err = c.composer.gather(ctx); err != nil {
+		return nil, fmt.Errorf("work out what is pending: %w", err)
 	}
 	m, err := c.deps.DB.Mesh(ctx)
 	if err != nil {
-		return spec.StatusResult{}, err
+		return nil, err
 	}
-	meshName := m.Name
+	p.meshName = m.Name
 	latest, err := c.deps.DB.LatestCerts(ctx)
 	if err != nil {
-		return spec.StatusResult{}, err
+		return nil, err
 	}
-	certs := map[string][]store.NameCert{}
+	p.certs = map[string][]store.NameCert{}
 	for _, nc := range latest {
-		certs[nc.Cert.Node] = append(certs[nc.Cert.Node], nc)
+		p.certs[nc.Cert.Node] = append(p.certs[nc.Cert.Node], nc)
 	}
-	res := spec.StatusResult{Time: now.UTC(), Nodes: []spec.NodeStatus{}, Versions: map[string][]string{}, Problems: []string{},
+	p.res = spec.StatusResult{Time: p.now.UTC(), Nodes: []spec.NodeStatus{}, Versions: map[string][]string{}, Problems: []string{},
 		Intermediate: ca.SerialOf(c.deps.CA.Intermediate())}
-	problem := func(format string, args ...any) { res.Problems = append(res.Problems, fmt.Sprintf(format, args...)) }
-	binaries, err := c.deps.DB.NodeBinaries(ctx)
-	if err != nil {
-		return spec.StatusResult{}, err
+	if p.binaries, err = c.deps.DB.NodeBinaries(ctx); err != nil {
+		return nil, err
 	}
 	switch r, err := c.deps.DB.RollByID(ctx, 0); {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
-		return spec.StatusResult{}, err
+		return nil, err
 	default:
 		shown := rollOf(r)
-		res.Roll = &shown
-		if p := rollProblem(shown); p != "" {
-			problem("%s", p)
+		p.res.Roll = &shown
+		if pr := rollProblem(shown); pr != "" {
+			p.problem("%s", pr)
 		}
 	}
-	inForce, pending, err := c.rosterPending(ctx, g.roster)
+	inForce, pending, err := c.rosters.rosterPending(ctx, p.g.roster)
 	if err != nil {
-		return spec.StatusResult{}, err
+		return nil, err
 	}
+	p.inForce = inForce
 	if pending {
-		problem("the names every node serves have changed: mesh push sends them (one roster message to every node)")
+		p.problem("the names every node serves have changed: mesh push sends them (one roster message to every node)")
 	}
-	for _, n := range nodes {
-		n.HostVersion = spec.Clip(n.HostVersion, spec.MaxFactText) // as on receipt, whatever the store holds
-		st := spec.NodeStatus{Node: n.Name, AppliedSeq: n.AppliedSeq, HostVersion: n.HostVersion, Protocol: n.Protocol,
-			ProtocolKnown: n.Protocol == spec.Protocol, Held: !n.Held.IsZero(), HeldReason: n.HeldReason, Failures: []string{},
-			HeartbeatMS: n.Heartbeat.Milliseconds()}
-		if !n.Removing.IsZero() {
-			st.State, st.Heard = "being removed", "-"
-			problem("%s is only partly removed: mesh node remove %s finishes the removal", n.Name, n.Name)
-			res.Nodes = append(res.Nodes, st)
-			continue
+	return p, nil
+}
+
+// problem adds a line to the answer's problems.
+func (p *statusPass) problem(format string, args ...any) {
+	p.res.Problems = append(p.res.Problems, fmt.Sprintf(format, args...))
+}
+
+// node adds n's line, and its problems, to the answer.
+func (p *statusPass) node(ctx context.Context, n store.Node) error {
+	n.HostVersion = spec.Clip(n.HostVersion, spec.MaxFactText) // as on receipt, whatever the store holds
+	st := spec.NodeStatus{Node: n.Name, AppliedSeq: n.AppliedSeq, HostVersion: n.HostVersion, Protocol: n.Protocol,
+		ProtocolKnown: n.Protocol == spec.Protocol, Held: !n.Held.IsZero(), HeldReason: n.HeldReason, Failures: []string{},
+		HeartbeatMS: n.Heartbeat.Milliseconds()}
+	if !n.Removing.IsZero() {
+		st.State, st.Heard = "being removed", "-"
+		p.problem("%s is only partly removed: mesh node remove %s finishes the removal", n.Name, n.Name)
+		p.res.Nodes = append(p.res.Nodes, st)
+		return nil
+	}
+	p.heard(n, &st)
+	if b, ok := p.binaries[n.Name]; ok {
+		st.Binary = b.Digest
+		if fb, ok := fellBack(n, b.Digest, b.Retry); ok {
+			p.problem("%s is declared release %s and its launcher gave up on it (%s): it runs %s", n.Name, short(b.Digest), clipStatus(fb.Reason), versionOr(n.HostVersion))
 		}
-		if n.LastHeard.IsZero() {
-			st.Heard, st.State = "never", "never heard"
-			problem("%s has never been heard", n.Name)
-		} else {
-			t := n.LastHeard.UTC()
-			st.LastHeard = &t
-			age := now.Sub(n.LastHeard)
-			st.Heard = age.Round(time.Second).String() + " ago"
-			if Silent(n.LastHeard, now, n.Heartbeat) {
-				st.Silent = true
-				problem("%s has not been heard for %s%s", n.Name, age.Round(time.Second), beatsSuffix(n.Heartbeat))
-			}
-			if n.HostVersion != "" {
-				res.Versions[n.HostVersion] = append(res.Versions[n.HostVersion], n.Name)
-			}
-			// The roster it said it holds: behind the one in force, it
-			// serves older names (a host that has not said is not behind).
-			if rosterBehind(n, inForce) {
-				problem("%s serves the names of roster %d, the mesh's are roster %d: it has not taken them", n.Name, n.RosterSeq, inForce.Seq)
-			}
-			if !st.ProtocolKnown {
-				problem("%s: %s", n.Name, spec.ProtocolRefusal(n.Protocol, thisController))
-			}
+	}
+	st.Fallbacks = n.Fallbacks
+	last, err := p.state(ctx, n, &st)
+	if err != nil {
+		return err
+	}
+	p.pending(n, &st, last)
+	failures, err := p.reported(ctx, n, &st)
+	if err != nil {
+		return err
+	}
+	// Certificates it holds a name for and did not renew are failures
+	// too, listed after the resources'.
+	if due := expiringCerts(p.certs[n.Name], namesOf(n.Name, p.g.roster.RoutesOf(n.Name)), p.now); len(due) > 0 {
+		failures = append(failures, due...)
+		p.problem("%s has %d certificate(s) expiring within a week or expired, not renewed", n.Name, len(due))
+	}
+	st.Failures = append(st.Failures, capStatus(failures, n.Name)...)
+	if st.Held {
+		p.problem("%s is held%s", n.Name, reasonSuffix(n.HeldReason))
+	}
+	p.res.Nodes = append(p.res.Nodes, st)
+	return nil
+}
+
+// heard is what n's heartbeats say: when it was last heard, its version,
+// the roster it holds and its protocol.
+func (p *statusPass) heard(n store.Node, st *spec.NodeStatus) {
+	if n.LastHeard.IsZero() {
+		st.Heard, st.State = "never", "never heard"
+		p.problem("%s has never been heard", n.Name)
+		return
+	}
+	t := n.LastHeard.UTC()
+	st.LastHeard = &t
+	age := p.now.Sub(n.LastHeard)
+	st.Heard = age.Round(time.Second).String() + " ago"
+	if Silent(n.LastHeard, p.now, n.Heartbeat) {
+		st.Silent = true
+		p.problem("%s has not been heard for %s%s", n.Name, age.Round(time.Second), beatsSuffix(n.Heartbeat))
+	}
+	if n.HostVersion != "" {
+		p.res.Versions[n.HostVersion] = append(p.res.Versions[n.HostVersion], n.Name)
+	}
+	// The roster it said it holds: behind the one in force, it
+	// serves older names (a host that has not said is not behind).
+	if rosterBehind(n, p.inForce) {
+		p.problem("%s serves the names of roster %d, the mesh's are roster %d: it has not taken them", n.Name, n.RosterSeq, p.inForce.Seq)
+	}
+	if !st.ProtocolKnown {
+		p.problem("%s: %s", n.Name, spec.ProtocolRefusal(n.Protocol, thisController))
+	}
+}
+
+// state is n's state against the last declaration sent to it, which it
+// returns (the zero one when none was sent).
+func (p *statusPass) state(ctx context.Context, n store.Node, st *spec.NodeStatus) (store.Declaration, error) {
+	last, err := p.c.deps.DB.LastDeclaration(ctx, n.Name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return store.Declaration{}, err
+	default:
+		st.SentSeq = last.Seq
+	}
+	if st.Flooding = p.c.beats.flooding(n.Name, p.now); st.Flooding != "" {
+		p.problem("%s %s", n.Name, st.Flooding)
+	}
+	if cl, ok := p.c.claims.claimOf(n.Name); ok {
+		p.problem("%s", cl.problem(n.Name))
+		if st.State == "" && !cl.believed {
+			st.State = "not believed"
 		}
-		if b, ok := binaries[n.Name]; ok {
-			st.Binary = b.Digest
-			if fb, ok := fellBack(n, b.Digest, b.Retry); ok {
-				problem("%s is declared release %s and its launcher gave up on it (%s): it runs %s", n.Name, short(b.Digest), clipStatus(fb.Reason), versionOr(n.HostVersion))
-			}
-		}
-		st.Fallbacks = n.Fallbacks
-		last, err := c.deps.DB.LastDeclaration(ctx, n.Name)
+	}
+	if st.State == "" {
 		switch {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
-			return spec.StatusResult{}, err
+		case st.SentSeq == 0:
+			st.State = "nothing sent"
+		case n.AppliedSeq >= st.SentSeq:
+			st.State = "current"
 		default:
-			st.SentSeq = last.Seq
+			st.State = "applying"
+			p.problem("%s has not reported applying declaration %d (it applied %d)", n.Name, st.SentSeq, n.AppliedSeq)
 		}
-		if st.Flooding = c.beats.flooding(n.Name, now); st.Flooding != "" {
-			problem("%s %s", n.Name, st.Flooding)
-		}
-		if cl, ok := c.claimOf(n.Name); ok {
-			problem("%s", cl.problem(n.Name))
-			if st.State == "" && !cl.believed {
-				st.State = "not believed"
-			}
-		}
-		if st.State == "" {
-			switch {
-			case st.SentSeq == 0:
-				st.State = "nothing sent"
-			case n.AppliedSeq >= st.SentSeq:
-				st.State = "current"
-			default:
-				st.State = "applying"
-				problem("%s has not reported applying declaration %d (it applied %d)", n.Name, st.SentSeq, n.AppliedSeq)
-			}
-		}
-		// Pending: what the mesh would send now against what it last sent,
-		// without the sequence and times.
-		if err := g.own[n.Name]; err != nil {
-			st.Pending, st.PendingWhy = true, err.Error()
-			problem("%s", err.Error())
-		} else if ct := contentFor(g.plans[n.Name].Resources, g, rosterPlaceholder); differs(ct, last) {
-			st.Pending = true
-			if err := c.wouldNotFit(meshName, n.Name, last.Seq+1, ct); err != nil {
-				st.PendingWhy = err.Error()
-				problem("%s", err.Error())
-			} else {
-				problem("%s has changes pending: mesh push %s", n.Name, n.Name)
-			}
-		}
-		// The chain it holds, as its facts say: an older intermediate is
-		// pending until a push hands it the new one. Not said is not
-		// behind (invariant 7).
-		if n.Facts != nil {
-			st.Intermediate = spec.Clip(n.Facts.Intermediate, spec.MaxFactText)
-		}
-		if st.Intermediate != "" && st.Intermediate != res.Intermediate {
-			st.Pending = true
-			problem("%s holds intermediate %s, the mesh signs with %s now: mesh push %s hands it the new chain", n.Name, st.Intermediate, res.Intermediate, n.Name)
-		}
-		var failures []string
-		if r, err := c.deps.DB.LastReport(ctx, n.Name); err == nil {
-			var rep spec.Report
-			if err := json.Unmarshal(r.Body, &rep); err != nil {
-				return spec.StatusResult{}, fmt.Errorf("read last report of node %q: %w", n.Name, err)
-			}
-			st.Refused = clipStatus(rep.Refused)
-			if rep.Refused != "" {
-				problem("%s refused declaration %d: %s", n.Name, rep.Seq, st.Refused)
-			}
-			if rep.Waiting != "" && n.AppliedSeq < rep.Seq {
-				problem("%s has not applied declaration %d yet: %s", n.Name, rep.Seq, clipStatus(rep.Waiting))
-			}
-			failures = failureLines(rep)
-			statusNotes(&st, n.Name, rep)
-			if len(failures) > 0 {
-				problem("%s failed %d resource(s)", n.Name, len(failures))
-			}
-			if rep.Omitted > 0 {
-				problem("%s sent a report larger than the controller keeps: %d result(s) not kept", n.Name, rep.Omitted)
-			}
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return spec.StatusResult{}, err
-		}
-		// Certificates it holds a name for and did not renew are failures
-		// too, listed after the resources'.
-		if due := expiringCerts(certs[n.Name], namesOf(n.Name, g.roster.RoutesOf(n.Name)), now); len(due) > 0 {
-			failures = append(failures, due...)
-			problem("%s has %d certificate(s) expiring within a week or expired, not renewed", n.Name, len(due))
-		}
-		st.Failures = append(st.Failures, capStatus(failures, n.Name)...)
-		if st.Held {
-			problem("%s is held%s", n.Name, reasonSuffix(n.HeldReason))
-		}
-		res.Nodes = append(res.Nodes, st)
 	}
-	for _, ns := range res.Versions {
-		sort.Strings(ns)
+	return last, nil
+}
+
+// pending is whether n has changes pending: its composition, and the chain
+// it holds.
+func (p *statusPass) pending(n store.Node, st *spec.NodeStatus, last store.Declaration) {
+	// Pending: what the mesh would send now against what it last sent,
+	// without the sequence and times.
+	if err := p.g.own[n.Name]; err != nil {
+		st.Pending, st.PendingWhy = true, err.Error()
+		p.problem("%s", err.Error())
+	} else if ct := contentFor(p.g.plans[n.Name].Resources, p.g, rosterPlaceholder); differs(ct, last) {
+		st.Pending = true
+		if err := p.c.wouldNotFit(p.meshName, n.Name, last.Seq+1, ct); err != nil {
+			st.PendingWhy = err.Error()
+			p.problem("%s", err.Error())
+		} else {
+			p.problem("%s has changes pending: mesh push %s", n.Name, n.Name)
+		}
 	}
-	res.AllClear = len(res.Problems) == 0 && len(res.Nodes) > 0
-	return res, nil
+	// The chain it holds, as its facts say: an older intermediate is
+	// pending until a push hands it the new one. Not said is not
+	// behind (invariant 7).
+	if n.Facts != nil {
+		st.Intermediate = spec.Clip(n.Facts.Intermediate, spec.MaxFactText)
+	}
+	if st.Intermediate != "" && st.Intermediate != p.res.Intermediate {
+		st.Pending = true
+		p.problem("%s holds intermediate %s, the mesh signs with %s now: mesh push %s hands it the new chain", n.Name, st.Intermediate, p.res.Intermediate, n.Name)
+	}
+}
+
+// reported is what n's last report says, and its failures.
+func (p *statusPass) reported(ctx context.Context, n store.Node, st *spec.NodeStatus) ([]string, error) {
+	r, err := p.c.deps.DB.LastReport(ctx, n.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rep spec.Report
+	if err := json.Unmarshal(r.Body, &rep); err != nil {
+		return nil, fmt.Errorf("read last report of node %q: %w", n.Name, err)
+	}
+	st.Refused = clipStatus(rep.Refused)
+	if rep.Refused != "" {
+		p.problem("%s refused declaration %d: %s", n.Name, rep.Seq, st.Refused)
+	}
+	if rep.Waiting != "" && n.AppliedSeq < rep.Seq {
+		p.problem("%s has not applied declaration %d yet: %s", n.Name, rep.Seq, clipStatus(rep.Waiting))
+	}
+	failures := failureLines(rep)
+	statusNotes(st, n.Name, rep)
+	if len(failures) > 0 {
+		p.problem("%s failed %d resource(s)", n.Name, len(failures))
+	}
+	if rep.Omitted > 0 {
+		p.problem("%s sent a report larger than the controller keeps: %d result(s) not kept", n.Name, rep.Omitted)
+	}
+	return failures, nil
 }
 
 // clipStatus is a node's text as status shows it: the whole mesh must fit

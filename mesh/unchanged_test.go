@@ -33,7 +33,7 @@ func TestPushSendsOnlyWhatChanged(t *testing.T) {
 	record := func(r spec.Report) func() {
 		return func() {
 			r.Node, r.Time = "alpha", clk.Now()
-			c.recordReports(ctx, []queuedReport{{r: r, at: clk.Now()}})
+			c.reports.recordReports(ctx, []queuedReport{{r: r, at: clk.Now()}})
 		}
 	}
 	report := func(seq uint64, outcome string) func() {

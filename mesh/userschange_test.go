@@ -34,7 +34,7 @@ func TestEnrolWhileTheBusUsersChange(t *testing.T) {
 	go func() {
 		n := 0
 		for ; !stop.Load(); n++ {
-			if _, err := c.createToken(ctx, spec.TokenCreateRequest{Node: fmt.Sprintf("storm%05d", n)}); err != nil {
+			if _, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: fmt.Sprintf("storm%05d", n)}); err != nil {
 				t.Errorf("token create during the storm: %v", err)
 				break
 			}
@@ -44,14 +44,14 @@ func TestEnrolWhileTheBusUsersChange(t *testing.T) {
 	var failed []error
 	for i := range 30 {
 		node := fmt.Sprintf("join%02d", i)
-		res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: node})
+		res, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: node})
 		if err != nil {
 			failed = append(failed, err)
 			break
 		}
 		tok, _ := spec.ParseToken(res.Token)
 		key, _ := nkeys.CreateUser()
-		if _, err := c.enrol(ctx, enrolRequestWith(t, tok, node, key)); err != nil {
+		if _, err := c.enrolment.enrol(ctx, enrolRequestWith(t, tok, node, key)); err != nil {
 			failed = append(failed, fmt.Errorf("enrol %s while the bus's users change: %w", node, err))
 		}
 	}

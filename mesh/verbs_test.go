@@ -43,12 +43,12 @@ func TestEveryVerbHasARow(t *testing.T) {
 			t.Errorf("verb %q has no handler", v.Name)
 		}
 		if r.redact.args != nil {
-			if args := c.redact(context.Background(), v.Name, []byte(`{}`)); strings.Contains(args, "unknown verb") {
+			if args := c.auditor.redact(context.Background(), v.Name, []byte(`{}`)); strings.Contains(args, "unknown verb") {
 				t.Errorf("verb %q is audited as %s", v.Name, args)
 			}
 		}
 	}
-	if args := c.redact(context.Background(), "no.such", []byte(`{"secret":"x"}`)); args != `"(unknown verb: arguments not kept)"` {
+	if args := c.auditor.redact(context.Background(), "no.such", []byte(`{"secret":"x"}`)); args != `"(unknown verb: arguments not kept)"` {
 		t.Errorf("a verb no row knows is audited as %s", args)
 	}
 }
@@ -92,13 +92,13 @@ func TestRepliesCarryTheirKind(t *testing.T) {
 	}
 
 	// Make a used token: beta joins with it.
-	res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: "beta"})
+	res, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: "beta"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	used, _ := spec.ParseToken(res.Token)
 	betaKey, _ := nkeys.CreateUser()
-	if _, err := c.enrol(ctx, enrolRequestWith(t, used, "beta", betaKey)); err != nil {
+	if _, err := c.enrolment.enrol(ctx, enrolRequestWith(t, used, "beta", betaKey)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -132,7 +132,7 @@ func TestRepliesCarryTheirKind(t *testing.T) {
 	// the second is refused (the name is taken), and one that names
 	// another node than its own is the caller's mistake.
 	mk := func() spec.Token {
-		res, err := c.createToken(ctx, spec.TokenCreateRequest{Node: "gamma"})
+		res, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: "gamma"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestRepliesCarryTheirKind(t *testing.T) {
 		return tok
 	}
 	first, second := mk(), mk()
-	if _, err := c.enrol(ctx, enrolRequest(t, first, "gamma")); err != nil {
+	if _, err := c.enrolment.enrol(ctx, enrolRequest(t, first, "gamma")); err != nil {
 		t.Fatal(err)
 	}
 	secret, _ := nkeys.FromSeed([]byte(second.Secret))

@@ -1,0 +1,37 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// resendIfExpired re-sends the last sent content to a host that has not
+// applied it and whose copy expired: re-signed under a new sequence, never
+// recomposed (that would push changes nobody pushed).
+func (c *Controller) resendIfExpired(ctx context.Context, hb spec.Heartbeat) error {
+	d, err := c.deps.DB.LastDeclaration(ctx, hb.Node)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	now := c.cfg.Now()
+	if hb.AppliedSeq >= d.Seq || now.Before(d.Expires) {
+		return nil
+	}
+	var decl spec.Declaration
+	if err := spec.Decode(d.Body, &decl); err != nil {
+		return fmt.Errorf("read last declaration of node %q: %w", hb.Node, err)
+	}
+	seq, _, err := c.send(ctx, hb.Node, contentOf(decl), resendAll)
+	if err != nil {
+		return err
+	}
+	c.log.Info("expired declaration re-sent", "node", hb.Node, "was", d.Seq, "seq", seq)
+	return nil
+}
