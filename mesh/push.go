@@ -25,23 +25,9 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 	if req.Progress != "" && !strings.HasPrefix(req.Progress, spec.OperatorInbox+".") {
 		return spec.PushResult{}, callerError(fmt.Sprintf("progress subject %q is not under %s", req.Progress, spec.OperatorInbox))
 	}
-	nodes, err := c.deps.DB.Nodes(ctx)
+	byName, targets, err := c.pushTargets(ctx, req.Nodes)
 	if err != nil {
 		return spec.PushResult{}, err
-	}
-	byName := map[string]store.Node{}
-	var targets []string
-	for _, n := range nodes {
-		byName[n.Name] = n
-		if len(req.Nodes) == 0 {
-			targets = append(targets, n.Name)
-		}
-	}
-	for _, name := range req.Nodes {
-		if _, ok := byName[name]; !ok {
-			return spec.PushResult{}, notFoundError(fmt.Sprintf("no node called %q: mesh node list shows the nodes; nothing was sent", name))
-		}
-		targets = append(targets, name)
 	}
 	g, err := c.composer.gather(ctx)
 	if err != nil {
@@ -124,6 +110,31 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 		}
 	}
 	return res, nil
+}
+
+// pushTargets is every node by name, and the nodes a push to named goes
+// to (every node when none is named); a name no node has is the caller's
+// mistake, and nothing is sent.
+func (c *Controller) pushTargets(ctx context.Context, named []string) (map[string]store.Node, []string, error) {
+	nodes, err := c.deps.DB.Nodes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	byName := map[string]store.Node{}
+	var targets []string
+	for _, n := range nodes {
+		byName[n.Name] = n
+		if len(named) == 0 {
+			targets = append(targets, n.Name)
+		}
+	}
+	for _, name := range named {
+		if _, ok := byName[name]; !ok {
+			return nil, nil, notFoundError(fmt.Sprintf("no node called %q: mesh node list shows the nodes; nothing was sent", name))
+		}
+		targets = append(targets, name)
+	}
+	return byName, targets, nil
 }
 
 // sendCaught is sendAll, with a panic answered as every node's failure
