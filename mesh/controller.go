@@ -238,7 +238,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 
-	defer goAll(ctx, c.auditor.drainAudit, c.beatLine.writeBeats, c.reports.writeReports, c.roller.rollLoop, c.blobs.collectLoop)()
+	// The loops end before the connections they publish on close: a send
+	// that waits for the stream's acknowledgements would otherwise wait
+	// them out on a closed connection (nats.go fails no pending ack).
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	waitLoops := goAll(loopCtx, c.auditor.drainAudit, c.beatLine.writeBeats, c.reports.writeReports, c.roller.rollLoop, c.blobs.collectLoop)
+	defer func() { stopLoops(); waitLoops() }()
 
 	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}
 	httpDone := make(chan error, 1)
@@ -266,7 +271,15 @@ loop:
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(shutdown)
-	serving.Drain()
+	// The handlers finish first, then the loops, and only then does the
+	// connection they publish on drain.
+	drained := make(chan struct{})
+	serving.SetClosedHandler(func(*nats.Conn) { close(drained) })
+	if serving.Drain() == nil {
+		<-drained
+	}
+	stopLoops()
+	waitLoops()
 	nc.Drain()
 	return nil
 }
