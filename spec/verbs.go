@@ -14,7 +14,7 @@ type Verb[Req, Res any] struct {
 }
 
 // Info is the verb without its types.
-func (v Verb[Req, Res]) Info() VerbInfo { return VerbInfo{Name: v.Name, Timeout: v.Timeout} }
+func (v Verb[Req, Res]) Info() VerbInfo { return VerbInfo(v) }
 
 // VerbInfo is a verb without its request and result types, for what treats
 // every verb alike: the listing, the audit, serving.
