@@ -81,7 +81,7 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	nodePub, _ := nodeKey.PublicKey()
 	facts := GatherFacts()
 	facts.Node, facts.Time = t.Node, cfg.Now.UTC()
-	req := spec.EnrolRequest{TokenID: t.ID, Node: t.Node, NKey: nodePub, Address: cfg.Address, Facts: facts}
+	req := spec.EnrolRequest{Protocol: spec.Protocol, TokenID: t.ID, Node: t.Node, NKey: nodePub, Address: cfg.Address, Facts: facts}
 	if req.Proof, err = enrolKey.Sign(req.ProofBytes()); err != nil {
 		return fmt.Errorf("sign the enrolment request: %w", err)
 	}

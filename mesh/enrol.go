@@ -383,9 +383,17 @@ func (en *enrolment) enrolAnswering(ctx context.Context, data []byte, answer fun
 // node and its credential. Before the store spends the token
 // it holds the token's enrolment user on the bus, and says so in held.
 func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.Token) (spec.EnrolResult, error) {
+	// A host of another protocol is refused for that, whatever else its
+	// request holds.
 	var req spec.EnrolRequest
 	if err := spec.Decode(data, &req); err != nil {
+		if p := spec.PeekProtocol(data); p != 0 && p != spec.Protocol {
+			return spec.EnrolResult{}, refusedError(spec.JoinRefusal(p))
+		}
 		return spec.EnrolResult{}, callerError("malformed enrolment request: " + err.Error())
+	}
+	if req.Protocol != spec.Protocol {
+		return spec.EnrolResult{}, refusedError(spec.JoinRefusal(req.Protocol))
 	}
 	t, err := en.db.Token(ctx, req.TokenID)
 	if errors.Is(err, store.ErrNotFound) {

@@ -161,7 +161,7 @@ func enrolRequestWith(t testing.TB, tok spec.Token, node string, nodeKey nkeys.K
 		t.Fatal(err)
 	}
 	nodePub, _ := nodeKey.PublicKey()
-	req := spec.EnrolRequest{TokenID: tok.ID, Node: node, NKey: nodePub, Address: "127.0.0.2"}
+	req := spec.EnrolRequest{Protocol: spec.Protocol, TokenID: tok.ID, Node: node, NKey: nodePub, Address: "127.0.0.2"}
 	req.Proof, _ = kp.Sign(req.ProofBytes())
 	return mustJSON(t, req)
 }

@@ -90,3 +90,51 @@ func TestHostOfAnotherProtocolRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinOfAnotherProtocolRefused: an enrolment of another protocol,
+// older, newer, newer with a field unknown here, or saying none, is
+// refused naming both protocols and what to do, and joins nothing: the
+// token stays unused, and the same token then joins a host of this
+// protocol.
+func TestJoinOfAnotherProtocolRefused(t *testing.T) {
+	t.Parallel()
+	c, db := newController(t, &clock{now: time.Now()})
+	ctx := context.Background()
+	res, err := c.enrolment.createToken(ctx, spec.TokenCreateRequest{Node: "beta", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := spec.ParseToken(res.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := enrolRequest(t, tok, "beta")
+	for _, tc := range []struct {
+		name     string
+		protocol string
+		extra    string
+	}{
+		{"older", fmt.Sprint(spec.Protocol - 1), ""},
+		{"newer", fmt.Sprint(spec.Protocol + 1), ""},
+		{"newer with a field unknown here", fmt.Sprint(spec.Protocol + 1), `,"something_new":1`},
+		{"none said", "0", ""},
+	} {
+		req := strings.Replace(string(ours), fmt.Sprintf(`"protocol":%d`, spec.Protocol), `"protocol":`+tc.protocol, 1)
+		req = strings.TrimSuffix(req, "}") + tc.extra + "}"
+		_, err := c.enrolment.enrol(ctx, []byte(req))
+		if spec.KindOf(err) != spec.ReplyRefused {
+			t.Fatalf("%s: %v, want refused", tc.name, err)
+		}
+		for _, want := range []string{"protocol " + tc.protocol + " refused", fmt.Sprintf("speaks protocol %d", spec.Protocol), "join with the controller's release"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v, want it to name %q", tc.name, err, want)
+			}
+		}
+		if _, err := db.Node(ctx, "beta"); err == nil {
+			t.Fatalf("%s: beta joined", tc.name)
+		}
+	}
+	if _, err := c.enrolment.enrol(ctx, ours); err != nil {
+		t.Fatalf("the token after the refusals, this protocol: %v", err)
+	}
+}

@@ -35,6 +35,13 @@ func ProtocolRefusal(theirs int, who string) string {
 	return fmt.Sprintf("protocol %d refused: %s speaks protocol %d; upgrade the host with `mesh release roll` to the controller's release", theirs, who, Protocol)
 }
 
+// JoinRefusal says why a host joining with protocol theirs is refused by
+// a controller that speaks Protocol, and what to do: a host not yet joined
+// cannot be rolled, so it joins with the controller's own release.
+func JoinRefusal(theirs int) string {
+	return fmt.Sprintf("protocol %d refused: this controller speaks protocol %d; join with the controller's release of mesh (mesh version on the controller's machine names it)", theirs, Protocol)
+}
+
 // PeekProtocol reads the protocol field of a signed message (a declaration
 // or a roster message) without decoding the rest, so that one of another
 // protocol is refused for that, whatever else it holds: 0 when it holds

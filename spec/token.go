@@ -76,12 +76,16 @@ func EnrolPermissions(tokenID string) Permissions {
 // key (never the seed), where it is reached, and its facts. Proof is the
 // token secret's signature over ProofBytes, binding the request to the token.
 type EnrolRequest struct {
-	TokenID string `json:"token_id"`
-	Node    string `json:"node"`
-	NKey    string `json:"nkey"`
-	Address string `json:"address"`
-	Facts   Facts  `json:"facts"`
-	Proof   []byte `json:"proof"`
+	// Protocol is the protocol the joining host speaks: a controller of
+	// another refuses the join (JoinRefusal), reading this field before
+	// any other.
+	Protocol int    `json:"protocol"`
+	TokenID  string `json:"token_id"`
+	Node     string `json:"node"`
+	NKey     string `json:"nkey"`
+	Address  string `json:"address"`
+	Facts    Facts  `json:"facts"`
+	Proof    []byte `json:"proof"`
 }
 
 // ProofBytes are the bytes an enrolment request's proof signs.
