@@ -325,9 +325,9 @@ func goAll(ctx context.Context, loops ...func(context.Context)) (wait func()) {
 
 // inProcessTimeout bounds the handshake of the controller's own
 // connections. The bus may be taking thousands of hosts reconnecting at
-// once, each with a TLS handshake, when the controller starts again: with
-// nats.go's 2 s default, 5,000 simulated hosts made the restarted
-// controller's connection time out and the controller exit.
+// once, each with a TLS handshake, when the controller starts again:
+// nats.go's 2 s default would time its own connection out, and the
+// controller would exit.
 const inProcessTimeout = time.Minute
 
 // connect opens an in-process connection to the bus as key's user.

@@ -182,9 +182,9 @@ func (en *enrolment) createToken(ctx context.Context, req spec.TokenCreateReques
 // roomFor refuses a token for node when the mesh already admits as many
 // nodes as it may: every node it holds (joined or being removed) and every
 // other name an unused, unrevoked, unexpired token could join as. The
-// limit is the fleet the mesh was measured at. It counts the nodes and reads only
-// the open tokens and their names' nodes, so a token costs the same at
-// 10 nodes and at 10,000. A read that failed is an error.
+// limit is the largest fleet the mesh is measured at. It counts the nodes
+// and reads only the open tokens and their names' nodes, so a token costs
+// the same whatever the fleet's size. A read that failed is an error.
 func (en *enrolment) roomFor(ctx context.Context, node string) error {
 	joined, err := en.db.NodeCount(ctx)
 	if err != nil {

@@ -13,9 +13,9 @@ import (
 // Heartbeats are coalesced per node and written in batches: the handler
 // only decodes, checks and keeps the latest of each node, and one loop
 // writes what it holds in one transaction. A node that sends as fast as it
-// can then costs one row a batch, and delays no other node's (the trial's
-// flood of 200,000 heartbeats drained at 460 a second, one transaction
-// each, and for seven minutes status called the healthy nodes silent).
+// can then costs one row a batch, and delays no other node's: drained one
+// transaction a heartbeat, a flood would hold the healthy nodes' behind it
+// until status called them silent.
 const (
 	// beatBatchGap is the least time between two batches: under a flood,
 	// at most 1/beatBatchGap transactions a second.

@@ -3,9 +3,8 @@ package mesh
 import "time"
 
 // silentUnknown is how long a node whose heartbeats do not say how often
-// they come (a host older than spec.Heartbeat.IntervalMS) may go unheard
-// before status calls it silent: three of the default 10 s heartbeats, the
-// fixed window every node had before heartbeats said their interval.
+// they come (spec.Heartbeat.IntervalMS) may go unheard before status calls
+// it silent: three of the default 10 s heartbeats.
 const silentUnknown = 30 * time.Second
 
 // deliveryAllowance is added to two heartbeat intervals before a node is

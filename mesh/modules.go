@@ -238,7 +238,7 @@ func (cat *catalogue) changedBy(ctx context.Context, node string, record func() 
 	}
 	routed := err == nil && !slices.Equal(routeKeys(before.Routes), routeKeys(after.Routes))
 	// The nodes a push composes: named only when the roster changes,
-	// counted otherwise (reading 10,000 names was most of an assign).
+	// counted otherwise (reading every name would be most of an assign).
 	var all []string
 	composed := 0
 	switch {
@@ -303,7 +303,7 @@ func (cat *catalogue) composeByName(ctx context.Context, node string) (plan Plan
 // mesh, by name.
 func (cat *catalogue) composedNodes(ctx context.Context) ([]string, error) {
 	// Names only: each assign asks, and reading every node whole (its
-	// facts decoded) cost a 10,000-node mesh over a second an assign.
+	// facts decoded) would cost a large mesh seconds an assign.
 	nodes, err := cat.db.NodeKeys(ctx)
 	if err != nil {
 		return nil, err

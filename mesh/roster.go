@@ -110,9 +110,8 @@ func (rs *rosters) signRoster(ctx context.Context, roster spec.Roster, digest st
 // rosterFetchRate is the pace, in bytes a second, at which the fleet's
 // hosts that lack a roster's base are to ask for the whole roster: the
 // window a delta gives them (FetchWithinMS) is the bytes they would ask
-// for together over this rate. A thousand hosts and a 40 KB roster ask
-// within 0.3 s; ten thousand and 400 KB within 30 s, so the bus never
-// holds ten thousand copies of it at once.
+// for together over this rate, so the bus never holds a copy a host at
+// once: the window grows with the fleet times the roster's size.
 const rosterFetchRate = 128 << 20
 
 // maxFetchWithin caps that window.
@@ -160,9 +159,9 @@ func (rs *rosters) publishRoster(ctx context.Context, doc spec.RosterDoc, r stor
 // rosterReply is the answer to a roster request: the roster message in
 // force, signed again under a new sequence (same names) when it expired;
 // ErrNotFound when none was sent. Encoded once per roster message and kept
-// while it stays the last recorded (one small read tells): at 10,000 hosts
-// asking for a 400 KB roster within its window, reading it from the store
-// and encoding it for each was most of the controller's work.
+// while it stays the last recorded (one small read tells): read and
+// encoded for each of a large fleet's asks, it would be most of the
+// controller's work.
 func (rs *rosters) rosterReply(ctx context.Context) (*keptReply, error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
