@@ -119,7 +119,7 @@ Examples:
 			}
 			deadline := time.Now().Add(c.Duration("wait"))
 			if res.Roster != nil {
-				fmt.Fprintf(out, "names: roster %d sent to every host (%d nodes)\n", res.Roster.Seq, res.Roster.Nodes)
+				fmt.Fprintf(out, "names: roster %d sent to every host (%s)\n", res.Roster.Seq, nodeCount(res.Roster.Nodes))
 			}
 			outcome := waitForReports(c.Context, out, res, events, c.Duration("wait"), c.Bool("verbose"), c.Bool("dry-run"))
 			if res.Roster != nil {
@@ -265,7 +265,7 @@ func waitForRoster(ctx context.Context, w io.Writer, op *Operator, r spec.PushRo
 		fmt.Fprintf(w, "names: which hosts hold roster %d is not known: %v\n", r.Seq, err)
 		return out, fmt.Errorf("read which hosts hold roster %d: %w", r.Seq, err)
 	}
-	line := fmt.Sprintf("names: roster %d held by %d of %d nodes", r.Seq, out.Held, out.Held+len(out.NotYet)+len(out.Silent))
+	line := fmt.Sprintf("names: roster %d held by %d of %s", r.Seq, out.Held, nodeCount(out.Held+len(out.NotYet)+len(out.Silent)))
 	if len(out.NotYet) > 0 {
 		line += "; not yet: " + strings.Join(out.NotYet, ", ")
 	}
@@ -274,6 +274,14 @@ func waitForRoster(ctx context.Context, w io.Writer, op *Operator, r spec.PushRo
 	}
 	fmt.Fprintln(w, line)
 	return out, nil
+}
+
+// nodeCount is n nodes, in words.
+func nodeCount(n int) string {
+	if n == 1 {
+		return "1 node"
+	}
+	return fmt.Sprintf("%d nodes", n)
 }
 
 // rosterHeld sorts nodes by whether they hold roster r at now.
