@@ -158,8 +158,8 @@ func newBenchPresenting(t testing.TB, leafOnly bool) *bench {
 		bus: bus, nodeUser: broker.User{NKey: nodePub, Publish: p.Publish, Subscribe: p.Subscribe}, caught: make(chan struct{}, 1)}
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	b.key = priv
-	// The reports, answered as a controller of protocol 7 does unless
-	// b.ack says otherwise.
+	// The reports, answered as a controller does unless b.ack says
+	// otherwise.
 	answered := map[string]bool{} // the reports answered, by sequence and time
 	if _, err := nc.Subscribe(spec.NodeSubject("alpha", spec.KindReport), func(m *nats.Msg) {
 		var r spec.Report

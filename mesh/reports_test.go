@@ -211,7 +211,7 @@ func TestWaitingReportWatchedThrough(t *testing.T) {
 	}
 }
 
-// TestReportAnsweredOnceRecorded: a report is answered (protocol 7) once
+// TestReportAnsweredOnceRecorded: a report is answered once
 // the store holds it, under the node's own inbox, naming it; one the
 // store did not take is not answered (its host sends it again), and one
 // whose reply subject is another's inbox is recorded and answered nowhere.

@@ -18,9 +18,7 @@ import (
 // publishes one message on the roster subject: a delta from the roster in
 // force, a small fraction of the roster's bytes, which applied to that
 // roster makes the one recorded, under the signature it carries; its
-// window for hosts that lack the base grows with the fleet. The whole
-// roster goes on the stream only while a host of protocol 3 (which takes
-// nothing else) is in the mesh.
+// window for hosts that lack the base grows with the fleet.
 func TestRosterChangeIsADelta(t *testing.T) {
 	t.Parallel()
 	c, db := newController(t, &clock{now: time.Now()})
