@@ -131,13 +131,12 @@ func Init(dir string, st State, seed []byte) error {
 	return WriteState(dir, st)
 }
 
-// WriteState writes st to dir atomically, compact: indenting it took two
-// thirds of the encoding (a profile of 1,000 simulated hosts taking a
-// push), and what it holds is mostly base64 (the declaration's bytes)
-// that indentation does not make readable. The roster is not written
-// (WriteRoster does), except to RosterFile when that is missing: a state
-// that an older host wrote with its roster inside loses it from
-// state.json only once it is kept beside.
+// WriteState writes st to dir atomically, compact: indenting would be
+// most of the encoding's cost, and what it holds is mostly base64 (the
+// declaration's bytes) that indentation does not make readable. The
+// roster is not written (WriteRoster does), except to RosterFile when
+// that is missing: a state.json that holds its roster inside loses it
+// only once it is kept beside.
 func WriteState(dir string, st State) error {
 	if len(st.Roster) > 0 {
 		switch _, err := os.Stat(filepath.Join(dir, RosterFile)); {
