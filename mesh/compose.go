@@ -98,7 +98,9 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 			return Plan{}, err
 		}
 		values["node"], values["version"] = in.Node, m.Version
+		secret := false // the resource being filled takes a secret in its content
 		fill := func(field, s string) (string, error) {
+			secret = secret || field == "content" && spec.UsesSecret(s, m.Settings)
 			v, err := spec.Fill(s, values)
 			if err != nil {
 				return "", fmt.Errorf("%s: %w", field, err)
@@ -112,9 +114,14 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 				return Plan{}, own("module %q declares %s %q, but the node has no %s: its host does not report the %q capability (%s)",
 					m.Name, r.Kind, r.Target(), need.What, need.Name, need.Hint)
 			}
+			secret = false
 			filled, err := fillResource(r, fill)
 			if err != nil {
 				return Plan{}, own("module %q, resource %s: %v", m.Name, r.Name, err)
+			}
+			// Its content goes to the node sealed (Sealer).
+			if f, ok := filled.Spec.(*spec.FileSpec); ok && secret {
+				f.Secret = true
 			}
 			key := filled.Key()
 			if prev, taken := pathOwner[key]; taken {

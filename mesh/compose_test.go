@@ -154,6 +154,7 @@ type goldenResource struct {
 	Owner     string              `json:"owner,omitempty"`
 	Group     string              `json:"group,omitempty"`
 	Content   string              `json:"content,omitempty"`
+	Secret    bool                `json:"secret,omitempty"`
 	OnRemove  string              `json:"on_remove,omitempty"`
 	Network   *spec.NetworkSpec   `json:"network,omitempty"`
 	Container *spec.ContainerSpec `json:"container,omitempty"`
@@ -185,7 +186,7 @@ func composeAll(nodes []NodeInput, modules map[string]spec.Module) map[string]go
 			g := goldenResource{Name: r.Name}
 			switch s := r.Spec.(type) {
 			case *spec.FileSpec:
-				g.Mode, g.Owner, g.Group, g.Content = fmt.Sprintf("%04o", s.Mode), s.Owner, s.Group, string(s.Content)
+				g.Mode, g.Owner, g.Group, g.Content, g.Secret = fmt.Sprintf("%04o", s.Mode), s.Owner, s.Group, string(s.Content), s.Secret
 				if spec.ContentDigest(s.Content) != s.Digest || int64(len(s.Content)) != s.Size {
 					g.Content += " (DIGEST OR SIZE DOES NOT MATCH THE CONTENT)"
 				}

@@ -14,12 +14,16 @@ func init() {
 		New: func() Spec { return &FileSpec{} },
 		Manifest: func(raw []byte) (Declared, error) {
 			m := &fileManifest{FileSpec: FileSpec{Mode: 0o644}}
-			return m, Decode(raw, m)
+			err := Decode(raw, m)
+			if m.Mode != nil {
+				m.FileSpec.Mode = *m.Mode
+			}
+			return m, err
 		}})
 }
 
-// FileSpec is a file: its content inline (Content) or as a blob (Blob), and
-// always its digest.
+// FileSpec is a file: its content inline (Content), as a blob (Blob) or
+// sealed to the node (Sealed), and always its digest.
 type FileSpec struct {
 	Path    string `json:"path"`
 	Mode    Mode   `json:"mode"`
@@ -27,9 +31,20 @@ type FileSpec struct {
 	Group   string `json:"group,omitempty"`
 	Content []byte `json:"content,omitempty"`
 	Blob    bool   `json:"blob,omitempty"` // the content travels as the blob named by Digest
-	Size    int64  `json:"size"`
-	Digest  string `json:"digest"` // sha256:HEX of the content
+	// Secret says that the content holds a secret setting's value: the
+	// controller seals it to the node before it sends it (Sealed).
+	Secret bool `json:"secret,omitempty"`
+	// Sealed is the content sealed to the node's sealing key, Content then
+	// empty and Digest keyed (SealedDigestPrefix): the declaration shows
+	// neither the value nor a digest a guess of it could be tested against.
+	Sealed string `json:"sealed,omitempty"`
+	Size   int64  `json:"size"`
+	Digest string `json:"digest"` // sha256:HEX of the content; keyed when sealed
 }
+
+// SealedDigestPrefix begins a sealed file's digest: an HMAC of its content
+// under a key only the controller holds.
+const SealedDigestPrefix = "hmac-sha256:"
 
 // Kind is KindFile.
 func (*FileSpec) Kind() string { return KindFile }
@@ -44,6 +59,18 @@ func (f *FileSpec) Check() error {
 	}
 	if err := f.Mode.CheckFile(); err != nil {
 		return err
+	}
+	if f.Sealed != "" {
+		switch {
+		case !f.Secret || f.Blob || len(f.Content) > 0:
+			return errors.New("sealed content with inline content or a blob, or not secret")
+		case !strings.HasPrefix(f.Digest, SealedDigestPrefix) || len(f.Digest) != len(SealedDigestPrefix)+64:
+			return fmt.Errorf("a sealed file's digest is not %sHEX", SealedDigestPrefix)
+		}
+		return nil
+	}
+	if f.Secret && f.Blob {
+		return errors.New("secret content in a blob: a secret is inline")
 	}
 	if !strings.HasPrefix(f.Digest, "sha256:") || len(f.Digest) != 71 {
 		return fmt.Errorf("digest %q is not sha256:HEX", f.Digest)
@@ -113,16 +140,28 @@ func ownerColumn(user, group string) string {
 	return dash(user) + ":" + dash(group)
 }
 
-// fileManifest is a file in module.json: the FileSpec, its mode 0644 when
-// not given, and its content inline or Source, a file beside the manifest.
-// Size, digest and blob are worked out, never written.
+// fileManifest is a file in module.json: the FileSpec, its mode (0644 when
+// not given, 0600 when its content uses a secret setting), and its content
+// inline or Source, a file beside the manifest. Size, digest, blob and
+// whether it is secret or sealed are worked out, never written.
 type fileManifest struct {
 	FileSpec
+	Mode    *Mode     `json:"mode,omitempty"`
 	Content *string   `json:"content,omitempty"`
 	Source  string    `json:"source,omitempty"`
 	Size    workedOut `json:"size"`
 	Digest  workedOut `json:"digest"`
 	Blob    workedOut `json:"blob"`
+	Secret  workedOut `json:"secret"`
+	Sealed  workedOut `json:"sealed"`
+}
+
+// secretContent has a file whose content uses a secret setting default to
+// mode 0600.
+func (m *fileManifest) secretContent() {
+	if m.Mode == nil {
+		m.FileSpec.Mode = 0o600
+	}
 }
 
 // workedOut is a field of a spec that module.json does not give: the CLI
@@ -131,7 +170,7 @@ type workedOut struct{}
 
 // UnmarshalJSON refuses the field.
 func (*workedOut) UnmarshalJSON([]byte) error {
-	return errors.New("size, digest and blob are not written in module.json: they are worked out from content or source")
+	return errors.New("size, digest, blob, secret and sealed are not written in module.json: they are worked out from content, source and settings")
 }
 
 // Spec is the file as declared: inline content as it stands, a source's
@@ -148,7 +187,7 @@ func (m *fileManifest) Spec() Spec {
 // neither of content and source, a source outside the module's directory,
 // and a path that is not absolute and clean.
 func (m *fileManifest) Check(field string) error {
-	if err := m.Mode.CheckFile(); err != nil {
+	if err := m.FileSpec.Mode.CheckFile(); err != nil {
 		return fmt.Errorf("%s.mode: %w", field, err)
 	}
 	if hasContent, hasSource := m.Content != nil, m.Source != ""; hasContent == hasSource {

@@ -125,6 +125,38 @@ func checkReferences(field, s string, settings []Setting) error {
 	return nil
 }
 
+// UsesSecret says whether s names a secret setting.
+func UsesSecret(s string, settings []Setting) bool {
+	for _, name := range References(s) {
+		for _, st := range settings {
+			if st.Name == name && st.Secret {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkSecretUse refuses a secret setting anywhere but a file's content,
+// which travels sealed to its node: elsewhere (a path, a container's
+// environment or command, a public name) the value would be shown in the
+// clear, by docker inspect or by any listing.
+func checkSecretUse(field, kind, f, s string, settings []Setting) error {
+	for _, name := range References(s) {
+		for _, st := range settings {
+			if st.Name != name || !st.Secret {
+				continue
+			}
+			if kind == KindContainer && strings.HasPrefix(f, "env[") {
+				return fmt.Errorf("%s: ${%s} is a secret setting, and a container's environment is shown by docker inspect: put it in a file resource's content (sealed to the node, mode 0600), mount that file into the container read-only, and point the image at it with its _FILE variable (e.g. %s_FILE=/run/secrets/%s)",
+					field, name, strings.ToUpper(name), name)
+			}
+			return fmt.Errorf("%s: ${%s} is a secret setting: a secret may be used only in a file's content, which is sealed to the node", field, name)
+		}
+	}
+	return nil
+}
+
 // ParseManifest reads a module.json, refusing unknown fields and anything
 // not well formed, naming the field.
 func ParseManifest(data []byte) (Manifest, error) {
@@ -158,7 +190,11 @@ func ParseManifest(data []byte) (Manifest, error) {
 		}
 		routes[r.Name] = true
 		for j, p := range r.Public {
-			if err := checkReferences(fmt.Sprintf("routes[%d].public[%d]", i, j), p, m.Settings); err != nil {
+			field := fmt.Sprintf("routes[%d].public[%d]", i, j)
+			if err := checkReferences(field, p, m.Settings); err != nil {
+				return Manifest{}, err
+			}
+			if err := checkSecretUse(field, "", "", p, m.Settings); err != nil {
 				return Manifest{}, err
 			}
 		}
@@ -171,10 +207,21 @@ func ParseManifest(data []byte) (Manifest, error) {
 			return Manifest{}, err
 		}
 		declared := r.Declared.Spec()
+		secret := false // a secret setting reaches the file's content
 		if _, err := declared.Fill(func(f, s string) (string, error) {
-			return s, checkReferences(field+"."+f, s, m.Settings)
+			if err := checkReferences(field+"."+f, s, m.Settings); err != nil {
+				return s, err
+			}
+			if kind.Name == KindFile && f == "content" {
+				secret = secret || UsesSecret(s, m.Settings)
+				return s, nil
+			}
+			return s, checkSecretUse(field+"."+f, kind.Name, f, s, m.Settings)
 		}); err != nil {
 			return Manifest{}, err
+		}
+		if sc, ok := r.Declared.(interface{ secretContent() }); ok && secret {
+			sc.secretContent()
 		}
 		if err := r.Declared.Check(field); err != nil {
 			return Manifest{}, err
