@@ -30,7 +30,9 @@ func TestImportDirections(t *testing.T) {
 		"broker":   {},
 		"resolver": {},
 		"ca":       {},
-		"mesh":     {"spec", "store", "broker", "ca", "release"},
+		// Secret values sealed: at rest, in transit to one node.
+		"seal": {},
+		"mesh": {"spec", "store", "broker", "ca", "release"},
 		// A mesh binary read as a file: its target, whether it is mesh.
 		"release": {},
 		"host":    {"spec", "resolver", "ca", "release", "internal/safefile", "internal/retry"},
