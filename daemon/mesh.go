@@ -105,6 +105,13 @@ func (m *Mesh) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	sealKey, created, err := mesh.LoadSealKey(ctx, ctlDir, db)
+	if err != nil {
+		return err
+	}
+	if created {
+		log.Info("at-rest key made for a mesh that had none", "path", filepath.Join(ctlDir, mesh.SealKeyFile))
+	}
 	dns, err := resolver.New(cfg.Resolver, log.With("component", "resolver"))
 	if err != nil {
 		return err
@@ -130,6 +137,7 @@ func (m *Mesh) Run(ctx context.Context) error {
 		Keys:         ctlKeys,
 		BusURLs:      cfg.Advertise,
 		SignKey:      signKey,
+		SealKey:      sealKey,
 		Panics:       panics,
 		CertLifetime: cfg.CertLifetime,
 		Node:         agent.Node(),

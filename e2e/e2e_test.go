@@ -40,7 +40,7 @@ func TestGenesisThenController(t *testing.T) {
 		t.Errorf("state directory mode %o, want 700", info.Mode().Perm())
 	}
 	for path, want := range map[string]fs.FileMode{
-		"operator.creds": 0o600, "controller/sign.key": 0o600, "host/node.creds": 0o600,
+		"operator.creds": 0o600, "controller/sign.key": 0o600, "controller/seal.key": 0o600, "host/node.creds": 0o600,
 		"controller/ca/root.key": 0o600, "controller/ca/intermediate.key": 0o600,
 	} {
 		info, err := os.Stat(filepath.Join(dir, path))

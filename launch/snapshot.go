@@ -17,7 +17,11 @@ const dbFile = "mesh.db"
 // A controller's store is copied before a version that is not yet good
 // first runs (it may migrate the store), and put back when the launcher
 // falls back from it, so the version it falls back to never faces a newer
-// schema: D/controller/mesh.db.before-<digest>.
+// schema: D/controller/mesh.db.before-<digest>. The copy is the store
+// alone (store.Snapshot: VACUUM INTO): the at-rest key beside it,
+// D/controller/seal.key, is never copied, so a snapshot holds secret
+// settings sealed and not the key that opens them (docs/secrets.md,
+// TestSnapshotHoldsTheStoreOnly).
 
 func (l *Launcher) dbPath() string { return filepath.Join(statedir.Controller(l.cfg.Dir), dbFile) }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,6 +42,9 @@ type Config struct {
 	BusURLs []string
 	// SignKey signs declarations; hosts learn its public half at enrolment.
 	SignKey ed25519.PrivateKey
+	// SealKey seals the secret settings in the store and opens them to
+	// compose (LoadSealKey).
+	SealKey *seal.RestKey
 	// Node is the node whose host runs in this process, if any: it cannot be
 	// removed, since its host would lose the bus for good.
 	Node string
@@ -82,11 +86,13 @@ type base struct {
 
 // Controller runs the operator API and listens to the nodes.
 type Controller struct {
-	cfg   Config
-	log   *slog.Logger
-	deps  Deps
-	ready chan struct{}
-	guard guard
+	cfg  Config
+	log  *slog.Logger
+	deps Deps
+	// sealed is deps.DB: the store, its secret settings sealed.
+	sealed *sealedStore
+	ready  chan struct{}
+	guard  guard
 
 	mu       sync.Mutex
 	httpAddr string
@@ -146,6 +152,9 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if len(cfg.SignKey) != ed25519.PrivateKeySize {
 		return nil, errors.New("controller: no signing key")
 	}
+	if cfg.SealKey == nil {
+		return nil, errors.New("controller: no at-rest key")
+	}
 	if len(cfg.BusURLs) == 0 {
 		return nil, errors.New("controller: no bus URL for tokens to carry")
 	}
@@ -161,7 +170,9 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	if cfg.CertLifetime < MinCertLifetime {
 		return nil, fmt.Errorf("certificate lifetime %s is shorter than %s: a leaf must outlive the time it takes to renew it", cfg.CertLifetime, MinCertLifetime)
 	}
-	c := &Controller{cfg: cfg, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats()}
+	sealed := sealing(deps.DB, cfg.SealKey)
+	deps.DB = sealed
+	c := &Controller{cfg: cfg, sealed: sealed, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats()}
 	c.guard = guard{panics: cfg.Panics, log: log}
 	b := base{db: deps.DB, now: cfg.Now, log: log, guard: c.guard}
 	c.composer = &composer{db: deps.DB, ca: deps.CA}
@@ -231,6 +242,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.ensureDelivery(ctx); err != nil {
 		l.Close()
 		return err
+	}
+	// A store written before secret settings were sealed is sealed
+	// before anything is served: no plain secret stays in it.
+	if n, err := c.sealed.sealPlain(ctx, nil); err != nil {
+		l.Close()
+		return fmt.Errorf("seal the store's secret settings: %w", err)
+	} else if n > 0 {
+		c.log.Info("secret settings sealed", "assignments", n)
 	}
 
 	if err := c.subscribe(ctx, serving); err != nil {

@@ -87,12 +87,17 @@ func newControllerCfg(t testing.TB, clk *clock, wrap func(*store.DB) Store, tune
 		t.Fatal(err)
 	}
 	_, sign, _ := ed25519.GenerateKey(rand.Reader)
-	cfg := Config{HTTPListen: "127.0.0.1:0", Keys: keys, BusURLs: []string{"nats://x"}, SignKey: sign, Now: clk.Now}
+	sealKey, _, err := LoadSealKey(ctx, filepath.Join(dir, "controller"), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{HTTPListen: "127.0.0.1:0", Keys: keys, BusURLs: []string{"nats://x"}, SignKey: sign, SealKey: sealKey, Now: clk.Now}
 	tune(&cfg)
 	c, err := New(cfg, log, Deps{DB: seam(db, wrap), CA: auth, Bus: bus})
 	if err != nil {
 		t.Fatal(err)
 	}
+	controllerDirs.Store(c, filepath.Join(dir, "controller"))
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); bus.Run(ctx) }()
@@ -100,6 +105,10 @@ func newControllerCfg(t testing.TB, clk *clock, wrap func(*store.DB) Store, tune
 	runController(t, ctx, c)
 	return c, db
 }
+
+// controllerDirs are the directories (D/controller) of the controllers
+// newControllerCfg makes, by the controller: mesh.db and seal.key.
+var controllerDirs sync.Map
 
 // controllerStops stop each controller a test runs (runController), by
 // the controller: restartController stops one and runs another in its place.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nkeys"
@@ -22,6 +23,7 @@ import (
 const (
 	DBFile      = "mesh.db"
 	SignKeyFile = "sign.key"
+	SealKeyFile = "seal.key" // the at-rest key: never inside mesh.db
 	CADir       = "ca"
 	JSDir       = "js"
 )
@@ -45,7 +47,7 @@ type Genesis struct {
 }
 
 // Create makes a new mesh in cfg.Dir: the store (with the mesh, its operator
-// and its first node recorded), the signing key and the CA, whose
+// and its first node recorded), the signing key, the at-rest key and the CA, whose
 // intermediate is constrained to the mesh's own names (Constraints). On
 // failure it removes what it made.
 func Create(ctx context.Context, cfg GenesisConfig) (g Genesis, err error) {
@@ -81,6 +83,9 @@ func Create(ctx context.Context, cfg GenesisConfig) (g Genesis, err error) {
 	}
 	if err := os.WriteFile(filepath.Join(cfg.Dir, SignKeyFile), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		return Genesis{}, fmt.Errorf("write signing key: %w", err)
+	}
+	if _, err := seal.CreateRestKey(filepath.Join(cfg.Dir, SealKeyFile)); err != nil {
+		return Genesis{}, err
 	}
 
 	op, err := nkeys.CreateUser()
@@ -145,4 +150,31 @@ func LoadSignKey(dir string) (ed25519.PrivateKey, error) {
 		return nil, fmt.Errorf("read signing key %s: not an ed25519 key", path)
 	}
 	return priv, nil
+}
+
+// LoadSealKey reads the controller's at-rest key from dir. A directory
+// made before values were sealed has none: one is made, unless db holds
+// sealed values already (the key that sealed them is lost, and a new one
+// would open none of them), which is refused, saying what to do. created
+// says a key was made.
+func LoadSealKey(ctx context.Context, dir string, db AssignmentStore) (key *seal.RestKey, created bool, err error) {
+	path := filepath.Join(dir, SealKeyFile)
+	key, err = seal.LoadRestKey(path)
+	if !errors.Is(err, os.ErrNotExist) {
+		return key, false, err
+	}
+	as, err := db.Assignments(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("look for sealed values before making %s: %w", path, err)
+	}
+	for _, a := range as {
+		for name, v := range a.Settings {
+			if seal.IsSealedText(v) {
+				return nil, false, fmt.Errorf("%s is missing, but setting %q of module %s on node %s was sealed under it: put the controller's seal.key back from its backup",
+					path, name, a.Module, a.Node)
+			}
+		}
+	}
+	key, err = seal.CreateRestKey(path)
+	return key, err == nil, err
 }

@@ -79,6 +79,7 @@ type AssignmentStore interface {
 	Unassign(ctx context.Context, module, node string) error
 	Assignments(ctx context.Context) ([]store.Assignment, error)
 	AssignmentsOf(ctx context.Context, node string) ([]store.Assignment, error)
+	RewriteSettings(ctx context.Context, modules []string, rewrite func(store.Assignment, spec.Module) (map[string]string, bool, error)) (int, error)
 }
 
 // BlobStore keeps the content-addressed blobs, and collects those nothing

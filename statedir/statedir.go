@@ -21,7 +21,7 @@ const (
 	ConfigFile     = "config.yaml"    // the flags this machine runs with
 	LockFile       = ".lock"          // held by the process running on D
 	LaunchLockFile = ".launch.lock"   // held by the launcher running on D
-	ControllerDir  = "controller"     // mesh.db, js/, sign.key, ca/
+	ControllerDir  = "controller"     // mesh.db, js/, sign.key, seal.key, ca/
 	HostDir        = "host"           // state.json, node.creds
 	// DigestFile keeps the SHA-256 of the executable last run on D, under
 	// its file identity (release.DigestKept).

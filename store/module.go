@@ -265,3 +265,76 @@ func (db *modules) assignments(ctx context.Context, query string, args ...any) (
 	}
 	return as, rows.Err()
 }
+
+// RewriteSettings passes each assignment of the modules named (all of them
+// when none is), with its module as registered, to rewrite, and writes
+// back the settings of those it says changed, all in one transaction: an
+// error from rewrite writes nothing. It returns how many it wrote.
+func (db *modules) RewriteSettings(ctx context.Context, modules []string, rewrite func(Assignment, spec.Module) (map[string]string, bool, error)) (int, error) {
+	query := `SELECT a.module, a.node, a.settings, m.body FROM assignments a JOIN modules m ON m.name = a.module`
+	var args []any
+	if len(modules) > 0 {
+		query += ` WHERE a.module IN (?` + strings.Repeat(`, ?`, len(modules)-1) + `)`
+		for _, m := range modules {
+			args = append(args, m)
+		}
+	}
+	query += ` ORDER BY a.node, a.module`
+	written := 0
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		type row struct {
+			a   Assignment
+			mod spec.Module
+		}
+		var all []row
+		rows, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r row
+			var settings, body string
+			if err := rows.Scan(&r.a.Module, &r.a.Node, &settings, &body); err != nil {
+				return err
+			}
+			if err := json.Unmarshal([]byte(settings), &r.a.Settings); err != nil {
+				return fmt.Errorf("settings of %s on %s: %w", r.a.Module, r.a.Node, err)
+			}
+			if err := json.Unmarshal([]byte(body), &r.mod); err != nil {
+				return fmt.Errorf("module %s: %w", r.a.Module, err)
+			}
+			all = append(all, r)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		for _, r := range all {
+			settings, changed, err := rewrite(r.a, r.mod)
+			if err != nil {
+				return err
+			}
+			if !changed {
+				continue
+			}
+			if settings == nil {
+				settings = map[string]string{}
+			}
+			body, err := json.Marshal(settings)
+			if err != nil {
+				return fmt.Errorf("settings of %s on %s: %w", r.a.Module, r.a.Node, err)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE assignments SET settings = ? WHERE module = ? AND node = ?`,
+				string(body), r.a.Module, r.a.Node); err != nil {
+				return err
+			}
+			written++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("rewrite settings: %w", err)
+	}
+	return written, nil
+}
