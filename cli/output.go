@@ -99,6 +99,7 @@ func printNode(w io.Writer, n spec.Node) error {
 	row("node", n.Name)
 	row("address", n.Address)
 	row("joined", n.Joined.Format(time.RFC3339))
+	row("sealing key", orDash(n.SealKey))
 	if n.LastHeard == nil {
 		row("heard", "never: this node has not sent a heartbeat")
 	} else {

@@ -26,7 +26,7 @@ func TestOutputGolden(t *testing.T) {
 		Capabilities: []string{spec.CapContainers}, Engine: "20.10.24+dfsg1, API 1.41", Subnet: "10.213.0.0/24",
 		TrustInstalled: "/usr/local/share/ca-certificates/mesh-mesh.crt", Intermediate: "7d0804e7bdd7c66fe60e43e654cb364f",
 		Certificates: []spec.HeldCert{{Name: "web.alpha.internal", Path: "/srv/web/tls", Serial: "2db53405aabe5ec6", NotAfter: at.Add(30 * 24 * time.Hour)}}}
-	alpha := spec.Node{Name: "alpha", Address: "10.0.0.1", Joined: at.Add(-time.Hour), LastHeard: &heard, HeardAgo: "3s", HeartbeatMS: 1000, SilentAfterMS: 3000,
+	alpha := spec.Node{Name: "alpha", Address: "10.0.0.1", Joined: at.Add(-time.Hour), SealKey: "x25519:6Vq8Pm0ZrCiY9BAH5pE6BvAFbC8s4yDu2jsHXiNRC0k", LastHeard: &heard, HeardAgo: "3s", HeartbeatMS: 1000, SilentAfterMS: 3000,
 		HostVersion: "1a2b3c4d5e6f7a8b9c0d", Protocol: 1, ProtocolKnown: true, AppliedSeq: 4, RosterSeq: 3, SentSeq: 4, Facts: facts,
 		LastReport: &spec.Report{Node: "alpha", Time: at, Seq: 4, Writes: 0, Results: []spec.ResourceResult{
 			{Name: "motd:file:/etc/motd", Outcome: spec.Unchanged}, {Name: "web:directory:/srv", Outcome: spec.Failed, Error: "mkdir /srv: read-only file system"},

@@ -53,6 +53,9 @@ func TestJoin(t *testing.T) {
 	if strings.Contains(m.d.out.String(), readSeed(t, hostDir)) {
 		t.Error("the node's seed appears in the controller's output")
 	}
+	// And its sealing key's private half, in seal.key alone; the controller
+	// holds the public half.
+	checkSealKey(t, hostDir, nodeShow(t, m.dir, "beta").SealKey)
 
 	// The token is spent: not open any more.
 	out, _, _ := runMesh(t, "token", "list", "--dir", m.dir, "--json")

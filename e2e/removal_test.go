@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -22,7 +23,8 @@ func TestRemovedNodeJoinedAgainStartsFromNothing(t *testing.T) {
 		fileModule(t, "old", "/etc/old.conf", "password=hunter2\n"), fileModule(t, "current", "/etc/current.conf", "hello\n"))
 
 	root1 := t.TempDir()
-	m.join(t, "gamma", "--root", root1)
+	dir1, _ := m.join(t, "gamma", "--root", root1)
+	first := checkSealKey(t, dir1, nodeShow(t, m.dir, "gamma").SealKey)
 	mustRun(t, "assign", "--dir", m.dir, "old", "gamma")
 	for i := range 2 {
 		if o, code := pushJSON(t, m.dir, "gamma"); code != 0 || !o.OK {
@@ -38,6 +40,17 @@ func TestRemovedNodeJoinedAgainStartsFromNothing(t *testing.T) {
 
 	root2 := t.TempDir()
 	dir2, _ := m.join(t, "gamma", "--root", root2)
+	// The new gamma made a sealing key of its own: the removed one's is
+	// forgotten with it, and opens nothing sealed to the new one.
+	second := checkSealKey(t, dir2, nodeShow(t, m.dir, "gamma").SealKey)
+	if second.Public() == first.Public() {
+		t.Fatal("the new gamma's sealing key is the removed one's")
+	}
+	if text, err := seal.SealTo(second.Public(), []byte("new gamma")); err != nil {
+		t.Fatal(err)
+	} else if _, err := first.Open(text); err == nil {
+		t.Fatal("the removed gamma's key opens what is sealed to the new one")
+	}
 	if n := nodeShow(t, m.dir, "gamma"); n.LastReport != nil || n.SentSeq != 0 || n.AppliedSeq != 0 {
 		t.Fatalf("the new gamma before any push: sent %d, applied %d, report %+v", n.SentSeq, n.AppliedSeq, n.LastReport)
 	}

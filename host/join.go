@@ -13,6 +13,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/internal/retry"
+	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -28,9 +29,10 @@ type JoinConfig struct {
 
 // Join enrols this machine with the mesh the token names. It checks the
 // bus's certificate chain against the token's pin before it sends anything
-// (TLS is the first thing on the wire), generates the node's key and sends
-// only its public half, and writes the host's state and credential only once
-// the controller has answered yes. On any failure it leaves nothing behind.
+// (TLS is the first thing on the wire), generates the node's key and its
+// sealing key and sends only their public halves, and writes the host's
+// state, credential and sealing key (seal.NodeKeyFile) only once the controller
+// has answered yes. On any failure it leaves nothing behind.
 func Join(ctx context.Context, cfg JoinConfig) error {
 	t := cfg.Token
 	if !cfg.Now.Before(t.Expires) {
@@ -79,9 +81,14 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 		return fmt.Errorf("generate the node's key: %w", err)
 	}
 	nodePub, _ := nodeKey.PublicKey()
+	sealKey, err := seal.GenerateNodeKey()
+	if err != nil {
+		return err
+	}
 	facts := GatherFacts()
 	facts.Node, facts.Time = t.Node, cfg.Now.UTC()
-	req := spec.EnrolRequest{Protocol: spec.Protocol, TokenID: t.ID, Node: t.Node, NKey: nodePub, Address: cfg.Address, Facts: facts}
+	req := spec.EnrolRequest{Protocol: spec.Protocol, TokenID: t.ID, Node: t.Node, NKey: nodePub,
+		SealKey: sealKey.Public().String(), Address: cfg.Address, Facts: facts}
 	if req.Proof, err = enrolKey.Sign(req.ProofBytes()); err != nil {
 		return fmt.Errorf("sign the enrolment request: %w", err)
 	}
@@ -97,10 +104,32 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	if len(bus) == 0 {
 		bus = t.Bus
 	}
-	return Init(cfg.Dir, State{
+	if err := keepSealKey(cfg.Dir, sealKey); err != nil {
+		return fmt.Errorf("join as %q: the controller recorded it, but %w; remove the node (mesh node remove %s) and join again", t.Node, err, t.Node)
+	}
+	err = Init(cfg.Dir, State{
 		Mesh: res.Mesh, Node: res.Node, Address: cfg.Address, Bus: bus,
 		CAPin: t.Pin, CARoot: string(ca.RootPEM(root)), SignKey: res.SignKey,
 	}, seed)
+	if err != nil {
+		os.Remove(filepath.Join(cfg.Dir, seal.NodeKeyFile))
+	}
+	return err
+}
+
+// keepSealKey writes the private half of the sealing key made for this
+// join to dir (0600), apart from state.json: the state is rewritten at
+// every delivery, and the key is written once. A key left without its
+// state (a join cut short) is no key of this host's, and is replaced.
+func keepSealKey(dir string, k *seal.NodeKey) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create host directory: %w", err)
+	}
+	path := filepath.Join(dir, seal.NodeKeyFile)
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove a sealing key left without its state: %w", err)
+	}
+	return k.WriteFile(path)
 }
 
 // joinConnectError says which of the token's promises the bus broke.

@@ -142,6 +142,7 @@ func nodeView(n store.Node, now time.Time) spec.Node {
 		Name:          n.Name,
 		Address:       n.Address,
 		Joined:        n.Joined.UTC(),
+		SealKey:       n.SealKey,
 		HostVersion:   spec.Clip(n.HostVersion, spec.MaxFactText),
 		Protocol:      n.Protocol,
 		ProtocolKnown: n.Protocol == spec.Protocol,

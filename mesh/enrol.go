@@ -16,6 +16,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
@@ -423,6 +424,10 @@ func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.T
 	if _, err := nkeys.FromPublicKey(req.NKey); err != nil || req.NKey[0] != 'U' {
 		return spec.EnrolResult{}, callerError(fmt.Sprintf("enrolment of %q: %q is not a user public key", req.Node, req.NKey))
 	}
+	sealKey, err := seal.ParseNodePublic(req.SealKey)
+	if err != nil {
+		return spec.EnrolResult{}, callerError(fmt.Sprintf("enrolment of %q: seal_key: %v", req.Node, err))
+	}
 	// The name starts from nothing: no declaration the stream kept for an
 	// earlier node of that name (one removed before removals purged) is
 	// delivered to this one. Under the node's lock, so a removal of the name
@@ -440,7 +445,7 @@ func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.T
 	// and goes as soon as it has, whatever the outcome.
 	en.holdEnrolUser(t)
 	*held = &t
-	if err := en.db.Enrol(ctx, t.ID, store.Node{Name: req.Node, Address: req.Address, NKey: req.NKey, Joined: now}); err != nil {
+	if err := en.db.Enrol(ctx, t.ID, store.Node{Name: req.Node, Address: req.Address, NKey: req.NKey, SealKey: sealKey.String(), Joined: now}); err != nil {
 		if errors.Is(err, store.ErrTokenSpent) {
 			return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s was used or revoked a moment ago", t.ID))
 		}

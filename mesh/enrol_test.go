@@ -17,6 +17,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nkeys"
@@ -165,12 +166,22 @@ func enrolRequest(t testing.TB, tok spec.Token, node string) []byte {
 // half, signed by tok's secret.
 func enrolRequestWith(t testing.TB, tok spec.Token, node string, nodeKey nkeys.KeyPair) []byte {
 	t.Helper()
+	nodePub, _ := nodeKey.PublicKey()
+	sealKey, err := seal.GenerateNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return enrolRequestSealed(t, tok, spec.EnrolRequest{Protocol: spec.Protocol, TokenID: tok.ID, Node: node, NKey: nodePub,
+		SealKey: sealKey.Public().String(), Address: "127.0.0.2"})
+}
+
+// enrolRequestSealed is req signed by tok's secret.
+func enrolRequestSealed(t testing.TB, tok spec.Token, req spec.EnrolRequest) []byte {
+	t.Helper()
 	kp, err := nkeys.FromSeed([]byte(tok.Secret))
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodePub, _ := nodeKey.PublicKey()
-	req := spec.EnrolRequest{Protocol: spec.Protocol, TokenID: tok.ID, Node: node, NKey: nodePub, Address: "127.0.0.2"}
 	req.Proof, _ = kp.Sign(req.ProofBytes())
 	return mustJSON(t, req)
 }

@@ -71,6 +71,9 @@ type Node struct {
 	Name    string    `json:"name"`
 	Address string    `json:"address"`
 	Joined  time.Time `json:"joined"`
+	// SealKey is the public half of the sealing key the node made when it
+	// joined ("x25519:" and base64url); empty for a node that made none.
+	SealKey string `json:"seal_key,omitempty"`
 	// LastHeard is when the controller last received a heartbeat; nil if
 	// never. Heard is the age of that heartbeat when the answer was made.
 	LastHeard *time.Time `json:"last_heard"`

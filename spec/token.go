@@ -73,8 +73,9 @@ func EnrolPermissions(tokenID string) Permissions {
 }
 
 // EnrolRequest is what a joining host sends on mesh.enrol: its node's public
-// key (never the seed), where it is reached, and its facts. Proof is the
-// token secret's signature over ProofBytes, binding the request to the token.
+// key (never the seed), its sealing public key, where it is reached, and
+// its facts. Proof is the token secret's signature over ProofBytes,
+// binding the request, its keys with it, to the token.
 type EnrolRequest struct {
 	// Protocol is the protocol the joining host speaks: a controller of
 	// another refuses the join (JoinRefusal), reading this field before
@@ -83,14 +84,19 @@ type EnrolRequest struct {
 	TokenID  string `json:"token_id"`
 	Node     string `json:"node"`
 	NKey     string `json:"nkey"`
-	Address  string `json:"address"`
-	Facts    Facts  `json:"facts"`
-	Proof    []byte `json:"proof"`
+	// SealKey is the public half of the key pair the host made at this
+	// join ("x25519:" and base64url): what the controller seals a value
+	// to so that only this node opens it. The private half stays in the
+	// host's directory.
+	SealKey string `json:"seal_key"`
+	Address string `json:"address"`
+	Facts   Facts  `json:"facts"`
+	Proof   []byte `json:"proof"`
 }
 
 // ProofBytes are the bytes an enrolment request's proof signs.
 func (r EnrolRequest) ProofBytes() []byte {
-	return []byte("mesh-enrol\x00" + r.TokenID + "\x00" + r.Node + "\x00" + r.NKey + "\x00" + r.Address)
+	return []byte("mesh-enrol\x00" + r.TokenID + "\x00" + r.Node + "\x00" + r.NKey + "\x00" + r.Address + "\x00" + r.SealKey)
 }
 
 // EnrolResult is the controller's answer to a successful enrolment.

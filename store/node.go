@@ -13,9 +13,12 @@ import (
 
 // Node is a node as the store keeps it.
 type Node struct {
-	Name        string
-	Address     string
-	NKey        string // the public key of the node's bus credential
+	Name    string
+	Address string
+	NKey    string // the public key of the node's bus credential
+	// SealKey is the public half of the sealing key the node made when it
+	// joined ("x25519:" and base64url); empty if it made none.
+	SealKey     string
 	Joined      time.Time
 	LastHeard   time.Time // zero if never heard
 	HostVersion string
@@ -43,8 +46,8 @@ type nodes struct{ *core }
 // AddNode records a new node. A node of that name already present is refused.
 func (db *nodes) AddNode(ctx context.Context, n Node) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO nodes (name, address, nkey, joined_at) VALUES (?, ?, ?, ?)`,
-			n.Name, n.Address, n.NKey, formatTime(n.Joined))
+		_, err := tx.ExecContext(ctx, `INSERT INTO nodes (name, address, nkey, seal_key, joined_at) VALUES (?, ?, ?, ?, ?)`,
+			n.Name, n.Address, n.NKey, n.SealKey, formatTime(n.Joined))
 		return err
 	})
 	if err != nil {
@@ -130,7 +133,7 @@ func (db *nodes) updateNode(ctx context.Context, node, format, query string, arg
 	return nil
 }
 
-const nodeColumns = `name, address, nkey, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason, removing_at, heartbeat_ms, fallbacks, roster_seq`
+const nodeColumns = `name, address, nkey, seal_key, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason, removing_at, heartbeat_ms, fallbacks, roster_seq`
 
 // fallbacksColumn is fallbacks as the nodes table keeps them: JSON, ""
 // for none.
@@ -148,7 +151,7 @@ func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 	var heard, facts, held, removing sql.NullString
 	var heartbeatMS int64
 	var fallbacks string
-	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason, &removing, &heartbeatMS, &fallbacks, &n.RosterSeq); err != nil {
+	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &n.SealKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason, &removing, &heartbeatMS, &fallbacks, &n.RosterSeq); err != nil {
 		return Node{}, err
 	}
 	if fallbacks != "" {

@@ -144,8 +144,8 @@ func (db *tokens) Enrol(ctx context.Context, id string, n Node) error {
 		} else if k == 0 {
 			return ErrTokenSpent
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, address, nkey, joined_at) VALUES (?, ?, ?, ?)`,
-			n.Name, n.Address, n.NKey, formatTime(n.Joined))
+		_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, address, nkey, seal_key, joined_at) VALUES (?, ?, ?, ?, ?)`,
+			n.Name, n.Address, n.NKey, n.SealKey, formatTime(n.Joined))
 		return err
 	})
 	if err != nil {
