@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/mesh-fleet/mesh/seal"
+
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/mesh"
@@ -72,10 +74,17 @@ func Create(ctx context.Context, g Genesis) (err error) {
 			os.RemoveAll(filepath.Join(dir, name))
 		}
 	}()
+	sealKey, err := seal.GenerateNodeKey()
+	if err != nil {
+		return fmt.Errorf("make the first node's sealing key: %w", err)
+	}
 	created, err := mesh.Create(ctx, mesh.GenesisConfig{
-		Dir: statedir.Controller(dir), Mesh: g.Mesh, Node: g.Node, Address: g.Address, Now: time.Now(),
+		Dir: statedir.Controller(dir), Mesh: g.Mesh, Node: g.Node, Address: g.Address, SealKey: sealKey.Public().String(), Now: time.Now(),
 	})
 	if err != nil {
+		return err
+	}
+	if err := host.KeepSealKey(statedir.Host(dir), sealKey); err != nil {
 		return err
 	}
 	root := string(ca.RootPEM(created.Root))

@@ -56,6 +56,8 @@ func TestJoin(t *testing.T) {
 	// And its sealing key's private half, in seal.key alone; the controller
 	// holds the public half.
 	checkSealKey(t, hostDir, nodeShow(t, m.dir, "beta").SealKey)
+	// The controller's own node has one too, made at genesis.
+	checkSealKey(t, m.dir, nodeShow(t, m.dir, "alpha").SealKey)
 
 	// The token is spent: not open any more.
 	out, _, _ := runMesh(t, "token", "list", "--dir", m.dir, "--json")

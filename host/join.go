@@ -104,7 +104,7 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	if len(bus) == 0 {
 		bus = t.Bus
 	}
-	if err := keepSealKey(cfg.Dir, sealKey); err != nil {
+	if err := KeepSealKey(cfg.Dir, sealKey); err != nil {
 		return fmt.Errorf("join as %q: the controller recorded it, but %w; remove the node (mesh node remove %s) and join again", t.Node, err, t.Node)
 	}
 	err = Init(cfg.Dir, State{
@@ -117,11 +117,11 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	return err
 }
 
-// keepSealKey writes the private half of the sealing key made for this
-// join to dir (0600), apart from state.json: the state is rewritten at
+// KeepSealKey writes the private half of the sealing key made for a join
+// (or a genesis) to dir (0600), apart from state.json: the state is rewritten at
 // every delivery, and the key is written once. A key left without its
 // state (a join cut short) is no key of this host's, and is replaced.
-func keepSealKey(dir string, k *seal.NodeKey) error {
+func KeepSealKey(dir string, k *seal.NodeKey) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create host directory: %w", err)
 	}

@@ -34,6 +34,9 @@ type GenesisConfig struct {
 	Mesh    string
 	Node    string // the first node: this machine
 	Address string // where other nodes reach the first node
+	// SealKey is the first node's sealing public key (seal.NodePublic's
+	// text): its host keeps the private half.
+	SealKey string
 	Now     time.Time
 }
 
@@ -107,7 +110,7 @@ func Create(ctx context.Context, cfg GenesisConfig) (g Genesis, err error) {
 	if err := db.CreateMesh(ctx, store.Mesh{Name: cfg.Mesh, Created: cfg.Now}, store.Operator{Name: "operator", NKey: opPub}); err != nil {
 		return Genesis{}, err
 	}
-	if err := db.AddNode(ctx, store.Node{Name: cfg.Node, Address: cfg.Address, NKey: nodePub, Joined: cfg.Now}); err != nil {
+	if err := db.AddNode(ctx, store.Node{Name: cfg.Node, Address: cfg.Address, NKey: nodePub, SealKey: cfg.SealKey, Joined: cfg.Now}); err != nil {
 		return Genesis{}, err
 	}
 	if err := db.Close(); err != nil {
