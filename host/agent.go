@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/release"
+	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -73,9 +75,13 @@ type Agent struct {
 	log   *slog.Logger
 	ready chan struct{}
 
-	state  State
-	key    nkeys.KeyPair
-	engine *Engine
+	state State
+	key   nkeys.KeyPair
+	// sealKey opens what the controller sealed to this node; nil when the
+	// host keeps none (seal.NodeKeyFile), and then a sealed file fails
+	// saying so.
+	sealKey *seal.NodeKey
+	engine  *Engine
 	// held is the kept declaration, decoded once (nil: none kept, or, with
 	// heldErr saying why, the kept bytes do not decode).
 	held    *held
@@ -175,6 +181,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if len(st.Bus) == 0 {
 		return nil, fmt.Errorf("host state in %s names no bus address", cfg.Dir)
 	}
+	sealKey, err := loadSealKey(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.HeartbeatEvery <= 0 {
 		cfg.HeartbeatEvery = 10 * time.Second
 	}
@@ -199,7 +209,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 29 {
 		return nil, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", cfg.Subnet)
 	}
-	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
+	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, sealKey: sealKey, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
 		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState, writeRoster: WriteRoster}
 	a.reports = &reporter{node: st.Node, log: log, retry: cfg.ReportRetry, arm: a.arm}
 	a.watch = &engineWatch{docker: cfg.Docker, node: st.Node, subnet: cfg.Subnet, every: cfg.HeartbeatEvery, log: log, safely: a.safely, kicks: make(chan struct{}, 1)}
@@ -554,8 +564,22 @@ func (a *Agent) services(nc *nats.Conn, certs *certs) Services {
 		Names:    a.cfg.Names,
 		CARoot:   a.state.CARoot,
 		Versions: filepath.Join(a.cfg.Dir, spec.VersionsDir),
+		SealKey:  a.sealKey,
 		certs:    certs,
 	}
+}
+
+// loadSealKey is the sealing key kept in dir, nil when there is none; a
+// key file that is there and not sound is an error.
+func loadSealKey(dir string) (*seal.NodeKey, error) {
+	k, err := seal.LoadNodeKey(filepath.Join(dir, seal.NodeKeyFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the host's sealing key: %w", err)
+	}
+	return k, nil
 }
 
 // beatIfApplied runs f (safely, as what) and has a heartbeat sent at once

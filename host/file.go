@@ -14,13 +14,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mesh-fleet/mesh/seal"
+
 	"github.com/mesh-fleet/mesh/spec"
 	"golang.org/x/sys/unix"
 )
 
 func init() {
 	registerKind(hostKind{name: spec.KindFile, applier: func(s *Services) Applier {
-		return fileApplier{root: s.Root, blobs: s.Blobs}
+		return fileApplier{root: s.Root, blobs: s.Blobs, seal: s.SealKey}
 	}})
 }
 
@@ -29,6 +31,28 @@ func init() {
 type fileApplier struct {
 	root  string
 	blobs BlobFetcher
+	seal  *seal.NodeKey // opens a sealed content; nil: the host keeps no key
+}
+
+// opened is f as the machine is to hold it: a sealed content opened with
+// the node's key, sized and digested as it is. A secret that came unsealed
+// is refused: the controller seals every one.
+func (a fileApplier) opened(f *spec.FileSpec) (*spec.FileSpec, error) {
+	switch {
+	case f.Sealed == "" && f.Secret:
+		return nil, fmt.Errorf("%s: a secret content came unsealed; it is refused", f.Path)
+	case f.Sealed == "":
+		return f, nil
+	case a.seal == nil:
+		return nil, fmt.Errorf("%s: its content is sealed to this node, and the host keeps no sealing key (%s): remove the node and join it again", f.Path, seal.NodeKeyFile)
+	}
+	content, err := a.seal.Open(f.Sealed)
+	if err != nil {
+		return nil, fmt.Errorf("%s: open its sealed content: %w", f.Path, err)
+	}
+	o := *f
+	o.Content, o.Sealed, o.Size, o.Digest = content, "", int64(len(content)), spec.ContentDigest(content)
+	return &o, nil
 }
 
 // fileOf is r's file spec.
@@ -140,6 +164,9 @@ func (a fileApplier) Plan(_ context.Context, r spec.Resource) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if f, err = a.opened(f); err != nil {
+		return Result{}, err
+	}
 	d, err := planFile(a.root, f)
 	if err != nil {
 		return Result{}, err
@@ -154,6 +181,9 @@ func (a fileApplier) Plan(_ context.Context, r spec.Resource) (Result, error) {
 func (a fileApplier) Apply(ctx context.Context, r spec.Resource, w *Writes) (Result, error) {
 	f, err := fileOf(r)
 	if err != nil {
+		return Result{}, err
+	}
+	if f, err = a.opened(f); err != nil {
 		return Result{}, err
 	}
 	d, err := planFile(a.root, f)

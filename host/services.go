@@ -3,6 +3,8 @@ package host
 import (
 	"net/netip"
 	"path/filepath"
+
+	"github.com/mesh-fleet/mesh/seal"
 )
 
 // Services are what the host offers the kinds it holds: made once (by the
@@ -36,6 +38,9 @@ type Services struct {
 	// are delivered; "": binary resources fail, saying the host keeps
 	// none.
 	Versions string
+	// SealKey opens the contents the controller sealed to this node; nil:
+	// a sealed file fails, saying the host keeps no sealing key.
+	SealKey *seal.NodeKey
 	// certs obtains and renews certificates; nil: certificate resources
 	// fail, saying the host has no certificate manager.
 	certs *certs

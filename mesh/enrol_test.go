@@ -55,7 +55,7 @@ func newControllerCfg(t testing.TB, clk *clock, wrap func(*store.DB) Store, tune
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	dir := t.TempDir()
-	g, err := Create(ctx, GenesisConfig{Dir: filepath.Join(dir, "controller"), Mesh: "m", Node: "alpha", Address: "127.0.0.1", Now: clk.Now()})
+	g, err := Create(ctx, GenesisConfig{Dir: filepath.Join(dir, "controller"), Mesh: "m", Node: "alpha", Address: "127.0.0.1", SealKey: alphaSealKey.Public().String(), Now: clk.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +106,16 @@ func newControllerCfg(t testing.TB, clk *clock, wrap func(*store.DB) Store, tune
 	runController(t, ctx, c)
 	return c, db
 }
+
+// alphaSealKey is the sealing key of every test controller's own node,
+// alpha: what is sealed to alpha, a test opens with it.
+var alphaSealKey = func() *seal.NodeKey {
+	k, err := seal.GenerateNodeKey()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 // controllerDirs are the directories (D/controller) of the controllers
 // newControllerCfg makes, by the controller: mesh.db and seal.key.

@@ -13,8 +13,9 @@ import (
 // composer composes nodes from what the store holds: the modules assigned
 // to them, their binaries and facts, and the CA chain.
 type composer struct {
-	db Store
-	ca *ca.Authority
+	db     Store
+	ca     *ca.Authority
+	sealer sealer
 }
 
 // gathered is every node composed: the plans of those that compose, the
@@ -128,6 +129,9 @@ func (cm *composer) composeWith(ctx context.Context, n store.Node, modules map[s
 		in.Assigned = append(in.Assigned, Assigned{Module: a.Module, Settings: a.Settings})
 	}
 	plan, err = ComposeNode(in, modules)
+	if err == nil {
+		err = cm.sealer.seal(ctx, n, plan)
+	}
 	switch {
 	case err == nil:
 		return plan, nil, nil

@@ -45,7 +45,14 @@ func fileContent(t *testing.T, c *Controller, node, path string) string {
 	}
 	for _, r := range plan.Resources {
 		if f, ok := r.Spec.(*spec.FileSpec); ok && f.Path == path {
-			return string(f.Content)
+			if f.Sealed == "" {
+				return string(f.Content)
+			}
+			content, err := alphaSealKey.Open(f.Sealed)
+			if err != nil || node != "alpha" {
+				t.Fatalf("%s's %s does not open with alpha's key: %v", node, path, err)
+			}
+			return string(content)
 		}
 	}
 	t.Fatalf("%s composes no file %s: %+v", node, path, plan.Resources)

@@ -1,0 +1,73 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/base64"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSecretOnlyWhereDeclared: a secret setting's value, assigned to a
+// joined host and pushed, is in its declared file on that host and nowhere
+// else: not in the controller's directory (its store, write-ahead log and
+// JetStream files), not in either host's state directory, not in a
+// daemon's output nor the audit, in plain or base64; a push that changes
+// nothing sends nothing.
+func TestSecretOnlyWhereDeclared(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t, "--root", t.TempDir())
+	betaRoot := t.TempDir()
+	betaDir, beta := m.join(t, "beta", "--root", betaRoot)
+	mod := t.TempDir()
+	os.WriteFile(filepath.Join(mod, "module.json"), []byte(`{"name": "vault", "version": "1",
+		"settings": [{"name": "token", "type": "string", "required": true, "secret": true}],
+		"resources": [{"file": {"path": "/etc/vault/token", "content": "token=${token}\n"}}]}`), 0o644)
+	mustRun(t, "module", "register", "--dir", m.dir, mod)
+	secret := "SuperSecret-" + strings.Repeat("7", 12)
+	mustRun(t, "assign", "--dir", m.dir, "--set", "token="+secret, "vault", "beta")
+	if o, code := pushJSON(t, m.dir, "beta"); code != 0 {
+		t.Fatalf("push: %+v", o)
+	}
+	dest := filepath.Join(betaRoot, "etc/vault/token")
+	got, err := os.ReadFile(dest)
+	if err != nil || string(got) != "token="+secret+"\n" {
+		t.Fatalf("the declared file holds %q, %v", got, err)
+	}
+	if info, err := os.Stat(dest); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("the declared file: %v %v, want mode 0600", info.Mode(), err)
+	}
+	forms := [][]byte{[]byte(secret), []byte(base64.StdEncoding.EncodeToString([]byte(secret))),
+		[]byte(base64.StdEncoding.EncodeToString([]byte("token=" + secret + "\n")))}
+	holds := func(b []byte) bool {
+		for _, f := range forms {
+			if bytes.Contains(b, f) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, dir := range []string{m.dir, betaDir} {
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return nil
+			}
+			if b, err := os.ReadFile(p); err == nil && holds(b) {
+				t.Errorf("%s holds the secret", p)
+			}
+			return nil
+		})
+	}
+	audit, _, _ := runMesh(t, "audit", "--dir", m.dir, "--json")
+	for what, out := range map[string]string{"the controller's output": m.d.out.String(), "beta's output": beta.out.String(), "the audit": audit} {
+		if holds([]byte(out)) {
+			t.Errorf("%s holds the secret", what)
+		}
+	}
+	out, _, code := runMesh(t, "push", "--dir", m.dir, "beta")
+	if code != 0 || !strings.Contains(out, "beta: unchanged, not sent") {
+		t.Fatalf("a push that changes nothing: exit %d\n%s", code, out)
+	}
+}
