@@ -146,8 +146,8 @@ func TestImportViolationsSeeTestFiles(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name, pkg string
-		change   func(*goPackage)
-		want     string
+		change    func(*goPackage)
+		want      string
 	}{
 		{"a host test imports mesh", "host", func(p *goPackage) { p.XTestImports = append(p.XTestImports, mod+"/mesh") },
 			"host's tests import mesh: docs/design.md does not allow it"},
