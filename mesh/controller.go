@@ -175,7 +175,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c := &Controller{cfg: cfg, sealed: sealed, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats()}
 	c.guard = guard{panics: cfg.Panics, log: log}
 	b := base{db: deps.DB, now: cfg.Now, log: log, guard: c.guard}
-	c.composer = &composer{db: deps.DB, ca: deps.CA, sealer: sealer{db: deps.DB, key: cfg.SealKey}}
+	c.composer = &composer{db: deps.DB, ca: deps.CA, sealer: &sealer{db: deps.DB, key: cfg.SealKey}}
 	c.rosters = &rosters{base: b, signKey: cfg.SignKey, metrics: &c.metrics, js: func() jetstream.JetStream { return c.js }}
 	c.certs = &certs{base: b, ca: deps.CA, composer: c.composer}
 	c.auditor = &auditor{base: b, kick: make(chan struct{}, 1)}

@@ -15,7 +15,7 @@ import (
 type composer struct {
 	db     Store
 	ca     *ca.Authority
-	sealer sealer
+	sealer *sealer
 }
 
 // gathered is every node composed: the plans of those that compose, the

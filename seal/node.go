@@ -137,16 +137,59 @@ func LoadNodeKey(path string) (*NodeKey, error) {
 	return k, nil
 }
 
-// SealTo seals plaintext to the node whose public key is pub: only the
-// holder of its private half can open it. The text form is
-// "sealed-node:v1:" and base64url.
-func SealTo(pub NodePublic, plaintext []byte) (string, error) {
-	p := [nodeKeySize]byte(pub)
-	sealed, err := box.SealAnonymous(nil, plaintext, &p, rand.Reader)
+// Sealer seals values to one node under one ephemeral key pair: the
+// X25519 agreement with the node's key is made once, when the Sealer is
+// made, and each value is sealed under the key it gives (XSalsa20-Poly1305,
+// a random 24-byte nonce a value). A controller keeps a Sealer a node, so
+// sealing a node's values costs no key agreement after the first.
+type Sealer struct {
+	pub    NodePublic
+	epk    [nodeKeySize]byte // the ephemeral public key, sent with each value
+	shared [32]byte          // box.Precompute of the ephemeral private key and pub
+}
+
+// sealedOverhead is what sealing adds to a value: the ephemeral public key,
+// the nonce and the tag.
+const sealedOverhead = nodeKeySize + 24 + box.Overhead
+
+// NewSealer makes a Sealer to the node whose public key is pub.
+func NewSealer(pub NodePublic) (*Sealer, error) {
+	epk, esk, err := box.GenerateKey(rand.Reader)
 	if err != nil {
-		return "", fmt.Errorf("seal to %s: %w", pub, err)
+		return nil, fmt.Errorf("make an ephemeral key to seal to %s: %w", pub, err)
 	}
-	return nodeSealedPrefix + base64.RawURLEncoding.EncodeToString(sealed), nil
+	s := &Sealer{pub: pub, epk: *epk}
+	p := [nodeKeySize]byte(pub)
+	box.Precompute(&s.shared, &p, esk)
+	return s, nil
+}
+
+// To is the node the Sealer seals to.
+func (s *Sealer) To() NodePublic { return s.pub }
+
+// Seal seals plaintext to the Sealer's node: only the holder of its
+// private half can open it. The text form is "sealed-node:v1:" and
+// base64url of the ephemeral public key, the nonce and the box.
+func (s *Sealer) Seal(plaintext []byte) (string, error) {
+	out := make([]byte, nodeKeySize+24, sealedOverhead+len(plaintext))
+	copy(out, s.epk[:])
+	var nonce [24]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return "", fmt.Errorf("seal to %s: %w", s.pub, err)
+	}
+	copy(out[nodeKeySize:], nonce[:])
+	out = box.SealAfterPrecomputation(out, plaintext, &nonce, &s.shared)
+	return nodeSealedPrefix + base64.RawURLEncoding.EncodeToString(out), nil
+}
+
+// SealTo seals plaintext to the node whose public key is pub, under a key
+// pair of its own (NewSealer, then Seal).
+func SealTo(pub NodePublic, plaintext []byte) (string, error) {
+	s, err := NewSealer(pub)
+	if err != nil {
+		return "", err
+	}
+	return s.Seal(plaintext)
 }
 
 // decodeSealed reads a sealed value's text form into its box.
@@ -159,21 +202,22 @@ func decodeSealed(text string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sealed value %q: %w", clipKeyText(text), err)
 	}
-	if len(raw) < box.AnonymousOverhead {
-		return nil, fmt.Errorf("sealed value %q: %d bytes, shorter than a sealed box (%d)", clipKeyText(text), len(raw), box.AnonymousOverhead)
+	if len(raw) < sealedOverhead {
+		return nil, fmt.Errorf("sealed value %q: %d bytes, shorter than a sealed box (%d)", clipKeyText(text), len(raw), sealedOverhead)
 	}
 	return raw, nil
 }
 
-// Open opens a value SealTo sealed to this key. A value sealed to another
-// key, or changed since, is refused.
+// Open opens a value sealed to this key. A value sealed to another key, or
+// changed since, is refused.
 func (k *NodeKey) Open(text string) ([]byte, error) {
 	raw, err := decodeSealed(text)
 	if err != nil {
 		return nil, err
 	}
-	pub, priv := [nodeKeySize]byte(k.public), k.private
-	plain, ok := box.OpenAnonymous(nil, raw, &pub, &priv)
+	epk, nonce := [nodeKeySize]byte(raw[:nodeKeySize]), [24]byte(raw[nodeKeySize:nodeKeySize+24])
+	priv := k.private
+	plain, ok := box.Open(nil, raw[nodeKeySize+24:], &nonce, &epk, &priv)
 	if !ok {
 		return nil, fmt.Errorf("open sealed value: it was not sealed to %s, or it was changed since", k.public)
 	}

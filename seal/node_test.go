@@ -250,3 +250,33 @@ func FuzzOpenNodeSealed(f *testing.F) {
 		}
 	})
 }
+
+// TestSealerSealsManyUnderOneAgreement: values sealed by one Sealer each
+// open with the node's key, and the same value sealed twice reads
+// differently (a nonce a value), so equal values are not told apart.
+func TestSealerSealsManyUnderOneAgreement(t *testing.T) {
+	t.Parallel()
+	k, err := seal.GenerateNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := seal.NewSealer(k.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, v := range []string{"one", "two", "one", ""} {
+		text, err := s.Seal([]byte(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := k.Open(text)
+		if err != nil || string(got) != v {
+			t.Fatalf("%q sealed by one Sealer opens as %q, %v", v, got, err)
+		}
+		texts = append(texts, text)
+	}
+	if texts[0] == texts[2] {
+		t.Fatal("one value sealed twice reads the same")
+	}
+}
