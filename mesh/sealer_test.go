@@ -163,3 +163,46 @@ func TestSealerReadFailureIsNotNothing(t *testing.T) {
 		t.Fatalf("push with the read failing: %v, want it to fail naming alpha and the read", err)
 	}
 }
+
+// TestRejoinedNodeHoldsNoOldSecret: a node removed and joined again has a
+// new sealing key, and is sent none of the values it held before until it
+// is assigned again.
+func TestRejoinedNodeHoldsNoOldSecret(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	ctx := context.Background()
+	if _, err := db.RegisterModules(ctx, []spec.Module{vaultModule()}, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	joinNode(t, c, "beta")
+	first, err := db.Node(ctx, "beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.modules.assign(ctx, spec.AssignRequest{Module: "vault", Node: "beta", Settings: map[string]string{"token": "old", "who": "w"}}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.push(ctx, spec.PushRequest{Nodes: []string{"beta"}}); err != nil || res.Nodes[0].Error != "" {
+		t.Fatalf("push: %v %+v", err, res)
+	}
+	if _, err := c.enrolment.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"}); err != nil {
+		t.Fatal(err)
+	}
+	joinNode(t, c, "beta")
+	again, err := db.Node(ctx, "beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.SealKey == "" || again.SealKey == first.SealKey {
+		t.Fatalf("the rejoined node's sealing key %q, the first %q: want a new one", again.SealKey, first.SealKey)
+	}
+	if res, err := c.push(ctx, spec.PushRequest{Nodes: []string{"beta"}}); err != nil || res.Nodes[0].Error != "" {
+		t.Fatalf("push after the rejoin: %v %+v", err, res)
+	}
+	for _, r := range lastOnStream(t, c, "beta").Resources {
+		if r.Module == "vault" {
+			t.Fatalf("the rejoined node is sent %s, assigned to the node before it", r.Name)
+		}
+	}
+}
