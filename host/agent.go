@@ -565,6 +565,7 @@ func (a *Agent) services(nc *nats.Conn, certs *certs) Services {
 		CARoot:   a.state.CARoot,
 		Versions: filepath.Join(a.cfg.Dir, spec.VersionsDir),
 		SealKey:  a.sealKey,
+		Runtime:  filepath.Join(a.cfg.Dir, RuntimeDir),
 		certs:    certs,
 	}
 }

@@ -36,7 +36,7 @@ const stopTimeout = 10
 func init() {
 	registerKind(hostKind{name: spec.KindContainer, applier: func(s *Services) Applier {
 		return containerApplier{root: s.Root, blobs: s.Blobs, docker: s.Docker, node: s.Node, address: s.Address, subnet: s.Subnet,
-			running: &runningList{}, archives: &archiveIDs{}, spool: s.spool()}
+			running: &runningList{}, archives: &archiveIDs{}, spool: s.spool(), secrets: secretFiles{runtime: s.Runtime, seal: s.SealKey}}
 	}})
 }
 
@@ -62,6 +62,8 @@ type containerApplier struct {
 	// reference: an image the engine holds already is neither fetched nor
 	// loaded again.
 	archives *archiveIDs
+	// secrets holds each container's secrets on a tmpfs of its own.
+	secrets secretFiles
 }
 
 // runningList is one listing of the node's running containers.
@@ -120,7 +122,9 @@ func (c containerApplier) listedUnchanged(name, digest string) bool {
 }
 
 // identity is everything a container is created from: the declared spec and
-// what the host adds to it. Its digest is the container's identity.
+// what the host adds to it. Its digest is the container's identity. Of
+// each secret it holds the keyed digest, never the value nor its sealed
+// bytes (which a value sealed afresh changes).
 type identity struct {
 	Spec    spec.ContainerSpec `json:"spec"`
 	Node    string             `json:"node"`
@@ -132,6 +136,13 @@ type identity struct {
 }
 
 func (c containerApplier) identity(root string, s spec.ContainerSpec) (identity, string) {
+	if s.Secrets != nil {
+		secrets := make([]spec.SecretMount, len(s.Secrets))
+		for i, m := range s.Secrets {
+			secrets[i] = spec.SecretMount{Setting: m.Setting, Target: m.Target, Digest: m.Digest}
+		}
+		s.Secrets = secrets
+	}
 	id := identity{Spec: s, Node: c.node, Network: spec.NetworkName(c.node), Address: c.address,
 		DNS: Gateway(c.subnet).String(), Search: spec.Domain, Sources: []string{}}
 	for _, m := range s.Mounts {
@@ -196,6 +207,9 @@ func (c containerApplier) Plan(ctx context.Context, r spec.Resource) (Result, er
 	if err != nil {
 		return Result{}, err
 	}
+	if err := c.secrets.check(s); err != nil {
+		return Result{}, err
+	}
 	_, digest := c.identity(c.root, *s)
 	f, err := c.read(ctx, spec.ContainerName(c.node, s.Name), digest)
 	return Result{Outcome: f.outcome}, err
@@ -203,7 +217,8 @@ func (c containerApplier) Plan(ctx context.Context, r spec.Resource) (Result, er
 
 // Apply creates the container if it is not there, replaces it if its
 // identity differs, and starts it if it stopped, saying why it had
-// stopped in the note.
+// stopped in the note. Its secrets are written to their tmpfs before it
+// is created or started (a tmpfs is gone after the machine restarts).
 func (c containerApplier) Apply(ctx context.Context, r spec.Resource, w *Writes) (Result, error) {
 	cs, err := containerOf(r)
 	if err != nil {
@@ -214,6 +229,9 @@ func (c containerApplier) Apply(ctx context.Context, r spec.Resource, w *Writes)
 		if err := checkMountSource(c.root, m.Source); err != nil {
 			return Result{}, err
 		}
+	}
+	if err := c.secrets.check(&s); err != nil {
+		return Result{}, err
 	}
 	name := spec.ContainerName(c.node, s.Name)
 	id, digest := c.identity(c.root, s)
@@ -228,6 +246,9 @@ func (c containerApplier) Apply(ctx context.Context, r spec.Resource, w *Writes)
 	case f.outcome == spec.Unchanged:
 		return Result{Outcome: spec.Unchanged}, nil
 	case f.outcome == spec.Changed && !f.replace:
+		if err := c.writeSecrets(name, &s, w); err != nil {
+			return Result{}, err
+		}
 		w.add()
 		if _, err := c.docker.cli.ContainerStart(ctx, f.id, client.ContainerStartOptions{}); err != nil {
 			return Result{}, c.docker.wrap("start container "+name+" again", err)
@@ -239,10 +260,17 @@ func (c containerApplier) Apply(ctx context.Context, r spec.Resource, w *Writes)
 	if err := c.image(ctx, s, w); err != nil {
 		return Result{}, err
 	}
+	values, err := c.secrets.open(&s)
+	if err != nil {
+		return Result{}, err
+	}
 	if f.replace {
 		if err := c.remove(ctx, f.id, name, w); err != nil {
 			return Result{}, err
 		}
+	}
+	if err := c.putSecrets(name, &s, values, w); err != nil {
+		return Result{}, err
 	}
 	cfg, host, net, err := c.config(r, id, digest)
 	if err != nil {
@@ -305,6 +333,12 @@ func (c containerApplier) config(r spec.Resource, id identity, digest string) (*
 	}
 	for i, m := range s.Mounts {
 		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: id.Sources[i], Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	// Each secret is a file on the container's tmpfs, bound read-only:
+	// what the engine shows is its path, never its value.
+	name := spec.ContainerName(c.node, s.Name)
+	for i, m := range s.Secrets {
+		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: c.secrets.source(name, i, m), Target: m.Target, ReadOnly: true})
 	}
 	net := &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{id.Network: {}}}
 	return cfg, host, net, nil
@@ -396,7 +430,30 @@ func (c containerApplier) holds(ctx context.Context, ref, id string) (bool, erro
 	return res.ID == id, nil
 }
 
-// remove stops a container (killing it after stopTimeout) and removes it.
+// writeSecrets opens s's secrets and writes them to the tmpfs of the
+// container the engine calls name (a container with none has its tmpfs
+// removed, if any is left).
+func (c containerApplier) writeSecrets(name string, s *spec.ContainerSpec, w *Writes) error {
+	values, err := c.secrets.open(s)
+	if err != nil {
+		return err
+	}
+	return c.putSecrets(name, s, values, w)
+}
+
+// putSecrets writes s's secrets (values, opened) to the tmpfs of the
+// container the engine calls name; a container with none has its tmpfs
+// removed, if any is left.
+func (c containerApplier) putSecrets(name string, s *spec.ContainerSpec, values [][]byte, w *Writes) error {
+	if len(s.Secrets) == 0 {
+		return c.secrets.remove(name)
+	}
+	w.add()
+	return c.secrets.write(name, s, values)
+}
+
+// remove stops a container (killing it after stopTimeout) and removes it,
+// and then its secrets.
 func (c containerApplier) remove(ctx context.Context, id, name string, w *Writes) error {
 	c.docker.stopping(id)
 	timeout := stopTimeout
@@ -408,7 +465,7 @@ func (c containerApplier) remove(ctx context.Context, id, name string, w *Writes
 	if _, err := c.docker.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true}); err != nil && !notFound(err) {
 		return c.docker.wrap("remove container "+name, err)
 	}
-	return nil
+	return c.secrets.remove(name)
 }
 
 // Remove removes the container a recorded; one already gone is removed.
@@ -419,8 +476,8 @@ func (c containerApplier) Remove(ctx context.Context, a Applied, _ []string, w *
 	if err != nil {
 		return removed, err
 	}
-	if f.outcome == spec.Created { // nothing there
-		return removed, nil
+	if f.outcome == spec.Created { // nothing there, but maybe its secrets
+		return removed, c.secrets.remove(name)
 	}
 	return removed, c.remove(ctx, f.id, name, w)
 }

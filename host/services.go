@@ -41,6 +41,10 @@ type Services struct {
 	// SealKey opens the contents the controller sealed to this node; nil:
 	// a sealed file fails, saying the host keeps no sealing key.
 	SealKey *seal.NodeKey
+	// Runtime is D/host/run (RuntimeDir), where containers' secrets lie
+	// on tmpfs mounts; "": a container with secrets fails, saying the
+	// host keeps none.
+	Runtime string
 	// certs obtains and renews certificates; nil: certificate resources
 	// fail, saying the host has no certificate manager.
 	certs *certs

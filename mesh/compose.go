@@ -123,6 +123,11 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 			if f, ok := filled.Spec.(*spec.FileSpec); ok && secret {
 				f.Secret = true
 			}
+			if c, ok := filled.Spec.(*spec.ContainerSpec); ok {
+				if err := secretValues(c, m, values); err != nil {
+					return Plan{}, own("module %q, resource %s: %v", m.Name, r.Name, err)
+				}
+			}
 			key := filled.Key()
 			if prev, taken := pathOwner[key]; taken {
 				return Plan{}, own("modules %q and %q both declare %s", prev, m.Name, key)
@@ -209,6 +214,20 @@ func settingValues(node string, m spec.Module, given map[string]string) (map[str
 		values[s.Name] = v
 	}
 	return values, nil
+}
+
+// secretValues fills in each of c's secrets with its setting's value, which
+// the sealer seals to the node. A setting m does not declare secret is
+// refused: its value would travel in the clear.
+func secretValues(c *spec.ContainerSpec, m spec.Module, values map[string]string) error {
+	for i := range c.Secrets {
+		sm := &c.Secrets[i]
+		if st, ok := m.Setting(sm.Setting); !ok || !st.Secret {
+			return fmt.Errorf("secrets[%d]: setting %q is not a secret setting of the module", i, sm.Setting)
+		}
+		sm.Value = values[sm.Setting]
+	}
+	return nil
 }
 
 // fillResource fills the references in r's strings with fill, and names it

@@ -158,7 +158,10 @@ type goldenResource struct {
 	OnRemove  string              `json:"on_remove,omitempty"`
 	Network   *spec.NetworkSpec   `json:"network,omitempty"`
 	Container *spec.ContainerSpec `json:"container,omitempty"`
-	Spec      spec.Spec           `json:"spec,omitempty"`
+	// SecretValues are a container's secrets' values by target, as
+	// compose filled them in: the spec as it travels holds none.
+	SecretValues map[string]string `json:"secret_values,omitempty"`
+	Spec         spec.Spec         `json:"spec,omitempty"`
 }
 
 func composeAll(nodes []NodeInput, modules map[string]spec.Module) map[string]goldenOutcome {
@@ -196,6 +199,12 @@ func composeAll(nodes []NodeInput, modules map[string]spec.Module) map[string]go
 				g.Network = s
 			case *spec.ContainerSpec:
 				g.Container = s
+				for _, m := range s.Secrets {
+					if g.SecretValues == nil {
+						g.SecretValues = map[string]string{}
+					}
+					g.SecretValues[m.Target] = m.Value
+				}
 			default: // a kind spelled out no further: its spec as it travels
 				g.Spec = r.Spec
 			}

@@ -11,8 +11,8 @@ import (
 	"github.com/mesh-fleet/mesh/store"
 )
 
-// sealer seals each secret content of a node's plan to the node's sealing
-// key, so a declaration (and the stream that keeps it) holds the value only
+// sealer seals each secret content of a node's plan (a file's content, a
+// container's secret) to the node's sealing key, so a declaration (and the stream that keeps it) holds the value only
 // as that node can open it. A content unchanged since the node's last
 // declaration is sealed as it was then, so a push that changes nothing
 // sends nothing: sealing afresh would change the bytes at every push.
@@ -52,42 +52,76 @@ func (s *sealer) sealedDigest(node, path string, content []byte) string {
 	return spec.SealedDigestPrefix + s.key.Digest([]byte(seal.Place("file", node, path, string(content))))
 }
 
-// seal seals plan's secret files for n, in place. A node with no sealing
-// key is its own failure (a *ComposeError); a read that failed is an
-// error, never "nothing sealed before".
-func (s *sealer) seal(ctx context.Context, n store.Node, plan Plan) error {
-	var secret []*spec.FileSpec
+// mountDigest is a container's secret's keyed digest on node, at target in
+// the container called name: as sealedDigest, at a place of its own.
+func (s *sealer) mountDigest(node, name, target, value string) string {
+	return spec.SealedDigestPrefix + s.key.Digest([]byte(seal.Place("secret", node, name, target, value)))
+}
+
+// toSeal is one secret of a plan, before it is sealed: what it is (for an
+// error), its keyed digest and value, and where the sealed text goes.
+type toSeal struct {
+	what, digest string
+	value        []byte
+	done         func(text, digest string)
+}
+
+// secretsOf are plan's secrets not sealed yet, each file content and each
+// container's secret, on node.
+func (s *sealer) secretsOf(node string, plan Plan) []toSeal {
+	var out []toSeal
 	for _, r := range plan.Resources {
-		if f, ok := r.Spec.(*spec.FileSpec); ok && f.Secret && f.Sealed == "" {
-			secret = append(secret, f)
+		switch c := r.Spec.(type) {
+		case *spec.FileSpec:
+			if c.Secret && c.Sealed == "" {
+				out = append(out, toSeal{what: c.Path, digest: s.sealedDigest(node, c.Path, c.Content), value: c.Content,
+					done: func(text, digest string) { c.Content, c.Sealed, c.Digest = nil, text, digest }})
+			}
+		case *spec.ContainerSpec:
+			for i := range c.Secrets {
+				m := &c.Secrets[i]
+				if m.Sealed != "" {
+					continue
+				}
+				out = append(out, toSeal{what: fmt.Sprintf("container %s's secret %s", c.Name, m.Target),
+					digest: s.mountDigest(node, c.Name, m.Target, m.Value), value: []byte(m.Value),
+					done: func(text, digest string) { m.Value, m.Sealed, m.Digest = "", text, digest }})
+			}
 		}
 	}
+	return out
+}
+
+// seal seals plan's secret files and containers' secrets for n, in place.
+// A node with no sealing key is its own failure (a *ComposeError); a read
+// that failed is an error, never "nothing sealed before".
+func (s *sealer) seal(ctx context.Context, n store.Node, plan Plan) error {
+	secret := s.secretsOf(n.Name, plan)
 	if len(secret) == 0 {
 		return nil
 	}
 	pub, err := seal.ParseNodePublic(n.SealKey)
 	if err != nil {
-		return &ComposeError{Node: n.Name, Reason: fmt.Sprintf("its host holds no sealing key to seal %s to (%v): remove the node and join it again", secret[0].Path, err)}
+		return &ComposeError{Node: n.Name, Reason: fmt.Sprintf("its host holds no sealing key to seal %s to (%v): remove the node and join it again", secret[0].what, err)}
 	}
 	before, err := s.sealedBefore(ctx, n.Name)
 	if err != nil {
 		return err
 	}
 	var sl *seal.Sealer
-	for _, f := range secret {
-		digest := s.sealedDigest(n.Name, f.Path, f.Content)
-		text, ok := before[digest]
+	for _, sc := range secret {
+		text, ok := before[sc.digest]
 		if !ok {
 			if sl == nil {
 				if sl, err = s.sealerFor(n.Name, pub); err != nil {
-					return fmt.Errorf("seal %s to node %q: %w", f.Path, n.Name, err)
+					return fmt.Errorf("seal %s to node %q: %w", sc.what, n.Name, err)
 				}
 			}
-			if text, err = sl.Seal(f.Content); err != nil {
-				return fmt.Errorf("seal %s to node %q: %w", f.Path, n.Name, err)
+			if text, err = sl.Seal(sc.value); err != nil {
+				return fmt.Errorf("seal %s to node %q: %w", sc.what, n.Name, err)
 			}
 		}
-		f.Content, f.Sealed, f.Digest = nil, text, digest
+		sc.done(text, sc.digest)
 	}
 	return nil
 }
@@ -107,8 +141,17 @@ func (s *sealer) sealedBefore(ctx context.Context, node string) (map[string]stri
 	}
 	out := map[string]string{}
 	for _, r := range d.Resources {
-		if f, ok := r.Spec.(*spec.FileSpec); ok && f.Sealed != "" {
-			out[f.Digest] = f.Sealed
+		switch c := r.Spec.(type) {
+		case *spec.FileSpec:
+			if c.Sealed != "" {
+				out[c.Digest] = c.Sealed
+			}
+		case *spec.ContainerSpec:
+			for _, m := range c.Secrets {
+				if m.Sealed != "" {
+					out[m.Digest] = m.Sealed
+				}
+			}
 		}
 	}
 	return out, nil

@@ -164,6 +164,80 @@ func TestSealerReadFailureIsNotNothing(t *testing.T) {
 	}
 }
 
+// TestContainerSecretSealedToItsNode: a container's secret travels sealed
+// to its node, with a keyed digest: the recorded declaration holds neither
+// the value nor a plain digest of it, and alpha's key opens it. A push that
+// changes nothing sends nothing (the sealed bytes are reused); a changed
+// value is sealed anew under a new digest, which changes the container.
+func TestContainerSecretSealedToItsNode(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	ctx := context.Background()
+	if err := db.RecordFacts(ctx, spec.Facts{Node: "alpha", Capabilities: []string{spec.CapContainers}}, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	m := spec.Module{Name: "app", Version: "1", Settings: []spec.Setting{{Name: "db_password", Type: spec.TypeString, Secret: true}},
+		Resources: spec.Resources{{Name: spec.ResourceName("app", spec.KindContainer, "app"), Kind: spec.KindContainer, Module: "app",
+			Spec: &spec.ContainerSpec{Name: "app", Image: "example/app:1",
+				Secrets: []spec.SecretMount{{Setting: "db_password", Target: "/run/secrets/db_password"}}}}}}
+	if _, err := db.RegisterModules(ctx, []spec.Module{m}, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	assign := func(secret string) {
+		t.Helper()
+		if _, err := c.modules.assign(ctx, spec.AssignRequest{Module: "app", Node: "alpha", Settings: map[string]string{"db_password": secret}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push := func() spec.PushNode {
+		t.Helper()
+		res, err := c.push(ctx, spec.PushRequest{Nodes: []string{"alpha"}})
+		if err != nil || res.Nodes[0].Error != "" {
+			t.Fatalf("push: %v %+v", err, res.Nodes)
+		}
+		return res.Nodes[0]
+	}
+	sealedMount := func() spec.SecretMount {
+		t.Helper()
+		for _, r := range lastOnStream(t, c, "alpha").Resources {
+			if ct, ok := r.Spec.(*spec.ContainerSpec); ok && ct.Name == "app" && len(ct.Secrets) == 1 {
+				return ct.Secrets[0]
+			}
+		}
+		t.Fatal("the declaration holds no container app with one secret")
+		return spec.SecretMount{}
+	}
+	secret := distinct("DbPassword-")
+	assign(secret)
+	first := push()
+	sm := sealedMount()
+	if sm.Value != "" || sm.Sealed == "" || !strings.HasPrefix(sm.Digest, spec.SealedDigestPrefix) {
+		t.Fatalf("the declared secret: %+v, want sealed with a keyed digest", sm)
+	}
+	if got, err := alphaSealKey.Open(sm.Sealed); err != nil || string(got) != secret {
+		t.Fatalf("alpha's key opens %q, %v; want the value", got, err)
+	}
+	raw, err := db.LastDeclaration(ctx, "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw.Body, []byte(secret)) || bytes.Contains(raw.Body, []byte(spec.ContentDigest([]byte(secret)))) {
+		t.Fatal("the recorded declaration holds the secret or its plain digest")
+	}
+
+	if again := push(); !again.Unchanged || again.Seq != first.Seq {
+		t.Fatalf("a push that changes nothing: %+v, want unchanged at %d", again, first.Seq)
+	}
+	assign(distinct("Other-"))
+	if changed := push(); changed.Unchanged || changed.Seq != first.Seq+1 {
+		t.Fatalf("a push of a new value: %+v, want sent", changed)
+	}
+	if now := sealedMount(); now.Sealed == sm.Sealed || now.Digest == sm.Digest {
+		t.Fatal("a new value travels in the old sealed bytes or under the old digest")
+	}
+}
+
 // TestRejoinedNodeHoldsNoOldSecret: a node removed and joined again has a
 // new sealing key, and is sent none of the values it held before until it
 // is assigned again.

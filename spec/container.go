@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -62,6 +63,26 @@ type ContainerSpec struct {
 	// (the default) or on-failure.
 	Restart string            `json:"restart,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty"`
+	// Secrets are secret settings handed to the container as files.
+	Secrets []SecretMount `json:"secrets,omitempty"`
+}
+
+// SecretMount hands a secret setting's value to a container as a file on a
+// tmpfs, bound read-only at Target (the Swarm convention): the value never
+// enters the container's environment nor what docker inspect shows, and
+// never lies on the node's disk.
+type SecretMount struct {
+	Setting string `json:"setting"`
+	Target  string `json:"target"`
+	// Value is the setting's value, filled in by compose and sealed by the
+	// controller (Sealed): it never travels.
+	Value string `json:"-"`
+	// Sealed is the value sealed to the node's sealing key and Digest its
+	// keyed digest (SealedDigestPrefix), both filled in by the controller.
+	// The digest enters the container's identity, so a changed value
+	// replaces the container; the value never does.
+	Sealed string `json:"sealed,omitempty"`
+	Digest string `json:"digest,omitempty"`
 }
 
 // ImageArchive is an image archive's blob.
@@ -133,6 +154,57 @@ func (c *ContainerSpec) Check() error {
 			return fmt.Errorf("container %q: label %q: labels under mesh. are the host's own", c.Name, k)
 		}
 	}
+	return c.checkSecrets()
+}
+
+// checkSecrets refuses a secret mount that is not well formed: a setting
+// name that is none, a target that is not absolute and clean or that
+// another secret or mount takes, and a sealed value without its keyed
+// digest, or a digest without it.
+func (c *ContainerSpec) checkSecrets() error {
+	targets := map[string]bool{}
+	for _, m := range c.Mounts {
+		targets[m.Target] = true
+	}
+	for i, m := range c.Secrets {
+		if !settingName.MatchString(m.Setting) {
+			return fmt.Errorf("container %q: secrets[%d].setting: %q is not a setting's name", c.Name, i, m.Setting)
+		}
+		if err := CheckPath(m.Target); err != nil {
+			return fmt.Errorf("container %q: secrets[%d].target: %w", c.Name, i, err)
+		}
+		if targets[m.Target] {
+			return fmt.Errorf("container %q: secrets[%d].target: %s is also the target of another secret or mount", c.Name, i, m.Target)
+		}
+		targets[m.Target] = true
+		switch {
+		case (m.Sealed == "") != (m.Digest == ""):
+			return fmt.Errorf("container %q: secrets[%d]: a sealed value comes with its digest, and a digest with its sealed value", c.Name, i)
+		case m.Digest != "" && (!strings.HasPrefix(m.Digest, SealedDigestPrefix) || len(m.Digest) != len(SealedDigestPrefix)+64):
+			return fmt.Errorf("container %q: secrets[%d]: digest is not %sHEX", c.Name, i, SealedDigestPrefix)
+		}
+	}
+	return nil
+}
+
+// checkSecretSettings refuses a secret mount whose setting the module does
+// not declare, or declares not secret (its value goes in env).
+func (c *ContainerSpec) checkSecretSettings(field string, settings []Setting) error {
+	for i, m := range c.Secrets {
+		found := false
+		for _, st := range settings {
+			if st.Name != m.Setting {
+				continue
+			}
+			if !st.Secret {
+				return fmt.Errorf("%s.secrets[%d].setting: %q is not a secret setting: give its value in env", field, i, m.Setting)
+			}
+			found = true
+		}
+		if !found {
+			return fmt.Errorf("%s.secrets[%d].setting: %q names no setting of the module", field, i, m.Setting)
+		}
+	}
 	return nil
 }
 
@@ -159,7 +231,8 @@ func (*ContainerSpec) Kind() string { return KindContainer }
 func (c *ContainerSpec) Target() string { return c.Name }
 
 // Fill fills the image, each command argument, each environment and label
-// value, and each mount's source and target. What is nil stays nil.
+// value, each mount's source and target, and each secret's target (its
+// value is compose's to fill). What is nil stays nil.
 func (c *ContainerSpec) Fill(fill func(field, s string) (string, error)) (Spec, error) {
 	f := *c
 	var err error
@@ -190,6 +263,15 @@ func (c *ContainerSpec) Fill(fill func(field, s string) (string, error)) (Spec, 
 				return nil, err
 			}
 			f.Mounts[i] = m
+		}
+	}
+	if c.Secrets != nil {
+		f.Secrets = make([]SecretMount, len(c.Secrets))
+		for i, m := range c.Secrets {
+			if m.Target, err = fill(fmt.Sprintf("secrets[%d].target", i), m.Target); err != nil {
+				return nil, err
+			}
+			f.Secrets[i] = m
 		}
 	}
 	return &f, nil
@@ -236,14 +318,50 @@ func (c *ContainerSpec) Row() Row {
 
 // containerManifest is a container in module.json: the ContainerSpec, its
 // Archive, if any, a file beside the manifest (an image archive made by
-// docker save).
+// docker save), and its secrets, each a setting and a target.
 type containerManifest struct {
 	ContainerSpec
-	Archive string `json:"archive,omitempty"`
+	Archive string                `json:"archive,omitempty"`
+	Secrets []secretMountManifest `json:"secrets,omitempty"`
+}
+
+// secretMountManifest is a secret mount in module.json: its setting and
+// target. The sealed value and its digest are the controller's to fill.
+type secretMountManifest struct {
+	Setting string           `json:"setting"`
+	Target  string           `json:"target"`
+	Sealed  controllerFilled `json:"sealed"`
+	Digest  controllerFilled `json:"digest"`
+}
+
+// controllerFilled is a field of a secret mount that module.json does not
+// give: the controller fills it from the setting's value.
+type controllerFilled struct{}
+
+// UnmarshalJSON refuses the field.
+func (*controllerFilled) UnmarshalJSON([]byte) error {
+	return errors.New("a secret's sealed and digest are not written in module.json: the controller fills them from the setting's value")
+}
+
+// spec is the container as declared, without its archive.
+func (m *containerManifest) spec() ContainerSpec {
+	c := m.ContainerSpec
+	c.Secrets = nil
+	for _, s := range m.Secrets {
+		c.Secrets = append(c.Secrets, SecretMount{Setting: s.Setting, Target: s.Target})
+	}
+	return c
 }
 
 // Spec is the container as declared, without its archive.
-func (m *containerManifest) Spec() Spec { c := m.ContainerSpec; return &c }
+func (m *containerManifest) Spec() Spec { c := m.spec(); return &c }
+
+// checkSettings refuses a secret whose setting the module does not
+// declare, or declares not secret.
+func (m *containerManifest) checkSettings(field string, settings []Setting) error {
+	c := m.spec()
+	return c.checkSecretSettings(field, settings)
+}
 
 // Check refuses an archive outside the module's directory, and a container
 // that would not be well formed once settings fill it.
@@ -263,7 +381,7 @@ func (m *containerManifest) Check(field string) error {
 
 // Resolve reads the archive, if any, which travels as a blob.
 func (m *containerManifest) Resolve(field string, read func(source string) (Content, error)) (Spec, error) {
-	c := m.ContainerSpec
+	c := m.spec()
 	if src := m.Archive; src != "" {
 		b, err := read(src)
 		if err != nil {

@@ -138,7 +138,8 @@ func UsesSecret(s string, settings []Setting) bool {
 }
 
 // checkSecretUse refuses a secret setting anywhere but a file's content,
-// which travels sealed to its node: elsewhere (a path, a container's
+// which travels sealed to its node (a container's secrets name their
+// setting, and never reach here): elsewhere (a path, a container's
 // environment or command, a public name) the value would be shown in the
 // clear, by docker inspect or by any listing.
 func checkSecretUse(field, kind, f, s string, settings []Setting) error {
@@ -148,10 +149,10 @@ func checkSecretUse(field, kind, f, s string, settings []Setting) error {
 				continue
 			}
 			if kind == KindContainer && strings.HasPrefix(f, "env[") {
-				return fmt.Errorf("%s: ${%s} is a secret setting, and a container's environment is shown by docker inspect: put it in a file resource's content (sealed to the node, mode 0600), mount that file into the container read-only, and point the image at it with its _FILE variable (e.g. %s_FILE=/run/secrets/%s)",
-					field, name, strings.ToUpper(name), name)
+				return fmt.Errorf(`%s: ${%s} is a secret setting, and a container's environment is shown by docker inspect: hand it to the container as a file with "secrets": [{"setting": %q, "target": "/run/secrets/%s"}], and point the image at it with its _FILE variable (e.g. %s_FILE=/run/secrets/%s)`,
+					field, name, name, name, strings.ToUpper(name), name)
 			}
-			return fmt.Errorf("%s: ${%s} is a secret setting: a secret may be used only in a file's content, which is sealed to the node", field, name)
+			return fmt.Errorf("%s: ${%s} is a secret setting: a secret may be used only in a file's content or a container's secrets, each sealed to the node", field, name)
 		}
 	}
 	return nil
@@ -223,6 +224,13 @@ func ParseManifest(data []byte) (Manifest, error) {
 		if sc, ok := r.Declared.(interface{ secretContent() }); ok && secret {
 			sc.secretContent()
 		}
+		if cs, ok := r.Declared.(interface {
+			checkSettings(field string, settings []Setting) error
+		}); ok {
+			if err := cs.checkSettings(field, m.Settings); err != nil {
+				return Manifest{}, err
+			}
+		}
 		if err := r.Declared.Check(field); err != nil {
 			return Manifest{}, err
 		}
@@ -290,6 +298,9 @@ func (m Module) Check() error {
 			} else if refs {
 				err = p.Check()
 			}
+		}
+		if c, ok := r.Spec.(*ContainerSpec); ok && err == nil {
+			err = c.checkSecretSettings("resource "+r.Name, m.Settings)
 		}
 		if err != nil {
 			return fmt.Errorf("module %q: %w", m.Name, err)
