@@ -102,6 +102,39 @@ func (d *Docker) wrap(what string, err error) error {
 
 func notFound(err error) bool { return cerrdefs.IsNotFound(err) }
 
+// Reload sends the container called name signal, or restarts it when
+// signal is "" (stopping it within stopTimeout); false when there is no
+// such container, which is nothing to do.
+func (d *Docker) Reload(ctx context.Context, name, signal string) (bool, error) {
+	if signal != "" {
+		_, err := d.cli.ContainerKill(ctx, name, client.ContainerKillOptions{Signal: signal})
+		switch {
+		case notFound(err):
+			return false, nil
+		case err != nil:
+			return false, d.wrap("send "+signal+" to container "+name, err)
+		}
+		return true, nil
+	}
+	ct, err := d.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	switch {
+	case notFound(err):
+		return false, nil
+	case err != nil:
+		return false, d.wrap("inspect container "+name, err)
+	}
+	d.stopping(ct.Container.ID) // its death is the host's, not a crash
+	timeout := stopTimeout
+	_, err = d.cli.ContainerRestart(ctx, ct.Container.ID, client.ContainerRestartOptions{Timeout: &timeout})
+	switch {
+	case notFound(err):
+		return false, nil
+	case err != nil:
+		return false, d.wrap("restart container "+name, err)
+	}
+	return true, nil
+}
+
 // drainMessages reads an engine's JSON message stream (a pull or a load) to
 // its end and returns the first error it carries.
 func drainMessages(r io.Reader) error {

@@ -22,7 +22,7 @@ import (
 
 func init() {
 	registerKind(hostKind{name: spec.KindFile, applier: func(s *Services) Applier {
-		return fileApplier{root: s.Root, blobs: s.Blobs, seal: s.SealKey}
+		return fileApplier{root: s.Root, blobs: s.Blobs, seal: s.SealKey, docker: s.Docker, node: s.Node}
 	}})
 }
 
@@ -32,6 +32,32 @@ type fileApplier struct {
 	root  string
 	blobs BlobFetcher
 	seal  *seal.NodeKey // opens a sealed content; nil: the host keeps no key
+	// docker and node reach the container a file's on_change names; nil
+	// docker: such a change fails, saying the host has no engine.
+	docker *Docker
+	node   string
+}
+
+// reload signals or restarts the container f's on_change names, after its
+// content changed, and says so; a container not there (not made yet) is
+// nothing to do.
+func (a fileApplier) reload(ctx context.Context, f *spec.FileSpec, w *Writes) (string, error) {
+	oc := f.OnChange
+	name := spec.ContainerName(a.node, oc.Container)
+	if a.docker == nil {
+		return "", fmt.Errorf("%s changed, and its on_change names container %s, but the host has no container engine", f.Path, name)
+	}
+	w.add()
+	done, err := a.docker.Reload(ctx, name, oc.Signal)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%s is written, and %w", f.Path, err)
+	case !done:
+		return "", nil
+	case oc.Restart:
+		return "restarted container " + name, nil
+	}
+	return "sent " + oc.Signal + " to container " + name, nil
 }
 
 // opened is f as the machine is to hold it: a sealed content opened with
@@ -204,7 +230,14 @@ func (a fileApplier) Apply(ctx context.Context, r spec.Resource, w *Writes) (Res
 	if err := writeFileFrom(d.at, fill, f.Mode, d.uid, d.gid, w); err != nil {
 		return Result{}, err
 	}
-	return Result{Outcome: d.outcome()}, nil
+	if f.OnChange == nil {
+		return Result{Outcome: d.outcome()}, nil
+	}
+	note, err := a.reload(ctx, f, w)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Outcome: d.outcome(), Note: note}, nil
 }
 
 // fetchBlob fetches the blob digest of size bytes (the content of what,

@@ -3,6 +3,7 @@ package spec
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -40,6 +41,37 @@ type FileSpec struct {
 	Sealed string `json:"sealed,omitempty"`
 	Size   int64  `json:"size"`
 	Digest string `json:"digest"` // sha256:HEX of the content; keyed when sealed
+	// OnChange, when set, names a container of the file's module that is
+	// signalled or restarted when the file's content changes, so a daemon
+	// that reads the file at start takes the new one without being
+	// replaced.
+	OnChange *OnChange `json:"on_change,omitempty"`
+}
+
+// OnChange is what a file's change does to a container of its module:
+// send it Signal, or restart it.
+type OnChange struct {
+	Container string `json:"container"`
+	Signal    string `json:"signal,omitempty"`
+	Restart   bool   `json:"restart,omitempty"`
+}
+
+// reloadSignals are the signals on_change may send.
+var reloadSignals = []string{"SIGHUP", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGQUIT", "SIGTERM", "SIGWINCH"}
+
+// Check refuses an on_change that names no container, or both or neither
+// of a signal and a restart, or a signal not among reloadSignals.
+func (o *OnChange) Check() error {
+	if err := CheckName("container", o.Container); err != nil {
+		return fmt.Errorf("on_change: %w", err)
+	}
+	if (o.Signal != "") == o.Restart {
+		return errors.New("on_change: give exactly one of signal and restart")
+	}
+	if o.Signal != "" && !slices.Contains(reloadSignals, o.Signal) {
+		return fmt.Errorf("on_change: signal %q is not one of %s", o.Signal, strings.Join(reloadSignals, ", "))
+	}
+	return nil
 }
 
 // SealedDigestPrefix begins a sealed file's digest: an HMAC of its content
@@ -59,6 +91,11 @@ func (f *FileSpec) Check() error {
 	}
 	if err := f.Mode.CheckFile(); err != nil {
 		return err
+	}
+	if f.OnChange != nil {
+		if err := f.OnChange.Check(); err != nil {
+			return err
+		}
 	}
 	if f.Sealed != "" {
 		switch {
@@ -190,6 +227,11 @@ func (m *fileManifest) Check(field string) error {
 	if err := m.FileSpec.Mode.CheckFile(); err != nil {
 		return fmt.Errorf("%s.mode: %w", field, err)
 	}
+	if m.OnChange != nil {
+		if err := m.OnChange.Check(); err != nil {
+			return fmt.Errorf("%s.%w", field, err)
+		}
+	}
 	if hasContent, hasSource := m.Content != nil, m.Source != ""; hasContent == hasSource {
 		return fmt.Errorf("%s: give exactly one of content and source", field)
 	}
@@ -225,4 +267,21 @@ func (m *fileManifest) Resolve(field string, read func(source string) (Content, 
 		f.Content = c.Data
 	}
 	return &f, nil
+}
+
+// checkOnChange refuses a file whose on_change names a container its
+// module does not declare: a change could then signal another module's.
+func checkOnChange(module string, resources []Resource) error {
+	containers := map[string]bool{}
+	for _, r := range resources {
+		if c, ok := r.Spec.(*ContainerSpec); ok {
+			containers[c.Name] = true
+		}
+	}
+	for _, r := range resources {
+		if f, ok := r.Spec.(*FileSpec); ok && f.OnChange != nil && !containers[f.OnChange.Container] {
+			return fmt.Errorf("module %q: file %s: on_change names container %q, which the module does not declare", module, f.Path, f.OnChange.Container)
+		}
+	}
+	return nil
 }

@@ -243,6 +243,13 @@ func ParseManifest(data []byte) (Manifest, error) {
 		}
 		seen[key] = field
 	}
+	declared := make([]Resource, len(m.Resources))
+	for i, r := range m.Resources {
+		declared[i] = Resource{Kind: r.Kind, Spec: r.Declared.Spec()}
+	}
+	if err := checkOnChange(m.Name, declared); err != nil {
+		return Manifest{}, err
+	}
 	return m, nil
 }
 
@@ -314,7 +321,7 @@ func (m Module) Check() error {
 		}
 		seen[key] = true
 	}
-	return nil
+	return checkOnChange(m.Name, m.Resources)
 }
 
 // Blobs are the digests and sizes of the module's contents that travel as blobs.
