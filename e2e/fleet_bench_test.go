@@ -47,6 +47,10 @@ import (
 // peak RSS (restart-peak-MiB), the whole fleet reconnecting at once. bench/figures.sh prints them with their ratios
 // to the smallest fleet.
 //
+// MESH_BENCH_VALUES=N has motd declare N more files, each of a setting of
+// its own, secret (sealed to each node) with MESH_BENCH_SEALED=1: the same
+// push with and without sealing.
+//
 //	go test -run '^$' -bench FleetPush -benchtime 5x -timeout 60m ./e2e
 func BenchmarkFleetPush(b *testing.B) {
 	sizes := []int{50, 1000}
@@ -60,13 +64,21 @@ func BenchmarkFleetPush(b *testing.B) {
 			sizes = append(sizes, n)
 		}
 	}
+	var motd motdValues
+	if env := os.Getenv("MESH_BENCH_VALUES"); env != "" {
+		n, err := strconv.Atoi(env)
+		if err != nil || n < 0 || n > 100 {
+			b.Fatalf("MESH_BENCH_VALUES=%q: want how many more files motd declares, 0 to 100", env)
+		}
+		motd = motdValues{Files: n, Sealed: os.Getenv("MESH_BENCH_SEALED") == "1"}
+	}
 	for _, n := range sizes {
-		b.Run(strconv.Itoa(n), func(b *testing.B) { benchFleet(b, n) })
+		b.Run(strconv.Itoa(n), func(b *testing.B) { benchFleet(b, n, motd) })
 	}
 }
 
-func benchFleet(b *testing.B, nodes int) {
-	f := newFleet(b, nodes)
+func benchFleet(b *testing.B, nodes int, motd motdValues) {
+	f := newFleetWith(b, nodes, motd)
 	// Said at once, so a push that fails below still leaves the joins' figure.
 	b.Logf("%d hosts joined in %s (%.1f ms a host), assigned in %s", nodes, f.joined, float64(f.joined.Microseconds())/1000/float64(nodes), f.assigned)
 	web := b.TempDir()

@@ -43,6 +43,8 @@ type fleet struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
+	// motd is what module motd declares besides its file.
+	motd motdValues
 	// How long each step of making it took.
 	joined, assigned time.Duration
 	// zones counts the zones the hosts were given to serve (zoneCount):
@@ -67,10 +69,21 @@ func (zoneCount) Detach(string) error               { return nil }
 // node's name) and joins nodes simulated hosts, each assigned motd and
 // ready (connected, its subscriptions made) when it returns. It is stopped
 // when tb ends.
-func newFleet(tb testing.TB, nodes int) *fleet {
+func newFleet(tb testing.TB, nodes int) *fleet { return newFleetWith(tb, nodes, motdValues{}) }
+
+// motdValues are the values module motd gives each node besides its
+// file: Files more files, each of its own setting, secret (so sealed to
+// each node) when Sealed.
+type motdValues struct {
+	Files  int
+	Sealed bool
+}
+
+// newFleetWith is newFleet, its module motd declaring motd besides.
+func newFleetWith(tb testing.TB, nodes int, motd motdValues) *fleet {
 	tb.Helper()
 	raiseOpenFiles(tb, uint64(4*nodes+4096))
-	f := &fleet{dir: filepath.Join(tb.TempDir(), "ctl"), done: make(chan struct{}, nodes), pprof: port(tb)}
+	f := &fleet{dir: filepath.Join(tb.TempDir(), "ctl"), done: make(chan struct{}, nodes), pprof: port(tb), motd: motd}
 	f.ctl = start(tb, "genesis", "--dir", f.dir, "--mesh", "fleet", "--node", "ctl", "--bus", port(tb), "--http", port(tb),
 		"--dns", port(tb), "--dns-upstream", deadUpstream, "--address", "127.0.0.1", "--root", tb.TempDir(),
 		"--docker", "none", "--log-level", "warn", "--pprof", f.pprof)
@@ -221,7 +234,13 @@ func fleetCall[Req, Res any](tb testing.TB, f *fleet, v spec.Verb[Req, Res], req
 func (f *fleet) registerMotd(tb testing.TB, version string) {
 	tb.Helper()
 	dir := tb.TempDir()
-	manifest := fmt.Sprintf(`{"name":"motd","version":%q,"resources":[{"file":{"path":"/etc/motd","content":"${node} at %s\n"}}]}`, version, version)
+	settings, files := "", ""
+	for i := range f.motd.Files {
+		settings += fmt.Sprintf(`,{"name":"v%d","type":"string","secret":%v,"default":"value %d of motd, %032d"}`, i, f.motd.Sealed, i, i)
+		files += fmt.Sprintf(`,{"file":{"path":"/etc/motd.d/v%d","content":"${v%d} at %s\n"}}`, i, i, version)
+	}
+	manifest := fmt.Sprintf(`{"name":"motd","version":%q,"settings":[%s],"resources":[{"file":{"path":"/etc/motd","content":"${node} at %s\n"}}%s]}`,
+		version, strings.TrimPrefix(settings, ","), version, files)
 	if err := os.WriteFile(filepath.Join(dir, spec.ManifestFile), []byte(manifest), 0o644); err != nil {
 		tb.Fatal(err)
 	}
