@@ -3,6 +3,7 @@ package spec
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Provide is a grant a module provides: the route its consumers reach it
@@ -170,3 +171,37 @@ func (m Module) FilledSettings() map[string]string {
 	}
 	return out
 }
+
+// API requests and results for grants.
+type (
+	GrantListRequest struct{}
+	// GrantListResult is every credential minted, never its value.
+	GrantListResult struct {
+		Grants []GrantInfo `json:"grants"`
+	}
+	// GrantInfo is one consumer's grant: who provides it, to whom, when
+	// its credential was minted, and whether the provider's node still
+	// has a module that provides it (Orphaned when not).
+	GrantInfo struct {
+		Provider string    `json:"provider"`
+		Consumer string    `json:"consumer"`
+		Module   string    `json:"module"`
+		Node     string    `json:"node"`
+		Grant    string    `json:"grant"`
+		MintedAt time.Time `json:"minted_at"`
+		Orphaned bool      `json:"orphaned,omitempty"`
+	}
+	// GrantRotateRequest mints new credentials for every grant Module
+	// consumes on Node.
+	GrantRotateRequest struct {
+		Module string `json:"module"`
+		Node   string `json:"node"`
+	}
+	// GrantRotateResult is the grants rotated, and the nodes whose
+	// declarations carry the new credentials (the consumer's and each
+	// provider's): one push of them carries it to both sides.
+	GrantRotateResult struct {
+		Grants  []string `json:"grants"`
+		Changed []string `json:"changed"`
+	}
+)
