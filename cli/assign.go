@@ -39,6 +39,20 @@ func assignCommands() []*cli.Command {
 					}
 					req.Settings[k] = v
 				}
+				for _, kv := range c.StringSlice("grant") {
+					k, v, ok := strings.Cut(kv, "=")
+					if !ok || k == "" || v == "" {
+						return usagef("--grant %q: give GRANT=NODE", kv)
+					}
+					if req.Grants == nil {
+						req.Grants = map[string]string{}
+					}
+					if _, dup := req.Grants[k]; dup {
+						return usagef("--grant %s is given twice", k)
+					}
+					req.Grants[k] = v
+				}
+				req.Force = c.Bool("force")
 				res, err := callCmd(c, verb, req)
 				if err != nil {
 					return err
@@ -53,13 +67,22 @@ func assignCommands() []*cli.Command {
 			`Gives the module its settings on that node (--set NAME=VALUE, once per
 setting); a required setting left out, a value of the wrong type, or a name
 the module does not declare is refused, naming it, and nothing is recorded.
-Assigning again replaces the settings. Takes effect at the next mesh push.
+Assigning again replaces the settings. A module that consumes a grant is
+minted a credential for it, kept when assigned again; the settings the grant
+fills are not given. Several nodes providing the grant: name one with
+--grant GRANT=NODE. Takes effect at the next mesh push.
 
 Example:
    mesh assign --set greeting=hello --set port=8080 hello alpha && mesh push alpha`,
-			[]cli.Flag{dirFlag(), &cli.StringSliceFlag{Name: "set", Usage: "a setting, NAME=VALUE (repeat for each)"}}),
+			[]cli.Flag{dirFlag(), &cli.StringSliceFlag{Name: "set", Usage: "a setting, NAME=VALUE (repeat for each)"},
+				&cli.StringSliceFlag{Name: "grant", Usage: "the node whose provider a consumed grant is given, GRANT=NODE (repeat for each)"}}),
 		mk("unassign", spec.Unassign, "unassign a module from a node: the next push removes what it declared there", "unassigned from",
-			"Takes effect at the next mesh push.\n\nExample:\n   mesh unassign motd alpha && mesh push alpha",
-			[]cli.Flag{dirFlag()}),
+			`A module that provides a grant its consumers still hold is refused, naming
+them, unless --force (they keep their last credential, orphaned). Takes
+effect at the next mesh push.
+
+Example:
+   mesh unassign motd alpha && mesh push alpha`,
+			[]cli.Flag{dirFlag(), &cli.BoolFlag{Name: "force", Usage: "unassign a provider whose consumers still hold its grant"}}),
 	}
 }

@@ -164,6 +164,18 @@ func TestOutputGolden(t *testing.T) {
 			}
 			return printCerts(b, []spec.IssuedCert{})
 		},
+		"grant-list": func(b *bytes.Buffer) error {
+			if err := printGrants(b, spec.GrantListResult{}); err != nil {
+				return err
+			}
+			return printGrants(b, spec.GrantListResult{Grants: []spec.GrantInfo{
+				{Provider: "alpha", Consumer: "app-beta", Module: "app", Node: "beta", Grant: "files", MintedAt: at},
+				{Provider: "gamma", Consumer: "app-delta", Module: "app", Node: "delta", Grant: "files", MintedAt: at, Orphaned: true}}})
+		},
+		"grant-rotate": func(b *bytes.Buffer) error {
+			printRotated(b, spec.GrantRotateRequest{Module: "app", Node: "beta"}, spec.GrantRotateResult{Grants: []string{"files"}, Changed: []string{"alpha", "beta"}})
+			return nil
+		},
 		"assign": func(b *bytes.Buffer) error {
 			for _, res := range []spec.AssignResult{
 				{Changed: []string{"alpha"}, Nodes: 3},
@@ -194,7 +206,7 @@ func TestOutputGolden(t *testing.T) {
 		want[f.Name] = f.Data
 	}
 	var files []txtar.File
-	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "node-show-waiting", "status-clear", "status-not-clear", "status-rolling", "push-report", "push-dry-run", "push-refused", "assign", "ca-domain-list", "ca-certs", "release-list", "release-roll"}
+	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "node-show-waiting", "status-clear", "status-not-clear", "status-rolling", "push-report", "push-dry-run", "push-refused", "assign", "grant-list", "grant-rotate", "ca-domain-list", "ca-certs", "release-list", "release-roll"}
 	if len(order) != len(cases) {
 		t.Fatalf("%d cases and %d names in their order: a case left out of the order is never checked", len(cases), len(order))
 	}

@@ -61,12 +61,32 @@ type NodeInput struct {
 	// BinaryRetry counts the resumed rolls that asked the node to try
 	// Binary again (spec.BinarySpec.Retry).
 	BinaryRetry int
+	// Provided are the grants the node's modules provide, each with its
+	// consumers' credentials.
+	Provided []Provided
 }
 
 // Assigned is one module assigned to the node, with its settings.
 type Assigned struct {
 	Module   string            `json:"module"`
 	Settings map[string]string `json:"settings,omitempty"`
+	// Grants are the grants the module consumes on the node, by grant.
+	Grants map[string]Granted `json:"grants,omitempty"`
+}
+
+// Granted is a consumer's grant: its credential, and the address of the
+// provider it was given (ROUTE.NODE.internal:PORT).
+type Granted struct {
+	Credential string `json:"credential"`
+	Address    string `json:"address"`
+}
+
+// Provided is a grant a module assigned to the node provides, and the
+// credential of each of its consumers, by consumer name.
+type Provided struct {
+	Module    string            `json:"module"`
+	Grant     string            `json:"grant"`
+	Consumers map[string]string `json:"consumers"`
 }
 
 // Plan is what a node holds and serves.
@@ -93,7 +113,11 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 		if !ok {
 			return Plan{}, fmt.Errorf("compose node %q: module %q is assigned but not registered", in.Node, a.Module)
 		}
-		values, err := settingValues(in.Node, m, a.Settings)
+		given, err := grantSettings(in.Node, m, a)
+		if err != nil {
+			return Plan{}, err
+		}
+		values, err := settingValues(in.Node, m, given)
 		if err != nil {
 			return Plan{}, err
 		}
@@ -162,6 +186,18 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 					Port: rt.Port, Module: m.Name, Public: i > 0})
 			}
 		}
+	}
+	for _, p := range in.Provided {
+		r, err := providedFile(p, modules)
+		if err != nil {
+			return Plan{}, fmt.Errorf("compose node %q: %w", in.Node, err)
+		}
+		key := r.Key()
+		if prev, taken := pathOwner[key]; taken {
+			return Plan{}, own("modules %q and %q both declare %s", prev, p.Module, key)
+		}
+		pathOwner[key] = p.Module
+		plan.Resources = append(plan.Resources, r)
 	}
 	// A roll declares the binary; one that does not fit the machine is
 	// never sent (the roll skips the node and says why).

@@ -56,6 +56,13 @@ func (cm *composer) gather(ctx context.Context) (gathered, error) {
 	if err != nil {
 		return gathered{}, err
 	}
+	// Every grant once: a read that fails fails the push, never a
+	// consumer's line or credential left out (invariant 1).
+	grants, err := cm.db.Grants(ctx)
+	if err != nil {
+		return gathered{}, err
+	}
+	view := grantView{grants: grants, modules: modules, assigned: assigned}
 	g := gathered{plans: map[string]Plan{}, own: map[string]error{}, roster: spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}},
 		chain: ComposeChain(cm.ca.Intermediate())}
 	for _, n := range nodes {
@@ -67,7 +74,7 @@ func (cm *composer) gather(ctx context.Context) (gathered, error) {
 		if b, ok := binaries[n.Name]; ok {
 			bin = &b
 		}
-		plan, own, err := cm.composeWith(ctx, n, modules, assigned[n.Name], bin)
+		plan, own, err := cm.composeWith(ctx, n, modules, assigned[n.Name], bin, view)
 		if err != nil {
 			return gathered{}, err
 		}
@@ -111,12 +118,16 @@ func (cm *composer) composeOne(ctx context.Context, n store.Node, modules map[st
 	case !errors.Is(err, store.ErrNotFound):
 		return Plan{}, nil, fmt.Errorf("compose node %q: %w", n.Name, err)
 	}
-	return cm.composeWith(ctx, n, modules, as, bin)
+	view, err := cm.grantViewOf(ctx, n.Name, modules)
+	if err != nil {
+		return Plan{}, nil, err
+	}
+	return cm.composeWith(ctx, n, modules, as, bin, view)
 }
 
-// composeWith is composeOne with n's assignments and binary (nil: none)
-// read already.
-func (cm *composer) composeWith(ctx context.Context, n store.Node, modules map[string]spec.Module, as []store.Assignment, bin *store.Release) (plan Plan, own, err error) {
+// composeWith is composeOne with n's assignments, binary (nil: none) and
+// grants read already.
+func (cm *composer) composeWith(ctx context.Context, n store.Node, modules map[string]spec.Module, as []store.Assignment, bin *store.Release, view grantView) (plan Plan, own, err error) {
 	in := NodeInput{Node: n.Name, Address: n.Address}
 	if n.Facts != nil {
 		in.Capabilities, in.Arch, in.OS = n.Facts.Capabilities, n.Facts.Arch, n.Facts.OS
@@ -128,6 +139,7 @@ func (cm *composer) composeWith(ctx context.Context, n store.Node, modules map[s
 	for _, a := range as {
 		in.Assigned = append(in.Assigned, Assigned{Module: a.Module, Settings: a.Settings})
 	}
+	view.fill(&in, modules)
 	plan, err = ComposeNode(in, modules)
 	if err == nil {
 		err = cm.sealer.seal(ctx, n, plan)

@@ -160,9 +160,26 @@ func (cat *catalogue) assign(ctx context.Context, req spec.AssignRequest) (spec.
 		return spec.AssignResult{}, err
 	}
 	mod := &found.Module
+	if req.Force {
+		return spec.AssignResult{}, callerError("force is for unassign; nothing was assigned")
+	}
+	if err := checkGrantRequest(*mod, req); err != nil {
+		return spec.AssignResult{}, err
+	}
 	// The settings are checked as composition will check them, so a bad one
-	// is refused now, naming it, and nothing is recorded.
-	if _, err := settingValues(req.Node, *mod, req.Settings); err != nil {
+	// is refused now, naming it, and nothing is recorded. Those the
+	// module's grants fill count as given.
+	check := req.Settings
+	if filled := mod.FilledSettings(); len(filled) > 0 {
+		check = map[string]string{}
+		for k, v := range req.Settings {
+			check[k] = v
+		}
+		for name := range filled {
+			check[name] = ""
+		}
+	}
+	if _, err := settingValues(req.Node, *mod, check); err != nil {
 		var se *SettingError
 		if errors.As(err, &se) {
 			var names []string
@@ -177,10 +194,20 @@ func (cat *catalogue) assign(ctx context.Context, req spec.AssignRequest) (spec.
 		}
 		return spec.AssignResult{}, err
 	}
-	return cat.changedBy(ctx, req.Node, func() error {
+	grants, providers, err := cat.chooseProviders(ctx, *mod, req)
+	if err != nil {
+		return spec.AssignResult{}, err
+	}
+	res, err := cat.changedBy(ctx, req.Node, func() error {
 		err := cat.db.Assign(ctx, req.Module, req.Node, req.Settings, cat.now())
 		if errors.Is(err, store.ErrNotFound) {
 			return notFoundError(err.Error())
+		}
+		if err == nil && len(grants) > 0 {
+			// A credential the consumer holds already is kept.
+			if err := cat.db.PutGrants(ctx, grants); err != nil {
+				return fmt.Errorf("mint the grants of %s on %s: %w", req.Module, req.Node, err)
+			}
 		}
 		if err == nil {
 			// Setting names only: a secret's value never reaches a log.
@@ -193,6 +220,11 @@ func (cat *catalogue) assign(ctx context.Context, req spec.AssignRequest) (spec.
 		}
 		return err
 	})
+	if err != nil || res.Unknown != "" {
+		return res, err
+	}
+	// A provider's file gains or loses the consumer's line.
+	return withChanged(res, providers...), nil
 }
 
 func orNone(names []string) string {
@@ -206,16 +238,35 @@ func (cat *catalogue) unassign(ctx context.Context, req spec.AssignRequest) (spe
 	if err := checkAssignNames(req); err != nil {
 		return spec.AssignResult{}, err
 	}
-	return cat.changedBy(ctx, req.Node, func() error {
+	// A provider whose consumers still hold its grant stays unless forced:
+	// they would be left with a credential nothing accepts.
+	consumers, _, err := cat.orphanedBy(ctx, req.Module, req.Node)
+	if err != nil {
+		return spec.AssignResult{}, err
+	}
+	if len(consumers) > 0 && !req.Force {
+		return spec.AssignResult{}, refusedError(fmt.Sprintf("module %q on %q provides grants to %s: unassign them first, or give --force (they keep their last credential, orphaned); nothing was changed",
+			req.Module, req.Node, strings.Join(consumers, ", ")))
+	}
+	// The consumer's credentials go with it, and its line from each provider.
+	providers, err := cat.providersOf(ctx, req.Module, req.Node)
+	if err != nil {
+		return spec.AssignResult{}, err
+	}
+	res, err := cat.changedBy(ctx, req.Node, func() error {
 		err := cat.db.Unassign(ctx, req.Module, req.Node)
 		if errors.Is(err, store.ErrNotFound) {
 			return notFoundError(fmt.Sprintf("module %q is not assigned to node %q", req.Module, req.Node))
 		}
 		if err == nil {
-			cat.log.Info("module unassigned", "module", req.Module, "node", req.Node)
+			cat.log.Info("module unassigned", "module", req.Module, "node", req.Node, "orphaned", consumers)
 		}
 		return err
 	})
+	if err != nil || res.Unknown != "" {
+		return res, err
+	}
+	return withChanged(res, providers...), nil
 }
 
 // changedBy records a change of node's assignments (record) and says which

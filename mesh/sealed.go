@@ -154,3 +154,46 @@ func (s *sealedStore) open(as []store.Assignment) error {
 	}
 	return nil
 }
+
+// grantPlace is where a consumer's credential is kept: its sealed text
+// opens there only.
+func grantPlace(module, node, grant string) string {
+	return seal.Place("grant", module, node, grant)
+}
+
+// PutGrants seals each credential, then records the grants.
+func (s *sealedStore) PutGrants(ctx context.Context, gs []store.Grant) error {
+	sealed := make([]store.Grant, len(gs))
+	for i, g := range gs {
+		g.Credential = s.key.SealText(g.Credential, grantPlace(g.Module, g.Node, g.Grant))
+		sealed[i] = g
+	}
+	return s.Store.PutGrants(ctx, sealed)
+}
+
+// RotateGrants seals each new credential, then records it.
+func (s *sealedStore) RotateGrants(ctx context.Context, module, node string, credentials map[string]string, at time.Time) error {
+	sealed := make(map[string]string, len(credentials))
+	for grant, c := range credentials {
+		sealed[grant] = s.key.SealText(c, grantPlace(module, node, grant))
+	}
+	return s.Store.RotateGrants(ctx, module, node, sealed, at)
+}
+
+// Grants is every grant, its credential opened. One that does not open
+// is an error naming it.
+func (s *sealedStore) Grants(ctx context.Context) ([]store.Grant, error) {
+	gs, err := s.Store.Grants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i, g := range gs {
+		plain, err := s.key.OpenText(g.Credential, grantPlace(g.Module, g.Node, g.Grant))
+		if err != nil {
+			return nil, fmt.Errorf("read grants: the credential of %s on %s for grant %q: %w (is D/controller/%s the key that sealed it?)",
+				g.Module, g.Node, g.Grant, err, SealKeyFile)
+		}
+		gs[i].Credential = plain
+	}
+	return gs, nil
+}

@@ -27,6 +27,7 @@ type Store interface {
 	CAStore
 	ReleaseStore
 	RollStore
+	GrantStore
 	AuditStore
 }
 
@@ -155,6 +156,13 @@ type RollStore interface {
 	AbortRoll(ctx context.Context, at time.Time) (store.Roll, []string, error)
 	NodeBinary(ctx context.Context, node string) (store.Release, error)
 	NodeBinaries(ctx context.Context) (map[string]store.Release, error)
+}
+
+// GrantStore keeps the credentials minted for the consumers of grants.
+type GrantStore interface {
+	PutGrants(ctx context.Context, gs []store.Grant) error
+	RotateGrants(ctx context.Context, module, node string, credentials map[string]string, at time.Time) error
+	Grants(ctx context.Context) ([]store.Grant, error)
 }
 
 // AuditStore keeps the audit log.

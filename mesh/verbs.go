@@ -34,6 +34,8 @@ func (c *Controller) verbRows() []row {
 		verb(spec.Assign, c.modules.assign, redactSettings),
 		verb(spec.Unassign, c.modules.unassign, redactNone),
 		verb(spec.BlobPut, c.blobs.putBlob, notAudited),
+		verb(spec.GrantList, c.modules.listGrants, redactNone),
+		verb(spec.GrantRotate, c.modules.rotateGrants, redactNone),
 		verb(spec.Push, c.push, redactNone),
 		verb(spec.Status, c.status, redactNone),
 		verb(spec.Audit, c.auditor.auditLog, redactNone),

@@ -19,6 +19,8 @@ type Manifest struct {
 	Description string             `json:"description,omitempty"`
 	Settings    []Setting          `json:"settings,omitempty"`
 	Routes      []Route            `json:"routes,omitempty"`
+	Provides    []Provide          `json:"provides,omitempty"`
+	Consumes    []Consume          `json:"consumes,omitempty"`
 	Resources   []ManifestResource `json:"resources"`
 }
 
@@ -88,7 +90,11 @@ type Module struct {
 	Description string    `json:"description,omitempty"`
 	Settings    []Setting `json:"settings,omitempty"`
 	Routes      []Route   `json:"routes,omitempty"`
-	Resources   Resources `json:"resources"`
+	// Provides are the grants the module provides (docs/modules.md,
+	// Grants), Consumes those it consumes.
+	Provides  []Provide `json:"provides,omitempty"`
+	Consumes  []Consume `json:"consumes,omitempty"`
+	Resources Resources `json:"resources"`
 }
 
 // Setting returns the module's setting called name.
@@ -200,6 +206,9 @@ func ParseManifest(data []byte) (Manifest, error) {
 			}
 		}
 	}
+	if err := checkGrants(m.Settings, m.Routes, m.Provides, m.Consumes); err != nil {
+		return Manifest{}, err
+	}
 	seen := map[string]string{}
 	for i := range m.Resources {
 		r := &m.Resources[i]
@@ -255,7 +264,8 @@ func ParseManifest(data []byte) (Manifest, error) {
 
 // Resolve turns a manifest into a module, reading each source with read.
 func (m Manifest) Resolve(read func(source string) (Content, error)) (Module, error) {
-	mod := Module{Name: m.Name, Version: m.Version, Description: m.Description, Settings: m.Settings, Routes: m.Routes, Resources: []Resource{}}
+	mod := Module{Name: m.Name, Version: m.Version, Description: m.Description, Settings: m.Settings, Routes: m.Routes,
+		Provides: m.Provides, Consumes: m.Consumes, Resources: []Resource{}}
 	for i, r := range m.Resources {
 		field := fmt.Sprintf("resources[%d]", i)
 		if r.Declared == nil {
@@ -293,6 +303,9 @@ func (m Module) Check() error {
 		if err := rt.Check(); err != nil {
 			return fmt.Errorf("module %q: %w", m.Name, err)
 		}
+	}
+	if err := checkGrants(m.Settings, m.Routes, m.Provides, m.Consumes); err != nil {
+		return fmt.Errorf("module %q: %w", m.Name, err)
 	}
 	seen := map[string]bool{}
 	for _, r := range m.Resources {
@@ -380,6 +393,13 @@ type (
 		Module   string            `json:"module"`
 		Node     string            `json:"node"`
 		Settings map[string]string `json:"settings,omitempty"`
+		// Grants names, for a grant the module consumes, the node whose
+		// provider it is given (grant to node): needed only when several
+		// nodes provide it.
+		Grants map[string]string `json:"grants,omitempty"`
+		// Force, in an unassign, removes a provider whose consumers still
+		// hold its grant: they keep their last credential, orphaned.
+		Force bool `json:"force,omitempty"`
 	}
 	// AssignResult is what an assignment or unassignment changed, recorded:
 	// the nodes whose declaration it alters (each needs a push; every node

@@ -47,6 +47,8 @@ var (
 	Assign         = Verb[AssignRequest, AssignResult]{"assign", DefaultVerbTimeout}
 	Unassign       = Verb[AssignRequest, AssignResult]{"unassign", DefaultVerbTimeout}
 	BlobPut        = Verb[BlobPutRequest, BlobPutResult]{"blob.put", DefaultVerbTimeout}
+	GrantList      = Verb[GrantListRequest, GrantListResult]{"grant.list", DefaultVerbTimeout}
+	GrantRotate    = Verb[GrantRotateRequest, GrantRotateResult]{"grant.rotate", DefaultVerbTimeout}
 	// Push's answer says what was sent; each node's report then comes on
 	// the request's Progress subject, as a PushEvent.
 	Push   = Verb[PushRequest, PushResult]{"push", 2 * time.Minute}
@@ -83,6 +85,8 @@ var verbs = []VerbInfo{
 	Assign.Info(),
 	Unassign.Info(),
 	BlobPut.Info(),
+	GrantList.Info(),
+	GrantRotate.Info(),
 	Push.Info(),
 	Status.Info(),
 	Audit.Info(),

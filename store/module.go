@@ -206,8 +206,8 @@ func (db *modules) RemoveModule(ctx context.Context, name string) (Module, error
 	return m, nil
 }
 
-// Unassign removes the assignment of module to node; one that does not
-// exist wraps ErrNotFound.
+// Unassign removes the assignment of module to node, and with it the
+// grants it consumes there; one that does not exist wraps ErrNotFound.
 func (db *modules) Unassign(ctx context.Context, module, node string) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM assignments WHERE module = ? AND node = ?`, module, node)

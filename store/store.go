@@ -47,6 +47,7 @@ type DB struct {
 	certs
 	releases
 	rolls
+	grants
 	auditLog
 }
 
@@ -78,6 +79,7 @@ func newDB(sqldb *sql.DB) *DB {
 		certs:        certs{c},
 		releases:     releases{c},
 		rolls:        rolls{c},
+		grants:       grants{c},
 		auditLog:     auditLog{c},
 	}
 }
