@@ -165,27 +165,11 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 				plan.Resources = append(plan.Resources, spec.NodeNetwork(in.Node))
 			}
 		}
-		for _, rt := range m.Routes {
-			names := []string{spec.RouteName(rt.Name, in.Node)}
-			for _, p := range rt.Public {
-				pub, err := spec.Fill(p, values)
-				if err != nil {
-					return Plan{}, own("module %q, route %q: public name %q: %v", m.Name, rt.Name, p, err)
-				}
-				if err := spec.CheckDomain(pub); err != nil {
-					return Plan{}, own("module %q, route %q: public name: %v", m.Name, rt.Name, err)
-				}
-				names = append(names, pub)
-			}
-			for i, name := range names {
-				if prev, taken := routeOwner[name]; taken {
-					return Plan{}, own("modules %q and %q both serve %s", prev, m.Name, name)
-				}
-				routeOwner[name] = m.Name
-				plan.Routes = append(plan.Routes, spec.RosterRoute{Name: name, Node: in.Node, Address: in.Address,
-					Port: rt.Port, Module: m.Name, Public: i > 0})
-			}
+		routes, err := composeRoutes(in, m, values, routeOwner)
+		if err != nil {
+			return Plan{}, err
 		}
+		plan.Routes = append(plan.Routes, routes...)
 	}
 	for _, p := range in.Provided {
 		r, err := providedFile(p, modules)
@@ -207,6 +191,38 @@ func ComposeNode(in NodeInput, modules map[string]spec.Module) (Plan, error) {
 	sort.Slice(plan.Resources, func(i, j int) bool { return plan.Resources[i].Name < plan.Resources[j].Name })
 	sort.Slice(plan.Routes, func(i, j int) bool { return plan.Routes[i].Name < plan.Routes[j].Name })
 	return plan, nil
+}
+
+// composeRoutes are the routes module m serves on in.Node, its public
+// names filled with values; a name another module of the node serves
+// (routeOwner, which it fills) is the node's own failure.
+func composeRoutes(in NodeInput, m spec.Module, values map[string]string, routeOwner map[string]string) ([]spec.RosterRoute, error) {
+	own := func(format string, args ...any) error {
+		return &ComposeError{Node: in.Node, Reason: fmt.Sprintf(format, args...)}
+	}
+	var routes []spec.RosterRoute
+	for _, rt := range m.Routes {
+		names := []string{spec.RouteName(rt.Name, in.Node)}
+		for _, p := range rt.Public {
+			pub, err := spec.Fill(p, values)
+			if err != nil {
+				return nil, own("module %q, route %q: public name %q: %v", m.Name, rt.Name, p, err)
+			}
+			if err := spec.CheckDomain(pub); err != nil {
+				return nil, own("module %q, route %q: public name: %v", m.Name, rt.Name, err)
+			}
+			names = append(names, pub)
+		}
+		for i, name := range names {
+			if prev, taken := routeOwner[name]; taken {
+				return nil, own("modules %q and %q both serve %s", prev, m.Name, name)
+			}
+			routeOwner[name] = m.Name
+			routes = append(routes, spec.RosterRoute{Name: name, Node: in.Node, Address: in.Address,
+				Port: rt.Port, Module: m.Name, Public: i > 0})
+		}
+	}
+	return routes, nil
 }
 
 // ComposeChain is the CA chain every node's declaration carries: the
