@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/mesh-fleet/mesh/seal"
@@ -12,36 +13,67 @@ import (
 )
 
 // sealer seals each secret content of a node's plan (a file's content, a
-// container's secret) to the node's sealing key, so a declaration (and the stream that keeps it) holds the value only
-// as that node can open it. A content unchanged since the node's last
-// declaration is sealed as it was then, so a push that changes nothing
-// sends nothing: sealing afresh would change the bytes at every push.
+// container's secret) to the node's sealing key, so a declaration (and
+// the stream that keeps it) holds the value only as that node can open
+// it. A content unchanged since the node's last declaration is sealed as
+// it was then, so a push that changes nothing sends nothing: sealing
+// afresh would change the bytes at every push.
 type sealer struct {
 	db  Store
 	key *seal.RestKey
-	// sealers are the Sealer of each node, by name: a key agreement a node
-	// a run, not one a value (it is most of sealing's cost). One made for
-	// a key the node no longer has is made again.
-	mu      sync.Mutex
-	sealers map[string]*seal.Sealer
+	// nodes are what the sealer keeps of each node, by name, for its run.
+	mu    sync.Mutex
+	nodes map[string]*sealedNode
 }
 
-// sealerFor is node's Sealer to pub.
-func (s *sealer) sealerFor(node string, pub seal.NodePublic) (*seal.Sealer, error) {
+// sealedNode is what the sealer keeps of one node while its key stays: its
+// Sealer (a key agreement a node a run, not one a value: that is most of
+// sealing's cost), and the sealed texts it made or found in the node's
+// last declaration, by keyed digest (so a push reads no declaration to
+// reuse them), at most sealedKept.
+type sealedNode struct {
+	pub    seal.NodePublic
+	sealer *seal.Sealer
+	texts  map[string]string
+}
+
+// sealedKept bounds the sealed texts kept of one node: past it, only those
+// of its last plan are kept.
+const sealedKept = 64
+
+// node is what the sealer keeps of node while its key is pub; nil when
+// it keeps nothing (the node is new to this run, or its key changed).
+func (s *sealer) node(name string, pub seal.NodePublic) *sealedNode {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if sl, ok := s.sealers[node]; ok && sl.To() == pub {
-		return sl, nil
+	if n, ok := s.nodes[name]; ok && n.pub == pub {
+		return n
 	}
-	sl, err := seal.NewSealer(pub)
-	if err != nil {
-		return nil, err
+	return nil
+}
+
+// keep records node's Sealer and the texts of its plan, with what was kept
+// before unless that passed sealedKept.
+func (s *sealer) keep(name string, pub seal.NodePublic, sl *seal.Sealer, texts map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodes == nil {
+		s.nodes = map[string]*sealedNode{}
 	}
-	if s.sealers == nil {
-		s.sealers = map[string]*seal.Sealer{}
+	n, ok := s.nodes[name]
+	if !ok || n.pub != pub {
+		n = &sealedNode{pub: pub, texts: map[string]string{}}
+		s.nodes[name] = n
 	}
-	s.sealers[node] = sl
-	return sl, nil
+	if sl != nil {
+		n.sealer = sl
+	}
+	if len(n.texts)+len(texts) > sealedKept {
+		n.texts = map[string]string{}
+	}
+	for d, t := range texts {
+		n.texts[d] = t
+	}
 }
 
 // sealedDigest is a secret content's keyed digest on node at path: equal
@@ -104,16 +136,21 @@ func (s *sealer) seal(ctx context.Context, n store.Node, plan Plan) error {
 	if err != nil {
 		return &ComposeError{Node: n.Name, Reason: fmt.Sprintf("its host holds no sealing key to seal %s to (%v): remove the node and join it again", secret[0].what, err)}
 	}
-	before, err := s.sealedBefore(ctx, n.Name)
-	if err != nil {
+	var before map[string]string
+	var sl *seal.Sealer
+	if kept := s.node(n.Name, pub); kept != nil {
+		s.mu.Lock()
+		before, sl = maps.Clone(kept.texts), kept.sealer
+		s.mu.Unlock()
+	} else if before, err = s.sealedBefore(ctx, n.Name); err != nil {
 		return err
 	}
-	var sl *seal.Sealer
+	texts := make(map[string]string, len(secret))
 	for _, sc := range secret {
 		text, ok := before[sc.digest]
 		if !ok {
 			if sl == nil {
-				if sl, err = s.sealerFor(n.Name, pub); err != nil {
+				if sl, err = seal.NewSealer(pub); err != nil {
 					return fmt.Errorf("seal %s to node %q: %w", sc.what, n.Name, err)
 				}
 			}
@@ -122,7 +159,9 @@ func (s *sealer) seal(ctx context.Context, n store.Node, plan Plan) error {
 			}
 		}
 		sc.done(text, sc.digest)
+		texts[sc.digest] = text
 	}
+	s.keep(n.Name, pub, sl, texts)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 
 	"golang.org/x/crypto/curve25519"
 	"golang.org/x/crypto/nacl/box"
@@ -64,6 +65,31 @@ func ParseNodePublic(s string) (NodePublic, error) {
 type NodeKey struct {
 	public  NodePublic
 	private [nodeKeySize]byte
+	// agreed are the keys agreed with the ephemeral keys of the values
+	// opened lately: a controller seals a node's values under one
+	// ephemeral key a run, so opening them costs one agreement, not one a
+	// value. At most agreedKept.
+	mu     sync.Mutex
+	agreed map[[nodeKeySize]byte]*[32]byte
+}
+
+// agreedKept bounds the agreements a NodeKey remembers.
+const agreedKept = 16
+
+// agreement is the key agreed between this key and epk, made once.
+func (k *NodeKey) agreement(epk [nodeKeySize]byte) *[32]byte {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if shared, ok := k.agreed[epk]; ok {
+		return shared
+	}
+	if k.agreed == nil || len(k.agreed) >= agreedKept {
+		k.agreed = map[[nodeKeySize]byte]*[32]byte{}
+	}
+	shared := new([32]byte)
+	box.Precompute(shared, &epk, &k.private)
+	k.agreed[epk] = shared
+	return shared
 }
 
 // GenerateNodeKey makes a new sealing key pair.
@@ -216,8 +242,7 @@ func (k *NodeKey) Open(text string) ([]byte, error) {
 		return nil, err
 	}
 	epk, nonce := [nodeKeySize]byte(raw[:nodeKeySize]), [24]byte(raw[nodeKeySize:nodeKeySize+24])
-	priv := k.private
-	plain, ok := box.Open(nil, raw[nodeKeySize+24:], &nonce, &epk, &priv)
+	plain, ok := box.OpenAfterPrecomputation(nil, raw[nodeKeySize+24:], &nonce, k.agreement(epk))
 	if !ok {
 		return nil, fmt.Errorf("open sealed value: it was not sealed to %s, or it was changed since", k.public)
 	}
