@@ -68,9 +68,9 @@ bench: build
 # so no binary lands in the tree.
 DOCKER        ?= docker
 BUSYBOX       ?= /bin/busybox
-EXAMPLE_IMAGES := web client
+EXAMPLE_IMAGES := web client authweb authclient
 
-example-images: ## examples/web/web.tar and examples/client/client.tar
+example-images: ## examples/{web,client,authweb,authclient}/NAME.tar
 	@test -x $(BUSYBOX) || { echo "$(BUSYBOX) is missing: install busybox-static"; exit 1; }
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o "$$tmp/meshtls" ./examples/meshtls; \

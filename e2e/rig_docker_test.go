@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -180,6 +181,7 @@ func newContainerNode(t *testing.T, alphaFlags ...string) *containerMesh {
 
 func startContainerMesh(t *testing.T, withBeta bool, alphaFlags ...string) *containerMesh {
 	cli := dockertest.Client(t)
+	unmountAtEnd(t)
 	k := dockerSlot(t)
 	m := &containerMesh{cli: cli, a: fmt.Sprintf("alpha%d", k), b: fmt.Sprintf("beta%d", k), rootA: t.TempDir(), rootB: t.TempDir(),
 		addrA: fmt.Sprintf("10.216.%d.1", k), addrB: fmt.Sprintf("10.216.%d.2", k),
@@ -218,6 +220,31 @@ func startContainerMesh(t *testing.T, withBeta bool, alphaFlags ...string) *cont
 		return len(have) == len(nodes), fmt.Sprintf("with the containers capability: %v", have)
 	})
 	return m
+}
+
+// unmountAtEnd unmounts, when the test ends, what is still mounted in its
+// temporary directories: the tmpfs a host mounts for a container's
+// secrets stays while the container runs, and the hosts stop before the
+// test's containers are removed. It runs after the hosts stop and before
+// the directories are removed (it is registered after the first TempDir,
+// whose removal runs last, and before the hosts start).
+func unmountAtEnd(t *testing.T) {
+	t.Helper()
+	base := filepath.Dir(t.TempDir()) + "/"
+	t.Cleanup(func() {
+		info, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			return
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			// The fifth field is the mount point; none of a test's holds a space.
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], base) {
+				if err := syscall.Unmount(f[4], syscall.MNT_DETACH); err != nil {
+					t.Errorf("unmount %s: %v", f[4], err)
+				}
+			}
+		}
+	})
 }
 
 // container is the engine's view of node's container name; ok is false when

@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/internal/poll"
+)
+
+// TestGrantExamplesOnTwoHosts: the authweb example (busybox httpd with
+// basic authentication from its grant's file) on alpha and the authclient
+// example on alpha and beta. Each client fetches the page with its own
+// credential; a request with none, or with another's password, is
+// refused 401. Unassigned, beta's credential is refused while alpha's
+// still serves; rotated, alpha's old credential is refused and its new
+// one, which the replaced client fetches with, serves.
+func TestGrantExamplesOnTwoHosts(t *testing.T) {
+	t.Parallel()
+	m := newContainerMesh(t)
+	mustRun(t, "module", "register", "--dir", m.dir, exampleModule(t, m.cli, "authweb"), exampleModule(t, m.cli, "authclient"))
+	mustRun(t, "assign", "--dir", m.dir, "authweb", m.a)
+	mustRun(t, "assign", "--dir", m.dir, "authclient", m.a)
+	mustRun(t, "assign", "--dir", m.dir, "authclient", m.b)
+	push(t, m.dir)
+
+	page := "for the holders of pages on " + m.a + "\n"
+	userA, userB := "authclient-"+m.a, "authclient-"+m.b
+	fetched := func(root string, since time.Time) {
+		t.Helper()
+		status := filepath.Join(root, "srv/authclient/status")
+		poll.Until(t, 60*time.Second, "the client in "+root+" fetched the page with its credential", func() (bool, string) {
+			b, err := os.ReadFile(status)
+			info, serr := os.Stat(status)
+			body, _ := os.ReadFile(filepath.Join(root, "srv/authclient/page"))
+			return err == nil && serr == nil && string(b) == "200\n" && info.ModTime().After(since) && string(body) == page,
+				fmt.Sprintf("status %q %v, page %q", b, err, body)
+		})
+	}
+	start := time.Now()
+	fetched(m.rootA, start)
+	fetched(m.rootB, start)
+
+	creds := m.grantedUsers(t)
+	credA, credB := creds[userA], creds[userB]
+	if credA == "" || credB == "" || credA == credB || len(creds) != 2 {
+		t.Fatalf("the provider's file holds %v, want a credential each for %s and %s", creds, userA, userB)
+	}
+	for _, c := range []struct {
+		user, password string
+		want           int
+	}{
+		{"", "", http.StatusUnauthorized},
+		{userB, credA, http.StatusUnauthorized},
+		{userA, credB, http.StatusUnauthorized},
+		{userA, credA, http.StatusOK},
+		{userB, credB, http.StatusOK},
+	} {
+		if got := m.fetchPage(t, c.user, c.password); got != c.want {
+			t.Errorf("GET as %q with %s's password: %d, want %d", c.user, map[string]string{credA: userA, credB: userB, "": "no one"}[c.password], got, c.want)
+		}
+	}
+
+	// Unassigned, beta's line leaves the provider's file, and its
+	// credential is refused once the provider has reloaded.
+	mustRun(t, "unassign", "--dir", m.dir, "authclient", m.b)
+	push(t, m.dir)
+	m.pageAnswers(t, userB, credB, http.StatusUnauthorized)
+	m.pageAnswers(t, userA, credA, http.StatusOK)
+	if _, ok := m.container(t, m.b, "authclient"); ok {
+		t.Error("the unassigned client's container is still there")
+	}
+
+	// Rotated, the old credential is refused and the new one serves: the
+	// client, its secret changed, is replaced and fetches with it.
+	clientID := m.id(t, m.a, "authclient")
+	mustRun(t, "grant", "rotate", "--dir", m.dir, "authclient", m.a)
+	rotated := time.Now()
+	push(t, m.dir)
+	creds = m.grantedUsers(t)
+	newA := creds[userA]
+	if newA == "" || newA == credA || len(creds) != 1 {
+		t.Fatalf("after rotation the provider's file holds %v, want one new credential for %s", creds, userA)
+	}
+	m.pageAnswers(t, userA, credA, http.StatusUnauthorized)
+	m.pageAnswers(t, userA, newA, http.StatusOK)
+	if m.id(t, m.a, "authclient") == clientID {
+		t.Error("a rotated credential kept the client's container")
+	}
+	fetched(m.rootA, rotated)
+}
+
+// grantedUsers is the credential of each consumer in the file alpha's
+// authweb provides grant pages through, by consumer.
+func (m *containerMesh) grantedUsers(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(m.rootA, "srv/authweb/auth/users"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) != 3 || f[0] != "/" {
+			t.Fatalf("the provider's file holds %q, want /:USER:PASSWORD lines", b)
+		}
+		out[f[1]] = f[2]
+	}
+	return out
+}
+
+// fetchPage is the status of a GET of alpha's authweb page, from the
+// machine, as user with password (none when user is empty).
+func (m *containerMesh) fetchPage(t *testing.T, user, password string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+m.addrA+":8080/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != "" {
+		req.SetBasicAuth(user, password)
+	}
+	c := http.Client{Timeout: 5 * time.Second}
+	res, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// pageAnswers waits until a GET of alpha's page as user with password
+// answers want.
+func (m *containerMesh) pageAnswers(t *testing.T, user, password string, want int) {
+	t.Helper()
+	poll.Until(t, 30*time.Second, fmt.Sprintf("GET as %s answers %d", user, want), func() (bool, string) {
+		got := m.fetchPage(t, user, password)
+		return got == want, fmt.Sprintf("%d", got)
+	})
+}
