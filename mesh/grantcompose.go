@@ -76,5 +76,5 @@ func providedFile(p Provided, modules map[string]spec.Module) (spec.Resource, er
 	content := []byte(b.String())
 	return spec.Resource{Name: spec.ResourceName(p.Module, spec.KindFile, pr.File.Path), Kind: spec.KindFile, Module: p.Module,
 		Spec: &spec.FileSpec{Path: pr.File.Path, Mode: pr.File.FileMode(), Content: content, Secret: true,
-			Size: int64(len(content)), Digest: spec.ContentDigest(content)}}, nil
+			Size: int64(len(content)), Digest: spec.ContentDigest(content), OnChange: pr.File.OnChange}}, nil
 }

@@ -269,9 +269,10 @@ func (m *fileManifest) Resolve(field string, read func(source string) (Content, 
 	return &f, nil
 }
 
-// checkOnChange refuses a file whose on_change names a container its
-// module does not declare: a change could then signal another module's.
-func checkOnChange(module string, resources []Resource) error {
+// checkOnChange refuses a file, or a provided file, whose on_change names
+// a container its module does not declare: a change could then signal
+// another module's.
+func checkOnChange(module string, resources []Resource, provides []Provide) error {
 	containers := map[string]bool{}
 	for _, r := range resources {
 		if c, ok := r.Spec.(*ContainerSpec); ok {
@@ -281,6 +282,11 @@ func checkOnChange(module string, resources []Resource) error {
 	for _, r := range resources {
 		if f, ok := r.Spec.(*FileSpec); ok && f.OnChange != nil && !containers[f.OnChange.Container] {
 			return fmt.Errorf("module %q: file %s: on_change names container %q, which the module does not declare", module, f.Path, f.OnChange.Container)
+		}
+	}
+	for _, p := range provides {
+		if oc := p.File.OnChange; oc != nil && !containers[oc.Container] {
+			return fmt.Errorf("module %q: grant %s's file: on_change names container %q, which the module does not declare", module, p.Grant, oc.Container)
 		}
 	}
 	return nil

@@ -23,6 +23,10 @@ type ProvideFile struct {
 	Line string `json:"line"`
 	// Mode is the file's mode; 0600 when not given.
 	Mode Mode `json:"mode,omitempty"`
+	// OnChange reloads a container of the provider's module when the file
+	// changes (a consumer comes, goes or is given a new credential), as a
+	// file's on_change does.
+	OnChange *OnChange `json:"on_change,omitempty"`
 }
 
 // FileMode is the mode the file is written with.
@@ -90,6 +94,11 @@ func checkGrants(settings []Setting, routes []Route, provides []Provide, consume
 		}
 		if err := p.File.Mode.CheckFile(); err != nil {
 			return fmt.Errorf("%s.file.mode: %w", field, err)
+		}
+		if p.File.OnChange != nil {
+			if err := p.File.OnChange.Check(); err != nil {
+				return fmt.Errorf("%s.file.%w", field, err)
+			}
 		}
 		credential := false
 		for _, name := range References(p.File.Line) {

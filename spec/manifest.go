@@ -256,7 +256,7 @@ func ParseManifest(data []byte) (Manifest, error) {
 	for i, r := range m.Resources {
 		declared[i] = Resource{Kind: r.Kind, Spec: r.Declared.Spec()}
 	}
-	if err := checkOnChange(m.Name, declared); err != nil {
+	if err := checkOnChange(m.Name, declared, m.Provides); err != nil {
 		return Manifest{}, err
 	}
 	return m, nil
@@ -334,7 +334,7 @@ func (m Module) Check() error {
 		}
 		seen[key] = true
 	}
-	return checkOnChange(m.Name, m.Resources)
+	return checkOnChange(m.Name, m.Resources, m.Provides)
 }
 
 // Blobs are the digests and sizes of the module's contents that travel as blobs.

@@ -37,3 +37,25 @@ func TestOnChange(t *testing.T) {
 		}
 	}
 }
+
+// TestProvidedFileOnChange: a provided file's on_change is checked as a
+// file's: a container of the provider's module, one signal.
+func TestProvidedFileOnChange(t *testing.T) {
+	t.Parallel()
+	manifest := func(onChange string) string {
+		return `{"name": "p", "version": "1", "routes": [{"name": "files", "port": 80}],
+			"provides": [{"grant": "files", "route": "files", "file": {"path": "/srv/users", "line": "${consumer}:${credential}", "on_change": ` + onChange + `}}],
+			"resources": [{"container": {"name": "files", "image": "i:1"}}]}`
+	}
+	if _, err := spec.ParseManifest([]byte(manifest(`{"container": "files", "signal": "SIGHUP"}`))); err != nil {
+		t.Fatalf("taken: %v", err)
+	}
+	for onChange, want := range map[string]string{
+		`{"container": "other", "signal": "SIGHUP"}`: `grant files's file: on_change names container "other"`,
+		`{"container": "files", "signal": "SIGKILL"}`: `provides[0].file.on_change: signal "SIGKILL"`,
+	} {
+		if _, err := spec.ParseManifest([]byte(manifest(onChange))); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want refused saying %q", onChange, err, want)
+		}
+	}
+}
