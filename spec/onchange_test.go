@@ -51,7 +51,7 @@ func TestProvidedFileOnChange(t *testing.T) {
 		t.Fatalf("taken: %v", err)
 	}
 	for onChange, want := range map[string]string{
-		`{"container": "other", "signal": "SIGHUP"}`: `grant files's file: on_change names container "other"`,
+		`{"container": "other", "signal": "SIGHUP"}`:  `grant files's file: on_change names container "other"`,
 		`{"container": "files", "signal": "SIGKILL"}`: `provides[0].file.on_change: signal "SIGKILL"`,
 	} {
 		if _, err := spec.ParseManifest([]byte(manifest(onChange))); err == nil || !strings.Contains(err.Error(), want) {
