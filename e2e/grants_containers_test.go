@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -62,6 +65,34 @@ func TestGrantExamplesOnTwoHosts(t *testing.T) {
 	} {
 		if got := m.fetchPage(t, c.user, c.password); got != c.want {
 			t.Errorf("GET as %q with %s's password: %d, want %d", c.user, map[string]string{credA: userA, credB: userB, "": "no one"}[c.password], got, c.want)
+		}
+	}
+
+	// The credentials are plain only where declared: in the provider's
+	// file and the clients' secret files (on the tmpfs under host/run),
+	// not in the controller's store, stream or any host's state, nor in
+	// docker inspect of a client.
+	for _, dir := range []string{m.dir, m.betaDir} {
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !d.Type().IsRegular() {
+				return nil
+			}
+			if strings.Contains(p, "/host/run/secrets/") {
+				return nil // a client's secret file, on the tmpfs it is declared to
+			}
+			if b, err := os.ReadFile(p); err == nil && (bytes.Contains(b, []byte(credA)) || bytes.Contains(b, []byte(credB))) {
+				t.Errorf("%s holds a credential", p)
+			}
+			return nil
+		})
+	}
+	for _, node := range []string{m.a, m.b} {
+		res, ok := m.container(t, node, "authclient")
+		if !ok {
+			t.Fatalf("no client on %s", node)
+		}
+		if b, err := json.Marshal(res); err != nil || bytes.Contains(b, []byte(credA)) || bytes.Contains(b, []byte(credB)) {
+			t.Errorf("docker inspect of %s's client holds a credential (%v)", node, err)
 		}
 	}
 
