@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -184,6 +185,12 @@ func TestGrantProviderChoice(t *testing.T) {
 	list, err := c.modules.listGrants(ctx, spec.GrantListRequest{})
 	if err != nil || len(list.Grants) != 1 || !list.Grants[0].Orphaned {
 		t.Errorf("grant list %+v %v, want gamma's grant orphaned", list, err)
+	}
+	st, err := c.status(ctx, spec.StatusRequest{})
+	if err != nil || st.AllClear || !slices.ContainsFunc(st.Problems, func(p string) bool {
+		return strings.HasPrefix(p, "app-gamma holds grant files of node beta") && strings.Contains(p, "orphaned")
+	}) {
+		t.Errorf("status %v, %v: want it to name app-gamma orphaned, and no all-clear", st.Problems, err)
 	}
 }
 

@@ -124,6 +124,16 @@ func newStatusPass(ctx context.Context, c *Controller, now time.Time) (*statusPa
 	if pending {
 		p.problem("the names every node serves have changed: mesh push sends them (one roster message to every node)")
 	}
+	grants, err := c.modules.listGrants(ctx, spec.GrantListRequest{})
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range grants.Grants {
+		if g.Orphaned {
+			p.problem("%s holds grant %s of node %s, which provides it no more (orphaned): assign a provider and mesh grant rotate %s %s, or unassign %s",
+				g.Consumer, g.Grant, g.Provider, g.Module, g.Node, g.Module)
+		}
+	}
 	return p, nil
 }
 
