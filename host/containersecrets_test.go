@@ -70,7 +70,7 @@ func TestContainerSecretRefused(t *testing.T) {
 }
 
 // TestContainerSecretOnTmpfs: a container's sealed secret is opened and
-// written to a file on a tmpfs of the container's own, mode 0400, bound
+// written to a file on a tmpfs of the container's own, mode 0444, bound
 // read-only at its target, where the container reads it; docker inspect
 // shows the file's path and never the value. The same declaration again
 // changes nothing; a new value replaces the container and its file; one
@@ -102,7 +102,7 @@ func TestContainerSecretOnTmpfs(t *testing.T) {
 		return []spec.Resource{r.network(), r.container(app)}
 	}
 	file := filepath.Join(dir, "0-db_password")
-	// holds checks that the host's file holds value on a tmpfs, mode 0400,
+	// holds checks that the host's file holds value on a tmpfs, mode 0444,
 	// and that the container read it at its target.
 	holds := func(value string) {
 		t.Helper()
@@ -110,8 +110,8 @@ func TestContainerSecretOnTmpfs(t *testing.T) {
 		if err := unix.Statfs(file, &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
 			t.Errorf("the secret's file %s: filesystem %#x, %v; want a tmpfs (%#x)", file, fs.Type, err, unix.TMPFS_MAGIC)
 		}
-		if st, err := os.Lstat(file); err != nil || st.Mode() != 0o400 {
-			t.Errorf("the secret's file: %v, %v; want a regular file, mode 0400", st.Mode(), err)
+		if st, err := os.Lstat(file); err != nil || st.Mode() != 0o444 {
+			t.Errorf("the secret's file: %v, %v; want a regular file, mode 0444", st.Mode(), err)
 		}
 		if got, err := os.ReadFile(file); err != nil || string(got) != value {
 			t.Errorf("the secret's file holds %q, %v; want the value", got, err)

@@ -71,8 +71,8 @@ func (s secretFiles) open(c *spec.ContainerSpec) ([][]byte, error) {
 	return values, nil
 }
 
-// write puts each of c's secrets (values, opened) in its file, mode 0400,
-// on the tmpfs of the container the engine calls name, which it mounts if
+// write puts each of c's secrets (values, opened) in its file, mode 0444
+// (as Swarm's), on the tmpfs of the container the engine calls name, which it mounts if
 // it is not there and empties if it is. A tmpfs that cannot be had is a
 // failure: a value is never written to disk.
 func (s secretFiles) write(name string, c *spec.ContainerSpec, values [][]byte) error {
@@ -137,15 +137,17 @@ func (s secretFiles) remove(name string) error {
 	return nil
 }
 
-// writeSecret writes value to a new file at path, mode 0400.
+// writeSecret writes value to a new file at path, mode 0444, as Swarm
+// makes it: readable by whatever user the container runs as, and reached
+// on the machine only through the container's own tmpfs directory (0700).
 func writeSecret(path string, value []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o400)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o444)
 	if err != nil {
 		return err
 	}
 	_, err = f.Write(value)
 	if err == nil {
-		err = f.Chmod(0o400) // whatever the umask
+		err = f.Chmod(0o444) // whatever the umask
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
