@@ -19,13 +19,14 @@ type composer struct {
 }
 
 // gathered is every node composed: the plans of those that compose, the
-// node-own failures of those that do not, the mesh's roster and its CA
-// chain (ComposeChain).
+// node-own failures of those that do not, the mesh's roster, its CA chain
+// (ComposeChain), and the grants as composing read them.
 type gathered struct {
 	plans  map[string]Plan
 	own    map[string]error
 	roster spec.Roster
 	chain  string
+	grants grantView
 }
 
 // gather composes every node of the mesh and gathers the roster. A node
@@ -64,7 +65,7 @@ func (cm *composer) gather(ctx context.Context) (gathered, error) {
 	}
 	view := grantView{grants: grants, modules: modules, assigned: assigned}
 	g := gathered{plans: map[string]Plan{}, own: map[string]error{}, roster: spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}},
-		chain: ComposeChain(cm.ca.Intermediate())}
+		chain: ComposeChain(cm.ca.Intermediate()), grants: view}
 	for _, n := range nodes {
 		if !n.Removing.IsZero() {
 			continue // leaving the mesh: in nobody's roster, sent nothing

@@ -49,6 +49,26 @@ func (v grantView) providerModule(grant, node string) (spec.Module, bool) {
 	return spec.Module{}, false
 }
 
+// orphaned are the grants whose provider node has no module assigned that
+// provides them (unassigned with --force): the view's assignments must be
+// every node's, as the gather's are.
+func (v grantView) orphaned() []store.Grant {
+	var out []store.Grant
+	for _, g := range v.grants {
+		provides := false
+		for _, a := range v.assigned[g.Provider] {
+			if _, ok := v.modules[a.Module].Provider(g.Grant); ok {
+				provides = true
+				break
+			}
+		}
+		if !provides {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
 // address is where a consumer reaches the provider of grant on node:
 // ROUTE.NODE.internal:PORT; "" when no registered module provides it.
 func (v grantView) address(grant, node string) string {

@@ -124,15 +124,10 @@ func newStatusPass(ctx context.Context, c *Controller, now time.Time) (*statusPa
 	if pending {
 		p.problem("the names every node serves have changed: mesh push sends them (one roster message to every node)")
 	}
-	grants, err := c.modules.listGrants(ctx, spec.GrantListRequest{})
-	if err != nil {
-		return nil, err
-	}
-	for _, g := range grants.Grants {
-		if g.Orphaned {
-			p.problem("%s holds grant %s of node %s, which provides it no more (orphaned): assign a provider and mesh grant rotate %s %s, or unassign %s",
-				g.Consumer, g.Grant, g.Provider, g.Module, g.Node, g.Module)
-		}
+	// Read once by the gather above, with every node's assignments.
+	for _, g := range p.g.grants.orphaned() {
+		p.problem("%s holds grant %s of node %s, which provides it no more (orphaned): assign a provider and mesh grant rotate %s %s, or unassign %s",
+			spec.GrantConsumerName(g.Module, g.Node), g.Grant, g.Provider, g.Module, g.Node, g.Module)
 	}
 	return p, nil
 }
