@@ -41,15 +41,17 @@ type sealedNode struct {
 // of its last plan are kept.
 const sealedKept = 64
 
-// node is what the sealer keeps of node while its key is pub; nil when
-// it keeps nothing (the node is new to this run, or its key changed).
-func (s *sealer) node(name string, pub seal.NodePublic) *sealedNode {
+// kept is what the sealer keeps of node while its key is pub (its
+// texts a copy); ok is false when it keeps nothing (the node is new to
+// this run, or its key changed).
+func (s *sealer) kept(name string, pub seal.NodePublic) (texts map[string]string, sl *seal.Sealer, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n, ok := s.nodes[name]; ok && n.pub == pub {
-		return n
+	n, ok := s.nodes[name]
+	if !ok || n.pub != pub {
+		return nil, nil, false
 	}
-	return nil
+	return maps.Clone(n.texts), n.sealer, true
 }
 
 // keep records node's Sealer and the texts of its plan, with what was kept
@@ -136,14 +138,11 @@ func (s *sealer) seal(ctx context.Context, n store.Node, plan Plan) error {
 	if err != nil {
 		return &ComposeError{Node: n.Name, Reason: fmt.Sprintf("its host holds no sealing key to seal %s to (%v): remove the node and join it again", secret[0].what, err)}
 	}
-	var before map[string]string
-	var sl *seal.Sealer
-	if kept := s.node(n.Name, pub); kept != nil {
-		s.mu.Lock()
-		before, sl = maps.Clone(kept.texts), kept.sealer
-		s.mu.Unlock()
-	} else if before, err = s.sealedBefore(ctx, n.Name); err != nil {
-		return err
+	before, sl, ok := s.kept(n.Name, pub)
+	if !ok {
+		if before, err = s.sealedBefore(ctx, n.Name); err != nil {
+			return err
+		}
 	}
 	texts := make(map[string]string, len(secret))
 	for _, sc := range secret {
