@@ -233,8 +233,9 @@ func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, event
 	return outcome
 }
 
-// rosterPoll is how often a push asks whether the hosts hold its roster.
-const rosterPoll = 250 * time.Millisecond
+// rosterPoll is how often a push asks whether the hosts hold its roster:
+// each ask lists every node, which on a large fleet is pages of them.
+const rosterPoll = time.Second
 
 // waitForRoster waits until every node heard holds roster r (its
 // heartbeat names a roster at or above it), or deadline passes, then says
