@@ -70,4 +70,22 @@ func TestSecretOnlyWhereDeclared(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "beta: unchanged, not sent") {
 		t.Fatalf("a push that changes nothing: exit %d\n%s", code, out)
 	}
+
+	// The controller killed and started again with no flags: it keeps its
+	// at-rest key, finds the sealed bytes in beta's last declaration (a
+	// push changes nothing), and seals a new value to beta.
+	m.d.kill9(t)
+	m.d = start(t, "controller", "--dir", m.dir)
+	m.addrs = waitReady(t, m.d, m.dir)
+	out, _, code = runMesh(t, "push", "--dir", m.dir, "beta")
+	if code != 0 || !strings.Contains(out, "beta: unchanged, not sent") {
+		t.Fatalf("after a restart, a push that changes nothing: exit %d\n%s", code, out)
+	}
+	mustRun(t, "assign", "--dir", m.dir, "--set", "token="+secret+"-2", "vault", "beta")
+	if o, code := pushJSON(t, m.dir, "beta"); code != 0 {
+		t.Fatalf("after a restart, a push of a new value: %+v", o)
+	}
+	if got, err := os.ReadFile(dest); err != nil || string(got) != "token="+secret+"-2\n" {
+		t.Fatalf("after a restart, the declared file holds %q, %v", got, err)
+	}
 }
