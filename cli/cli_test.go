@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/rogpeppe/go-internal/testscript"
@@ -61,6 +62,9 @@ func TestCLI(t *testing.T) {
 				return err
 			}
 			env.Setenv("MESHSHA256", sum)
+			// A token that parses, for a mesh no bus serves.
+			env.Setenv("TOKEN", spec.Token{Mesh: "home", ID: "t1", Node: "beta", Pin: "sha256:00", Bus: []string{"nats://127.0.0.1:9"},
+				Secret: "SUAIBDPBAUTWCWBKIO6XHQNINK5FWJW4OHLXC3HQ2KFE4PEJUA44CNHTC4", Expires: time.Now().Add(time.Hour)}.Encode())
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){

@@ -9,7 +9,6 @@ import (
 	"github.com/mesh-fleet/mesh/daemon"
 	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/launch"
-	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/urfave/cli/v2"
 )
@@ -30,6 +29,12 @@ reach the child; mesh host exits when it does, with its status.`,
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
 			}
+			if joining(c) {
+				if err := checkHealthyWithin(c); err != nil {
+					return err
+				}
+				return joinThenRun(c)
+			}
 			return launchCommand(c, launch.Host)
 		},
 	}
@@ -39,20 +44,23 @@ const hostDescription = `With --join, enrols this machine with the mesh the toke
 certificate chain is checked against the token's CA pin before anything is
 sent, the node's key is made here and only its public half leaves the
 machine. The credential is kept in D/host/node.creds (0600) and the pin in
-D/host/state.json. Then, and on every later start without --join, runs the
-host until SIGINT or SIGTERM, reconnecting to the bus for ever.
+D/host/state.json. Once joined, mesh host runs itself again without --join,
+so the token is in no process's command line for the host's life;
+--join-file FILE reads the token from FILE instead, for a service manager.
+Then, and on every later start without --join, runs the host until SIGINT
+or SIGTERM, reconnecting to the bus for ever.
 
 Examples:
    mesh host --dir /var/lib/mesh --join mesh1.eyJ... --address 10.0.0.7
+   mesh host --dir /var/lib/mesh --join-file /root/beta.token
    mesh host --dir /var/lib/mesh`
 
 func hostCommandFlags() []cli.Flag {
-	return append([]cli.Flag{
-		dirFlag(),
-		&cli.StringFlag{Name: "join", Usage: "a token from mesh token create NODE"},
+	flags := append([]cli.Flag{dirFlag()}, joinFlags()...)
+	flags = append(flags,
 		&cli.StringFlag{Name: "address", Usage: "where other nodes reach this one (default: the machine's primary address)"},
-		logFlag(),
-	}, hostFlags()...)
+		logFlag())
+	return append(flags, hostFlags()...)
 }
 
 // serveHostCommand is mesh serve host: the host itself, what mesh host
@@ -67,33 +75,21 @@ func serveHostCommand() *cli.Command {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
 			}
+			if joining(c) {
+				return joinThenRun(c)
+			}
 			stateDir := c.String("dir")
-			dir := statedir.Host(stateDir)
-			raw := c.String("join")
-			if raw == "" && c.IsSet("address") {
+			if c.IsSet("address") {
 				return usagef("--address is given when joining (with --join); a joined host keeps the address it joined with")
 			}
-			// A token that does not parse is a mistake in the call: refused
-			// before anything is read or written.
-			var tok spec.Token
-			if raw != "" {
-				var err error
-				if tok, err = spec.ParseToken(raw); err != nil {
-					return usagef("--join: %v; nothing was done", err)
-				}
+			if _, err := os.Stat(statedir.Host(stateDir)); errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("%s holds no joined host: join a mesh first: mesh host --dir %s --join TOKEN", stateDir, stateDir)
 			}
-			// A joined host's directory is locked before anything is read;
-			// a joining one's once the join made it.
-			if raw == "" {
-				if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-					return fmt.Errorf("%s holds no joined host: join a mesh first: mesh host --dir %s --join TOKEN", stateDir, stateDir)
-				}
-				release, err := statedir.Lock(stateDir)
-				if err != nil {
-					return err
-				}
-				defer release()
+			release, err := statedir.Lock(stateDir)
+			if err != nil {
+				return err
 			}
+			defer release()
 			kc, changes, fromFile, err := mergeConfig(c, stateDir)
 			if err != nil {
 				return err
@@ -102,7 +98,6 @@ func serveHostCommand() *cli.Command {
 			if err != nil {
 				return fromFileHint(err, fromFile, stateDir)
 			}
-			// Every flag is checked before a join, so a bad one changes nothing.
 			if err := absRoot(c); err != nil {
 				return err
 			}
@@ -125,21 +120,7 @@ func serveHostCommand() *cli.Command {
 			kc["dns"], kc["root"] = []string{dnsAddr}, []string{c.String("root")}
 			dnsCfg, _ := resolverConfig(c, dnsAddr)
 			dnsCfg.Held = handed
-			if raw != "" {
-				address, err := addressOf(c)
-				if err != nil {
-					return err
-				}
-				if err := host.Join(c.Context, host.JoinConfig{Dir: dir, Token: tok, Address: address, Now: time.Now()}); err != nil {
-					return err
-				}
-				log.Info("joined", "mesh", tok.Mesh, "node", tok.Node)
-				release, err := statedir.Lock(stateDir)
-				if err != nil {
-					return err
-				}
-				defer release()
-			} else if subnetChanged(changes) {
+			if subnetChanged(changes) {
 				if err := daemon.CheckSubnetMove(c.Context, stateDir, cfg); err != nil {
 					return err
 				}
@@ -155,6 +136,9 @@ func serveHostCommand() *cli.Command {
 			sayReady(c.Context, pipe, node.Ready())
 			err = node.Run(c.Context)
 			if errors.Is(err, host.ErrRemoved) {
+				if err := host.MarkRemoved(statedir.Host(stateDir), time.Now()); err != nil {
+					log.Error("the node was removed, and a join into its directory will not be told", "err", err)
+				}
 				return removedError(node.Name(), stateDir)
 			}
 			return err

@@ -143,8 +143,8 @@ func launchCommand(c *cli.Context, mode string, skip ...string) error {
 	if err != nil {
 		return err
 	}
-	if c.Duration("healthy-within") < time.Second {
-		return usagef("--healthy-within %s is shorter than a second: give how long a version has to be ready (1m0s)", c.Duration("healthy-within"))
+	if err := checkHealthyWithin(c); err != nil {
+		return err
 	}
 	dns := c.String("dns")
 	if v := kept["dns"]; !c.IsSet("dns") {
@@ -159,6 +159,14 @@ func launchCommand(c *cli.Context, mode string, skip ...string) error {
 		return err
 	}
 	return l.Run(c.Context)
+}
+
+// checkHealthyWithin refuses a launcher's --healthy-within under a second.
+func checkHealthyWithin(c *cli.Context) error {
+	if c.Duration("healthy-within") < time.Second {
+		return usagef("--healthy-within %s is shorter than a second: give how long a version has to be ready (1m0s)", c.Duration("healthy-within"))
+	}
+	return nil
 }
 
 // givenFlags are the flags c was given, as arguments, but those in skip.

@@ -28,7 +28,9 @@ joins one machine, once, before it expires.
 
 Example:
    mesh token create --ttl 30m beta
-   # then, on beta:  mesh host --dir /var/lib/mesh --join TOKEN`,
+   # then, on beta:  mesh host --dir /var/lib/mesh --join TOKEN
+   # or, the token written to a file (a service manager's unit):
+   #                  mesh host --dir /var/lib/mesh --join-file /root/beta.token`,
 				Flags: []cli.Flag{
 					dirFlag(), jsonFlag(),
 					&cli.DurationFlag{Name: "ttl", Value: time.Hour, Usage: "how long the token may be used (1m to 168h)"},
@@ -54,6 +56,7 @@ Example:
 					fmt.Fprintln(c.App.Writer, res.Token)
 					fmt.Fprintf(c.App.ErrWriter, "token %s for node %q, single use, expires %s (in %s)\n",
 						res.ID, node, res.Expires.Format(time.RFC3339), time.Until(res.Expires).Round(time.Second))
+					fmt.Fprintf(c.App.ErrWriter, "on %s: mesh host --dir D --join-file FILE, the token written to FILE (or --join TOKEN)\n", node)
 					if tok, err := spec.ParseToken(res.Token); err == nil && onlyLoopback(tok.Bus) {
 						fmt.Fprintf(c.App.ErrWriter, "warning: the token carries only loopback addresses (%s): only this machine can join with it.\n"+
 							"  For another machine, run the controller with --bus 0.0.0.0:PORT --advertise ADDRESS (an address it can reach), then create a token again.\n",

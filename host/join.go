@@ -35,11 +35,11 @@ type JoinConfig struct {
 // has answered yes. On any failure it leaves nothing behind.
 func Join(ctx context.Context, cfg JoinConfig) error {
 	t := cfg.Token
+	if err := CheckUnjoined(cfg.Dir); err != nil {
+		return err
+	}
 	if !cfg.Now.Before(t.Expires) {
 		return fmt.Errorf("token %s expired at %s: ask the operator for a new one (mesh token create %s)", t.ID, t.Expires.UTC().Format(time.RFC3339), t.Node)
-	}
-	if _, err := os.Stat(filepath.Join(cfg.Dir, StateFile)); err == nil {
-		return fmt.Errorf("%s already holds a host that joined a mesh: run it with mesh host --dir, or give --join a new directory", cfg.Dir)
 	}
 	enrolKey, err := nkeys.FromSeed([]byte(t.Secret))
 	if err != nil {
@@ -115,6 +115,59 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 		os.Remove(filepath.Join(cfg.Dir, seal.NodeKeyFile))
 	}
 	return err
+}
+
+// RemovedFile, in the host's directory, says that its node was removed
+// from the mesh: the bus refused its credential for good. It holds the
+// time that was seen, RFC 3339. A later join into the directory is told
+// so.
+const RemovedFile = "removed"
+
+// JoinedError is a join into a host's directory that holds the state of a
+// node already: one that runs without --join, or one that was removed from
+// the mesh (Removed), whose directory is removed or replaced to join again.
+type JoinedError struct {
+	Dir        string // the host's directory, D/host
+	Mesh, Node string // what its state says, when it could be read
+	Removed    bool
+}
+
+func (e *JoinedError) Error() string {
+	node := "a node"
+	if e.Node != "" {
+		node = fmt.Sprintf("node %q of mesh %q", e.Node, e.Mesh)
+	}
+	if e.Removed {
+		return fmt.Sprintf("%s holds %s, removed from the mesh: remove %s (or give --dir a new directory) and join again", e.Dir, node, e.Dir)
+	}
+	return fmt.Sprintf("%s holds %s that joined already: run it without --join; to join it again, remove %s (or give --dir a new directory)", e.Dir, node, e.Dir)
+}
+
+// CheckUnjoined returns a *JoinedError when dir, a host's directory, holds
+// a node's state.
+func CheckUnjoined(dir string) error {
+	body, err := os.ReadFile(filepath.Join(dir, StateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	e := &JoinedError{Dir: dir}
+	var st struct{ Mesh, Node string }
+	if err == nil && json.Unmarshal(body, &st) == nil {
+		e.Mesh, e.Node = st.Mesh, st.Node
+	}
+	if _, err := os.Stat(filepath.Join(dir, RemovedFile)); err == nil {
+		e.Removed = true
+	}
+	return e
+}
+
+// MarkRemoved writes RemovedFile in dir, the host's directory of a node
+// the bus refuses for good.
+func MarkRemoved(dir string, at time.Time) error {
+	if err := os.WriteFile(filepath.Join(dir, RemovedFile), []byte(at.UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("mark the node removed: %w", err)
+	}
+	return nil
 }
 
 // KeepSealKey writes the private half of the sealing key made for a join

@@ -42,8 +42,8 @@ type Config struct {
 	Mode string
 	// Args are the flags the launcher was given, passed to each child
 	// until one is ready; by then D/config.yaml keeps them, and a later
-	// child is given --dir alone (a --join is not made twice, a port 0 not
-	// rebound elsewhere).
+	// child is given --dir alone (a port 0 is not rebound elsewhere). They
+	// hold no join token: mesh host joins before it is a launcher.
 	Args []string
 	// HealthyWithin is how long a child has to report ready; zero means
 	// DefaultHealthyWithin.
