@@ -214,7 +214,8 @@ func (a *Agent) save(st State) error {
 func (a *Agent) apply(ctx context.Context, nc *nats.Conn, h *held, reconcile bool) {
 	decl := h.decl
 	began := time.Now()
-	results, applied, writes := a.engine.Apply(ctx, decl.Resources, a.state.Applied)
+	p := a.engine.apply(ctx, decl.Resources, a.state.Applied)
+	results, applied, writes := p.results, p.record, p.writes
 	took := time.Since(began)
 	told := a.watch.noteStops(results, time.Now())
 	a.factsMoved(results)
@@ -236,6 +237,9 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, h *held, reconcile boo
 	if ctx.Err() != nil {
 		a.log.Info("apply cut short by the stop; the next start applies it again", "seq", decl.Seq)
 		return
+	}
+	if wait := a.healing.passed(p.outside, time.Now()); wait > 0 {
+		a.arm(wait)
 	}
 	counts := map[string]int{}
 	var failures strings.Builder
