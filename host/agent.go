@@ -98,6 +98,9 @@ type Agent struct {
 	// sequence of the last one whose wait was logged and reported.
 	waiting  *nats.Msg
 	waitSaid uint64
+	// unkeptSaid is the last declaration (its sequence and the cause) the
+	// host reported it could not keep.
+	unkeptSaid string
 	// askAt is the moment drawn to ask for the roster in force, which
 	// a delta announced on a base this host does not hold (zero: none
 	// drawn); askWant is the roster sequence that delta announced.

@@ -138,10 +138,7 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 		case accept:
 			d.sig, _ = base64.StdEncoding.DecodeString(d.msg.Header.Get(spec.SigHeader))
 			if err := a.keep(d); err != nil {
-				// Not kept: asked for again by the retry.
-				a.log.Error("declaration not kept; it will be asked for again", "seq", d.decl.Seq, "err", err)
-				a.refetch = true
-				a.arm(rosterRetry)
+				a.notKept(nc, d, err)
 				continue
 			}
 			// The names first: they are the mesh's, whatever this node's
@@ -194,6 +191,22 @@ func (a *Agent) keep(d delivery) error {
 		}
 	}
 	return nil
+}
+
+// notKept says that d could not be kept (err: why), and has it asked for
+// again by the retry. The controller is told why, once for each
+// declaration and cause: a report needs no disk, and a host whose disk is
+// full is otherwise seen only not to apply.
+func (a *Agent) notKept(nc *nats.Conn, d delivery, err error) {
+	a.log.Error("declaration not kept; it will be asked for again", "seq", d.decl.Seq, "err", err)
+	a.refetch = true
+	a.arm(rosterRetry)
+	said := fmt.Sprint(d.decl.Seq, err)
+	if said == a.unkeptSaid {
+		return
+	}
+	a.unkeptSaid = said
+	a.reports.send(nc, spec.Report{Seq: d.decl.Seq, Digest: spec.ContentDigest(d.raw), Unkept: err.Error()})
 }
 
 // save writes st to state.json; the caller holds what it wrote.
