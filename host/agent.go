@@ -471,6 +471,11 @@ func (a *Agent) loop(ctx context.Context, nc *nats.Conn, version string, removed
 			a.sendFacts(ctx, nc)
 		case <-engineFlips:
 			a.sendFacts(ctx, nc)
+			if a.watch.up.Load() {
+				// The engine answers again: what failed for want of it
+				// is applied again at once.
+				a.safely("heal", func() { a.healDue(ctx, nc, true) })
+			}
 		case <-a.factsNow:
 			a.sendFacts(ctx, nc)
 		case <-reconcile.C:

@@ -14,10 +14,11 @@ import (
 // not answer. Nothing delivers the declaration again when that cause goes,
 // so the host applies the kept declaration again by itself: after a wait
 // that starts at healFirst and doubles up to the reconcile interval, and
-// at once when it is back on the bus. The whole declaration is applied
-// again, as a reconcile pass does: what depends on the resource that
-// failed (a container mounting a certificate's directory) is applied with
-// it, and what is in place is not written again. A pass with no failure
+// at once when it is back on the bus or the engine answers again. The
+// whole declaration is applied again, as a reconcile pass does: what
+// depends on the resource that failed (a container mounting a
+// certificate's directory) is applied with it, and what is in place is
+// not written again. A pass with no failure
 // from outside ends the retries. A failure of the declaration itself (a
 // bad spec, a path something else holds) is not retried before the
 // reconcile: applying it again changes nothing.
@@ -88,8 +89,8 @@ func (h *healing) due(now time.Time) (due bool, wait time.Duration) {
 }
 
 // reconnected has a pending pass due at once, its waits starting again
-// from healFirst: the host is back on the bus, where the cause may have
-// gone.
+// from healFirst: the host is back on the bus, or its engine answers
+// again, and the cause may have gone.
 func (h *healing) reconnected(now time.Time) {
 	if !h.at.IsZero() {
 		h.wait, h.at = 0, now
@@ -97,7 +98,8 @@ func (h *healing) reconnected(now time.Time) {
 }
 
 // healDue applies the kept declaration again when a pass that failed from
-// outside is due again (now: the host is back on the bus, so at once);
+// outside is due again (now: the host is back on the bus or its engine
+// answers again, so at once);
 // one pending and not due yet arms the retry.
 func (a *Agent) healDue(ctx context.Context, nc *nats.Conn, now bool) {
 	if now {
