@@ -178,6 +178,9 @@ func reportSummary(r spec.Report) string {
 	if r.Waiting != "" {
 		return fmt.Sprintf("declaration %d not applied yet at %s: %s", r.Seq, when, r.Waiting)
 	}
+	if r.Unkept != "" {
+		return fmt.Sprintf("could not keep declaration %d at %s: %s", r.Seq, when, r.Unkept)
+	}
 	counts := map[string]int{}
 	for _, res := range r.Results {
 		counts[res.Outcome]++
@@ -300,6 +303,10 @@ func printStatus(w io.Writer, res spec.StatusResult) error {
 func printReport(w io.Writer, r spec.Report, verbose bool) bool {
 	if r.Refused != "" {
 		fmt.Fprintf(w, "%s: refused declaration %d: %s\n", r.Node, r.Seq, r.Refused)
+		return false
+	}
+	if r.Unkept != "" {
+		fmt.Fprintf(w, "%s: could not keep declaration %d: %s\n", r.Node, r.Seq, r.Unkept)
 		return false
 	}
 	counts := map[string]int{}

@@ -98,6 +98,9 @@ type Agent struct {
 	// sequence of the last one whose wait was logged and reported.
 	waiting  *nats.Msg
 	waitSaid uint64
+	// unkeptSaid is the last declaration (its sequence and the cause) the
+	// host reported it could not keep.
+	unkeptSaid string
 	// askAt is the moment drawn to ask for the roster in force, which
 	// a delta announced on a base this host does not hold (zero: none
 	// drawn); askWant is the roster sequence that delta announced.
@@ -110,7 +113,9 @@ type Agent struct {
 	// again by itself, since nothing delivers a republished message
 	// again: ask for the roster a delta announced (askWant), handle the
 	// declaration waiting for its roster again, ask for the last
-	// declaration when one could not be kept (refetch). See catchup.go.
+	// declaration when one could not be kept (refetch), apply the kept
+	// declaration again after a failure from outside (healing). See
+	// catchup.go.
 	// Read and written by the delivery loop only.
 	retry   *time.Timer
 	retryAt time.Time
@@ -139,6 +144,9 @@ type Agent struct {
 	// reports sends the reports and sends the last one again until the
 	// controller answers it.
 	reports *reporter
+	// healing is when the kept declaration is applied again after a pass
+	// that failed for a cause outside the node (heal.go).
+	healing healing
 	// lastFailures are the failures of the last apply, so a reconcile pass
 	// that fails the same way again says nothing new.
 	lastFailures string
@@ -211,6 +219,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, sealKey: sealKey, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
 		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState, writeRoster: WriteRoster}
+	a.healing.most = cfg.ReconcileEvery
 	a.reports = &reporter{node: st.Node, log: log, retry: cfg.ReportRetry, arm: a.arm}
 	a.watch = &engineWatch{docker: cfg.Docker, node: st.Node, subnet: cfg.Subnet, every: cfg.HeartbeatEvery, log: log, safely: a.safely, kicks: make(chan struct{}, 1)}
 	a.appliedSeq.Store(st.AppliedSeq)
@@ -462,6 +471,11 @@ func (a *Agent) loop(ctx context.Context, nc *nats.Conn, version string, removed
 			a.sendFacts(ctx, nc)
 		case <-engineFlips:
 			a.sendFacts(ctx, nc)
+			if a.watch.up.Load() {
+				// The engine answers again: what failed for want of it
+				// is applied again at once.
+				a.safely("heal", func() { a.healDue(ctx, nc, true) })
+			}
 		case <-a.factsNow:
 			a.sendFacts(ctx, nc)
 		case <-reconcile.C:

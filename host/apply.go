@@ -182,6 +182,21 @@ func check(resources []spec.Resource) []checked {
 // first), the new record of what is applied, and how many mutating calls
 // it made. Each resource is checked once.
 func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous []Applied) ([]spec.ResourceResult, []Applied, int) {
+	p := e.apply(ctx, resources, previous)
+	return p.results, p.record, p.writes
+}
+
+// pass is what one Apply came to, and whether a resource failed for a
+// cause outside the node (see outside): the agent tries the pass again.
+type pass struct {
+	results []spec.ResourceResult
+	record  []Applied
+	writes  int
+	outside bool
+}
+
+// apply is Apply, saying whether a failure's cause was outside the node.
+func (e *Engine) apply(ctx context.Context, resources []spec.Resource, previous []Applied) pass {
 	for _, ap := range e.Appliers {
 		if p, ok := ap.(preparer); ok {
 			p.prepare(ctx, resources)
@@ -189,6 +204,7 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 		}
 	}
 	var w Writes
+	var p pass
 	results := make([]spec.ResourceResult, 0, len(resources))
 	record := make([]Applied, 0, len(resources))
 	before := make(map[string]Applied, len(previous))
@@ -207,6 +223,7 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 		}
 		if err != nil {
 			res.Outcome, res.Error = spec.Failed, err.Error()
+			p.outside = p.outside || outside(err)
 		} else {
 			res.Outcome, res.Note = out.Outcome, out.Note
 		}
@@ -247,10 +264,12 @@ func (e *Engine) Apply(ctx context.Context, resources []spec.Resource, previous 
 		if err != nil {
 			res.Outcome, res.Error = spec.Failed, err.Error()
 			record = append(record, a) // tried again next time
+			p.outside = p.outside || outside(err)
 		}
 		results = append(results, res)
 	}
-	return results, record, w.N
+	p.results, p.record, p.writes = results, record, w.N
+	return p
 }
 
 // Preview says what Apply would do, writing nothing: Created, Changed or

@@ -28,7 +28,9 @@ func (a *Agent) arm(d time.Duration) {
 // controller has not answered it, asks for the roster a delta announced,
 // handles the declaration that waits for its roster again (it asks for
 // the roster again), asks for the node's last declaration when one could
-// not be kept. What is not due yet arms the timer again.
+// not be kept, applies the kept declaration again when a pass that failed
+// for a cause outside the node is due again (heal.go). What is not due
+// yet arms the timer again.
 func (a *Agent) retryNow(ctx context.Context, nc *nats.Conn) {
 	a.retryAt = time.Time{}
 	a.reports.resend(nc, false)
@@ -38,12 +40,14 @@ func (a *Agent) retryNow(ctx context.Context, nc *nats.Conn) {
 		a.refetch = false
 		a.checkDeclaration(ctx, nc)
 	}
+	a.healDue(ctx, nc, false)
 }
 
 // catchUpNow asks for the roster in force and the node's last
 // declaration, naming those held (answered "held" in a few bytes when they
 // are the last): the roster first, which a declaration may name. A
-// declaration that waited for a roster the check took is handled. The
+// declaration that waited for a roster the check took is handled. A pass
+// that failed for a cause outside the node is applied again at once. The
 // last report, not answered yet, is sent again.
 func (a *Agent) catchUpNow(ctx context.Context, nc *nats.Conn) {
 	key, err := a.signKey()
@@ -55,6 +59,7 @@ func (a *Agent) catchUpNow(ctx context.Context, nc *nats.Conn) {
 		a.handleWaiting(ctx, nc)
 	}
 	a.checkDeclaration(ctx, nc)
+	a.healDue(ctx, nc, true)
 	a.reports.resend(nc, true)
 }
 

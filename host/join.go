@@ -235,7 +235,7 @@ func enrolAsk(ctx context.Context, nc *nats.Conn, t spec.Token, req spec.EnrolRe
 		return fmt.Errorf("no answer from the controller: %w", ctx.Err())
 	}
 	if msg.Header.Get("Status") == "503" {
-		return errors.New("no controller answers on the bus")
+		return errNoController
 	}
 	return spec.DecodeReply(msg.Data, res)
 }
@@ -250,7 +250,7 @@ func request(ctx context.Context, nc *nats.Conn, subject string, v, res any) err
 	defer cancel()
 	msg, err := nc.RequestWithContext(ctx, subject, body)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return errors.New("no controller answers on the bus")
+		return errNoController
 	}
 	if err != nil {
 		return err

@@ -138,10 +138,7 @@ func (a *Agent) handleBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 		case accept:
 			d.sig, _ = base64.StdEncoding.DecodeString(d.msg.Header.Get(spec.SigHeader))
 			if err := a.keep(d); err != nil {
-				// Not kept: asked for again by the retry.
-				a.log.Error("declaration not kept; it will be asked for again", "seq", d.decl.Seq, "err", err)
-				a.refetch = true
-				a.arm(rosterRetry)
+				a.notKept(nc, d, err)
 				continue
 			}
 			// The names first: they are the mesh's, whatever this node's
@@ -196,6 +193,22 @@ func (a *Agent) keep(d delivery) error {
 	return nil
 }
 
+// notKept says that d could not be kept (err: why), and has it asked for
+// again by the retry. The controller is told why, once for each
+// declaration and cause: a report needs no disk, and a host whose disk is
+// full is otherwise seen only not to apply.
+func (a *Agent) notKept(nc *nats.Conn, d delivery, err error) {
+	a.log.Error("declaration not kept; it will be asked for again", "seq", d.decl.Seq, "err", err)
+	a.refetch = true
+	a.arm(rosterRetry)
+	said := fmt.Sprint(d.decl.Seq, err)
+	if said == a.unkeptSaid {
+		return
+	}
+	a.unkeptSaid = said
+	a.reports.send(nc, spec.Report{Seq: d.decl.Seq, Digest: spec.ContentDigest(d.raw), Unkept: err.Error()})
+}
+
 // save writes st to state.json; the caller holds what it wrote.
 func (a *Agent) save(st State) error {
 	if err := a.writeState(a.cfg.Dir, st); err != nil {
@@ -214,7 +227,8 @@ func (a *Agent) save(st State) error {
 func (a *Agent) apply(ctx context.Context, nc *nats.Conn, h *held, reconcile bool) {
 	decl := h.decl
 	began := time.Now()
-	results, applied, writes := a.engine.Apply(ctx, decl.Resources, a.state.Applied)
+	p := a.engine.apply(ctx, decl.Resources, a.state.Applied)
+	results, applied, writes := p.results, p.record, p.writes
 	took := time.Since(began)
 	told := a.watch.noteStops(results, time.Now())
 	a.factsMoved(results)
@@ -236,6 +250,9 @@ func (a *Agent) apply(ctx context.Context, nc *nats.Conn, h *held, reconcile boo
 	if ctx.Err() != nil {
 		a.log.Info("apply cut short by the stop; the next start applies it again", "seq", decl.Seq)
 		return
+	}
+	if wait := a.healing.passed(p.outside, time.Now()); wait > 0 {
+		a.arm(wait)
 	}
 	counts := map[string]int{}
 	var failures strings.Builder

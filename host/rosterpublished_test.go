@@ -69,9 +69,9 @@ func TestRostersFromTheRepublish(t *testing.T) {
 // declarations from the stream's republish; one published while it was
 // stopped reaches nobody again, so the host asks, when it connects, for
 // its node's last declaration, naming the one it holds, and applies the
-// answer; one it could not keep (state.json not written) is asked for
-// again by its own timer, then kept and applied, not dropped as a
-// duplicate of itself.
+// answer; one it could not keep (state.json not written) is reported so,
+// asked for again by its own timer, then kept and applied, not dropped as
+// a duplicate of itself.
 func TestDeclarationsFromTheRepublish(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
@@ -93,7 +93,10 @@ func TestDeclarationsFromTheRepublish(t *testing.T) {
 	}
 	d1 := encode(t, b.declaration(1, fileResource("/one", "1")))
 	b.publish(d1, nil)
-	if r := b.report(); r.Seq != 1 || r.Refused != "" || !b.exists("/one") {
+	if r := b.report(); r.Seq != 1 || r.Unkept != "no space left on device" {
+		t.Fatalf("declaration 1, not kept at first: report %+v, want it to say why", r)
+	}
+	if r := b.report(); r.Seq != 1 || r.Refused != "" || r.Unkept != "" || !b.exists("/one") {
 		t.Fatalf("declaration 1, not kept at first, then asked for again: report %+v", r)
 	}
 	if req := <-asked; req.Have != "" {

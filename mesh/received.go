@@ -20,7 +20,7 @@ import (
 func keptReport(r spec.Report) spec.Report {
 	clip := func(s string) string { return spec.Clip(s, spec.MaxReportText) }
 	omitted := max(r.Omitted, 0)
-	r.Digest, r.Refused, r.Waiting, r.Omitted = clip(r.Digest), clip(r.Refused), clip(r.Waiting), 0
+	r.Digest, r.Refused, r.Waiting, r.Unkept, r.Omitted = clip(r.Digest), clip(r.Refused), clip(r.Waiting), clip(r.Unkept), 0
 	results := make([]spec.ResourceResult, len(r.Results))
 	for i, res := range r.Results {
 		results[i] = spec.ResourceResult{Name: clip(res.Name), Kind: clip(res.Kind), Outcome: clip(res.Outcome), Error: clip(res.Error), Note: clip(res.Note)}

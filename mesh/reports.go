@@ -116,9 +116,10 @@ func (rp *reportLine) writeReports(ctx context.Context) {
 }
 
 // failedApply says whether r is an apply that failed a resource, or a
-// declaration refused: a push sends such a node its declaration again.
+// declaration refused or not kept: a push sends such a node its
+// declaration again.
 func failedApply(r spec.Report) bool {
-	if r.Refused != "" {
+	if r.Refused != "" || r.Unkept != "" {
 		return true
 	}
 	for _, rr := range r.Results {
@@ -154,7 +155,7 @@ func (rp *reportLine) recordReports(ctx context.Context, batch []queuedReport) {
 		}
 		body, _ := json.Marshal(r)
 		records = append(records, store.ReportRecord{Report: store.Report{Node: r.Node, Seq: r.Seq, Body: body, Received: q.at},
-			Applied: r.Refused == "" && r.Waiting == "", Failed: failedApply(r)})
+			Applied: r.Refused == "" && r.Waiting == "" && r.Unkept == "", Failed: failedApply(r)})
 		kept = append(kept, q)
 	}
 	if len(records) == 0 {
@@ -186,6 +187,8 @@ func (rp *reportLine) reported(r spec.Report) {
 	switch {
 	case r.Refused != "":
 		rp.log.Warn("declaration refused", "node", r.Node, "seq", r.Seq, "reason", r.Refused)
+	case r.Unkept != "":
+		rp.log.Warn("declaration not kept by its host", "node", r.Node, "seq", r.Seq, "reason", r.Unkept)
 	case failed > 0:
 		rp.log.Warn("declaration applied with failures", "node", r.Node, "seq", r.Seq, "failed", failed)
 	default:

@@ -292,6 +292,9 @@ func (p *statusPass) reported(ctx context.Context, n store.Node, st *spec.NodeSt
 	if rep.Waiting != "" && n.AppliedSeq < rep.Seq {
 		p.problem("%s has not applied declaration %d yet: %s", n.Name, rep.Seq, clipStatus(rep.Waiting))
 	}
+	if rep.Unkept != "" && n.AppliedSeq < rep.Seq {
+		p.problem("%s could not keep declaration %d: %s", n.Name, rep.Seq, clipStatus(rep.Unkept))
+	}
 	failures := failureLines(rep)
 	statusNotes(st, n.Name, rep)
 	if len(failures) > 0 {

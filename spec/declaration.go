@@ -151,6 +151,10 @@ type Report struct {
 	// because the host has not got the roster it names (it asked for it,
 	// and takes the declaration when the roster arrives).
 	Waiting string `json:"waiting,omitempty"`
+	// Unkept, when set, says why the host could not keep the declaration
+	// (write it to its disk: full, failing): nothing of it was applied,
+	// and the host asks for it again.
+	Unkept string `json:"unkept,omitempty"`
 	// Reconcile is set on a report of a periodic pass that corrected drift.
 	Reconcile bool `json:"reconcile,omitempty"`
 	Preview   bool `json:"preview,omitempty"`
