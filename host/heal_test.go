@@ -55,8 +55,7 @@ func (b *bench) answerCSRs() {
 // host applies the kept declaration again by itself, within seconds and
 // without a new declaration (its reconcile is an hour away), and reports
 // it: the certificate is in place, the rest of the declaration applied
-// again with it (the e2e test TestControllerKilledDuringACSRHeals has a
-// container that mounts the certificate follow it).
+// again with it.
 func TestOutsideFailureHeals(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
