@@ -67,6 +67,9 @@ func serveHostCommand() *cli.Command {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
 			}
+			if err := absDir(c); err != nil {
+				return err
+			}
 			stateDir := c.String("dir")
 			dir := statedir.Host(stateDir)
 			raw := c.String("join")
@@ -104,7 +107,7 @@ func serveHostCommand() *cli.Command {
 			}
 			// Every flag is checked before a join, so a bad one changes nothing.
 			if err := absRoot(c); err != nil {
-				return err
+				return fromFileHint(err, fromFile, stateDir)
 			}
 			if _, err := resolverConfig(c, c.String("dns")); err != nil {
 				return fromFileHint(err, fromFile, stateDir)
