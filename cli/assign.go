@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/mesh-fleet/mesh/spec"
@@ -39,6 +40,18 @@ func assignCommands() []*cli.Command {
 					}
 					req.Settings[k] = v
 				}
+				for _, name := range c.StringSlice("unset") {
+					if name == "" || strings.Contains(name, "=") {
+						return usagef("--unset %q: give the NAME of a setting", name)
+					}
+					if slices.Contains(req.Unset, name) {
+						return usagef("--unset %s is given twice", name)
+					}
+					if _, both := req.Settings[name]; both {
+						return usagef("--set and --unset both name %s: give one", name)
+					}
+					req.Unset = append(req.Unset, name)
+				}
 				for _, kv := range c.StringSlice("grant") {
 					k, v, ok := strings.Cut(kv, "=")
 					if !ok || k == "" || v == "" {
@@ -67,14 +80,19 @@ func assignCommands() []*cli.Command {
 			`Gives the module its settings on that node (--set NAME=VALUE, once per
 setting); a required setting left out, a value of the wrong type, or a name
 the module does not declare is refused, naming it, and nothing is recorded.
-Assigning again replaces the settings. A module that consumes a grant is
+Assigning again keeps the settings it is not given, secrets included, and
+--unset NAME drops one, which then takes its default (a required setting
+with no default cannot be unset). A module that consumes a grant is
 minted a credential for it, kept when assigned again; the settings the grant
 fills are not given. Several nodes providing the grant: name one with
 --grant GRANT=NODE. Takes effect at the next mesh push.
 
 Example:
-   mesh assign --set greeting=hello --set port=8080 hello alpha && mesh push alpha`,
-			[]cli.Flag{dirFlag(), &cli.StringSliceFlag{Name: "set", Usage: "a setting, NAME=VALUE (repeat for each)"},
+   mesh assign --set greeting=hello --set port=8080 hello alpha && mesh push alpha
+   mesh assign --set greeting=hi hello alpha     # port stays 8080
+   mesh assign --unset greeting hello alpha      # greeting back to its default`,
+			[]cli.Flag{dirFlag(), &cli.StringSliceFlag{Name: "set", Usage: "a setting, NAME=VALUE (repeat for each); settings not given keep their values"},
+				&cli.StringSliceFlag{Name: "unset", Usage: "a setting to drop, NAME, back to its default (repeat for each)"},
 				&cli.StringSliceFlag{Name: "grant", Usage: "the node whose provider a consumed grant is given, GRANT=NODE (repeat for each)"}}),
 		mk("unassign", spec.Unassign, "unassign a module from a node: the next push removes what it declared there", "unassigned from",
 			`A module that provides a grant its consumers still hold is refused, naming

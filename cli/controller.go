@@ -79,6 +79,9 @@ func serveControllerCommand() *cli.Command {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
 			}
+			if err := absDir(c); err != nil {
+				return err
+			}
 			dir := c.String("dir")
 			prof, err := pprofAddr(c)
 			if err != nil {
@@ -127,7 +130,7 @@ func serveControllerCommand() *cli.Command {
 				return err
 			}
 			if err := absRoot(c); err != nil {
-				return err
+				return fromFileHint(err, fromFile, dir)
 			}
 			kc["dns"], kc["root"] = []string{addrs.DNS}, []string{c.String("root")}
 			dnsCfg, err := resolverConfig(c, addrs.DNS)

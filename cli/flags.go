@@ -1,15 +1,12 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -28,12 +25,12 @@ func hostFlags() []cli.Flag {
 		&cli.StringFlag{Name: "dns", Value: "127.0.0.1:53", Usage: "where the machine's resolver listens, host:port (port 0: any free port)"},
 		&cli.StringSliceFlag{Name: "dns-upstream", Usage: "an upstream resolver for names outside the mesh, host:port (repeat; default: those of /etc/resolv.conf)"},
 		&cli.StringSliceFlag{Name: "dns-allow", Usage: "a network, besides loopback, whose queries the resolver answers, CIDR (repeat)"},
-		&cli.StringFlag{Name: "root", Value: "/", Usage: "where declared paths resolve (a directory, for trying mesh out without touching the machine)"},
-		&cli.DurationFlag{Name: "reconcile", Value: 5 * time.Minute, Usage: "how often the host applies what it keeps again, correcting drift"},
-		&cli.DurationFlag{Name: "heartbeat", Value: 10 * time.Second, Usage: "how often the host reports that it is alive"},
+		&cli.StringFlag{Name: "root", Value: "/", Usage: "where declared paths resolve: an absolute path to a directory (another than /, for trying mesh out without touching the machine)"},
+		&cli.DurationFlag{Name: "reconcile", Value: 5 * time.Minute, Usage: "how often the host applies what it keeps again, correcting drift (" + reconcileBounds.String() + ")"},
+		&cli.DurationFlag{Name: "heartbeat", Value: 10 * time.Second, Usage: "how often the host reports that it is alive (" + heartbeatBounds.String() + ")"},
 		&cli.StringFlag{Name: "docker", Usage: "the container engine's API, unix:///path or tcp://host:port (default: DOCKER_HOST, else /var/run/docker.sock); none: this host runs no containers"},
-		&cli.DurationFlag{Name: "cert-renew-check", Value: host.DefaultCertRenewCheck, Usage: "how often the host looks for certificates to renew (each is renewed at two thirds of its lifetime; keep this well under the controller's --cert-lifetime)"},
-		&cli.StringFlag{Name: "subnet", Value: host.DefaultSubnet.String(), Usage: "the node's container network mesh-NODE, IPv4 CIDR; its first address is the gateway, where the resolver also listens (port 53)"},
+		&cli.DurationFlag{Name: "cert-renew-check", Value: host.DefaultCertRenewCheck, Usage: "how often the host looks for certificates to renew (each is renewed at two thirds of its lifetime; keep this well under the controller's --cert-lifetime; " + certRenewCheckBounds.String() + ")"},
+		&cli.StringFlag{Name: "subnet", Value: host.DefaultSubnet.String(), Usage: "the node's container network mesh-NODE, IPv4 CIDR; its first address is the gateway, where the resolver also listens (port 53); " + subnetBoundsUsage},
 	}
 }
 
@@ -43,9 +40,18 @@ func hostConfig(c *cli.Context) (host.Config, error) {
 	if cfg.CertRenewCheck < time.Second {
 		return cfg, usagef("--cert-renew-check %s is shorter than a second: give how often to look for certificates to renew (10m0s)", cfg.CertRenewCheck)
 	}
-	subnet, err := netip.ParsePrefix(c.String("subnet"))
-	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 29 || subnet.Masked() != subnet {
-		return cfg, usagef("--subnet %q is not an IPv4 network of /29 or larger in CIDR form (10.213.0.0/24)", c.String("subnet"))
+	for _, d := range []struct {
+		flag   string
+		value  time.Duration
+		bounds durationBounds
+	}{{"cert-renew-check", cfg.CertRenewCheck, certRenewCheckBounds}, {"heartbeat", cfg.HeartbeatEvery, heartbeatBounds}, {"reconcile", cfg.ReconcileEvery, reconcileBounds}} {
+		if err := d.bounds.check(d.flag, d.value); err != nil {
+			return cfg, err
+		}
+	}
+	subnet, err := checkSubnet(c.String("subnet"))
+	if err != nil {
+		return cfg, err
 	}
 	cfg.Subnet = subnet
 	if endpoint := c.String("docker"); endpoint != "none" {
@@ -142,28 +148,6 @@ func addressOf(c *cli.Context) (string, error) {
 		return "", usagef("--address %q is not an IP address", address)
 	}
 	return address, nil
-}
-
-// absRoot makes --root absolute, so a start from another directory applies
-// under the same one, and refuses a root that is not a directory: every
-// declared path would fail under it.
-func absRoot(c *cli.Context) error {
-	root := c.String("root")
-	abs, err := filepath.Abs(root)
-	if err != nil {
-		return usagef("--root %q: %v", root, err)
-	}
-	if info, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("--root %s: no such directory: create it or pass another --root", abs)
-	} else if err != nil {
-		return fmt.Errorf("--root %s: %w", abs, err)
-	} else if !info.IsDir() {
-		return fmt.Errorf("--root %s: not a directory: pass a directory as --root", abs)
-	}
-	if abs != root {
-		return c.Set("root", abs)
-	}
-	return nil
 }
 
 // holdPort checks that the address flag gives can be bound, turns a port

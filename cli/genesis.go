@@ -58,6 +58,9 @@ Example:
 			if err := applyMemoryLimit(c, log); err != nil {
 				return err
 			}
+			if err := absDir(c); err != nil {
+				return err
+			}
 			dir := c.String("dir")
 			meshName, node := c.String("mesh"), c.String("node")
 			if err := spec.CheckName("mesh", meshName); err != nil {

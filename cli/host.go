@@ -75,6 +75,9 @@ func serveHostCommand() *cli.Command {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
 			}
+			if err := absDir(c); err != nil {
+				return err
+			}
 			if joining(c) {
 				return joinThenRun(c)
 			}
@@ -99,7 +102,7 @@ func serveHostCommand() *cli.Command {
 				return fromFileHint(err, fromFile, stateDir)
 			}
 			if err := absRoot(c); err != nil {
-				return err
+				return fromFileHint(err, fromFile, stateDir)
 			}
 			if _, err := resolverConfig(c, c.String("dns")); err != nil {
 				return fromFileHint(err, fromFile, stateDir)

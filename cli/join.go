@@ -62,6 +62,9 @@ func joinToken(c *cli.Context) (spec.Token, error) {
 // the launcher and its child start as they do on a joined machine. Every
 // flag is checked first, so a bad one changes nothing.
 func joinThenRun(c *cli.Context) error {
+	if err := absDir(c); err != nil {
+		return err
+	}
 	tok, err := joinToken(c)
 	if err != nil {
 		return err
@@ -80,7 +83,7 @@ func joinThenRun(c *cli.Context) error {
 		return fromFileHint(err, fromFile, stateDir)
 	}
 	if err := absRoot(c); err != nil {
-		return err
+		return fromFileHint(err, fromFile, stateDir)
 	}
 	if _, err := resolverConfig(c, c.String("dns")); err != nil {
 		return fromFileHint(err, fromFile, stateDir)

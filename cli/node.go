@@ -18,7 +18,10 @@ func nodeCommand() *cli.Command {
 				ArgsUsage: "NODE",
 				Description: `The node's bus credential is withdrawn (its connections are closed and its
 next connection is refused), the declarations the bus kept for it are purged,
-and it leaves the store and the lists. A
+and it leaves the store and the lists. The roster without it is sent at once,
+so its names leave every host without a push (when the mesh cannot be
+composed, nothing is sent and the answer says the names stay until the next
+mesh push). A
 removal that failed half-way is finished by running it again. The removed
 machine's mesh host exits with code 3. To bring the machine back, make a new
 token and join again (with a new --dir, or after removing D/host): it starts
@@ -35,10 +38,17 @@ Example:
 					if err := spec.CheckName("node", name); err != nil {
 						return usageError{err.Error()}
 					}
-					if _, err := callCmd(c, spec.NodeRemove, spec.NodeRemoveRequest{Name: name}); err != nil {
+					res, err := callCmd(c, spec.NodeRemove, spec.NodeRemoveRequest{Name: name})
+					if err != nil {
 						return err
 					}
 					fmt.Fprintf(c.App.Writer, "node %s removed\n", name)
+					switch {
+					case res.Roster != nil:
+						fmt.Fprintf(c.App.Writer, "names: roster %d sent without it, to %d node(s)\n", res.Roster.Seq, res.Roster.Nodes)
+					case res.NamesKept != "":
+						fmt.Fprintf(c.App.Writer, "names: %s\n", res.NamesKept)
+					}
 					return nil
 				},
 			},

@@ -130,6 +130,9 @@ func claimDNS(c *cli.Context) (string, io.Closer, []resolver.Held, error) {
 // ready. --healthy-within and --log-level not given come from
 // D/config.yaml; a file that cannot be read is the child's to refuse.
 func launchCommand(c *cli.Context, mode string, skip ...string) error {
+	if err := absDir(c); err != nil {
+		return err
+	}
 	dir := c.String("dir")
 	kept, _ := statedir.ReadConfig(dir)
 	for _, name := range []string{"healthy-within", "log-level"} {

@@ -171,9 +171,11 @@ type Agent struct {
 	root  *x509.Certificate
 	chain atomic.Pointer[[]*x509.Certificate]
 	// launchErr is the last failure to read the launcher's record, said
-	// once; versionWaits is the wanted version said to wait (no launcher).
+	// once; versionWaits is the wanted version said to wait (no launcher);
+	// badWant the last want file said to name no version.
 	launchErr    atomic.Pointer[string]
 	versionWaits string
+	badWant      string
 }
 
 // New reads the host's state and credential and starts nothing.

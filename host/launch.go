@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
@@ -60,16 +59,22 @@ func (a *Agent) fallbacks() []spec.Fallback {
 
 // newVersion is the digest the node wants when it is delivered, is not
 // version (the one running) and the launcher did not give up on it; ""
-// when there is none such.
+// when there is none such. The want file is read as the launcher reads it
+// (spec.ReadWant): one it ignores is no version to stand aside for, said
+// once until it changes.
 func (a *Agent) newVersion(version string) (string, error) {
-	body, err := os.ReadFile(filepath.Join(a.versions(), spec.WantFile))
-	if errors.Is(err, os.ErrNotExist) {
+	want, err := spec.ReadWant(a.versions())
+	if errors.Is(err, spec.ErrBadWant) {
+		if a.badWant != err.Error() {
+			a.badWant = err.Error()
+			a.log.Warn("the wanted version is ignored", "err", err)
+		}
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("read the wanted version: %w", err)
+		return "", err
 	}
-	want := strings.TrimSpace(string(body))
+	a.badWant = ""
 	if want == version || want == "" {
 		return "", nil
 	}

@@ -120,6 +120,41 @@ func TestStandAsideAfterTheReport(t *testing.T) {
 	}
 }
 
+// A want file that names no release digest is no version to stand aside
+// for, though a directory of that name holds a binary: the launcher
+// ignores it (spec.ReadWant), so standing aside for it would have the
+// launcher start this version again after every apply.
+func TestBadWantIsNoVersionToStandAsideFor(t *testing.T) {
+	t.Parallel()
+	other := strings.Repeat("ab", 32)
+	for _, want := range []string{"notadigest", "./" + other, strings.ToUpper(other)} {
+		t.Run(want, func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t)
+			b.launched = true
+			deliverVersion(t, b.hostDir, other, false)
+			deliverVersion(t, b.hostDir, strings.ToUpper(other), false)
+			deliverVersion(t, b.hostDir, "notadigest", false)
+			if err := os.WriteFile(filepath.Join(b.hostDir, spec.VersionsDir, spec.WantFile), []byte(want+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			b.start()
+			for seq := uint64(1); seq <= 2; seq++ {
+				b.publish(encode(t, b.declaration(seq, fileResource("/a", fmt.Sprint(seq)))), nil)
+				select {
+				case <-b.reports:
+				case err := <-b.ended:
+					t.Fatalf("Run ended: %v; want no standing aside for %q", err, want)
+				case <-time.After(20 * time.Second):
+					t.Fatal("no report from the host within 20s")
+				}
+			}
+			// The second report came: the host did not stand aside
+			// after the first apply, nor before it.
+		})
+	}
+}
+
 // A heartbeat carries the versions the launcher gave up on, newest first,
 // at most spec.MaxFallbacks, read from launch.json as it is then.
 func TestHeartbeatCarriesFallbacks(t *testing.T) {

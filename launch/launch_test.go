@@ -219,6 +219,31 @@ func TestStandAsideStartsTheWantedVersion(t *testing.T) {
 	}
 }
 
+// A want file that names no release digest is ignored: the launcher runs
+// its own executable, not a delivered version the file points at
+// otherwise (the child reads the file alike, and does not stand aside).
+func TestBadWantIsIgnored(t *testing.T) {
+	t.Parallel()
+	dir := newDir(t)
+	self := child(t, "ready")
+	v2 := child(t, "ready2")
+	deliver(t, dir, v2, false)
+	if err := os.WriteFile(filepath.Join(dir, "host", spec.VersionsDir, spec.WantFile), []byte("./"+v2.digest+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path})
+	poll.Until(t, 20*time.Second, "the own executable good", func() (bool, string) {
+		l := readLaunch(t, dir)
+		return l.Good == self.digest && l.Running == self.digest, fmt.Sprintf("%+v", l)
+	})
+	if l := readLaunch(t, dir); len(l.Bad) != 0 {
+		t.Errorf("bad %+v, want none: an ignored want marks nothing", l.Bad)
+	}
+	if strings.Contains(children(dir), "start ready2") {
+		t.Errorf("the version a bad want file points at ran:\n%s", children(dir))
+	}
+}
+
 // A ready child that exits for another reason ends the launcher with its
 // status; the version of last resort exiting before it is ready does too,
 // and is not marked bad (there is nothing to fall back to).

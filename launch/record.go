@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/mesh-fleet/mesh/internal/safefile"
 	"github.com/mesh-fleet/mesh/release"
@@ -115,21 +114,15 @@ func (l *Launcher) retry() (spec.Retry, bool) {
 	return r, ok
 }
 
-// want is the digest D/host/versions/want names, or "" when it is absent.
+// want is the digest D/host/versions/want names, or "" when it is absent
+// or names none (spec.ReadWant, which the child reads it by too).
 func (l *Launcher) want() (string, error) {
-	body, err := os.ReadFile(filepath.Join(l.versions, spec.WantFile))
-	if errors.Is(err, os.ErrNotExist) {
+	want, err := spec.ReadWant(l.versions)
+	if errors.Is(err, spec.ErrBadWant) {
+		l.log.Warn("the wanted version is ignored", "err", err)
 		return "", nil
 	}
-	if err != nil {
-		return "", fmt.Errorf("read the wanted version: %w", err)
-	}
-	want := strings.TrimSpace(string(body))
-	if !isDigest(want) {
-		l.log.Warn("the wanted version is no SHA-256 digest; ignored", "file", filepath.Join(l.versions, spec.WantFile), "holds", want)
-		return "", nil
-	}
-	return want, nil
+	return want, err
 }
 
 // verified is the path of the delivered binary named digest once its
@@ -150,16 +143,4 @@ func (l *Launcher) verified(digest string) (string, error) {
 		return "", fmt.Errorf("%s hashes to %s, not to the digest it is delivered as", path, short(got))
 	}
 	return path, nil
-}
-
-func isDigest(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -187,7 +187,8 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.roller.gather, c.roller.rosterOnce, c.roller.contentNow, c.roller.send = c.composer.gather, c.rosters.rosterOnce, c.rosters.contentNow, c.send
 	c.enrolment = &enrolment{base: b, keys: cfg.Keys, busURLs: cfg.BusURLs, node: cfg.Node, signKey: cfg.SignKey, maxNodes: c.maxNodes(),
 		bus: deps.Bus, ca: deps.CA, metrics: &c.metrics, locks: &c.locks, beats: c.beats,
-		purge: func(ctx context.Context, node string) error { return purgeDeclarations(ctx, c.js, node) }}
+		purge:     func(ctx context.Context, node string) error { return purgeDeclarations(ctx, c.js, node) },
+		sendNames: c.sendNames}
 	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect}
 	c.numbers = &numberer{db: deps.DB, now: cfg.Now}
 	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond}

@@ -46,6 +46,9 @@ type enrolment struct {
 	beats    *beats
 	// purge drops what the declaration stream holds for a node.
 	purge func(ctx context.Context, node string) error
+	// sendNames composes the mesh's roster and sends it when it changed:
+	// what it sent (nil: nothing, it held the same names).
+	sendNames func(ctx context.Context) (*spec.PushRoster, error)
 
 	mu        sync.Mutex
 	users     map[string]broker.User // as last given to the bus, by nkey
@@ -280,20 +283,20 @@ func (en *enrolment) revokeToken(ctx context.Context, req spec.TokenRevokeReques
 // token. Every step runs under
 // the node's lock, so no declaration is sent to it between the purge and
 // the end.
-func (en *enrolment) removeNode(ctx context.Context, req spec.NodeRemoveRequest) (spec.Empty, error) {
+func (en *enrolment) removeNode(ctx context.Context, req spec.NodeRemoveRequest) (spec.NodeRemoveResult, error) {
 	if err := spec.CheckName("node", req.Name); err != nil {
-		return spec.Empty{}, callerError(err.Error())
+		return spec.NodeRemoveResult{}, callerError(err.Error())
 	}
 	if req.Name == en.node {
-		return spec.Empty{}, refusedError(fmt.Sprintf("node %q is this controller's own machine: its host runs in the controller's process and cannot be removed from the mesh", req.Name))
+		return spec.NodeRemoveResult{}, refusedError(fmt.Sprintf("node %q is this controller's own machine: its host runs in the controller's process and cannot be removed from the mesh", req.Name))
 	}
 	lock := en.locks.of(req.Name)
 	lock.Lock()
 	defer lock.Unlock()
 	if err := en.db.BeginRemoval(ctx, req.Name, en.now()); errors.Is(err, store.ErrNotFound) {
-		return spec.Empty{}, notFoundError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Name))
+		return spec.NodeRemoveResult{}, notFoundError(fmt.Sprintf("no node called %q: mesh node list shows the nodes", req.Name))
 	} else if err != nil {
-		return spec.Empty{}, err
+		return spec.NodeRemoveResult{}, err
 	}
 	unfinished := func(err error) error {
 		return fmt.Errorf("node %q is only partly removed: %w; run mesh node remove %s again to finish", req.Name, err, req.Name)
@@ -301,17 +304,27 @@ func (en *enrolment) removeNode(ctx context.Context, req spec.NodeRemoveRequest)
 	// The node's credential stops working now: the bus drops its user and
 	// with it the node's connections.
 	if err := en.withdrawNode(ctx, req.Name); err != nil {
-		return spec.Empty{}, unfinished(fmt.Errorf("its credential is still on the bus: %w", err))
+		return spec.NodeRemoveResult{}, unfinished(fmt.Errorf("its credential is still on the bus: %w", err))
 	}
 	if err := jsCall(ctx, func(ctx context.Context) error { return en.purge(ctx, req.Name) }); err != nil {
-		return spec.Empty{}, unfinished(err)
+		return spec.NodeRemoveResult{}, unfinished(err)
 	}
 	if err := en.db.RemoveNode(ctx, req.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return spec.Empty{}, unfinished(err)
+		return spec.NodeRemoveResult{}, unfinished(err)
 	}
 	en.beats.forget(req.Name)
 	en.log.Info("node removed", "node", req.Name)
-	return spec.Empty{}, nil
+	// The node's names leave every host now, not at the next push. A
+	// roster that cannot be composed is not sent (invariant 1): the
+	// removal is done, and its answer says the names stay until a push.
+	var res spec.NodeRemoveResult
+	roster, err := en.sendNames(ctx)
+	if err != nil {
+		en.log.Error("roster not sent after a removal", "node", req.Name, "err", err)
+		res.NamesKept = fmt.Sprintf("the roster was not sent (%v): every host keeps the names it has, %s's among them, until the next mesh push", err, req.Name)
+	}
+	res.Roster = roster
+	return res, nil
 }
 
 // nameTaken says why name cannot be given to a new node, or nil if it can.

@@ -166,18 +166,16 @@ func (cat *catalogue) assign(ctx context.Context, req spec.AssignRequest) (spec.
 	if err := checkGrantRequest(*mod, req); err != nil {
 		return spec.AssignResult{}, err
 	}
+	// A second assign keeps the values it is not given, but those unset.
+	unset, check, err := cat.keptSettings(ctx, *mod, req)
+	if err != nil {
+		return spec.AssignResult{}, err
+	}
 	// The settings are checked as composition will check them, so a bad one
 	// is refused now, naming it, and nothing is recorded. Those the
 	// module's grants fill count as given.
-	check := req.Settings
-	if filled := mod.FilledSettings(); len(filled) > 0 {
-		check = map[string]string{}
-		for k, v := range req.Settings {
-			check[k] = v
-		}
-		for name := range filled {
-			check[name] = ""
-		}
+	for name := range mod.FilledSettings() {
+		check[name] = ""
 	}
 	if _, err := settingValues(req.Node, *mod, check); err != nil {
 		var se *SettingError
@@ -199,7 +197,7 @@ func (cat *catalogue) assign(ctx context.Context, req spec.AssignRequest) (spec.
 		return spec.AssignResult{}, err
 	}
 	res, err := cat.changedBy(ctx, req.Node, func() error {
-		err := cat.db.Assign(ctx, req.Module, req.Node, req.Settings, cat.now())
+		err := cat.db.Reassign(ctx, req.Module, req.Node, req.Settings, unset, cat.now())
 		if errors.Is(err, store.ErrNotFound) {
 			return notFoundError(err.Error())
 		}
@@ -216,7 +214,7 @@ func (cat *catalogue) assign(ctx context.Context, req spec.AssignRequest) (spec.
 				names = append(names, k)
 			}
 			sort.Strings(names)
-			cat.log.Info("module assigned", "module", req.Module, "node", req.Node, "settings", names)
+			cat.log.Info("module assigned", "module", req.Module, "node", req.Node, "settings", names, "unset", req.Unset)
 		}
 		return err
 	})
@@ -225,6 +223,58 @@ func (cat *catalogue) assign(ctx context.Context, req spec.AssignRequest) (spec.
 	}
 	// A provider's file gains or loses the consumer's line.
 	return withChanged(res, providers...), nil
+}
+
+// keptSettings checks req.Unset against mod and reads what the node
+// holds of mod already: it returns the names to drop (those unset, and
+// kept ones mod no longer declares) and the settings the assignment will
+// hold, opened, for the check. A setting unset that mod does not declare,
+// that is given as well, or that is required with no default is refused,
+// naming it.
+func (cat *catalogue) keptSettings(ctx context.Context, mod spec.Module, req spec.AssignRequest) ([]string, map[string]string, error) {
+	drop := map[string]bool{}
+	for _, name := range req.Unset {
+		s, ok := mod.Setting(name)
+		_, given := req.Settings[name]
+		switch {
+		case !ok:
+			var names []string
+			for _, s := range mod.Settings {
+				names = append(names, s.Name)
+			}
+			return nil, nil, callerError(fmt.Sprintf("--unset %s: module %q declares no setting %q (it declares: %s); nothing was assigned", name, mod.Name, name, orNone(names)))
+		case given:
+			return nil, nil, callerError(fmt.Sprintf("setting %q is both set and unset; nothing was assigned", name))
+		case s.Required && s.Default == nil:
+			return nil, nil, callerError(fmt.Sprintf("--unset %s: setting %q of module %q is required and has no default: give it another value instead (--set %s=VALUE); nothing was assigned", name, name, mod.Name, name))
+		}
+		drop[name] = true
+	}
+	held := map[string]string{}
+	switch a, err := cat.db.Assignment(ctx, req.Module, req.Node); {
+	case err == nil:
+		held = a.Settings
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, nil, fmt.Errorf("read the settings %s holds on %s: %w; nothing was assigned", req.Module, req.Node, err)
+	}
+	check := map[string]string{}
+	for name, v := range held {
+		if _, declared := mod.Setting(name); !declared {
+			drop[name] = true
+		}
+		if !drop[name] {
+			check[name] = v
+		}
+	}
+	for name, v := range req.Settings {
+		check[name] = v
+	}
+	unset := make([]string, 0, len(drop))
+	for name := range drop {
+		unset = append(unset, name)
+	}
+	sort.Strings(unset)
+	return unset, check, nil
 }
 
 func orNone(names []string) string {

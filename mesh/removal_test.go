@@ -197,3 +197,52 @@ func TestControllersOwnNodeIsNotRemoved(t *testing.T) {
 		t.Fatalf("after the refusal: %+v %v, on the bus %v", alpha, err, onBus(c, alpha.NKey))
 	}
 }
+
+// TestRemovalSendsTheNames: a removal sends the roster without the node,
+// so its names leave every host without a push; when the mesh cannot be
+// composed, the removal still completes, nothing is sent (every host
+// keeps the names it has: invariant 1) and the answer says the names
+// stay until the next push.
+func TestRemovalSendsTheNames(t *testing.T) {
+	t.Parallel()
+	var fs *failingStore
+	c, db := newControllerWith(t, &clock{now: time.Now()}, func(db *store.DB) Store {
+		fs = &failingStore{DB: db, node: "beta"}
+		return fs
+	})
+	meshOf(t, c, db)
+	ctx := context.Background()
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	before, seqBefore := rosterOnStream(t, c)
+	if got := routeNames(before); got != "web.alpha.internal,web.beta.internal" {
+		t.Fatalf("the roster before: %s", got)
+	}
+
+	res, err := c.enrolment.removeNode(ctx, spec.NodeRemoveRequest{Name: "beta"})
+	if err != nil || res.Roster == nil || res.Roster.Nodes != 2 || res.NamesKept != "" {
+		t.Fatalf("remove beta: %+v %v, want the roster of 2 nodes sent", res, err)
+	}
+	after, seq := rosterOnStream(t, c)
+	if got := routeNames(after); got != "web.alpha.internal" || seq != res.Roster.Seq || seq <= seqBefore {
+		t.Errorf("the roster after the removal: %s (seq %d, answered %d, before %d), want beta's name gone", got, seq, res.Roster.Seq, seqBefore)
+	}
+	for _, n := range after.Nodes {
+		if n.Name == "beta" {
+			t.Errorf("the roster after the removal names beta: %+v", after.Nodes)
+		}
+	}
+
+	fs.fail.Store(true)
+	res, err = c.enrolment.removeNode(ctx, spec.NodeRemoveRequest{Name: "gamma"})
+	if err != nil || res.Roster != nil || !strings.Contains(res.NamesKept, "every host keeps the names it has, gamma's among them, until the next mesh push") {
+		t.Fatalf("remove gamma with the mesh not composing: %+v %v, want it done and the names said kept", res, err)
+	}
+	if _, err := db.Node(ctx, "gamma"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("gamma still in the store: %v", err)
+	}
+	if kept, seqKept := rosterOnStream(t, c); seqKept != seq || len(kept.Nodes) != len(after.Nodes) {
+		t.Errorf("a roster was sent from a failed composition: seq %d (was %d), nodes %+v", seqKept, seq, kept.Nodes)
+	}
+}

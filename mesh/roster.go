@@ -333,6 +333,22 @@ func (rs *rosters) rosterOnce(ctx context.Context, g gathered) func() (*spec.Ros
 	}
 }
 
+// sendNames composes the mesh's roster and sends it if it changed, as a
+// push does before any declaration, for a change of the names that needs
+// no declaration (a node removed): what it sent, nil when the roster in
+// force holds the same names. A composition that fails sends nothing.
+func (c *Controller) sendNames(ctx context.Context) (*spec.PushRoster, error) {
+	g, err := c.composer.gather(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("compose the mesh: %w", err)
+	}
+	ref, sent, err := c.rosters.sendRoster(ctx, g.roster)
+	if err != nil || !sent {
+		return nil, err
+	}
+	return &spec.PushRoster{Seq: ref.Seq, Nodes: len(g.roster.Nodes)}, nil
+}
+
 // rosterOf is the roster recorded as r.
 func rosterOf(r store.Roster) (spec.Roster, error) {
 	var doc spec.RosterDoc

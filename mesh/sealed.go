@@ -41,12 +41,32 @@ func settingPlace(module, node, setting string) string {
 
 // Assign seals the settings that are secret, then records them.
 func (s *sealedStore) Assign(ctx context.Context, module, node string, settings map[string]string, at time.Time) error {
+	sealed, err := s.sealSettings(ctx, module, node, settings)
+	if err != nil {
+		return err
+	}
+	return s.Store.Assign(ctx, module, node, sealed, at)
+}
+
+// Reassign seals the settings given that are secret, then records them;
+// the values kept are kept sealed as they are, never opened.
+func (s *sealedStore) Reassign(ctx context.Context, module, node string, set map[string]string, unset []string, at time.Time) error {
+	sealed, err := s.sealSettings(ctx, module, node, set)
+	if err != nil {
+		return err
+	}
+	return s.Store.Reassign(ctx, module, node, sealed, unset, at)
+}
+
+// sealSettings is settings, given to module on node, with those that are
+// secret sealed.
+func (s *sealedStore) sealSettings(ctx context.Context, module, node string, settings map[string]string) (map[string]string, error) {
 	secret := func(string) bool { return true } // unless the module says otherwise
 	switch m, err := s.Store.Module(ctx, module); {
 	case err == nil:
 		secret = secretIn(m.Module)
 	case !errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("assign %s to %s: %w", module, node, err)
+		return nil, fmt.Errorf("assign %s to %s: %w", module, node, err)
 	}
 	sealed := make(map[string]string, len(settings))
 	for name, v := range settings {
@@ -55,7 +75,7 @@ func (s *sealedStore) Assign(ctx context.Context, module, node string, settings 
 		}
 		sealed[name] = v
 	}
-	return s.Store.Assign(ctx, module, node, sealed, at)
+	return sealed, nil
 }
 
 // secretIn says which of m's settings are secret: those it declares so.
@@ -124,6 +144,19 @@ func (s *sealedStore) AssignmentsOf(ctx context.Context, node string) ([]store.A
 		return nil, fmt.Errorf("read assignments of node %q: %w", node, err)
 	}
 	return as, nil
+}
+
+// Assignment is module's assignment to node, its sealed values opened.
+func (s *sealedStore) Assignment(ctx context.Context, module, node string) (store.Assignment, error) {
+	a, err := s.Store.Assignment(ctx, module, node)
+	if err != nil {
+		return a, err
+	}
+	as := []store.Assignment{a}
+	if err := s.open(as); err != nil {
+		return a, fmt.Errorf("read the assignment of %s to %s: %w", module, node, err)
+	}
+	return as[0], nil
 }
 
 // open opens, in place, every sealed value of as. One that does not open

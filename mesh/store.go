@@ -77,9 +77,11 @@ type ModuleStore interface {
 // AssignmentStore keeps which modules are assigned to which nodes.
 type AssignmentStore interface {
 	Assign(ctx context.Context, module, node string, settings map[string]string, at time.Time) error
+	Reassign(ctx context.Context, module, node string, set map[string]string, unset []string, at time.Time) error
 	Unassign(ctx context.Context, module, node string) error
 	Assignments(ctx context.Context) ([]store.Assignment, error)
 	AssignmentsOf(ctx context.Context, node string) ([]store.Assignment, error)
+	Assignment(ctx context.Context, module, node string) (store.Assignment, error)
 	RewriteSettings(ctx context.Context, modules []string, rewrite func(store.Assignment, spec.Module) (map[string]string, bool, error)) (int, error)
 }
 

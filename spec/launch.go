@@ -112,6 +112,44 @@ func ReadRetry(dir string) (r Retry, ok bool, err error) {
 	return r, perr == nil, nil
 }
 
+// ParseWant reads WantFile's content: the digest the node wants, "" for
+// an empty file (no version wanted). Anything but one release digest, a
+// line ending aside, is refused: the launcher and its child both read the
+// file through here, so a version one of them ignores the other does not
+// stand aside for.
+func ParseWant(b []byte) (string, error) {
+	want := strings.TrimSpace(string(b))
+	if want == "" {
+		return "", nil
+	}
+	if err := CheckReleaseDigest(want); err != nil {
+		return "", fmt.Errorf("the wanted version: %w", err)
+	}
+	return want, nil
+}
+
+// ReadWant reads WantFile in the versions directory dir: "" when there is
+// none. A file that does not parse is ErrBadWant with why; a read that
+// failed is another error.
+func ReadWant(dir string) (string, error) {
+	body, err := os.ReadFile(filepath.Join(dir, WantFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the wanted version: %w", err)
+	}
+	want, err := ParseWant(body)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrBadWant, filepath.Join(dir, WantFile), err)
+	}
+	return want, nil
+}
+
+// ErrBadWant is a WantFile that names no release digest: no version is
+// wanted, and the launcher keeps what it runs.
+var ErrBadWant = errors.New("the wanted version is no release digest; ignored")
+
 // Retries says whether l is still to honour r: it marks r's digest bad and
 // has not tried it again for r's count.
 func (l Launch) Retries(r Retry) bool {

@@ -1,7 +1,10 @@
 package spec_test
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -30,6 +33,60 @@ func TestLaunchFallbacks(t *testing.T) {
 	}
 	if got := (spec.Launch{}).Fallbacks(); got != nil {
 		t.Errorf("no bad versions: %v, want none", got)
+	}
+}
+
+// ParseWant takes one release digest, or nothing, and refuses all else:
+// the launcher and its child decide through it alike.
+func TestParseWant(t *testing.T) {
+	t.Parallel()
+	d := strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{d, d, true},
+		{d + "\n", d, true},
+		{" " + d + "\r\n", d, true},
+		{"", "", true},
+		{"\n", "", true},
+		{strings.ToUpper(d), "", false},
+		{"./" + d, "", false},
+		{"../" + d, "", false},
+		{d[:63], "", false},
+		{d + "0", "", false},
+		{d + " " + d, "", false},
+		{"notadigest", "", false},
+		{strings.Repeat("g", 64), "", false},
+	} {
+		got, err := spec.ParseWant([]byte(tc.in))
+		if got != tc.want || (err == nil) != tc.ok {
+			t.Errorf("ParseWant(%q) = %q, %v; want %q, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+// ReadWant: no file is no version; a file that does not parse is
+// ErrBadWant, naming the file.
+func TestReadWant(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if got, err := spec.ReadWant(dir); got != "" || err != nil {
+		t.Errorf("no file: %q, %v", got, err)
+	}
+	d := strings.Repeat("cd", 32)
+	if err := os.WriteFile(filepath.Join(dir, spec.WantFile), []byte(d+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := spec.ReadWant(dir); got != d || err != nil {
+		t.Errorf("a digest: %q, %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, spec.WantFile), []byte("latest\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := spec.ReadWant(dir)
+	if got != "" || !errors.Is(err, spec.ErrBadWant) || !strings.Contains(err.Error(), filepath.Join(dir, spec.WantFile)) {
+		t.Errorf("a bad file: %q, %v; want ErrBadWant naming the file", got, err)
 	}
 }
 

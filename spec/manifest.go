@@ -393,6 +393,9 @@ type (
 		Module   string            `json:"module"`
 		Node     string            `json:"node"`
 		Settings map[string]string `json:"settings,omitempty"`
+		// Unset, in an assign, names settings to drop: a setting neither
+		// given nor unset keeps the value it has on the node.
+		Unset []string `json:"unset,omitempty"`
 		// Grants names, for a grant the module consumes, the node whose
 		// provider it is given (grant to node): needed only when several
 		// nodes provide it.

@@ -152,5 +152,15 @@ type NodeRemoveRequest struct {
 	Name string `json:"name"`
 }
 
+// NodeRemoveResult is what a removal did of the mesh's names: the roster
+// it sent without the node (nil when none was sent: the roster held no
+// name of it, or it could not be composed), and, when it could not,
+// NamesKept, why: the hosts keep the names they hold, the node's among
+// them, until the next push sends the roster.
+type NodeRemoveResult struct {
+	Roster    *PushRoster `json:"roster,omitempty"`
+	NamesKept string      `json:"names_kept,omitempty"`
+}
+
 // Empty is the result of a call that returns nothing but success.
 type Empty struct{}

@@ -34,7 +34,7 @@ const DefaultVerbTimeout = 30 * time.Second
 var (
 	NodeList    = Verb[NodeListRequest, NodeListResult]{"node.list", DefaultVerbTimeout}
 	NodeShow    = Verb[NodeShowRequest, NodeShowResult]{"node.show", DefaultVerbTimeout}
-	NodeRemove  = Verb[NodeRemoveRequest, Empty]{"node.remove", DefaultVerbTimeout}
+	NodeRemove  = Verb[NodeRemoveRequest, NodeRemoveResult]{"node.remove", DefaultVerbTimeout}
 	NodeHold    = Verb[HoldRequest, Empty]{"node.hold", DefaultVerbTimeout}
 	TokenCreate = Verb[TokenCreateRequest, TokenCreateResult]{"token.create", DefaultVerbTimeout}
 	TokenList   = Verb[TokenListRequest, TokenListResult]{"token.list", DefaultVerbTimeout}

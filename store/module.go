@@ -151,6 +151,57 @@ func (db *modules) Assign(ctx context.Context, module, node string, settings map
 	return nil
 }
 
+// Reassign assigns module to node as Assign does, but keeps the settings
+// it holds there already: set replaces the values it names, unset drops
+// those it names, and every other value is kept as it is stored, in one
+// transaction. A missing module or node wraps ErrNotFound.
+func (db *modules) Reassign(ctx context.Context, module, node string, set map[string]string, unset []string, at time.Time) error {
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		for _, q := range []struct{ table, name string }{{"modules", module}, {"nodes", node}} {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+q.table+` WHERE name = ?`, q.name).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("no %s called %q: %w", q.table[:len(q.table)-1], q.name, ErrNotFound)
+			}
+		}
+		settings := map[string]string{}
+		var kept string
+		err := tx.QueryRowContext(ctx, `SELECT settings FROM assignments WHERE module = ? AND node = ?`, module, node).Scan(&kept)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return err
+		default:
+			if err := json.Unmarshal([]byte(kept), &settings); err != nil {
+				return fmt.Errorf("settings kept: %w", err)
+			}
+			if settings == nil {
+				settings = map[string]string{}
+			}
+		}
+		for _, name := range unset {
+			delete(settings, name)
+		}
+		for name, v := range set {
+			settings[name] = v
+		}
+		body, err := json.Marshal(settings)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO assignments (module, node, assigned_at, settings) VALUES (?, ?, ?, ?)
+			ON CONFLICT (module, node) DO UPDATE SET settings = excluded.settings`,
+			module, node, formatTime(at), string(body))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("assign %s to %s: %w", module, node, err)
+	}
+	return nil
+}
+
 // AssignedError is a module that cannot be removed: these nodes hold it.
 type AssignedError struct {
 	Module string
@@ -243,6 +294,18 @@ func (db *modules) AssignmentsOf(ctx context.Context, node string) ([]Assignment
 		return nil, fmt.Errorf("read assignments of node %q: %w", node, err)
 	}
 	return as, nil
+}
+
+// Assignment is module's assignment to node; none wraps ErrNotFound.
+func (db *modules) Assignment(ctx context.Context, module, node string) (Assignment, error) {
+	as, err := db.assignments(ctx, `SELECT module, node, settings FROM assignments WHERE module = ? AND node = ?`, module, node)
+	if err != nil {
+		return Assignment{}, fmt.Errorf("read the assignment of %s to %s: %w", module, node, err)
+	}
+	if len(as) == 0 {
+		return Assignment{}, fmt.Errorf("%s is not assigned to %s: %w", module, node, ErrNotFound)
+	}
+	return as[0], nil
 }
 
 func (db *modules) assignments(ctx context.Context, query string, args ...any) ([]Assignment, error) {
