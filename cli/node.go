@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"fmt"
-
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/urfave/cli/v2"
 )
@@ -38,7 +36,7 @@ Example:
 					if _, err := callCmd(c, spec.NodeRemove, spec.NodeRemoveRequest{Name: name}); err != nil {
 						return err
 					}
-					fmt.Fprintf(c.App.Writer, "node %s removed\n", name)
+					say(c.App.Writer, "node %s removed\n", name)
 					return nil
 				},
 			},
@@ -139,9 +137,9 @@ func holdCommands() []*cli.Command {
 					return err
 				}
 				if hold {
-					fmt.Fprintf(c.App.Writer, "node %s held: pushes send it nothing until mesh node release %s\n", req.Node, req.Node)
+					say(c.App.Writer, "node %s held: pushes send it nothing until mesh node release %s\n", req.Node, req.Node)
 				} else {
-					fmt.Fprintf(c.App.Writer, "node %s released: the next push sends it its declaration\n", req.Node)
+					say(c.App.Writer, "node %s released: the next push sends it its declaration\n", req.Node)
 				}
 				return nil
 			},

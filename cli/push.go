@@ -119,7 +119,7 @@ Examples:
 			}
 			deadline := time.Now().Add(c.Duration("wait"))
 			if res.Roster != nil {
-				fmt.Fprintf(out, "names: roster %d sent to every host (%s)\n", res.Roster.Seq, nodeCount(res.Roster.Nodes))
+				say(out, "names: roster %d sent to every host (%s)\n", res.Roster.Seq, nodeCount(res.Roster.Nodes))
 			}
 			outcome := waitForReports(c.Context, out, res, events, c.Duration("wait"), c.Bool("verbose"), c.Bool("dry-run"))
 			if res.Roster != nil {
@@ -155,21 +155,21 @@ func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, event
 		outcome.Nodes = append(outcome.Nodes, PushNodeOutcome{PushNode: n})
 		switch {
 		case n.Held:
-			fmt.Fprintf(w, "%s: held: %s\n", n.Node, n.Error)
+			say(w, "%s: held: %s\n", n.Node, n.Error)
 			outcome.OK = false
 			continue
 		case n.Error != "":
-			fmt.Fprintf(w, "%s: not sent: %s\n", n.Node, n.Error)
+			say(w, "%s: not sent: %s\n", n.Node, n.Error)
 			outcome.OK = false
 			continue
 		case n.Unchanged:
-			fmt.Fprintf(w, "%s: unchanged, not sent (declaration %d holds it; --force sends anyway)\n", n.Node, n.Seq)
+			say(w, "%s: unchanged, not sent (declaration %d holds it; --force sends anyway)\n", n.Node, n.Seq)
 			continue
 		}
 		if dryRun {
-			fmt.Fprintf(w, "%s: asked what declaration %d would change (%d resources)\n", n.Node, n.Seq, n.Resources)
+			say(w, "%s: asked what declaration %d would change (%d resources)\n", n.Node, n.Seq, n.Resources)
 		} else {
-			fmt.Fprintf(w, "%s: sent declaration %d (%d resources)\n", n.Node, n.Seq, n.Resources)
+			say(w, "%s: sent declaration %d (%d resources)\n", n.Node, n.Seq, n.Resources)
 		}
 		pending[n.Node] = len(outcome.Nodes) - 1
 	}
@@ -191,7 +191,7 @@ func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, event
 				// Not applied yet (the host waits for the roster the
 				// declaration names): said, and waited for.
 				outcome.Nodes[i].Report = &r
-				fmt.Fprintf(w, "%s: declaration %d waits: %s\n", r.Node, r.Seq, r.Waiting)
+				say(w, "%s: declaration %d waits: %s\n", r.Node, r.Seq, r.Waiting)
 				continue
 			}
 			delete(pending, ev.Report.Node)
@@ -204,7 +204,7 @@ func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, event
 				outcome.Silent = append(outcome.Silent, node)
 			}
 			sort.Strings(outcome.Silent)
-			fmt.Fprintf(w, "interrupted; not heard yet from: %s\n", strings.Join(outcome.Silent, ", "))
+			say(w, "interrupted; not heard yet from: %s\n", strings.Join(outcome.Silent, ", "))
 			outcome.OK = false
 			return outcome
 		case <-deadline.C:
@@ -221,10 +221,10 @@ func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, event
 			sort.Strings(silent)
 			sort.Strings(waiting)
 			if len(silent) > 0 {
-				fmt.Fprintf(w, "no answer within %s from: %s\n", wait, strings.Join(silent, ", "))
+				say(w, "no answer within %s from: %s\n", wait, strings.Join(silent, ", "))
 			}
 			if len(waiting) > 0 {
-				fmt.Fprintf(w, "still waiting after %s (mesh status says for what): %s\n", wait, strings.Join(waiting, ", "))
+				say(w, "still waiting after %s (mesh status says for what): %s\n", wait, strings.Join(waiting, ", "))
 			}
 			outcome.OK = false
 			return outcome
@@ -263,7 +263,7 @@ func waitForRoster(ctx context.Context, w io.Writer, op *Operator, r spec.PushRo
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(w, "names: which hosts hold roster %d is not known: %v\n", r.Seq, err)
+		say(w, "names: which hosts hold roster %d is not known: %v\n", r.Seq, err)
 		return out, fmt.Errorf("read which hosts hold roster %d: %w", r.Seq, err)
 	}
 	line := fmt.Sprintf("names: roster %d held by %d of %s", r.Seq, out.Held, nodeCount(out.Held+len(out.NotYet)+len(out.Silent)))
@@ -273,7 +273,7 @@ func waitForRoster(ctx context.Context, w io.Writer, op *Operator, r spec.PushRo
 	if len(out.Silent) > 0 {
 		line += "; silent: " + strings.Join(out.Silent, ", ")
 	}
-	fmt.Fprintln(w, line)
+	say(w, "%s\n", line)
 	return out, nil
 }
 
