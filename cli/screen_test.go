@@ -111,7 +111,7 @@ func TestHostileTextsThroughEveryPrinter(t *testing.T) {
 			events := make(chan *nats.Msg, 1)
 			body, _ := json.Marshal(spec.PushEvent{PushID: "p1", Report: report})
 			events <- &nats.Msg{Data: body}
-			waitForReports(context.Background(), b, push, events, 50*time.Millisecond, true, false)
+			waitForReports(context.Background(), b, push, events, nil, 50*time.Millisecond, true, false)
 			return nil
 		}, push},
 		"module list": {func(b *bytes.Buffer) error {
