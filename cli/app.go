@@ -58,7 +58,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	var q quietError
 	if !errors.As(err, &q) {
-		fmt.Fprintf(stderr, "mesh: %v\n", err)
+		fmt.Fprintf(app.ErrWriter, "mesh: %v\n", err)
 	}
 	var u usageError
 	if errors.As(err, &u) || isFlagError(err) {
@@ -121,8 +121,8 @@ mesh host --join TOKEN. Every other command talks to the controller over the
 bus, using the operator credential in the state directory.
 
 Flags go before arguments: mesh node show --json web1.`,
-		Writer:      stdout,
-		ErrWriter:   stderr,
+		Writer:      screenOf(stdout),
+		ErrWriter:   screenOf(stderr),
 		HideVersion: true,
 		// mesh ... --generate-bash-completion lists what may come next:
 		// the scripts of mesh completion ask it.

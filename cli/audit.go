@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -28,17 +29,21 @@ func auditCommand() *cli.Command {
 				return err
 			}
 			if res.More {
-				defer fmt.Fprintf(c.App.ErrWriter, "more entries than one answer carries: narrow --since or --limit to see the rest\n")
+				defer say(c.App.ErrWriter, "more entries than one answer carries: narrow --since or --limit to see the rest\n")
 			}
 			if c.Bool("json") {
 				return printJSON(c.App.Writer, res.Entries)
 			}
-			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tOPERATOR\tVERB\tOUTCOME\tARGUMENTS")
-			for _, e := range res.Entries {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format(time.DateTime), e.Operator, e.Verb, e.Outcome, e.Args)
-			}
-			return tw.Flush()
+			return printAudit(c.App.Writer, res.Entries)
 		},
 	}
+}
+
+func printAudit(w io.Writer, entries []spec.AuditEntry) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tOPERATOR\tVERB\tOUTCOME\tARGUMENTS")
+	for _, e := range entries {
+		say(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format(time.DateTime), e.Operator, e.Verb, e.Outcome, e.Args)
+	}
+	return tw.Flush()
 }

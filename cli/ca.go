@@ -34,7 +34,7 @@ Example:
 				}
 				fmt.Fprint(c.App.Writer, res.PEM)
 				for _, p := range res.Pins {
-					fmt.Fprintf(c.App.ErrWriter, "pin %s\n", p)
+					say(c.App.ErrWriter, "pin %s\n", p)
 				}
 				return nil
 			},

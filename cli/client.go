@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
@@ -20,9 +21,50 @@ import (
 // Operator is the CLI's connection to a mesh's controller. The CLI never
 // opens the store: it calls the controller over the bus.
 type Operator struct {
-	ctx context.Context // ends on SIGINT or SIGTERM
-	nc  *nats.Conn
-	bus string
+	ctx  context.Context // ends on SIGINT or SIGTERM
+	nc   *nats.Conn
+	bus  string
+	lost *loss
+}
+
+// loss is the end of a connection to the controller, said once: when and
+// why, for a command that waits on the bus to say at once rather than when
+// its wait ends.
+type loss struct {
+	once sync.Once
+	done chan struct{}
+	at   time.Time
+	err  error
+}
+
+func newLoss() *loss { return &loss{done: make(chan struct{})} }
+
+// options are the connection options that make the connection's end l's.
+// The operator's connection does not reconnect: a disconnection is its
+// end, and its cause is the first one reported.
+func (l *loss) options() []nats.Option {
+	return []nats.Option{
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { l.end(err) }),
+		nats.ClosedHandler(func(nc *nats.Conn) { l.end(nc.LastError()) }),
+	}
+}
+
+func (l *loss) end(err error) {
+	l.once.Do(func() {
+		if err == nil {
+			err = errors.New("the bus closed it")
+		}
+		l.at, l.err = time.Now(), err
+		close(l.done)
+	})
+}
+
+// Done is closed once the connection ended.
+func (l *loss) Done() <-chan struct{} { return l.done }
+
+// String says when and why the connection ended, once it has.
+func (l *loss) String() string {
+	return fmt.Sprintf("lost the connection to the controller at %s (%v)", l.at.Format(time.TimeOnly), l.err)
 }
 
 func dialOperator(c *cli.Context) (*Operator, error) {
@@ -49,8 +91,10 @@ func DialOperator(ctx context.Context, dir string) (*Operator, error) {
 	}
 	pub, _ := key.PublicKey()
 	bus := daemon.Dialable(addrs.Bus)
+	var lost *loss
 	connect := func() (*nats.Conn, error) {
-		return nats.Connect("nats://"+bus,
+		lost = newLoss()
+		return nats.Connect("nats://"+bus, append(lost.options(),
 			nats.Name("operator"),
 			nats.Nkey(pub, key.Sign),
 			nats.Secure(ca.ClientTLS(root, spec.BusTLSName)),
@@ -58,7 +102,7 @@ func DialOperator(ctx context.Context, dir string) (*Operator, error) {
 			nats.CustomInboxPrefix(spec.OperatorInbox),
 			nats.Timeout(5*time.Second),
 			nats.NoReconnect(),
-		)
+		)...)
 	}
 	// A connection that fails on the way (closed by the bus, a handshake
 	// late on a loaded machine) is not an answer, so try again, briefly. A
@@ -75,7 +119,7 @@ func DialOperator(ctx context.Context, dir string) (*Operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reach the mesh's bus at %s: %w (is the controller running? mesh controller --dir %s)", bus, err, dir)
 	}
-	return &Operator{ctx: ctx, nc: nc, bus: bus}, nil
+	return &Operator{ctx: ctx, nc: nc, bus: bus, lost: lost}, nil
 }
 
 func (o *Operator) Close() { o.nc.Close() }
@@ -117,6 +161,9 @@ func (o *Operator) request(verb string, req, res any, wait time.Duration) error 
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = nats.ErrTimeout
 	}
+	if err != nil && o.lost != nil && isDone(o.lost.Done()) {
+		return fmt.Errorf("%s: %s: whether the controller carried it out is not known (mesh status says, once it answers)", verb, o.lost)
+	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("%s: no controller answers on the bus at %s", verb, o.bus)
 	}
@@ -147,4 +194,14 @@ func callCmd[Req, Res any](c *cli.Context, v spec.Verb[Req, Res], req Req) (Res,
 	}
 	defer op.Close()
 	return call(op, v, req)
+}
+
+// isDone says whether done is closed.
+func isDone(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
 }

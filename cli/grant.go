@@ -82,12 +82,12 @@ func printGrants(w io.Writer, res spec.GrantListResult) error {
 		if g.Orphaned {
 			provider += " (orphaned: it provides it no more)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", provider, g.Consumer, g.Grant, g.MintedAt.Format(time.RFC3339))
+		say(tw, "%s\t%s\t%s\t%s\n", provider, g.Consumer, g.Grant, g.MintedAt.Format(time.RFC3339))
 	}
 	return tw.Flush()
 }
 
 func printRotated(w io.Writer, req spec.GrantRotateRequest, res spec.GrantRotateResult) {
-	fmt.Fprintf(w, "%s on %s: new credential for %s; mesh push %s carries it to both sides\n",
+	say(w, "%s on %s: new credential for %s; mesh push %s carries it to both sides\n",
 		req.Module, req.Node, strings.Join(res.Grants, ", "), strings.Join(res.Changed, " "))
 }

@@ -63,9 +63,9 @@ Example:
 					}
 					for _, m := range res.Modules {
 						if m.Previous != "" {
-							fmt.Fprintf(c.App.Writer, "registered %s %s (%d resources), replacing %s\n", m.Name, m.Version, m.Resources, m.Previous)
+							say(c.App.Writer, "registered %s %s (%d resources), replacing %s\n", m.Name, m.Version, m.Resources, m.Previous)
 						} else {
-							fmt.Fprintf(c.App.Writer, "registered %s %s (%d resources)\n", m.Name, m.Version, m.Resources)
+							say(c.App.Writer, "registered %s %s (%d resources)\n", m.Name, m.Version, m.Resources)
 						}
 					}
 					return nil
@@ -87,12 +87,7 @@ Example:
 					if c.Bool("json") {
 						return printJSON(c.App.Writer, res.Modules)
 					}
-					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "MODULE\tVERSION\tRESOURCES\tNODES\tREGISTERED")
-					for _, m := range res.Modules {
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", m.Name, m.Version, m.Resources, orDash(strings.Join(m.Nodes, ",")), m.Registered.Format(time.RFC3339))
-					}
-					return tw.Flush()
+					return printModules(c.App.Writer, res)
 				},
 			},
 			{
@@ -112,22 +107,7 @@ Example:
 					if c.Bool("json") {
 						return printJSON(c.App.Writer, res)
 					}
-					w := c.App.Writer
-					fmt.Fprintf(w, "module    %s %s\n", res.Info.Name, res.Info.Version)
-					if res.Info.Description != "" {
-						fmt.Fprintf(w, "about     %s\n", res.Info.Description)
-					}
-					fmt.Fprintf(w, "assigned  %s\n", orDash(strings.Join(res.Info.Nodes, ", ")))
-					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "KIND\tPATH\tMODE\tOWNER\tCONTENT")
-					for _, r := range res.Module.Resources {
-						if r.Spec == nil {
-							continue
-						}
-						row := r.Spec.Row()
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Kind, row.Target, row.Mode, row.Owner, row.Content)
-					}
-					return tw.Flush()
+					return printModule(c.App.Writer, res)
 				},
 			},
 			{
@@ -155,7 +135,7 @@ Example:
 					if c.Bool("json") {
 						return printJSON(c.App.Writer, res)
 					}
-					fmt.Fprintf(c.App.Writer, "removed module %s %s\n", res.Name, res.Version)
+					say(c.App.Writer, "removed module %s %s\n", res.Name, res.Version)
 					return nil
 				},
 			},
@@ -282,4 +262,31 @@ func uploadBlob(op *Operator, digest string, size int64, r io.ReaderAt) error {
 		}
 	}
 	return nil
+}
+
+func printModules(w io.Writer, res spec.ModuleListResult) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODULE\tVERSION\tRESOURCES\tNODES\tREGISTERED")
+	for _, m := range res.Modules {
+		say(tw, "%s\t%s\t%d\t%s\t%s\n", m.Name, m.Version, m.Resources, orDash(strings.Join(m.Nodes, ",")), m.Registered.Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
+
+func printModule(w io.Writer, res spec.ModuleShowResult) error {
+	say(w, "module    %s %s\n", res.Info.Name, res.Info.Version)
+	if res.Info.Description != "" {
+		say(w, "about     %s\n", res.Info.Description)
+	}
+	say(w, "assigned  %s\n", orDash(strings.Join(res.Info.Nodes, ", ")))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tPATH\tMODE\tOWNER\tCONTENT")
+	for _, r := range res.Module.Resources {
+		if r.Spec == nil {
+			continue
+		}
+		row := r.Spec.Row()
+		say(tw, "%s\t%s\t%s\t%s\t%s\n", r.Kind, row.Target, row.Mode, row.Owner, row.Content)
+	}
+	return tw.Flush()
 }

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"fmt"
-
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/urfave/cli/v2"
 )
@@ -42,12 +40,12 @@ Example:
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(c.App.Writer, "node %s removed\n", name)
+					say(c.App.Writer, "node %s removed\n", name)
 					switch {
 					case res.Roster != nil:
-						fmt.Fprintf(c.App.Writer, "names: roster %d sent without it, to %d node(s)\n", res.Roster.Seq, res.Roster.Nodes)
+						say(c.App.Writer, "names: roster %d sent without it, to %d node(s)\n", res.Roster.Seq, res.Roster.Nodes)
 					case res.NamesKept != "":
-						fmt.Fprintf(c.App.Writer, "names: %s\n", res.NamesKept)
+						say(c.App.Writer, "names: %s\n", res.NamesKept)
 					}
 					return nil
 				},
@@ -149,9 +147,9 @@ func holdCommands() []*cli.Command {
 					return err
 				}
 				if hold {
-					fmt.Fprintf(c.App.Writer, "node %s held: pushes send it nothing until mesh node release %s\n", req.Node, req.Node)
+					say(c.App.Writer, "node %s held: pushes send it nothing until mesh node release %s\n", req.Node, req.Node)
 				} else {
-					fmt.Fprintf(c.App.Writer, "node %s released: the next push sends it its declaration\n", req.Node)
+					say(c.App.Writer, "node %s released: the next push sends it its declaration\n", req.Node)
 				}
 				return nil
 			},

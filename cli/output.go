@@ -4,7 +4,6 @@ package cli
 // golden test (output_test.go) holds these for fixed answers.
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -15,12 +14,6 @@ import (
 
 	"github.com/mesh-fleet/mesh/spec"
 )
-
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
 
 func heard(n spec.Node) string {
 	if n.LastHeard == nil {
@@ -88,14 +81,14 @@ func printNodeList(w io.Writer, nodes []spec.Node) error {
 		if n.Facts != nil {
 			arch, osName = n.Facts.Arch, n.Facts.Distro+" "+n.Facts.DistroVer
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Address, heard(n), every(n.HeartbeatMS), shortVersion(n.HostVersion), protocolCell(n), arch, strings.TrimSpace(osName))
+		say(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Address, heard(n), every(n.HeartbeatMS), shortVersion(n.HostVersion), protocolCell(n), arch, strings.TrimSpace(osName))
 	}
 	return tw.Flush()
 }
 
 func printNode(w io.Writer, n spec.Node) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row := func(k, v string) { say(tw, "%s\t%s\n", k, v) }
 	row("node", n.Name)
 	row("address", n.Address)
 	row("joined", n.Joined.Format(time.RFC3339))
@@ -243,7 +236,7 @@ func printStatus(w io.Writer, res spec.StatusResult) error {
 		if n.Refused != "" {
 			state += ", refused"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Node, heard, every(n.HeartbeatMS), n.SentSeq, n.AppliedSeq, state, pending,
+		say(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Node, heard, every(n.HeartbeatMS), n.SentSeq, n.AppliedSeq, state, pending,
 			len(n.Failures), hold, shortVersion(n.HostVersion), proto)
 	}
 	if err := tw.Flush(); err != nil {
@@ -251,19 +244,19 @@ func printStatus(w io.Writer, res spec.StatusResult) error {
 	}
 	for _, n := range res.Nodes {
 		for _, f := range n.Failures {
-			fmt.Fprintf(w, "  ! %s %s\n", n.Node, f)
+			say(w, "  ! %s %s\n", n.Node, f)
 		}
 		for _, note := range n.Notes {
-			fmt.Fprintf(w, "  ~ %s %s\n", n.Node, note)
+			say(w, "  ~ %s %s\n", n.Node, note)
 		}
 		if n.Intermediate != "" && n.Intermediate != res.Intermediate {
-			fmt.Fprintf(w, "  ~ %s holds intermediate %s, the mesh signs with %s: pending until pushed\n", n.Node, n.Intermediate, res.Intermediate)
+			say(w, "  ~ %s holds intermediate %s, the mesh signs with %s: pending until pushed\n", n.Node, n.Intermediate, res.Intermediate)
 		}
 		if n.Binary != "" && n.Binary != n.HostVersion {
-			fmt.Fprintf(w, "  ~ %s is declared release %s and runs %s\n", n.Node, shortVersion(n.Binary), shortVersion(n.HostVersion))
+			say(w, "  ~ %s is declared release %s and runs %s\n", n.Node, shortVersion(n.Binary), shortVersion(n.HostVersion))
 		}
 		for _, f := range n.Fallbacks {
-			fmt.Fprintf(w, "  ~ %s's launcher fell back from %s at %s: %s\n", n.Node, shortVersion(f.Digest), f.At.UTC().Format(time.RFC3339), f.Reason)
+			say(w, "  ~ %s's launcher fell back from %s at %s: %s\n", n.Node, shortVersion(f.Digest), f.At.UTC().Format(time.RFC3339), f.Reason)
 		}
 	}
 	if r := res.Roll; r != nil {
@@ -273,7 +266,7 @@ func printStatus(w io.Writer, res spec.StatusResult) error {
 				healthy++
 			}
 		}
-		fmt.Fprintf(w, "roll %d of %s: %s, %d of %d node(s) healthy (mesh release roll --show)\n", r.ID, shortVersion(r.Digest), r.State, healthy, len(r.Nodes))
+		say(w, "roll %d of %s: %s, %d of %d node(s) healthy (mesh release roll --show)\n", r.ID, shortVersion(r.Digest), r.State, healthy, len(r.Nodes))
 	}
 	if len(res.Versions) > 1 {
 		versions := make([]string, 0, len(res.Versions))
@@ -281,20 +274,20 @@ func printStatus(w io.Writer, res spec.StatusResult) error {
 			versions = append(versions, v)
 		}
 		sort.Strings(versions)
-		fmt.Fprintf(w, "host versions differ (%d): ", len(versions))
+		say(w, "host versions differ (%d): ", len(versions))
 		var parts []string
 		for _, v := range versions {
 			parts = append(parts, shortVersion(v)+" on "+strings.Join(res.Versions[v], ", "))
 		}
-		fmt.Fprintln(w, strings.Join(parts, "; "))
+		say(w, "%s\n", strings.Join(parts, "; "))
 	}
 	if res.AllClear {
-		fmt.Fprintf(w, "all clear: %d node(s) heard, current, nothing pending, no failure, no hold\n", len(res.Nodes))
+		say(w, "all clear: %d node(s) heard, current, nothing pending, no failure, no hold\n", len(res.Nodes))
 		return nil
 	}
 	fmt.Fprintln(w, "not all clear:")
 	for _, p := range res.Problems {
-		fmt.Fprintf(w, "  - %s\n", p)
+		say(w, "  - %s\n", p)
 	}
 	return nil
 }
@@ -302,7 +295,7 @@ func printStatus(w io.Writer, res spec.StatusResult) error {
 // printReport prints one node's report and says whether it was a success.
 func printReport(w io.Writer, r spec.Report, verbose bool) bool {
 	if r.Refused != "" {
-		fmt.Fprintf(w, "%s: refused declaration %d: %s\n", r.Node, r.Seq, r.Refused)
+		say(w, "%s: refused declaration %d: %s\n", r.Node, r.Seq, r.Refused)
 		return false
 	}
 	if r.Unkept != "" {
@@ -314,33 +307,33 @@ func printReport(w io.Writer, r spec.Report, verbose bool) bool {
 		counts[res.Outcome]++
 	}
 	if r.Preview {
-		fmt.Fprintf(w, "%s: dry run of declaration %d: %d to create, %d to change, %d to remove, %d unchanged, %d would fail\n",
+		say(w, "%s: dry run of declaration %d: %d to create, %d to change, %d to remove, %d unchanged, %d would fail\n",
 			r.Node, r.Seq, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed])
 	} else {
-		fmt.Fprintf(w, "%s: applied declaration %d: %d created, %d changed, %d removed, %d unchanged, %d failed (%d writes)\n",
+		say(w, "%s: applied declaration %d: %d created, %d changed, %d removed, %d unchanged, %d failed (%d writes)\n",
 			r.Node, r.Seq, counts[spec.Created], counts[spec.Changed], counts[spec.Removed], counts[spec.Unchanged], counts[spec.Failed], r.Writes)
 	}
 	for _, res := range r.Results {
 		switch res.Outcome {
 		case spec.Failed:
-			fmt.Fprintf(w, "  ! %s: %s\n", res.Name, res.Error)
+			say(w, "  ! %s: %s\n", res.Name, res.Error)
 		case spec.Created:
-			fmt.Fprintf(w, "  + %s\n", res.Name)
+			say(w, "  + %s\n", res.Name)
 		case spec.Changed:
 			if res.Note != "" {
-				fmt.Fprintf(w, "  ~ %s (%s)\n", res.Name, res.Note)
+				say(w, "  ~ %s (%s)\n", res.Name, res.Note)
 			} else {
-				fmt.Fprintf(w, "  ~ %s\n", res.Name)
+				say(w, "  ~ %s\n", res.Name)
 			}
 		case spec.Removed:
 			if res.Note != "" {
-				fmt.Fprintf(w, "  - %s (%s)\n", res.Name, res.Note)
+				say(w, "  - %s (%s)\n", res.Name, res.Note)
 			} else {
-				fmt.Fprintf(w, "  - %s\n", res.Name)
+				say(w, "  - %s\n", res.Name)
 			}
 		case spec.Unchanged:
 			if verbose {
-				fmt.Fprintf(w, "  = %s\n", res.Name)
+				say(w, "  = %s\n", res.Name)
 			}
 		}
 	}
@@ -352,23 +345,23 @@ func printReport(w io.Writer, r spec.Report, verbose bool) bool {
 func printAssigned(w io.Writer, done string, res spec.AssignResult) {
 	switch {
 	case res.Unknown != "":
-		fmt.Fprintf(w, "%s; which nodes it changes is not known (%s): mesh push sends every node its declaration\n", done, res.Unknown)
+		say(w, "%s; which nodes it changes is not known (%s): mesh push sends every node its declaration\n", done, res.Unknown)
 	case len(res.Changed) == 0 && res.Roster:
-		fmt.Fprintf(w, "%s; it changes the names every node serves: mesh push sends them to all %d nodes, in one roster message\n", done, res.Nodes)
+		say(w, "%s; it changes the names every node serves: mesh push sends them to all %d nodes, in one roster message\n", done, res.Nodes)
 	case len(res.Changed) == 0:
-		fmt.Fprintf(w, "%s; it changes no node's declaration: there is nothing to push\n", done)
+		say(w, "%s; it changes no node's declaration: there is nothing to push\n", done)
 	case res.Roster && len(res.Changed) < res.Nodes:
-		fmt.Fprintf(w, "%s; it changes the names every node serves and the declaration of %s: mesh push %s sends both (the names to all %d nodes, in one roster message)\n",
+		say(w, "%s; it changes the names every node serves and the declaration of %s: mesh push %s sends both (the names to all %d nodes, in one roster message)\n",
 			done, strings.Join(res.Changed, " "), strings.Join(res.Changed, " "), res.Nodes)
 	case len(res.Changed) == res.Nodes && res.Nodes > 1:
-		fmt.Fprintf(w, "%s; it changes the names every node serves: mesh push sends it to all %d nodes\n", done, res.Nodes)
+		say(w, "%s; it changes the names every node serves: mesh push sends it to all %d nodes\n", done, res.Nodes)
 	default:
-		fmt.Fprintf(w, "%s; mesh push %s sends it\n", done, strings.Join(res.Changed, " "))
+		say(w, "%s; mesh push %s sends it\n", done, strings.Join(res.Changed, " "))
 	}
 }
 
 func printDomainAdded(w io.Writer, domain string, res spec.CADomainAddResult) {
-	fmt.Fprintf(w, "%s declared: intermediate %s now signs names under it\n", domain, res.Intermediate)
+	say(w, "%s declared: intermediate %s now signs names under it\n", domain, res.Intermediate)
 }
 
 func printDomains(w io.Writer, res spec.CADomainListResult) error {
@@ -382,17 +375,17 @@ func printDomains(w io.Writer, res spec.CADomainListResult) error {
 			if !d.Signed {
 				signed = "no: mesh ca domain add " + d.Name + " finishes its add"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", d.Name, d.Added.UTC().Format(time.RFC3339), signed)
+			say(tw, "%s\t%s\t%s\n", d.Name, d.Added.UTC().Format(time.RFC3339), signed)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
 	if len(res.Permitted) == 0 {
-		fmt.Fprintf(w, "intermediate %s is unconstrained (made before name constraints): mesh ca domain add gives the mesh a constrained one\n", res.Intermediate)
+		say(w, "intermediate %s is unconstrained (made before name constraints): mesh ca domain add gives the mesh a constrained one\n", res.Intermediate)
 		return nil
 	}
-	fmt.Fprintf(w, "intermediate %s signs names under: %s\n", res.Intermediate, strings.Join(res.Permitted, ", "))
+	say(w, "intermediate %s signs names under: %s\n", res.Intermediate, strings.Join(res.Permitted, ", "))
 	return nil
 }
 
@@ -404,7 +397,7 @@ func printCerts(w io.Writer, certs []spec.IssuedCert) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tNAMES\tNOT AFTER\tSERIAL")
 	for _, c := range certs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Node, strings.Join(c.Names, ","), c.NotAfter.UTC().Format(time.RFC3339), c.Serial)
+		say(tw, "%s\t%s\t%s\t%s\n", c.Node, strings.Join(c.Names, ","), c.NotAfter.UTC().Format(time.RFC3339), c.Serial)
 	}
 	return tw.Flush()
 }

@@ -29,7 +29,11 @@ type PushOutcome struct {
 	// Roster is the roster message the push sent and which hosts took it;
 	// nil when the names had not changed.
 	Roster *RosterOutcome `json:"roster,omitempty"`
-	OK     bool           `json:"ok"`
+	// Lost says when and why the connection to the controller ended
+	// during the wait; Silent then names the nodes sent to and not heard
+	// from before it.
+	Lost string `json:"lost,omitempty"`
+	OK   bool   `json:"ok"`
 }
 
 // RosterOutcome is how far a push's roster message went: to how many
@@ -56,7 +60,9 @@ every node that did not answer is named.
 
 Exit status: 0 when every node applied everything; 1 when a node was not
 sent, refused, failed a resource, did not answer in time, or was heard and
-did not take the names in time.
+did not take the names in time, or when the connection to the controller
+was lost during the wait: that is said at once, with the nodes sent to and
+not heard from, and what to run once the controller is back.
 
 The mesh's names (the roster: every node and route) go first, to every
 node whether named or not, as one signed message, and only when they
@@ -119,10 +125,10 @@ Examples:
 			}
 			deadline := time.Now().Add(c.Duration("wait"))
 			if res.Roster != nil {
-				fmt.Fprintf(out, "names: roster %d sent to every host (%s)\n", res.Roster.Seq, nodeCount(res.Roster.Nodes))
+				say(out, "names: roster %d sent to every host (%s)\n", res.Roster.Seq, nodeCount(res.Roster.Nodes))
 			}
-			outcome := waitForReports(c.Context, out, res, events, c.Duration("wait"), c.Bool("verbose"), c.Bool("dry-run"))
-			if res.Roster != nil {
+			outcome := waitForReports(c.Context, out, res, events, op.lost, c.Duration("wait"), c.Bool("verbose"), c.Bool("dry-run"))
+			if res.Roster != nil && outcome.Lost == "" {
 				// A host heard that did not take the names within the wait
 				// fails the push; a silent one is mesh status's to report.
 				var err error
@@ -134,6 +140,9 @@ Examples:
 				if err := printJSON(c.App.Writer, outcome); err != nil {
 					return err
 				}
+			}
+			if outcome.Lost != "" {
+				return fmt.Errorf("push %s did not complete: %s", res.ID, outcome.Lost)
 			}
 			if !outcome.OK {
 				if c.Bool("dry-run") {
@@ -147,64 +156,89 @@ Examples:
 }
 
 // waitForReports prints each node's report as it arrives, until every sent
-// node answered or wait passed, then names the silent.
-func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, events <-chan *nats.Msg, wait time.Duration, verbose, dryRun bool) PushOutcome {
+// node answered or wait passed, then names the silent. A connection to the
+// controller lost (lost, nil for none) ends the wait at once: no report
+// can arrive after it.
+func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, events <-chan *nats.Msg, lost *loss, wait time.Duration, verbose, dryRun bool) PushOutcome {
+	var lostC <-chan struct{}
+	if lost != nil {
+		lostC = lost.Done()
+	}
 	outcome := PushOutcome{ID: res.ID, OK: true, Silent: []string{}}
 	pending := map[string]int{}
 	for _, n := range res.Nodes {
 		outcome.Nodes = append(outcome.Nodes, PushNodeOutcome{PushNode: n})
 		switch {
 		case n.Held:
-			fmt.Fprintf(w, "%s: held: %s\n", n.Node, n.Error)
+			say(w, "%s: held: %s\n", n.Node, n.Error)
 			outcome.OK = false
 			continue
 		case n.Error != "":
-			fmt.Fprintf(w, "%s: not sent: %s\n", n.Node, n.Error)
+			say(w, "%s: not sent: %s\n", n.Node, n.Error)
 			outcome.OK = false
 			continue
 		case n.Unchanged:
-			fmt.Fprintf(w, "%s: unchanged, not sent (declaration %d holds it; --force sends anyway)\n", n.Node, n.Seq)
+			say(w, "%s: unchanged, not sent (declaration %d holds it; --force sends anyway)\n", n.Node, n.Seq)
 			continue
 		}
 		if dryRun {
-			fmt.Fprintf(w, "%s: asked what declaration %d would change (%d resources)\n", n.Node, n.Seq, n.Resources)
+			say(w, "%s: asked what declaration %d would change (%d resources)\n", n.Node, n.Seq, n.Resources)
 		} else {
-			fmt.Fprintf(w, "%s: sent declaration %d (%d resources)\n", n.Node, n.Seq, n.Resources)
+			say(w, "%s: sent declaration %d (%d resources)\n", n.Node, n.Seq, n.Resources)
 		}
 		pending[n.Node] = len(outcome.Nodes) - 1
 	}
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
+	// take prints the report m carries, if it is one this push waits for.
+	take := func(m *nats.Msg) {
+		var ev spec.PushEvent
+		if err := json.Unmarshal(m.Data, &ev); err != nil || ev.PushID != res.ID {
+			return
+		}
+		i, ok := pending[ev.Report.Node]
+		if !ok {
+			return
+		}
+		r := ev.Report
+		if r.Waiting != "" {
+			// Not applied yet (the host waits for the roster the
+			// declaration names): said, and waited for.
+			outcome.Nodes[i].Report = &r
+			say(w, "%s: declaration %d waits: %s\n", r.Node, r.Seq, r.Waiting)
+			return
+		}
+		delete(pending, ev.Report.Node)
+		outcome.Nodes[i].Report, outcome.Nodes[i].Answered = &r, true
+		if !printReport(w, r, verbose) {
+			outcome.OK = false
+		}
+	}
 	for len(pending) > 0 {
 		select {
 		case m := <-events:
-			var ev spec.PushEvent
-			if err := json.Unmarshal(m.Data, &ev); err != nil || ev.PushID != res.ID {
-				continue
+			take(m)
+		case <-lostC:
+			// The reports that arrived before the loss are the push's.
+			for drained := false; !drained; {
+				select {
+				case m := <-events:
+					take(m)
+				default:
+					drained = true
+				}
 			}
-			i, ok := pending[ev.Report.Node]
-			if !ok {
-				continue
+			if len(pending) == 0 {
+				return outcome
 			}
-			r := ev.Report
-			if r.Waiting != "" {
-				// Not applied yet (the host waits for the roster the
-				// declaration names): said, and waited for.
-				outcome.Nodes[i].Report = &r
-				fmt.Fprintf(w, "%s: declaration %d waits: %s\n", r.Node, r.Seq, r.Waiting)
-				continue
-			}
-			delete(pending, ev.Report.Node)
-			outcome.Nodes[i].Report, outcome.Nodes[i].Answered = &r, true
-			if !printReport(w, r, verbose) {
-				outcome.OK = false
-			}
+			lostWait(w, &outcome, lost, pending)
+			return outcome
 		case <-ctx.Done():
 			for node := range pending {
 				outcome.Silent = append(outcome.Silent, node)
 			}
 			sort.Strings(outcome.Silent)
-			fmt.Fprintf(w, "interrupted; not heard yet from: %s\n", strings.Join(outcome.Silent, ", "))
+			say(w, "interrupted; not heard yet from: %s\n", strings.Join(outcome.Silent, ", "))
 			outcome.OK = false
 			return outcome
 		case <-deadline.C:
@@ -221,16 +255,40 @@ func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, event
 			sort.Strings(silent)
 			sort.Strings(waiting)
 			if len(silent) > 0 {
-				fmt.Fprintf(w, "no answer within %s from: %s\n", wait, strings.Join(silent, ", "))
+				say(w, "no answer within %s from: %s\n", wait, strings.Join(silent, ", "))
 			}
 			if len(waiting) > 0 {
-				fmt.Fprintf(w, "still waiting after %s (mesh status says for what): %s\n", wait, strings.Join(waiting, ", "))
+				say(w, "still waiting after %s (mesh status says for what): %s\n", wait, strings.Join(waiting, ", "))
 			}
 			outcome.OK = false
 			return outcome
 		}
 	}
 	return outcome
+}
+
+// lostWait says that the connection to the controller was lost while
+// the nodes in pending were waited for: what is known of the push (whom
+// it was sent to and not heard from, who answered) and what to run once
+// the controller is back. Silent names the nodes waited for.
+func lostWait(w io.Writer, outcome *PushOutcome, lost *loss, pending map[string]int) {
+	outcome.Lost, outcome.OK = lost.String(), false
+	var answered []string
+	for _, n := range outcome.Nodes {
+		if _, waited := pending[n.Node]; waited {
+			outcome.Silent = append(outcome.Silent, n.Node)
+		} else if n.Answered {
+			answered = append(answered, n.Node)
+		}
+	}
+	sort.Strings(outcome.Silent)
+	sort.Strings(answered)
+	say(w, "%s: no report can reach this push any more\n", outcome.Lost)
+	say(w, "  sent before the loss, no report of its apply from: %s\n", strings.Join(outcome.Silent, ", "))
+	if len(answered) > 0 {
+		say(w, "  answered before the loss: %s\n", strings.Join(answered, ", "))
+	}
+	say(w, "once the controller runs again, mesh status says whether they applied it, and mesh push %s sends it again if not\n", strings.Join(outcome.Silent, " "))
 }
 
 // rosterPoll is how often a push asks whether the hosts hold its roster:
@@ -263,7 +321,7 @@ func waitForRoster(ctx context.Context, w io.Writer, op *Operator, r spec.PushRo
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(w, "names: which hosts hold roster %d is not known: %v\n", r.Seq, err)
+		say(w, "names: which hosts hold roster %d is not known: %v\n", r.Seq, err)
 		return out, fmt.Errorf("read which hosts hold roster %d: %w", r.Seq, err)
 	}
 	line := fmt.Sprintf("names: roster %d held by %d of %s", r.Seq, out.Held, nodeCount(out.Held+len(out.NotYet)+len(out.Silent)))
@@ -273,7 +331,7 @@ func waitForRoster(ctx context.Context, w io.Writer, op *Operator, r spec.PushRo
 	if len(out.Silent) > 0 {
 		line += "; silent: " + strings.Join(out.Silent, ", ")
 	}
-	fmt.Fprintln(w, line)
+	say(w, "%s\n", line)
 	return out, nil
 }
 

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
@@ -44,7 +48,7 @@ func TestWaitForReportsThroughAWait(t *testing.T) {
 			}
 			var out bytes.Buffer
 			res := spec.PushResult{ID: "p1", Nodes: []spec.PushNode{{Node: "alpha", Seq: 4, Resources: 1}}}
-			o := waitForReports(context.Background(), &out, res, events, 200*time.Millisecond, false, false)
+			o := waitForReports(context.Background(), &out, res, events, nil, 200*time.Millisecond, false, false)
 			if got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); !slices.Equal(got, tc.lines) {
 				t.Errorf("printed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.lines, "\n"))
 			}
@@ -77,4 +81,99 @@ func TestRosterHeld(t *testing.T) {
 	if got.Held != 2 || !slices.Equal(got.NotYet, []string{"gamma"}) || !slices.Equal(got.Silent, []string{"delta", "epsilon"}) {
 		t.Fatalf("held %d, not yet %v, silent %v; want 2, [gamma], [delta epsilon]", got.Held, got.NotYet, got.Silent)
 	}
+}
+
+// TestPushSaysALostControllerAtOnce: a push whose controller's bus ends
+// during the wait says so at once, with when and why, the nodes sent to
+// and not heard from, those that answered, and what to run; it does not
+// wait out --wait and blame the nodes.
+func TestPushSaysALostControllerAtOnce(t *testing.T) {
+	t.Parallel()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("the bus did not start")
+	}
+	t.Cleanup(srv.Shutdown)
+	lost := newLoss()
+	nc, err := nats.Connect(srv.ClientURL(), append(lost.options(), nats.NoReconnect())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	events := make(chan *nats.Msg, 4)
+	if _, err := nc.ChanSubscribe("progress", events); err != nil {
+		t.Fatal(err)
+	}
+	res := spec.PushResult{ID: "p1", Nodes: []spec.PushNode{{Node: "alpha", Seq: 4, Resources: 1}, {Node: "beta", Seq: 6, Resources: 1}, {Node: "gamma", Seq: 2, Resources: 1}}}
+	var (
+		mu   sync.Mutex
+		out  bytes.Buffer
+		done = make(chan PushOutcome, 1)
+	)
+	start := time.Now()
+	go func() {
+		done <- waitForReports(context.Background(), lockedWriter{&mu, &out}, res, events, lost, time.Minute, false, false)
+	}()
+	if err := nc.Publish("progress", mustMarshal(t, spec.PushEvent{PushID: "p1", Report: spec.Report{Node: "alpha", Seq: 4}})); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "alpha's report printed", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(out.String(), "alpha: applied declaration 4"), out.String()
+	})
+	srv.Shutdown()
+	var o PushOutcome
+	poll.Until(t, 10*time.Second, "the wait ended by the bus's end", func() (bool, string) {
+		select {
+		case o = <-done:
+			return true, ""
+		default:
+			return false, "still waiting"
+		}
+	})
+	mu.Lock()
+	printed := out.String()
+	mu.Unlock()
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the wait took %s", took)
+	}
+	for _, want := range []string{"lost the connection to the controller at ", "  sent before the loss, no report of its apply from: beta, gamma\n",
+		"  answered before the loss: alpha\n", "mesh status says whether they applied it, and mesh push beta gamma sends it again if not\n"} {
+		if !strings.Contains(printed, want) {
+			t.Errorf("printed:\n%s\nwant a line holding %q", printed, want)
+		}
+	}
+	if strings.Contains(printed, "no answer within") {
+		t.Errorf("the nodes were blamed:\n%s", printed)
+	}
+	if o.OK || !strings.HasPrefix(o.Lost, "lost the connection to the controller at ") || !slices.Equal(o.Silent, []string{"beta", "gamma"}) {
+		t.Errorf("outcome ok %v, lost %q, silent %v: want not ok, the loss, [beta gamma]", o.OK, o.Lost, o.Silent)
+	}
+}
+
+// lockedWriter is a writer shared between a test and the function it
+// runs.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -308,7 +308,7 @@ func (f *follower) show(id int64) (spec.Roll, error) {
 		}
 		if !f.waited {
 			f.waited = true
-			fmt.Fprintf(f.c.App.ErrWriter, "mesh: the controller does not answer (%v): it may be starting the release; still following\n", err)
+			say(f.c.App.ErrWriter, "mesh: the controller does not answer (%v): it may be starting the release; still following\n", err)
 		}
 		select {
 		case <-f.c.Context.Done():
@@ -332,7 +332,7 @@ func printRollStart(w io.Writer, r spec.Roll, resumed bool) {
 	if resumed {
 		verb = "resumed rolling"
 	}
-	fmt.Fprintf(w, "roll %d: %s %s over %s, one at a time, each given %s to report it\n",
+	say(w, "roll %d: %s %s over %s, one at a time, each given %s to report it\n",
 		r.ID, verb, r.Digest, strings.Join(names, ", "), time.Duration(r.HealthyWithinMS)*time.Millisecond)
 }
 
@@ -347,7 +347,7 @@ func printRollChanges(w io.Writer, prev, r spec.Roll) {
 		if was[n.Node] == n.State || n.State == spec.RollPending {
 			continue
 		}
-		fmt.Fprintf(w, "  %s\n", rollNodeLine(n))
+		say(w, "  %s\n", rollNodeLine(n))
 	}
 }
 
@@ -378,14 +378,14 @@ func printRollEnd(w io.Writer, r spec.Roll) {
 	}
 	switch r.State {
 	case spec.RollDone:
-		fmt.Fprintf(w, "roll %d done: %d healthy on %s, %d skipped\n", r.ID, count[spec.RollHealthy], short(r.Digest), count[spec.RollSkipped])
+		say(w, "roll %d done: %d healthy on %s, %d skipped\n", r.ID, count[spec.RollHealthy], short(r.Digest), count[spec.RollSkipped])
 	case spec.RollHalted:
-		fmt.Fprintf(w, "roll %d halted: %s\n  %d healthy, %d not sent: mesh release roll --resume (once the cause is fixed), or --abort\n",
+		say(w, "roll %d halted: %s\n  %d healthy, %d not sent: mesh release roll --resume (once the cause is fixed), or --abort\n",
 			r.ID, r.Cause, count[spec.RollHealthy], count[spec.RollPending])
 	case spec.RollAborted:
-		fmt.Fprintf(w, "roll %d aborted: %d healthy (they keep the release), %d never sent\n", r.ID, count[spec.RollHealthy], count[spec.RollPending])
+		say(w, "roll %d aborted: %d healthy (they keep the release), %d never sent\n", r.ID, count[spec.RollHealthy], count[spec.RollPending])
 	default:
-		fmt.Fprintf(w, "roll %d %s\n", r.ID, r.State)
+		say(w, "roll %d %s\n", r.ID, r.State)
 	}
 }
 
@@ -397,11 +397,11 @@ func printReverted(w io.Writer, reverted []spec.PushNode) error {
 		switch {
 		case pn.Error != "":
 			failed++
-			fmt.Fprintf(w, "  %s: declared the binary it had before the roll, not sent: %s\n", pn.Node, pn.Error)
+			say(w, "  %s: declared the binary it had before the roll, not sent: %s\n", pn.Node, pn.Error)
 		case pn.Unchanged:
-			fmt.Fprintf(w, "  %s: declared the binary it had before the roll: holds it already (declaration %d)\n", pn.Node, pn.Seq)
+			say(w, "  %s: declared the binary it had before the roll: holds it already (declaration %d)\n", pn.Node, pn.Seq)
 		default:
-			fmt.Fprintf(w, "  %s: declared the binary it had before the roll: sent declaration %d\n", pn.Node, pn.Seq)
+			say(w, "  %s: declared the binary it had before the roll: sent declaration %d\n", pn.Node, pn.Seq)
 		}
 	}
 	if failed > 0 {
@@ -412,11 +412,11 @@ func printReverted(w io.Writer, reverted []spec.PushNode) error {
 
 // printRoll prints roll r whole: what it rolls, and each node.
 func printRoll(w io.Writer, r spec.Roll) error {
-	fmt.Fprintf(w, "roll %d of %s: %s", r.ID, r.Digest, r.State)
+	say(w, "roll %d of %s: %s", r.ID, r.Digest, r.State)
 	if r.Cause != "" {
-		fmt.Fprintf(w, " (%s)", r.Cause)
+		say(w, " (%s)", r.Cause)
 	}
-	fmt.Fprintf(w, "\nstarted %s, each node given %s\n", r.Started.UTC().Format(time.RFC3339), time.Duration(r.HealthyWithinMS)*time.Millisecond)
+	say(w, "\nstarted %s, each node given %s\n", r.Started.UTC().Format(time.RFC3339), time.Duration(r.HealthyWithinMS)*time.Millisecond)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tSENT\tCAUSE")
 	for _, n := range r.Nodes {
@@ -428,7 +428,7 @@ func printRoll(w io.Writer, r spec.Roll) error {
 		if cause == "" {
 			cause = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.Node, n.State, sent, cause)
+		say(tw, "%s\t%s\t%s\t%s\n", n.Node, n.State, sent, cause)
 	}
 	return tw.Flush()
 }
@@ -484,11 +484,11 @@ func listReleases(c *cli.Context) ([]spec.Release, error) {
 func printPublished(w io.Writer, res spec.ReleasePublishResult) {
 	r := res.Release
 	if res.Existed {
-		fmt.Fprintf(w, "release %s (%s, %s, %s) was published at %s: nothing changed\n",
+		say(w, "release %s (%s, %s, %s) was published at %s: nothing changed\n",
 			r.Digest, r.Target(), r.Go, bytesIEC(uint64(r.Size)), r.Published.UTC().Format(time.RFC3339))
 		return
 	}
-	fmt.Fprintf(w, "published release %s (%s, %s, %s)\n", r.Digest, r.Target(), r.Go, bytesIEC(uint64(r.Size)))
+	say(w, "published release %s (%s, %s, %s)\n", r.Digest, r.Target(), r.Go, bytesIEC(uint64(r.Size)))
 }
 
 func printReleases(w io.Writer, rs []spec.Release) error {
@@ -499,7 +499,7 @@ func printReleases(w io.Writer, rs []spec.Release) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DIGEST\tTARGET\tGO\tSIZE\tPUBLISHED")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Digest, r.Target(), r.Go, bytesIEC(uint64(r.Size)), r.Published.UTC().Format(time.RFC3339))
+		say(tw, "%s\t%s\t%s\t%s\t%s\n", r.Digest, r.Target(), r.Go, bytesIEC(uint64(r.Size)), r.Published.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()
 }

@@ -157,7 +157,7 @@ func launchCommand(c *cli.Context, mode string, skip ...string) error {
 		}
 	}
 	l, err := launch.New(launch.Config{Dir: dir, Mode: mode, Args: givenFlags(c, append(skip, "dir")...), DNS: dns,
-		HealthyWithin: c.Duration("healthy-within"), Stdout: c.App.Writer, Stderr: c.App.ErrWriter}, log.With("component", "launcher"))
+		HealthyWithin: c.Duration("healthy-within"), Stdout: rawOf(c.App.Writer), Stderr: rawOf(c.App.ErrWriter)}, log.With("component", "launcher"))
 	if err != nil {
 		return err
 	}

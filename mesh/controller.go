@@ -415,6 +415,10 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 		c.log.Warn("facts refused: they name another node than their subject", "node", node, "names", f.Node)
 		return
 	}
+	if err := f.Check(); err != nil {
+		c.log.Warn("facts refused: no machine has them", "node", node, "err", err)
+		return
+	}
 	if err := c.deps.DB.RecordFacts(ctx, keptFacts(f), c.cfg.Now()); err != nil {
 		c.log.Error("facts not recorded", "node", node, "err", err)
 		return

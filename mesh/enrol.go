@@ -466,7 +466,9 @@ func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.T
 	}
 	facts := req.Facts
 	facts.Node = req.Node
-	if err := en.db.RecordFacts(ctx, facts, now); err != nil {
+	if err := facts.Check(); err != nil {
+		en.log.Warn("facts sent at enrolment refused: no machine has them", "node", req.Node, "err", err)
+	} else if err := en.db.RecordFacts(ctx, facts, now); err != nil {
 		en.log.Warn("facts sent at enrolment not recorded", "node", req.Node, "err", err)
 	}
 	// The node's credential is in force before the host hears it joined.
