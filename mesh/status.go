@@ -62,7 +62,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	for _, ns := range p.res.Versions {
 		sort.Strings(ns)
 	}
-	p.res.AllClear = len(p.res.Problems) == 0 && len(p.res.Nodes) > 0
+	p.res.AllClear = len(p.res.Problems) == 0 && len(p.res.Nodes) > 0 && p.res.StoreBusy == ""
 	return p.res, nil
 }
 
@@ -102,6 +102,11 @@ func newStatusPass(ctx context.Context, c *Controller, now time.Time) (*statusPa
 	}
 	p.res = spec.StatusResult{Time: p.now.UTC(), Nodes: []spec.NodeStatus{}, Versions: map[string][]string{}, Problems: []string{},
 		Intermediate: ca.SerialOf(c.deps.CA.Intermediate())}
+	// Heartbeats the store refuses are the store's failure, not the
+	// nodes': said first, and the nodes shown as heard in memory.
+	if p.res.StoreBusy = c.beats.storeTrouble(); p.res.StoreBusy != "" {
+		p.problem("%s", p.res.StoreBusy)
+	}
 	if p.binaries, err = c.deps.DB.NodeBinaries(ctx); err != nil {
 		return nil, err
 	}
@@ -180,9 +185,15 @@ func (p *statusPass) node(ctx context.Context, n store.Node) error {
 	return nil
 }
 
-// heard is what n's heartbeats say: when it was last heard, its version,
-// the roster it holds and its protocol.
+// heard is what n's heartbeats say: when it was last heard (the later of
+// the store's record and this controller's memory, which holds what the
+// store could not take), its version, the roster it holds and its
+// protocol.
 func (p *statusPass) heard(n store.Node, st *spec.NodeStatus) {
+	if h, ok := p.c.beats.heardOf(n.Name); ok && h.at.After(n.LastHeard) {
+		n.LastHeard, n.Heartbeat = h.at, h.interval
+		st.HeartbeatMS = h.interval.Milliseconds()
+	}
 	if n.LastHeard.IsZero() {
 		st.Heard, st.State = "never", "never heard"
 		p.problem("%s has never been heard", n.Name)
