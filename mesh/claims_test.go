@@ -16,7 +16,8 @@ import (
 // above the last sent to it (by heartbeat or by report) is named in status
 // and numbers nothing: its next declaration follows the last sent, and the
 // store keeps its sequences. A claim a little ahead (a restored store) is
-// believed and numbered past, and named until a push catches up.
+// not taken as applied (it was never sent) but numbered past, and named
+// until a push catches up.
 func TestClaimsAboveWhatWasSent(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Now()}
@@ -92,9 +93,10 @@ func TestClaimsAboveWhatWasSent(t *testing.T) {
 	heartbeat(6)
 	wantStatus("", "current", 6)
 
-	// A host ahead of a restored store: believed, numbered past, named.
+	// A host ahead of a restored store: not taken as applied (never
+	// sent), numbered past, named.
 	heartbeat(40)
-	wantStatus("alpha reports applying declaration 40, above the last sent to it (6): believed", "current", 40)
+	wantStatus("alpha reports applying declaration 40, above the last sent to it (6): not taken as applied", "current", 6)
 	wantNext(41)
 	heartbeat(41)
 	wantStatus("", "current", 41)

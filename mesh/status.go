@@ -161,7 +161,7 @@ func (p *statusPass) node(ctx context.Context, n store.Node) error {
 			p.problem("%s is declared release %s and its launcher gave up on it (%s): it runs %s", n.Name, short(b.Digest), clipStatus(fb.Reason), versionOr(n.HostVersion))
 		}
 	}
-	st.Fallbacks = n.Fallbacks
+	st.Fallbacks = shownFallbacks(n.Fallbacks, p.now) // as on receipt, whatever the store holds
 	last, err := p.state(ctx, n, &st)
 	if err != nil {
 		return err
@@ -312,6 +312,17 @@ func (p *statusPass) reported(ctx context.Context, n store.Node, st *spec.NodeSt
 		p.problem("%s sent a report larger than the controller keeps: %d result(s) not kept", n.Name, rep.Omitted)
 	}
 	return failures, nil
+}
+
+// shownFallbacks are the fall-backs of fbs that checkFallback takes.
+func shownFallbacks(fbs []spec.Fallback, now time.Time) []spec.Fallback {
+	var out []spec.Fallback
+	for _, f := range fbs {
+		if checkFallback(f, now) == nil {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // clipStatus is a node's text as status shows it: the whole mesh must fit
