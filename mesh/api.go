@@ -51,7 +51,7 @@ func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg, r requester) {
 	verb := strings.TrimPrefix(m.Subject, spec.APIPrefix)
 	result, err := c.safeCall(ctx, verb, m.Data)
 	if row, known := c.verbs[verb]; !known || row.redact.args != nil {
-		c.auditor.audit(ctx, verb, m.Data, err)
+		c.auditor.audit(ctx, verb, m.Data, result.outcome, err)
 	}
 	// A call the controller's own stop cut short is not answered: its
 	// failure would be the stop's, not the call's, and a caller that hears
@@ -67,22 +67,28 @@ func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg, r requester) {
 			c.log.Error("api call failed", "verb", verb, "err", err)
 		}
 	}
-	c.respond(m, r, c.bounded(verb, spec.EncodeReply(result, err)))
+	c.respond(m, r, c.bounded(verb, spec.EncodeReply(result.body, err)))
 }
 
-// safeCall is call under catch: a verb that panics is answered, and audited,
-// as a failure.
-func (c *Controller) safeCall(ctx context.Context, verb string, data []byte) (result json.RawMessage, err error) {
-	defer c.guard.catch("api "+verb, func(e error) { result, err = nil, e })
-	return c.call(ctx, verb, data)
+// safeCall is answer under catch: a verb that panics is answered, and
+// audited, as a failure.
+func (c *Controller) safeCall(ctx context.Context, verb string, data []byte) (result answer, err error) {
+	defer c.guard.catch("api "+verb, func(e error) { result, err = answer{}, e })
+	return c.answer(ctx, verb, data)
 }
 
-// call carries out verb's request data and returns its encoded result. A
-// verb no row knows is the caller's mistake.
+// call carries out verb's request data and returns its encoded result.
 func (c *Controller) call(ctx context.Context, verb string, data []byte) (json.RawMessage, error) {
+	a, err := c.answer(ctx, verb, data)
+	return a.body, err
+}
+
+// answer carries out verb's request data and returns its encoded result
+// and outcome. A verb no row knows is the caller's mistake.
+func (c *Controller) answer(ctx context.Context, verb string, data []byte) (answer, error) {
 	row, ok := c.verbs[verb]
 	if !ok {
-		return nil, callerError(fmt.Sprintf("unknown verb %q: this controller speaks protocol %d", verb, spec.Protocol))
+		return answer{}, callerError(fmt.Sprintf("unknown verb %q: this controller speaks protocol %d", verb, spec.Protocol))
 	}
 	return row.call(ctx, data)
 }

@@ -21,15 +21,19 @@ type auditor struct {
 	kick    chan struct{}
 }
 
-// audit records one operator API call with its arguments, secrets redacted.
-// An operator call that was made is always audited, even if it failed: an
+// audit records one operator API call with its arguments, secrets
+// redacted, and its outcome: the result's (outcome: "ok", or "partial:
+// ..." for a result that did part of what was asked), or "failed: " and
+// callErr when the call failed. An operator call that was made is always audited, even if it failed: an
 // entry the store cannot take now (it is busy, held by another writer) is
 // queued, in order, and written by drainAudit as soon as the store takes
 // writes again.
-func (a *auditor) audit(ctx context.Context, verb string, data []byte, callErr error) {
-	outcome := "ok"
-	if callErr != nil {
-		outcome = callErr.Error()
+func (a *auditor) audit(ctx context.Context, verb string, data []byte, outcome string, callErr error) {
+	switch {
+	case callErr != nil:
+		outcome = "failed: " + callErr.Error()
+	case outcome == "":
+		outcome = "ok"
 	}
 	a.keepAudit(ctx, store.AuditEntry{At: a.now(), Operator: "operator", Verb: verb, Args: a.redact(ctx, verb, data), Outcome: outcome})
 }

@@ -71,7 +71,7 @@ func TestBusyStoreLosesNoAudit(t *testing.T) {
 		}
 		return len(got) == 2, fmt.Sprintf("audited %q", got)
 	})
-	if !strings.HasPrefix(got[0], spec.NodeShow.Name+` no node called "ghost"`) || got[1] != spec.NodeHold.Name+" ok" {
+	if !strings.HasPrefix(got[0], spec.NodeShow.Name+` failed: no node called "ghost"`) || got[1] != spec.NodeHold.Name+" ok" {
 		t.Fatalf("audited %q, want the failed node.show then the hold", got)
 	}
 	// The queue's count falls once the write that emptied it returns, a

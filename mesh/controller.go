@@ -190,8 +190,9 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 		purge:     func(ctx context.Context, node string) error { return purgeDeclarations(ctx, c.js, node) },
 		sendNames: c.sendNames}
 	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect}
-	c.numbers = &numberer{db: deps.DB, now: cfg.Now}
-	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond}
+	c.numbers = &numberer{db: deps.DB, now: cfg.Now, claims: c.claims}
+	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond,
+		unsent: &c.metrics.reportsUnsent, dropLog: &c.dropLog}
 	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.resendIfExpired}
 	c.verbs = verbTable(c.verbRows())
 	c.auditor.verbs = c.verbs
@@ -392,7 +393,9 @@ func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
 	}
 	// Kept as the node's latest and written with the next batch
 	// (heartbeats.go): one node's rate delays no other's.
-	if c.beats.add(keptHeartbeat(hb), c.cfg.Now()) {
+	hb = keptHeartbeat(hb)
+	hb.Fallbacks = c.checkedFallbacks(node, hb.Fallbacks)
+	if c.beats.add(hb, c.cfg.Now()) {
 		c.metrics.heartbeatsExcess.Add(1)
 	}
 	if c.refused.note(node, hb.Protocol) {
@@ -459,9 +462,16 @@ type metrics struct {
 	// heartbeatsExcess counts heartbeats beyond floodBeats a window from
 	// one node.
 	heartbeatsExcess atomic.Uint64
-	apiCalls         atomic.Uint64
-	apiErrors        atomic.Uint64
-	enrols           atomic.Uint64
+	// fallbacksRefused counts launcher fall-backs heartbeats carried
+	// that were not shown: a digest not of a release's form, a time zero
+	// or ahead of the controller's clock.
+	fallbacksRefused atomic.Uint64
+	// reportsUnsent counts reports of a declaration never sent to their
+	// node, dropped.
+	reportsUnsent atomic.Uint64
+	apiCalls      atomic.Uint64
+	apiErrors     atomic.Uint64
+	enrols        atomic.Uint64
 	// repliesRefused counts requests dropped because their reply subject
 	// was not under the requester's own inbox.
 	repliesRefused atomic.Uint64

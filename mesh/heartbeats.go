@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
 )
 
 // Heartbeats are coalesced per node and written in batches: the handler
@@ -30,6 +31,12 @@ const (
 	floodShownFor = time.Minute
 )
 
+// Liveness is kept in memory as well as in the store: a node heard is
+// heard, whether or not the store took the write. While the store refuses
+// heartbeats (another writer holds it), status reads when each node was
+// last heard from here, and says the store is busy, instead of calling
+// heartbeating nodes silent.
+
 // beats holds the latest heartbeat of each node not yet written, and
 // counts each node's heartbeats per window.
 type beats struct {
@@ -38,6 +45,21 @@ type beats struct {
 	wake   chan struct{}
 
 	windows map[string]*beatWindow
+
+	// heard is when each node was last heard, and the interval its
+	// heartbeat said, whether or not the store recorded it.
+	heard map[string]heardBeat
+	// unrecordedSince is when heartbeats' writes began to fail, and
+	// unrecordedErr the last failure; zero while they are recorded.
+	unrecordedSince time.Time
+	unrecordedErr   error
+}
+
+// heardBeat is when a node was last heard, and how often it said it sends
+// a heartbeat (zero: not said).
+type heardBeat struct {
+	at       time.Time
+	interval time.Duration
 }
 
 // beatWindow is one node's count in the current window, and the last
@@ -50,7 +72,7 @@ type beatWindow struct {
 }
 
 func newBeats() *beats {
-	return &beats{latest: map[string]spec.Heartbeat{}, wake: make(chan struct{}, 1), windows: map[string]*beatWindow{}}
+	return &beats{latest: map[string]spec.Heartbeat{}, wake: make(chan struct{}, 1), windows: map[string]*beatWindow{}, heard: map[string]heardBeat{}}
 }
 
 // add keeps hb as its node's latest and counts it; excess says whether it
@@ -58,6 +80,7 @@ func newBeats() *beats {
 func (b *beats) add(hb spec.Heartbeat, now time.Time) (excess bool) {
 	b.mu.Lock()
 	b.latest[hb.Node] = hb
+	b.heard[hb.Node] = heardBeat{at: now, interval: time.Duration(max(hb.IntervalMS, 0)) * time.Millisecond}
 	w := b.windows[hb.Node]
 	if w == nil {
 		w = &beatWindow{start: now}
@@ -111,6 +134,67 @@ func (b *beats) forget(node string) {
 	defer b.mu.Unlock()
 	delete(b.latest, node)
 	delete(b.windows, node)
+	delete(b.heard, node)
+}
+
+// heardOf is when node was last heard, as this controller heard it
+// (recorded or not); false if it was not heard since the controller
+// started.
+func (b *beats) heardOf(node string) (heardBeat, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h, ok := b.heard[node]
+	return h, ok
+}
+
+// putBack holds again the heartbeats of held whose node sent none since,
+// and wakes the writer: a batch the store refused is tried again, with
+// what came since, until the store takes it.
+func (b *beats) putBack(held []spec.Heartbeat) {
+	b.mu.Lock()
+	for _, hb := range held {
+		if _, newer := b.latest[hb.Node]; !newer {
+			b.latest[hb.Node] = hb
+		}
+	}
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// unrecorded notes that a batch's write failed at now with err.
+func (b *beats) unrecorded(now time.Time, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.unrecordedSince.IsZero() {
+		b.unrecordedSince = now
+	}
+	b.unrecordedErr = err
+}
+
+// recorded notes that a batch was written.
+func (b *beats) recorded() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.unrecordedSince, b.unrecordedErr = time.Time{}, nil
+}
+
+// storeTrouble says what status shows while heartbeats' writes fail: the
+// store busy (another writer holds it) since when, or the failure; empty
+// while they are recorded.
+func (b *beats) storeTrouble() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.unrecordedSince.IsZero() {
+		return ""
+	}
+	since := b.unrecordedSince.UTC().Format(time.RFC3339)
+	if store.IsBusy(b.unrecordedErr) {
+		return "the store is busy since " + since + ": heartbeats are not being recorded (another writer holds it); nodes are shown as this controller heard them"
+	}
+	return fmt.Sprintf("heartbeats are not being recorded since %s (%v); nodes are shown as this controller heard them", since, b.unrecordedErr)
 }
 
 // beatLine writes the held heartbeats in batches, weighing each node's
@@ -157,7 +241,7 @@ func (bl *beatLine) writeBatch(ctx context.Context) {
 	}
 	heads, err := bl.db.DeclarationHeads(ctx, nodes)
 	if err != nil {
-		bl.log.Error("heartbeats not recorded", "nodes", len(held), "err", err)
+		bl.notRecorded(held, err)
 		return
 	}
 	kept := make([]spec.Heartbeat, 0, len(held))
@@ -171,9 +255,10 @@ func (bl *beatLine) writeBatch(ctx context.Context) {
 	}
 	failed, err := bl.db.RecordHeartbeats(ctx, kept, bl.now())
 	if err != nil {
-		bl.log.Error("heartbeats not recorded", "nodes", len(kept), "err", err)
+		bl.notRecorded(kept, err)
 		return
 	}
+	bl.beats.recorded()
 	for _, hb := range kept {
 		if err := failed[hb.Node]; err != nil {
 			bl.log.Warn("heartbeat not recorded", "node", hb.Node, "err", err)
@@ -186,4 +271,12 @@ func (bl *beatLine) writeBatch(ctx context.Context) {
 			bl.log.Error("expired declaration not re-sent", "node", hb.Node, "err", err)
 		}
 	}
+}
+
+// notRecorded keeps what a batch the store refused (err) says, to be
+// written with the next batch, and notes the failure for status.
+func (bl *beatLine) notRecorded(held []spec.Heartbeat, err error) {
+	bl.log.Error("heartbeats not recorded", "nodes", len(held), "err", err)
+	bl.beats.unrecorded(bl.now(), err)
+	bl.beats.putBack(held)
 }

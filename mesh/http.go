@@ -92,6 +92,8 @@ func (c *Controller) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	counter("mesh_heartbeats_total", "Heartbeats received.", c.metrics.heartbeats.Load())
 	counter("mesh_heartbeats_excess_total", "Heartbeats received beyond what a host sends (100 in 10 s from one node); only each node's latest is written.", c.metrics.heartbeatsExcess.Load())
 	counter("mesh_reports_total", "Reports received: applies, reconcile passes, dry runs and refusals.", c.metrics.reports.Load())
+	counter("mesh_reports_unsent_total", "Reports dropped because they name a declaration never sent to their node.", c.metrics.reportsUnsent.Load())
+	counter("mesh_fallbacks_refused_total", "Launcher fall-backs carried by heartbeats and not shown: a digest not a release's, a time zero or ahead of the controller's clock.", c.metrics.fallbacksRefused.Load())
 	counter("mesh_api_calls_total", "Operator API calls answered.", c.metrics.apiCalls.Load())
 	counter("mesh_enrol_requests_total", "Enrolment requests received, whatever their outcome.", c.metrics.enrols.Load())
 	counter("mesh_api_errors_total", "Operator API calls answered with an error.", c.metrics.apiErrors.Load())

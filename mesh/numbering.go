@@ -14,6 +14,8 @@ import (
 type numberer struct {
 	db  Store
 	now func() time.Time
+	// claims are the sequences nodes claim above the last sent to them.
+	claims *claimBook
 }
 
 // next is node's next declaration, without its content (see numbered).
@@ -48,15 +50,15 @@ func (nb *numberer) sendState(ctx context.Context, node string) (store.Declarati
 }
 
 // numbered is the next declaration to n, without its content: numbered
-// max(last sent, last applied) + 1, so a restored store never wedges a host
-// (an applied sequence far above the last sent is not believed: see
-// believe), issued now and expiring after ttl.
+// max(last sent, last applied, what it claims above the last sent) + 1,
+// so a restored store never wedges a host (a claim far above the last sent
+// is not believed: see weigh), issued now and expiring after ttl.
 func (nb *numberer) numbered(ctx context.Context, n store.Node, last uint64, ttl time.Duration) (spec.Declaration, error) {
 	m, err := nb.db.Mesh(ctx)
 	if err != nil {
 		return spec.Declaration{}, err
 	}
 	now := nb.now().UTC()
-	return spec.Declaration{Mesh: m.Name, Node: n.Name, Seq: max(last, believedApplied(n.AppliedSeq, last)) + 1,
+	return spec.Declaration{Mesh: m.Name, Node: n.Name, Seq: max(last, believedApplied(n.AppliedSeq, last), nb.claims.ahead(n.Name)) + 1,
 		Issued: now, Expires: now.Add(ttl), Protocol: spec.Protocol}, nil
 }

@@ -179,6 +179,13 @@ func TestReportBeforeAnyPush(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
+	// Sent before this start (a report of a sequence never sent is
+	// dropped): send records and publishes without a push's watchers.
+	for range 3 {
+		if _, _, err := c.send(context.Background(), "alpha", content{resources: nil}, resendAll); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r := mustJSON(t, spec.Report{Node: "alpha", Seq: 3, Time: clk.Now(), Results: []spec.ResourceResult{}})
 	if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindReport), r); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package mesh
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
 )
@@ -114,4 +115,40 @@ func keptHeartbeat(hb spec.Heartbeat) spec.Heartbeat {
 		hb.Fallbacks = fbs
 	}
 	return hb
+}
+
+// checkedFallbacks are fbs, node's launcher fall-backs as its heartbeat
+// carries them, less those that cannot be true: a digest not of a
+// release's form (spec.CheckReleaseDigest), a time zero or ahead of the
+// controller's clock by more than spec.ClockSkew. They come from a file
+// on the node that may have been tampered with, and status and rolls act
+// on them; each one left out is counted and logged (through the log gate).
+func (c *Controller) checkedFallbacks(node string, fbs []spec.Fallback) []spec.Fallback {
+	var kept []spec.Fallback
+	now := c.cfg.Now()
+	for _, f := range fbs {
+		if err := checkFallback(f, now); err != nil {
+			c.metrics.fallbacksRefused.Add(1)
+			if ok, held := c.dropLog.allow("fallback/"+node, now); ok {
+				c.log.Warn("launcher fall-back refused", "node", node, "err", err, "refused_unlogged_before", held)
+			}
+			continue
+		}
+		kept = append(kept, f)
+	}
+	return kept
+}
+
+// checkFallback says why f cannot be a launcher's fall-back at now, or nil.
+func checkFallback(f spec.Fallback, now time.Time) error {
+	if err := spec.CheckReleaseDigest(f.Digest); err != nil {
+		return fmt.Errorf("fall-back: %w", err)
+	}
+	if f.At.IsZero() {
+		return fmt.Errorf("fall-back from %s: no time", f.Digest)
+	}
+	if f.At.After(now.Add(spec.ClockSkew)) {
+		return fmt.Errorf("fall-back from %s at %s: ahead of the controller's clock by more than %s", f.Digest, f.At.UTC().Format(time.RFC3339), spec.ClockSkew)
+	}
+	return nil
 }

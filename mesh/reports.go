@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
@@ -69,6 +70,10 @@ type reportLine struct {
 	watches *watches
 	// respond answers a report's message under its host's own inbox.
 	respond func(m *nats.Msg, r requester, body []byte)
+	// unsent counts the reports dropped for a declaration never sent;
+	// dropLog gates their log lines.
+	unsent  *atomic.Uint64
+	dropLog *logGate
 }
 
 // queuedReport is a report waiting for the writer, and when it came; msg
@@ -149,7 +154,12 @@ func (rp *reportLine) recordReports(ctx context.Context, batch []queuedReport) {
 	for _, q := range batch {
 		r := q.r
 		if !rp.claims.weigh(r.Node, r.Seq, heads[r.Node].Seq) {
-			rp.log.Warn("report refused: it names a declaration far above the last sent to the node", "node", r.Node, "seq", r.Seq)
+			// Never sent to it: what it says it applied is not taken.
+			rp.unsent.Add(1)
+			if ok, held := rp.dropLog.allow("report/"+r.Node, q.at); ok {
+				rp.log.Warn("report dropped: it names a declaration never sent to the node", "node", r.Node, "seq", r.Seq,
+					"sent", heads[r.Node].Seq, "dropped_unlogged_before", held)
+			}
 			rp.ack(q) // refused for good: sent again, it would be again
 			continue
 		}

@@ -149,10 +149,10 @@ func (c *Controller) sendDue(ctx context.Context, items []sendItem, due []int, h
 	for _, i := range due {
 		node, ct := items[i].node, items[i].ct
 		n, last := nodes[node], heads[node].Seq
-		// Numbered max(last sent, last applied) + 1, so a restored store
-		// never wedges a host (an applied sequence far above the last sent
-		// is not believed: see believe).
-		decl := spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, believedApplied(n.AppliedSeq, last)) + 1,
+		// Numbered max(last sent, last applied, what it claims above the
+		// last sent) + 1, so a restored store never wedges a host (a claim
+		// far above the last sent is not believed: see weigh).
+		decl := spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, believedApplied(n.AppliedSeq, last), c.claims.ahead(node)) + 1,
 			Issued: now, Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol,
 			Resources: ct.resources, RosterRef: ct.ref, CAChain: ct.chain}
 		body, err := json.Marshal(decl)

@@ -62,7 +62,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	for _, ns := range p.res.Versions {
 		sort.Strings(ns)
 	}
-	p.res.AllClear = len(p.res.Problems) == 0 && len(p.res.Nodes) > 0
+	p.res.AllClear = len(p.res.Problems) == 0 && len(p.res.Nodes) > 0 && p.res.StoreBusy == ""
 	return p.res, nil
 }
 
@@ -102,6 +102,11 @@ func newStatusPass(ctx context.Context, c *Controller, now time.Time) (*statusPa
 	}
 	p.res = spec.StatusResult{Time: p.now.UTC(), Nodes: []spec.NodeStatus{}, Versions: map[string][]string{}, Problems: []string{},
 		Intermediate: ca.SerialOf(c.deps.CA.Intermediate())}
+	// Heartbeats the store refuses are the store's failure, not the
+	// nodes': said first, and the nodes shown as heard in memory.
+	if p.res.StoreBusy = c.beats.storeTrouble(); p.res.StoreBusy != "" {
+		p.problem("%s", p.res.StoreBusy)
+	}
 	if p.binaries, err = c.deps.DB.NodeBinaries(ctx); err != nil {
 		return nil, err
 	}
@@ -156,7 +161,7 @@ func (p *statusPass) node(ctx context.Context, n store.Node) error {
 			p.problem("%s is declared release %s and its launcher gave up on it (%s): it runs %s", n.Name, short(b.Digest), clipStatus(fb.Reason), versionOr(n.HostVersion))
 		}
 	}
-	st.Fallbacks = n.Fallbacks
+	st.Fallbacks = shownFallbacks(n.Fallbacks, p.now) // as on receipt, whatever the store holds
 	last, err := p.state(ctx, n, &st)
 	if err != nil {
 		return err
@@ -180,9 +185,15 @@ func (p *statusPass) node(ctx context.Context, n store.Node) error {
 	return nil
 }
 
-// heard is what n's heartbeats say: when it was last heard, its version,
-// the roster it holds and its protocol.
+// heard is what n's heartbeats say: when it was last heard (the later of
+// the store's record and this controller's memory, which holds what the
+// store could not take), its version, the roster it holds and its
+// protocol.
 func (p *statusPass) heard(n store.Node, st *spec.NodeStatus) {
+	if h, ok := p.c.beats.heardOf(n.Name); ok && h.at.After(n.LastHeard) {
+		n.LastHeard, n.Heartbeat = h.at, h.interval
+		st.HeartbeatMS = h.interval.Milliseconds()
+	}
 	if n.LastHeard.IsZero() {
 		st.Heard, st.State = "never", "never heard"
 		p.problem("%s has never been heard", n.Name)
@@ -304,6 +315,17 @@ func (p *statusPass) reported(ctx context.Context, n store.Node, st *spec.NodeSt
 		p.problem("%s sent a report larger than the controller keeps: %d result(s) not kept", n.Name, rep.Omitted)
 	}
 	return failures, nil
+}
+
+// shownFallbacks are the fall-backs of fbs that checkFallback takes.
+func shownFallbacks(fbs []spec.Fallback, now time.Time) []spec.Fallback {
+	var out []spec.Fallback
+	for _, f := range fbs {
+		if checkFallback(f, now) == nil {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // clipStatus is a node's text as status shows it: the whole mesh must fit

@@ -56,29 +56,46 @@ func (c *Controller) verbRows() []row {
 type row struct {
 	spec.VerbInfo // the name, and the timeout callers wait
 	// call decodes a request, carries it out and encodes its result.
-	call   func(ctx context.Context, data []byte) (json.RawMessage, error)
+	call   func(ctx context.Context, data []byte) (answer, error)
 	redact redaction
 }
+
+// answer is a call's encoded result, and its outcome as the audit keeps
+// it: "ok", or what the result says it did not do.
+type answer struct {
+	body    json.RawMessage
+	outcome string
+}
+
+// auditOutcome is a result that says its call's outcome: one that came
+// back without an error can still have done only part of what was asked
+// (a push some nodes were not sent: "partial: NODE, NODE (reason)", or
+// none: "failed: ..."). A result without the method is "ok".
+type auditOutcome interface{ AuditOutcome() string }
 
 // verb is the row of v: its request is decoded as a Req, unknown fields
 // refused (the caller's mistake), and handed to fn, whose Res is the
 // result.
 func verb[Req, Res any](v spec.Verb[Req, Res], fn func(context.Context, Req) (Res, error), redact redaction) row {
 	name := v.Name
-	return row{VerbInfo: v.Info(), redact: redact, call: func(ctx context.Context, data []byte) (json.RawMessage, error) {
+	return row{VerbInfo: v.Info(), redact: redact, call: func(ctx context.Context, data []byte) (answer, error) {
 		var req Req
 		if err := spec.Decode(data, &req); err != nil {
-			return nil, callerError(fmt.Sprintf("%s: malformed request: %v", name, err))
+			return answer{}, callerError(fmt.Sprintf("%s: malformed request: %v", name, err))
 		}
 		res, err := fn(ctx, req)
 		if err != nil {
-			return nil, err
+			return answer{}, err
 		}
 		b, err := json.Marshal(res)
 		if err != nil {
-			return nil, fmt.Errorf("encode %s result: %v", name, err)
+			return answer{}, fmt.Errorf("encode %s result: %v", name, err)
 		}
-		return b, nil
+		outcome := "ok"
+		if o, ok := any(res).(auditOutcome); ok {
+			outcome = o.AuditOutcome()
+		}
+		return answer{body: b, outcome: outcome}, nil
 	}}
 }
 

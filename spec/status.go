@@ -29,6 +29,13 @@ type (
 		// Roll is the roll running or halted, else the latest one; nil
 		// when no release was ever rolled.
 		Roll *Roll `json:"roll,omitempty"`
+		// StoreBusy says the controller's store has refused heartbeats'
+		// writes since a time ("the store is busy since T: heartbeats are
+		// not being recorded"), or why they fail; empty while they are
+		// recorded. Nodes are then shown as the controller heard them,
+		// not as silent; it is also the first of Problems, and stands in
+		// the way of the all-clear.
+		StoreBusy string `json:"store_busy,omitempty"`
 	}
 
 	// NodeStatus is one node as status shows it.

@@ -1,0 +1,198 @@
+package mesh
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+	"github.com/nats-io/nats.go"
+)
+
+// lockStore holds c's store file with an exclusive lock from a second
+// connection, as `sqlite3 mesh.db 'BEGIN EXCLUSIVE;'` does, until the
+// returned function lets it go.
+func lockStore(t *testing.T, c *Controller) (release func()) {
+	t.Helper()
+	dir, ok := controllerDirs.Load(c)
+	if !ok {
+		t.Fatal("the controller's directory is not known")
+	}
+	path := filepath.Join(dir.(string), DBFile)
+	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	release = func() {
+		if done {
+			return
+		}
+		done = true
+		if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+			t.Error(err)
+		}
+		conn.Close()
+		other.Close()
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// apiCall makes an operator API call on the bus, as the CLI does, so it is
+// audited.
+func apiCall(t *testing.T, op *nats.Conn, verb string, req any) spec.Reply {
+	t.Helper()
+	m, err := op.Request(spec.APIPrefix+verb, mustJSON(t, req), time.Minute)
+	if err != nil {
+		t.Fatalf("%s: no answer: %v", verb, err)
+	}
+	var r spec.Reply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// busy says whether s names the store busy, in mesh's words or SQLite's.
+func busy(s string) bool {
+	return strings.Contains(s, "the store is busy") || strings.Contains(s, "SQLITE_BUSY")
+}
+
+// pushAudits are the outcomes of the push calls audited so far.
+func pushAudits(t *testing.T, db *store.DB) []string {
+	t.Helper()
+	es, err := db.AuditSince(context.Background(), time.Time{}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		if e.Verb == spec.Push.Name {
+			out = append(out, e.Outcome)
+		}
+	}
+	return out
+}
+
+// TestStoreBusyIsNotSilentNodes: while another connection holds the store
+// with an exclusive lock, a node that heartbeats is shown heard (as the
+// controller heard it), not silent; status names the busy store and gives
+// no all-clear; a push then fails on the store and is audited as failed,
+// not ok. Once the lock goes, the heartbeats are recorded and status says
+// nothing of the store.
+func TestStoreBusyIsNotSilentNodes(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now().Truncate(time.Second)}
+	c, db := newController(t, clk)
+	ctx := context.Background()
+	beat := func() {
+		t.Helper()
+		hb := mustJSON(t, spec.Heartbeat{Node: "alpha", Time: clk.Now(), Protocol: spec.Protocol, IntervalMS: 1000})
+		if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindHeartbeat), hb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat()
+	poll.Until(t, 10*time.Second, "alpha's heartbeat recorded", func() (bool, string) {
+		n, err := db.Node(ctx, "alpha")
+		return err == nil && n.LastHeard.Equal(clk.Now()), fmt.Sprintf("last heard %v, %v", n.LastHeard, err)
+	})
+
+	release := lockStore(t, c)
+	clk.Add(time.Minute) // the store's record of alpha is a minute old: silent, were it believed
+	beat()
+	poll.Until(t, 30*time.Second, "status names the busy store and alpha heard", func() (bool, string) {
+		res, err := c.status(ctx, spec.StatusRequest{})
+		if err != nil {
+			return false, fmt.Sprintf("status: %v", err)
+		}
+		st := nodeStatus(res, "alpha")
+		ok := strings.HasPrefix(res.StoreBusy, "the store is busy since ") && strings.Contains(res.StoreBusy, "heartbeats are not being recorded") &&
+			!st.Silent && st.LastHeard != nil && st.LastHeard.Equal(clk.Now()) && !res.AllClear &&
+			len(res.Problems) > 0 && res.Problems[0] == res.StoreBusy
+		return ok, fmt.Sprintf("store %q, alpha heard %s silent %v, all clear %v, problems %q", res.StoreBusy, st.Heard, st.Silent, res.AllClear, res.Problems)
+	})
+	if n, err := db.Node(ctx, "alpha"); err != nil || n.LastHeard.Equal(clk.Now()) {
+		t.Fatalf("alpha's heartbeat recorded while the store was held: %v %v", n.LastHeard, err)
+	}
+
+	// A push while the store is held fails on it, and is audited so.
+	op := operatorConn(t, c)
+	r := apiCall(t, op, spec.Push.Name, spec.PushRequest{Nodes: []string{"alpha"}, Progress: spec.OperatorInbox + ".p", Force: true})
+	if r.Error == "" {
+		var res spec.PushResult
+		if err := json.Unmarshal(r.Result, &res); err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Nodes) != 1 || !busy(res.Nodes[0].Error) {
+			t.Fatalf("push while the store is held: %+v, want alpha not sent, the store busy", res)
+		}
+	} else if !busy(r.Error) {
+		t.Fatalf("push while the store is held: %s, want the store busy", r.Error)
+	}
+
+	release()
+	beat()
+	poll.Until(t, 30*time.Second, "the push audited, failed", func() (bool, string) {
+		got := pushAudits(t, db)
+		return len(got) == 1 && strings.HasPrefix(got[0], "failed: alpha (") && busy(got[0]), fmt.Sprintf("push audits %q", got)
+	})
+	poll.Until(t, 30*time.Second, "heartbeats recorded again", func() (bool, string) {
+		res := statusOf(t, c)
+		n, err := db.Node(ctx, "alpha")
+		return res.StoreBusy == "" && err == nil && n.LastHeard.Equal(clk.Now()), fmt.Sprintf("store %q, recorded %v", res.StoreBusy, n.LastHeard)
+	})
+}
+
+// TestPushAuditedAsItsOutcome: a push that sent some nodes and not others
+// is audited "partial", naming those not sent and why; one that sent none
+// "failed"; one that sent every node "ok".
+func TestPushAuditedAsItsOutcome(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	joinNode(t, c, "beta")
+	if _, err := c.hold(context.Background(), spec.HoldRequest{Node: "beta", Hold: true, Reason: "audit test"}); err != nil {
+		t.Fatal(err)
+	}
+	op := operatorConn(t, c)
+	push := func(nodes ...string) {
+		t.Helper()
+		if r := apiCall(t, op, spec.Push.Name, spec.PushRequest{Nodes: nodes, Progress: spec.OperatorInbox + ".p", Force: true}); r.Error != "" {
+			t.Fatalf("push %v: %s", nodes, r.Error)
+		}
+	}
+	push()
+	push("beta")
+	push("alpha")
+	var got []string
+	poll.Until(t, 10*time.Second, "three pushes audited", func() (bool, string) {
+		got = pushAudits(t, db)
+		return len(got) == 3, fmt.Sprintf("push audits %q", got)
+	})
+	if !strings.HasPrefix(got[0], "partial: beta (held since ") || !strings.Contains(got[0], "audit test") {
+		t.Errorf("push to alpha and held beta audited %q, want partial naming beta", got[0])
+	}
+	if !strings.HasPrefix(got[1], "failed: beta (held since ") {
+		t.Errorf("push to held beta audited %q, want failed naming beta", got[1])
+	}
+	if got[2] != "ok" {
+		t.Errorf("push to alpha audited %q, want ok", got[2])
+	}
+}
