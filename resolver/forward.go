@@ -30,8 +30,11 @@ var errBusy = errors.New("too many upstream queries in flight")
 type forwarder struct {
 	upstreams []string
 	timeout   time.Duration
-	cache     *cache
-	sem       chan struct{}
+	// own says whether the mesh answers for a name (canonical): no
+	// upstream's record of one is passed on.
+	own   func(name string) bool
+	cache *cache
+	sem   chan struct{}
 
 	mu       sync.Mutex
 	inflight map[string]*call
@@ -125,6 +128,7 @@ func (f *forwarder) lookup(key, name string, q *query) (*sections, error) {
 	if err != nil {
 		return nil, err
 	}
+	scrub(resp, name, q.q.Qtype, f.own)
 	sec, life, err := answerSections(resp, question)
 	if err != nil {
 		return nil, err

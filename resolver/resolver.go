@@ -38,7 +38,11 @@
 // SERVFAIL. An upstream answering other than NOERROR or NXDOMAIN counts as
 // not answering, and SERVFAIL is never cached. A truncated upstream answer is
 // asked again over TCP. Identical queries in flight at once are sent
-// upstream once.
+// upstream once. An upstream's answer is scrubbed before it is cached or
+// passed on (RFC 5452 §6, see scrub): the answer keeps the question's name
+// and its CNAME and DNAME chain, the authority a negative answer's SOA and
+// the DNSSEC proofs, never an NS; the additional section goes; and no
+// record of a name the mesh answers for is ever taken from an upstream.
 //
 // Serving: TCP on every listen address, and UDP on a wildcard one, by
 // miekg/dns's server; UDP on an address with a host by the resolver's own
@@ -236,6 +240,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		ready:    make(chan struct{}),
 		fwd:      newForwarder(cfg.Upstreams, cfg.CacheSize, cfg.Timeout),
 	}
+	s.fwd.own = s.ownName
 	s.allow.Store(&allow)
 	s.SetZone(Zone{})
 	return s, nil
