@@ -149,19 +149,24 @@ func launchCommand(c *cli.Context, mode string, skip ...string) error {
 	if err := checkHealthyWithin(c); err != nil {
 		return err
 	}
-	dns := c.String("dns")
-	if v := kept["dns"]; !c.IsSet("dns") {
-		dns = ""
-		if len(v) == 1 {
-			dns = v[0]
-		}
-	}
-	l, err := launch.New(launch.Config{Dir: dir, Mode: mode, Args: givenFlags(c, append(skip, "dir")...), DNS: dns,
+	l, err := launch.New(launch.Config{Dir: dir, Mode: mode, Args: givenFlags(c, append(skip, "dir")...), DNS: launcherDNS(c, kept),
 		HealthyWithin: c.Duration("healthy-within"), Stdout: rawOf(c.App.Writer), Stderr: rawOf(c.App.ErrWriter)}, log.With("component", "launcher"))
 	if err != nil {
 		return err
 	}
 	return l.Run(c.Context)
+}
+
+// launcherDNS is the resolver address the launcher holds and hands to each
+// child: --dns as given, else as D/config.yaml keeps it, else the flag's
+// default, the address the child binds when it is given none. A first
+// start (a join) given no --dns holds it too, so the first swap after a
+// join is not the one that drops queries.
+func launcherDNS(c *cli.Context, kept map[string][]string) string {
+	if v := kept["dns"]; !c.IsSet("dns") && len(v) == 1 {
+		return v[0]
+	}
+	return c.String("dns")
 }
 
 // checkHealthyWithin refuses a launcher's --healthy-within under a second.
