@@ -164,30 +164,7 @@ func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, event
 	if lost != nil {
 		lostC = lost.Done()
 	}
-	outcome := PushOutcome{ID: res.ID, OK: true, Silent: []string{}}
-	pending := map[string]int{}
-	for _, n := range res.Nodes {
-		outcome.Nodes = append(outcome.Nodes, PushNodeOutcome{PushNode: n})
-		switch {
-		case n.Held:
-			say(w, "%s: held: %s\n", n.Node, n.Error)
-			outcome.OK = false
-			continue
-		case n.Error != "":
-			say(w, "%s: not sent: %s\n", n.Node, n.Error)
-			outcome.OK = false
-			continue
-		case n.Unchanged:
-			say(w, "%s: unchanged, not sent (declaration %d holds it; --force sends anyway)\n", n.Node, n.Seq)
-			continue
-		}
-		if dryRun {
-			say(w, "%s: asked what declaration %d would change (%d resources)\n", n.Node, n.Seq, n.Resources)
-		} else {
-			say(w, "%s: sent declaration %d (%d resources)\n", n.Node, n.Seq, n.Resources)
-		}
-		pending[n.Node] = len(outcome.Nodes) - 1
-	}
+	outcome, pending := sentLines(w, res, dryRun)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	// take prints the report m carries, if it is one this push waits for.
@@ -242,29 +219,66 @@ func waitForReports(ctx context.Context, w io.Writer, res spec.PushResult, event
 			outcome.OK = false
 			return outcome
 		case <-deadline.C:
-			var silent, waiting []string
-			for node, i := range pending {
-				outcome.Silent = append(outcome.Silent, node)
-				if outcome.Nodes[i].Report != nil {
-					waiting = append(waiting, node)
-				} else {
-					silent = append(silent, node)
-				}
-			}
-			sort.Strings(outcome.Silent)
-			sort.Strings(silent)
-			sort.Strings(waiting)
-			if len(silent) > 0 {
-				say(w, "no answer within %s from: %s\n", wait, strings.Join(silent, ", "))
-			}
-			if len(waiting) > 0 {
-				say(w, "still waiting after %s (mesh status says for what): %s\n", wait, strings.Join(waiting, ", "))
-			}
-			outcome.OK = false
+			timedOut(w, &outcome, pending, wait)
 			return outcome
 		}
 	}
 	return outcome
+}
+
+// sentLines prints a line for each node the push named (sent, unchanged,
+// held, not sent) and returns the outcome so far and the nodes whose
+// report is waited for, by their index in it.
+func sentLines(w io.Writer, res spec.PushResult, dryRun bool) (PushOutcome, map[string]int) {
+	outcome := PushOutcome{ID: res.ID, OK: true, Silent: []string{}}
+	pending := map[string]int{}
+	for _, n := range res.Nodes {
+		outcome.Nodes = append(outcome.Nodes, PushNodeOutcome{PushNode: n})
+		switch {
+		case n.Held:
+			say(w, "%s: held: %s\n", n.Node, n.Error)
+			outcome.OK = false
+			continue
+		case n.Error != "":
+			say(w, "%s: not sent: %s\n", n.Node, n.Error)
+			outcome.OK = false
+			continue
+		case n.Unchanged:
+			say(w, "%s: unchanged, not sent (declaration %d holds it; --force sends anyway)\n", n.Node, n.Seq)
+			continue
+		}
+		if dryRun {
+			say(w, "%s: asked what declaration %d would change (%d resources)\n", n.Node, n.Seq, n.Resources)
+		} else {
+			say(w, "%s: sent declaration %d (%d resources)\n", n.Node, n.Seq, n.Resources)
+		}
+		pending[n.Node] = len(outcome.Nodes) - 1
+	}
+	return outcome, pending
+}
+
+// timedOut says which nodes the push's wait ended without: silent, or
+// heard waiting (for a roster).
+func timedOut(w io.Writer, outcome *PushOutcome, pending map[string]int, wait time.Duration) {
+	var silent, waiting []string
+	for node, i := range pending {
+		outcome.Silent = append(outcome.Silent, node)
+		if outcome.Nodes[i].Report != nil {
+			waiting = append(waiting, node)
+		} else {
+			silent = append(silent, node)
+		}
+	}
+	sort.Strings(outcome.Silent)
+	sort.Strings(silent)
+	sort.Strings(waiting)
+	if len(silent) > 0 {
+		say(w, "no answer within %s from: %s\n", wait, strings.Join(silent, ", "))
+	}
+	if len(waiting) > 0 {
+		say(w, "still waiting after %s (mesh status says for what): %s\n", wait, strings.Join(waiting, ", "))
+	}
+	outcome.OK = false
 }
 
 // lostWait says that the connection to the controller was lost while
