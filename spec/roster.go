@@ -21,12 +21,22 @@ const Domain = "internal"
 type Roster struct {
 	Nodes  []RosterNode  `json:"nodes"`
 	Routes []RosterRoute `json:"routes"`
+	// Overlay is the overlay's range while it is on (spec/overlay.go): the
+	// nodes' and routes' addresses are then overlay addresses.
+	Overlay *RosterOverlay `json:"overlay,omitempty"`
 }
 
 // RosterNode is NODE.internal.
 type RosterNode struct {
 	Name    string `json:"name"` // the node's name; its address is NAME.internal
 	Address string `json:"address"`
+	// Overlay is the node's overlay membership while the overlay is on.
+	Overlay *OverlayMember `json:"overlay,omitempty"`
+}
+
+// Equal says whether two entries are the same.
+func (n RosterNode) Equal(o RosterNode) bool {
+	return n.Name == o.Name && n.Address == o.Address && n.Overlay.Equal(o.Overlay)
 }
 
 // RosterRoute is a routed name: ROUTE.NODE.internal, or a public name served

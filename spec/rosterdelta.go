@@ -36,12 +36,15 @@ type RosterDelta struct {
 	// SetNodes and SetRoutes are added or replace the entry of the same
 	// key (a node's name; a route's name and node); DropNodes and
 	// DropRoutes are removed.
-	SetNodes      []RosterNode  `json:"set_nodes,omitempty"`
-	DropNodes     []string      `json:"drop_nodes,omitempty"`
-	SetRoutes     []RosterRoute `json:"set_routes,omitempty"`
-	DropRoutes    []RouteKey    `json:"drop_routes,omitempty"`
-	FullSig       []byte        `json:"full_sig"`
-	FetchWithinMS int64         `json:"fetch_within_ms,omitempty"`
+	SetNodes   []RosterNode  `json:"set_nodes,omitempty"`
+	DropNodes  []string      `json:"drop_nodes,omitempty"`
+	SetRoutes  []RosterRoute `json:"set_routes,omitempty"`
+	DropRoutes []RouteKey    `json:"drop_routes,omitempty"`
+	// Overlay is the overlay's part of the roster the delta makes, whole
+	// (a few bytes): nil, the overlay is off.
+	Overlay       *RosterOverlay `json:"overlay,omitempty"`
+	FullSig       []byte         `json:"full_sig"`
+	FetchWithinMS int64          `json:"fetch_within_ms,omitempty"`
 }
 
 // RouteKey names one route of a roster: its full name and its node.
@@ -72,7 +75,7 @@ func Changes(from, to Roster) (setNodes []RosterNode, dropNodes []string, setRou
 		nodes[n.Name] = n
 	}
 	for _, n := range to.Nodes {
-		if was, ok := nodes[n.Name]; !ok || was != n {
+		if was, ok := nodes[n.Name]; !ok || !was.Equal(n) {
 			setNodes = append(setNodes, n)
 		}
 		delete(nodes, n.Name)
@@ -125,7 +128,7 @@ func (d RosterDelta) Apply(base Roster) Roster {
 	for _, k := range d.DropRoutes {
 		delete(routes, k)
 	}
-	out := Roster{Nodes: make([]RosterNode, 0, len(nodes)), Routes: make([]RosterRoute, 0, len(routes))}
+	out := Roster{Nodes: make([]RosterNode, 0, len(nodes)), Routes: make([]RosterRoute, 0, len(routes)), Overlay: d.Overlay}
 	for _, n := range nodes {
 		out.Nodes = append(out.Nodes, n)
 	}

@@ -89,6 +89,10 @@ type EnrolRequest struct {
 	// to so that only this node opens it. The private half stays in the
 	// host's directory.
 	SealKey string `json:"seal_key"`
+	// WGKey is the public half of the WireGuard key pair the host made at
+	// this join (standard base64, as wg(8) prints it): its key on the
+	// overlay. The private half stays in the host's directory.
+	WGKey   string `json:"wg_key"`
 	Address string `json:"address"`
 	Facts   Facts  `json:"facts"`
 	Proof   []byte `json:"proof"`
@@ -96,7 +100,7 @@ type EnrolRequest struct {
 
 // ProofBytes are the bytes an enrolment request's proof signs.
 func (r EnrolRequest) ProofBytes() []byte {
-	return []byte("mesh-enrol\x00" + r.TokenID + "\x00" + r.Node + "\x00" + r.NKey + "\x00" + r.Address + "\x00" + r.SealKey)
+	return []byte("mesh-enrol\x00" + r.TokenID + "\x00" + r.Node + "\x00" + r.NKey + "\x00" + r.Address + "\x00" + r.SealKey + "\x00" + r.WGKey)
 }
 
 // EnrolResult is the controller's answer to a successful enrolment.
