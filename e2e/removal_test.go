@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/miekg/dns"
 )
 
 // TestRemovedNodeJoinedAgainStartsFromNothing: a machine that joins again
@@ -34,7 +37,7 @@ func TestRemovedNodeJoinedAgainStartsFromNothing(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root1, "etc/old.conf")); err != nil {
 		t.Fatalf("the first gamma did not apply its declaration: %v", err)
 	}
-	if out := mustRun(t, "node", "remove", "--dir", m.dir, "gamma"); !strings.HasPrefix(out, "node gamma removed\nnames: roster ") {
+	if out := mustRun(t, "node", "remove", "--dir", m.dir, "gamma"); !regexp.MustCompile(`^node gamma removed\nnames: roster \d+ sent without it, to 1 node\(s\)\n$`).MatchString(out) {
 		t.Fatalf("node remove said %q", out)
 	}
 
@@ -135,4 +138,57 @@ func TestRemovedHostExitsSayingSo(t *testing.T) {
 			t.Errorf("nodes after the removal: %s", got)
 		}
 	})
+}
+
+// TestRemovedNodesNamesGoWithoutAPush: a node's removal sends the roster
+// without it: the names its routes served, its public name and its own
+// stop resolving on every other node with no push.
+func TestRemovedNodesNamesGoWithoutAPush(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t, "--root", t.TempDir())
+	betaDir, _ := m.join(t, "beta", "--root", t.TempDir())
+	m.join(t, "gamma", "--root", t.TempDir())
+	resolvers := map[string]string{"alpha": m.addrs.DNS, "beta": dnsAddr(t, betaDir)}
+	mustRun(t, "module", "register", "--dir", m.dir, example("hello"))
+	mustRun(t, "assign", "--dir", m.dir, "--set", "token=t", "--set", "domain=gamma.example.org", "hello", "gamma")
+	push(t, m.dir)
+	names := []string{"hello.gamma.internal", "hello.gamma.example.org", "gamma.internal"}
+	for node, addr := range resolvers {
+		for _, name := range names {
+			if r, err := ask(t, addr, name, dns.TypeA); err != nil || r.Rcode != dns.RcodeSuccess || answers(r) != "127.0.0.2" {
+				t.Fatalf("%s's resolver, %s, before the removal: %v %v, want 127.0.0.2", node, name, r, err)
+			}
+		}
+	}
+
+	removed := time.Now()
+	if out := mustRun(t, "node", "remove", "--dir", m.dir, "gamma"); !regexp.MustCompile(`^node gamma removed\nnames: roster \d+ sent without it, to 2 node\(s\)\n$`).MatchString(out) {
+		t.Errorf("node remove said %q, want the node removed and the roster sent to the 2 left", out)
+	}
+	// The mesh's names are NXDOMAIN; the public name is the mesh's no
+	// more, so it goes to the upstream (a dead one: SERVFAIL).
+	for node, addr := range resolvers {
+		for _, name := range names {
+			poll.Until(t, 20*time.Second, node+"'s resolver no longer answers "+name, func() (bool, string) {
+				r, err := ask(t, addr, name, dns.TypeA)
+				if err != nil {
+					return false, err.Error()
+				}
+				if strings.HasSuffix(name, ".internal") {
+					return r.Rcode == dns.RcodeNameError && r.Authoritative, r.String()
+				}
+				return len(r.Answer) == 0 && !r.Authoritative, r.String()
+			})
+		}
+	}
+	t.Logf("the removed node's names gone from every resolver %s after the removal", time.Since(removed).Round(10*time.Millisecond))
+	// The names that stay are still answered.
+	if r, err := ask(t, resolvers["beta"], "alpha.internal", dns.TypeA); err != nil || answers(r) != "127.0.0.1" {
+		t.Errorf("beta's resolver, alpha.internal, after the removal: %v %v", r, err)
+	}
+	for _, e := range call(t, m.dir, spec.Audit, spec.AuditRequest{Since: removed}).Entries {
+		if e.Verb == spec.Push.Name {
+			t.Errorf("a push after the removal: %+v", e)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/mesh-fleet/mesh/spec"
 	"github.com/moby/moby/client"
 	"github.com/nats-io/nats.go"
 )
@@ -33,13 +34,19 @@ const healFirst = time.Second
 
 // outside says whether err is a failure whose cause is outside the node:
 // a request on the bus that had no answer in time or no controller to
-// answer it, a bus connection down, a container engine that does not
-// answer. A host's own stop (context.Canceled) is not one: the next start
+// answer it, a controller that answered it failed to carry it out (its
+// store busy or failing: spec.ReplyFailed), a bus connection down, a
+// container engine that does not answer. A controller's refusal, or its
+// word that the request is wrong, is not one: asking again is answered
+// the same. Nor is a host's own stop (context.Canceled): the next start
 // applies again.
 func outside(err error) bool {
+	var answered *spec.ReplyError
 	switch {
 	case err == nil:
 		return false
+	case errors.As(err, &answered):
+		return answered.Kind == spec.ReplyFailed
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, errNoController), client.IsErrConnectionFailed(err):
 		return true
 	case errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrConnectionClosed),

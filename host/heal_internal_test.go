@@ -7,12 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/spec"
 	"github.com/nats-io/nats.go"
 )
 
 // TestOutsideCauses: a failure is taken for one from outside the node when
-// the controller, the bus or the engine is its cause, however wrapped; a
-// failure of the declaration itself, or the host's own stop, is not.
+// the controller, the bus or the engine is its cause, however wrapped (a
+// controller that answered it failed, its store busy, among them); a
+// failure of the declaration itself, a controller's refusal or its word
+// that the request is wrong, or the host's own stop, is not.
 func TestOutsideCauses(t *testing.T) {
 	for _, c := range []struct {
 		err  error
@@ -22,6 +25,11 @@ func TestOutsideCauses(t *testing.T) {
 		{fmt.Errorf("have the controller sign: %w", errNoController), true},
 		{fmt.Errorf("fetch blob: %w", nats.ErrConnectionClosed), true},
 		{fmt.Errorf("fetch blob: %w", nats.ErrTimeout), true},
+		{fmt.Errorf("have the controller sign [web.b.internal]: %w", decoded(t, `{"error":"record certificate: database is locked (5) (SQLITE_BUSY)"}`)), true},
+		{fmt.Errorf("fetch blob: %w", &spec.ReplyError{Kind: spec.ReplyFailed, Message: "read the blob: disk I/O error"}), true},
+		{fmt.Errorf("have the controller sign [web.a.internal]: %w", decoded(t, `{"error":"node \"b\" may not hold web.a.internal","kind":"refused"}`)), false},
+		{fmt.Errorf("have the controller sign: %w", decoded(t, `{"error":"malformed certificate request","kind":"caller"}`)), false},
+		{fmt.Errorf("fetch blob: %w", &spec.ReplyError{Kind: spec.ReplyNotFound, Message: "no blob sha256:00"}), false},
 		{fmt.Errorf("apply /x: %w", context.Canceled), false},
 		{errors.New("bind source path does not exist: /srv/tls"), false},
 		{errors.New("certificate name \"*.a\" is a wildcard"), false},
@@ -31,6 +39,17 @@ func TestOutsideCauses(t *testing.T) {
 			t.Errorf("outside(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
+}
+
+// decoded is the error the controller's reply body carries, as the host
+// reads it.
+func decoded(t *testing.T, body string) error {
+	t.Helper()
+	err := spec.DecodeReply([]byte(body), nil)
+	if err == nil {
+		t.Fatalf("the reply %s carries no error", body)
+	}
+	return err
 }
 
 // TestHealingBacksOff: the waits after passes that failed from outside
