@@ -137,7 +137,7 @@ func serveControllerCommand() *cli.Command {
 			if err != nil {
 				return fromFileHint(err, fromFile, dir)
 			}
-			dnsCfg.Held = handed
+			dnsCfg.Held, dnsCfg.HandOver = launch.ChildDNS(handed)
 			hostCfg, err := hostConfig(c)
 			if err != nil {
 				return fromFileHint(err, fromFile, dir)

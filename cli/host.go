@@ -122,7 +122,7 @@ func serveHostCommand() *cli.Command {
 			}
 			kc["dns"], kc["root"] = []string{dnsAddr}, []string{c.String("root")}
 			dnsCfg, _ := resolverConfig(c, dnsAddr)
-			dnsCfg.Held = handed
+			dnsCfg.Held, dnsCfg.HandOver = launch.ChildDNS(handed)
 			if subnetChanged(changes) {
 				if err := daemon.CheckSubnetMove(c.Context, stateDir, cfg); err != nil {
 					return err

@@ -57,6 +57,7 @@ func (l *Launcher) runChild(ctx context.Context, p pick) (outcome, error) {
 	if len(l.dns) == 2 {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%s,%d,%d", spec.HeldDNSEnv, l.cfg.DNS, readyFD+1, readyFD+2))
 	}
+	hand := l.handDNS(cmd)
 	// The child dies with the launcher, however the launcher ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started, exited := make(chan error, 1), make(chan error, 1)
@@ -74,6 +75,7 @@ func (l *Launcher) runChild(ctx context.Context, p pick) (outcome, error) {
 	}()
 	err = <-started
 	w.Close()
+	hand.started(l, err == nil)
 	if err != nil {
 		if p.digest == p.fallback {
 			return outcome{}, fmt.Errorf("start %s: %w", p.path, err)
@@ -109,6 +111,7 @@ func (l *Launcher) runChild(ctx context.Context, p pick) (outcome, error) {
 			cmd.Process.Signal(syscall.SIGTERM)
 		case err := <-exited:
 			exited <- err // for a stop under way
+			hand.exited(l)
 			// A child that said ready and exited at once: its line is read
 			// before the exit is judged.
 			select {
@@ -200,7 +203,8 @@ func exitCode(cmd *exec.Cmd, err error) int {
 func withoutOurs(env []string) []string {
 	var out []string
 	for _, e := range env {
-		if !strings.HasPrefix(e, spec.ReadyFDEnv+"=") && !strings.HasPrefix(e, spec.HeldDNSEnv+"=") && !strings.HasPrefix(e, release.HandoffEnv+"=") {
+		if !strings.HasPrefix(e, spec.ReadyFDEnv+"=") && !strings.HasPrefix(e, spec.HeldDNSEnv+"=") &&
+			!strings.HasPrefix(e, spec.HandOverDNSEnv+"=") && !strings.HasPrefix(e, spec.AttachedDNSEnv+"=") && !strings.HasPrefix(e, release.HandoffEnv+"=") {
 			out = append(out, e)
 		}
 	}

@@ -78,6 +78,9 @@ type Launcher struct {
 	// dns are the resolver's sockets the launcher holds (nil: none), as
 	// files handed to each child.
 	dns []*os.File
+	// attached are the addresses the last child's resolver attached, as it
+	// handed them over, for the next child.
+	attached []attachedDNS
 	// given says that cfg.Args still go to the next child: none has been
 	// ready yet in this launcher's life.
 	given bool
@@ -159,6 +162,7 @@ func (l *Launcher) Run(ctx context.Context) error {
 		for _, f := range l.dns {
 			f.Close()
 		}
+		closeAttached(l.attached)
 	}()
 	if err := l.finishRestore(); err != nil {
 		return err

@@ -27,6 +27,40 @@ type attachment struct {
 // its family on its port; a port 0 never is, and binds a new port each time.
 // An allow already held is not added twice.
 func (s *Server) Attach(addr string, allow netip.Prefix) error {
+	return s.attach(addr, allow, nil)
+}
+
+// attachHeld attaches the addresses held were bound for, serving their
+// sockets; one that cannot be is closed, and the host's Attach binds it
+// again. Run allowed their prefixes already: those of the ones not
+// attached are taken back.
+func (s *Server) attachHeld(held []Held) {
+	failed := false
+	for _, h := range held {
+		if err := s.attach(h.Addr, h.Allow, &h); err != nil {
+			s.log.Warn("resolver: an attached address handed over is not served", "addr", h.Addr, "err", err)
+			failed = true
+		}
+	}
+	if failed {
+		s.attachMu.Lock()
+		s.mu.Lock()
+		s.allow.Store(s.allowing(s.attached))
+		s.mu.Unlock()
+		s.attachMu.Unlock()
+	}
+}
+
+// attach is Attach, serving held's sockets (nil: bound here) for addr.
+// held's sockets are closed when addr is not attached with them.
+func (s *Server) attach(addr string, allow netip.Prefix, held *Held) (err error) {
+	if held != nil {
+		defer func() {
+			if err != nil {
+				closeHeld([]Held{*held})
+			}
+		}()
+	}
 	want, dual, err := parseListen(addr)
 	if err != nil {
 		return fmt.Errorf("resolver attach address %q: %w", addr, err)
@@ -57,6 +91,9 @@ func (s *Server) Attach(addr string, allow netip.Prefix) error {
 		return fmt.Errorf("resolver attach %s: resolver stopped", addr)
 	}
 	if served {
+		if held != nil {
+			closeHeld([]Held{*held}) // served already, by the sockets bound
+		}
 		s.mu.Lock()
 		if s.state == runServing {
 			s.attached = append(s.attached, attachment{at: want, allow: allow})
@@ -66,7 +103,11 @@ func (s *Server) Attach(addr string, allow netip.Prefix) error {
 		return nil
 	}
 
-	ls, err := bindListeners([]string{addr}, nil, s)
+	var handed []Held
+	if held != nil {
+		handed = []Held{*held}
+	}
+	ls, err := bindListeners([]string{addr}, handed, s)
 	if err != nil {
 		return err
 	}
@@ -133,18 +174,22 @@ func (s *Server) Detach(addr string) error {
 		s.addrs = slices.DeleteFunc(s.addrs, func(a string) bool { return slices.Contains(ls.addrs, a) })
 		s.bound = slices.DeleteFunc(s.bound, func(b boundAddr) bool { return slices.Contains(ls.bound, b) })
 	}
-	// Config's prefixes, and those the attachments left still allow.
-	allow := slices.Clone(s.cfg.Allow)
-	for _, a := range kept {
-		if !slices.Contains(allow, a.allow) {
-			allow = append(allow, a.allow)
-		}
-	}
-	s.allow.Store(&allow)
+	s.allow.Store(s.allowing(kept))
 	s.mu.Unlock()
 	shutdown(s.cfg.Timeout, gone...)
 	s.log.Info("resolver detached", "addr", want.String())
 	return nil
+}
+
+// allowing is Config's prefixes, and those attached allow.
+func (s *Server) allowing(attached []attachment) *[]netip.Prefix {
+	allow := slices.Clone(s.cfg.Allow)
+	for _, a := range attached {
+		if !slices.Contains(allow, a.allow) {
+			allow = append(allow, a.allow)
+		}
+	}
+	return &allow
 }
 
 // addAllow adds p to the allowed prefixes unless they hold it, swapping in

@@ -16,11 +16,34 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Held is a Listen address's sockets, bound by Bind.
+// Held is a Listen address's sockets, bound by Bind; or, with Allow set,
+// an address an Attach bound in the process before (Config.HandOver),
+// served as that Attach served it from the moment Run is ready.
 type Held struct {
-	Addr string // as in Listen
-	UDP  net.PacketConn
-	TCP  net.Listener
+	Addr  string // as in Listen, or as an attached address was bound
+	Allow netip.Prefix
+	UDP   net.PacketConn
+	TCP   net.Listener
+}
+
+// splitHeld parts held into Listen addresses' sockets and attached ones.
+func splitHeld(held []Held) (listen, attach []Held) {
+	for _, h := range held {
+		if h.Allow.IsValid() {
+			attach = append(attach, h)
+		} else {
+			listen = append(listen, h)
+		}
+	}
+	return listen, attach
+}
+
+// closeHeld closes the sockets of held.
+func closeHeld(held []Held) {
+	for _, h := range held {
+		h.UDP.Close()
+		h.TCP.Close()
+	}
 }
 
 // Bind binds a as Run binds a Listen address: UDP, then TCP on the port UDP
@@ -61,7 +84,10 @@ type listeners struct {
 	addrs   []string    // as bound, host:port
 	bound   []boundAddr // addrs, parsed
 	servers []*dns.Server
-	own     []*net.UDPConn // UDP served by serveUDP
+	pcs     []net.PacketConn // each address's UDP socket
+	tcps    []net.Listener   // and TCP listener
+	drains  []*drainListener // the TCP listeners served
+	own     []*net.UDPConn   // UDP served by serveUDP
 	closers []func()
 	udp     sync.WaitGroup // serveUDP's goroutines
 	// stopping makes serveUDP's readers return at their read deadline.
@@ -116,6 +142,7 @@ func bindListeners(addrs []string, held []Held, h dns.Handler) (*listeners, erro
 			return nil, err
 		}
 		ls.closers = append(ls.closers, func() { pc.Close() }, func() { l.Close() })
+		ls.pcs, ls.tcps = append(ls.pcs, pc), append(ls.tcps, l)
 		ls.addrs = append(ls.addrs, asBound(a, pc))
 		ap := pc.LocalAddr().(*net.UDPAddr).AddrPort()
 		ls.bound = append(ls.bound, boundAddr{netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), dual})
@@ -124,7 +151,9 @@ func bindListeners(addrs []string, held []Held, h dns.Handler) (*listeners, erro
 		} else {
 			ls.own = append(ls.own, pc.(*net.UDPConn))
 		}
-		ls.servers = append(ls.servers, &dns.Server{Listener: l, Handler: h, ReadTimeout: 5 * time.Second, MaxTCPQueries: -1})
+		dl := newDrainListener(l)
+		ls.drains = append(ls.drains, dl)
+		ls.servers = append(ls.servers, &dns.Server{Listener: dl, Handler: h, ReadTimeout: 5 * time.Second, MaxTCPQueries: -1})
 	}
 	return ls, nil
 }
@@ -163,6 +192,14 @@ func (s *Server) serve(ls *listeners, failed chan error) (started <-chan struct{
 func shutdown(timeout time.Duration, all ...*listeners) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+3*time.Second)
 	defer cancel()
+	// A TCP connection accepted is answered before it closes; one not
+	// accepted waits in the socket, for the next process.
+	deadline, _ := ctx.Deadline()
+	for _, ls := range all {
+		for _, d := range ls.drains {
+			d.drain(deadline)
+		}
+	}
 	for _, ls := range all {
 		for _, srv := range ls.servers {
 			srv.ShutdownContext(ctx) // errors only when it never started

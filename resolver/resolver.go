@@ -117,6 +117,12 @@ type Config struct {
 	// stands aside for the next, and a query sent meanwhile waits in the
 	// socket for the next to answer.
 	Held []Held
+	// HandOver, when set, is given the sockets of the addresses Attach
+	// bound, with their allowed prefixes, as Run ends and before it closes
+	// them: a launcher keeps copies, and hands them to the next process as
+	// Held with Allow set, so that those addresses stay bound too while
+	// one process stands aside for the next. It must not close them.
+	HandOver func([]Held)
 }
 
 // Zone is the mesh's names: a name (fully qualified or not, any case) to its
@@ -185,7 +191,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		listen = append(listen, ap)
 	}
 	for _, h := range cfg.Held {
-		if !slices.Contains(cfg.Listen, h.Addr) {
+		if !h.Allow.IsValid() && !slices.Contains(cfg.Listen, h.Addr) {
 			return nil, fmt.Errorf("resolver: sockets held for %s, which is no listen address", h.Addr)
 		}
 		if _, ok := h.UDP.(*net.UDPConn); !ok || h.TCP == nil {
@@ -327,11 +333,20 @@ func (s *Server) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("resolver: already run")
 	}
-	ls, err := bindListeners(s.cfg.Listen, s.cfg.Held, s)
+	listen, attach := splitHeld(s.cfg.Held)
+	ls, err := bindListeners(s.cfg.Listen, listen, s)
 	if err != nil {
 		s.end()
+		closeHeld(attach)
 		return err
 	}
+	// The prefixes the held attachments allow are allowed before a query
+	// waiting in a held socket is read: it was sent when they were.
+	s.attachMu.Lock()
+	for _, h := range attach {
+		s.addAllow(normalPrefix(h.Allow))
+	}
+	s.attachMu.Unlock()
 	failed := make(chan error, 1)
 	started := s.serve(ls, failed)
 	for range ls.servers {
@@ -339,10 +354,12 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-started:
 		case err := <-failed:
 			s.end()
+			closeHeld(attach)
 			shutdown(s.cfg.Timeout, ls)
 			return err
 		case <-ctx.Done():
 			s.end()
+			closeHeld(attach)
 			shutdown(s.cfg.Timeout, ls)
 			return nil
 		}
@@ -351,6 +368,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.state, s.addrs, s.bound, s.failed, s.stop = runServing, ls.addrs, ls.bound, failed, stop
 	s.mu.Unlock()
+	s.attachHeld(attach)
 	close(s.ready)
 	s.log.Info("resolver ready", "addrs", ls.addrs, "upstreams", s.cfg.Upstreams, "domain", s.domain)
 
@@ -371,17 +389,23 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // end marks Run ended, so that Attach binds nothing more and Detach finds
-// nothing, and hands over the listeners Attach added.
+// nothing, and hands over the listeners Attach added: to HandOver first,
+// when it is set, then to the caller, which shuts them down.
 func (s *Server) end() []*listeners {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.state = runEnded
 	var bound []*listeners
+	var handed []Held
 	for _, a := range s.attached {
 		if a.ls != nil {
 			bound = append(bound, a.ls)
+			handed = append(handed, Held{Addr: a.ls.addrs[0], Allow: a.allow, UDP: a.ls.pcs[0], TCP: a.ls.tcps[0]})
 		}
 	}
 	s.attached = nil
+	s.mu.Unlock()
+	if s.cfg.HandOver != nil && len(handed) > 0 {
+		s.cfg.HandOver(handed)
+	}
 	return bound
 }

@@ -51,6 +51,22 @@ const (
 	// that one, and closes them otherwise.
 	HeldDNSEnv = "MESH_DNS_HELD"
 
+	// HandOverDNSEnv names the environment variable by which a launcher
+	// gives its child the descriptor of one end of a unix socket pair
+	// (SOCK_SEQPACKET): as its resolver ends, the child sends on it each
+	// address it attached (a bridge gateway's), one message each, "host:port
+	// prefix" (the address as bound, the prefix it allowed) with the UDP
+	// socket and the TCP listener as SCM_RIGHTS. The launcher hands them to
+	// the next child (AttachedDNSEnv), so that those addresses stay bound
+	// while one child stands aside for the next.
+	HandOverDNSEnv = "MESH_DNS_HANDOVER"
+
+	// AttachedDNSEnv names the environment variable by which a launcher
+	// hands its child the attached addresses the child before sent:
+	// "host:port,prefix,UDPFD,TCPFD" entries, separated by spaces. The
+	// child's resolver serves them as attached from its start.
+	AttachedDNSEnv = "MESH_DNS_ATTACHED"
+
 	// MaxFallbacks bounds the fallbacks a heartbeat carries.
 	MaxFallbacks = 4
 )

@@ -11,6 +11,10 @@
 //	never    never says ready; stops on SIGTERM
 //	fail     says ready, then exits 9
 //	migrate  adds a table to D/controller/mesh.db, then exits 1
+//	resolver (and resolver2) runs a resolver that attaches the address
+//	         D/attach names, allowing 127.0.0.0/8, as a host attaches a
+//	         bridge gateway; says ready once it serves, and stands aside
+//	         or stops as ready does, its resolver stopped first
 package main
 
 import (
@@ -64,17 +68,15 @@ func main() {
 		}
 		note(dir, fmt.Sprintf("migrated %d: %v", os.Getpid(), err))
 		os.Exit(1)
+	case "resolver", "resolver2":
+		runResolver(dir, term)
+		return
 	case "never":
 		<-term
 		note(dir, fmt.Sprintf("terminated %s %d", behaviour, os.Getpid()))
 		return
 	}
-	fd, _ := strconv.Atoi(os.Getenv("MESH_READY_FD"))
-	if fd > 0 {
-		f := os.NewFile(uintptr(fd), "ready")
-		f.Write([]byte("ready\n"))
-		f.Close()
-	}
+	sayReady()
 	if behaviour == "fail" {
 		os.Exit(9)
 	}
@@ -90,6 +92,16 @@ func main() {
 			note(dir, fmt.Sprintf("aside %s %d", behaviour, os.Getpid()))
 			os.Exit(75)
 		}
+	}
+}
+
+// sayReady writes the ready line on the launcher's pipe.
+func sayReady() {
+	fd, _ := strconv.Atoi(os.Getenv("MESH_READY_FD"))
+	if fd > 0 {
+		f := os.NewFile(uintptr(fd), "ready")
+		f.Write([]byte("ready\n"))
+		f.Close()
 	}
 }
 
