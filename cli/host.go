@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -93,24 +94,11 @@ func serveHostCommand() *cli.Command {
 				return err
 			}
 			defer release()
-			kc, changes, fromFile, err := mergeConfig(c, stateDir)
+			hs, err := checkHostFlags(c, stateDir)
 			if err != nil {
 				return err
 			}
-			log, err := newLogger(c)
-			if err != nil {
-				return fromFileHint(err, fromFile, stateDir)
-			}
-			if err := absRoot(c); err != nil {
-				return fromFileHint(err, fromFile, stateDir)
-			}
-			if _, err := resolverConfig(c, c.String("dns")); err != nil {
-				return fromFileHint(err, fromFile, stateDir)
-			}
-			cfg, err := hostConfig(c)
-			if err != nil {
-				return fromFileHint(err, fromFile, stateDir)
-			}
+			kc, changes, log, cfg := hs.kept, hs.changes, hs.log, hs.cfg
 			pipe, err := readyPipe()
 			if err != nil {
 				return err
@@ -147,6 +135,39 @@ func serveHostCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+// hostStart is what a host's flags and D/config.yaml come to, checked.
+type hostStart struct {
+	kept    statedir.Config
+	changes []configChange
+	log     *slog.Logger
+	cfg     host.Config
+}
+
+// checkHostFlags merges c's flags with D/config.yaml and checks every one
+// a host runs with, before anything is written or joined: a bad one is
+// refused by name (from the file, saying so).
+func checkHostFlags(c *cli.Context, stateDir string) (hostStart, error) {
+	kc, changes, fromFile, err := mergeConfig(c, stateDir)
+	if err != nil {
+		return hostStart{}, err
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return hostStart{}, fromFileHint(err, fromFile, stateDir)
+	}
+	if err := absRoot(c); err != nil {
+		return hostStart{}, fromFileHint(err, fromFile, stateDir)
+	}
+	if _, err := resolverConfig(c, c.String("dns")); err != nil {
+		return hostStart{}, fromFileHint(err, fromFile, stateDir)
+	}
+	cfg, err := hostConfig(c)
+	if err != nil {
+		return hostStart{}, fromFileHint(err, fromFile, stateDir)
+	}
+	return hostStart{kept: kc, changes: changes, log: log, cfg: cfg}, nil
 }
 
 // removedError says that node was removed from the mesh and how this

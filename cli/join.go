@@ -74,23 +74,11 @@ func joinThenRun(c *cli.Context) error {
 	if err := host.CheckUnjoined(dir); err != nil {
 		return joinedError(err, stateDir)
 	}
-	_, _, fromFile, err := mergeConfig(c, stateDir)
+	hs, err := checkHostFlags(c, stateDir)
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(c)
-	if err != nil {
-		return fromFileHint(err, fromFile, stateDir)
-	}
-	if err := absRoot(c); err != nil {
-		return fromFileHint(err, fromFile, stateDir)
-	}
-	if _, err := resolverConfig(c, c.String("dns")); err != nil {
-		return fromFileHint(err, fromFile, stateDir)
-	}
-	if _, err := hostConfig(c); err != nil {
-		return fromFileHint(err, fromFile, stateDir)
-	}
+	log := hs.log
 	// The resolver's address is bound by the host that runs after the
 	// join: that it can be is checked here.
 	if _, held, err := holdDNSFlag(c); err != nil {
