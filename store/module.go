@@ -131,19 +131,10 @@ func (db *modules) Assign(ctx context.Context, module, node string, settings map
 		return fmt.Errorf("assign %s to %s: %w", module, node, err)
 	}
 	err = db.tx(ctx, func(tx *sql.Tx) error {
-		for _, q := range []struct{ table, name string }{{"modules", module}, {"nodes", node}} {
-			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+q.table+` WHERE name = ?`, q.name).Scan(&n); err != nil {
-				return err
-			}
-			if n == 0 {
-				return fmt.Errorf("no %s called %q: %w", q.table[:len(q.table)-1], q.name, ErrNotFound)
-			}
+		if err := moduleAndNodeExist(ctx, tx, module, node); err != nil {
+			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO assignments (module, node, assigned_at, settings) VALUES (?, ?, ?, ?)
-			ON CONFLICT (module, node) DO UPDATE SET settings = excluded.settings`,
-			module, node, formatTime(at), string(body))
-		return err
+		return putAssignment(ctx, tx, module, node, body, at)
 	})
 	if err != nil {
 		return fmt.Errorf("assign %s to %s: %w", module, node, err)
@@ -157,14 +148,8 @@ func (db *modules) Assign(ctx context.Context, module, node string, settings map
 // transaction. A missing module or node wraps ErrNotFound.
 func (db *modules) Reassign(ctx context.Context, module, node string, set map[string]string, unset []string, at time.Time) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
-		for _, q := range []struct{ table, name string }{{"modules", module}, {"nodes", node}} {
-			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+q.table+` WHERE name = ?`, q.name).Scan(&n); err != nil {
-				return err
-			}
-			if n == 0 {
-				return fmt.Errorf("no %s called %q: %w", q.table[:len(q.table)-1], q.name, ErrNotFound)
-			}
+		if err := moduleAndNodeExist(ctx, tx, module, node); err != nil {
+			return err
 		}
 		settings := map[string]string{}
 		var kept string
@@ -191,15 +176,36 @@ func (db *modules) Reassign(ctx context.Context, module, node string, set map[st
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO assignments (module, node, assigned_at, settings) VALUES (?, ?, ?, ?)
-			ON CONFLICT (module, node) DO UPDATE SET settings = excluded.settings`,
-			module, node, formatTime(at), string(body))
-		return err
+		return putAssignment(ctx, tx, module, node, body, at)
 	})
 	if err != nil {
 		return fmt.Errorf("assign %s to %s: %w", module, node, err)
 	}
 	return nil
+}
+
+// moduleAndNodeExist wraps ErrNotFound, naming which, when module or node
+// is missing.
+func moduleAndNodeExist(ctx context.Context, tx *sql.Tx, module, node string) error {
+	for _, q := range []struct{ table, name string }{{"modules", module}, {"nodes", node}} {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+q.table+` WHERE name = ?`, q.name).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("no %s called %q: %w", q.table[:len(q.table)-1], q.name, ErrNotFound)
+		}
+	}
+	return nil
+}
+
+// putAssignment records module on node with the settings in body,
+// replacing those of an assignment there already.
+func putAssignment(ctx context.Context, tx *sql.Tx, module, node string, body []byte, at time.Time) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO assignments (module, node, assigned_at, settings) VALUES (?, ?, ?, ?)
+		ON CONFLICT (module, node) DO UPDATE SET settings = excluded.settings`,
+		module, node, formatTime(at), string(body))
+	return err
 }
 
 // AssignedError is a module that cannot be removed: these nodes hold it.
