@@ -78,7 +78,8 @@ func newKey(t testing.TB) wgtypes.Key {
 // TestTunnelBetweenNamespaces: two Devices, each in its own namespace,
 // reach each other over mesh0 (ping both ways, a TCP stream); adding a
 // third peer keeps the stream flowing; wg show lists the peers; a peer
-// removed no longer completes a handshake with its old key.
+// removed no longer completes a handshake with its old key; a relay's
+// forwarding rule is there until Down, which removes the interface.
 func TestTunnelBetweenNamespaces(t *testing.T) {
 	needNamespaces(t)
 	nsA, nsB := twoNamespaces(t)
@@ -156,6 +157,23 @@ func TestTunnelBetweenNamespaces(t *testing.T) {
 	}
 	if show := a.do(command{Op: "run", Args: []string{"wg", "show", spec.OverlayInterface, "peers"}}).Out; strings.Contains(show, peerB.Key) {
 		t.Fatalf("wg show still lists the removed peer:\n%s", show)
+	}
+
+	// A relay forwards mesh0 to mesh0 for the range only, until Down.
+	rule := "-A FORWARD -s 10.88.0.0/16 -d 10.88.0.0/16 -i mesh0 -o mesh0 -j ACCEPT"
+	a.do(command{Op: "forward"})
+	if rules := a.do(command{Op: "run", Args: []string{"iptables", "-w", "-S", "FORWARD"}}).Out; !strings.Contains(rules, rule) {
+		t.Fatalf("no forwarding rule for the relay:\n%s", rules)
+	}
+	if f := a.do(command{Op: "run", Args: []string{"cat", "/proc/sys/net/ipv4/conf/mesh0/forwarding"}}).Out; strings.TrimSpace(f) != "1" {
+		t.Fatalf("mesh0 does not forward: %q", f)
+	}
+	a.do(command{Op: "down"})
+	if rules := a.do(command{Op: "run", Args: []string{"iptables", "-w", "-S", "FORWARD"}}).Out; strings.Contains(rules, "mesh0") {
+		t.Fatalf("the relay's rule outlived Down:\n%s", rules)
+	}
+	if out, err := a.try(command{Op: "run", Args: []string{"ip", "link", "show", "mesh0"}}); err == nil {
+		t.Fatalf("mesh0 outlived Down:\n%s", out.Out)
 	}
 }
 
