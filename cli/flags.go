@@ -16,6 +16,7 @@ import (
 	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/mesh"
 	"github.com/mesh-fleet/mesh/resolver"
+	"github.com/mesh-fleet/mesh/spec"
 	"github.com/urfave/cli/v2"
 )
 
@@ -31,6 +32,9 @@ func hostFlags() []cli.Flag {
 		&cli.StringFlag{Name: "docker", Usage: "the container engine's API, unix:///path or tcp://host:port (default: DOCKER_HOST, else /var/run/docker.sock); none: this host runs no containers"},
 		&cli.DurationFlag{Name: "cert-renew-check", Value: host.DefaultCertRenewCheck, Usage: "how often the host looks for certificates to renew (each is renewed at two thirds of its lifetime; keep this well under the controller's --cert-lifetime; " + certRenewCheckBounds.String() + ")"},
 		&cli.StringFlag{Name: "subnet", Value: host.DefaultSubnet.String(), Usage: "the node's container network mesh-NODE, IPv4 CIDR; its first address is the gateway, where the resolver also listens (port 53); " + subnetBoundsUsage},
+		&cli.StringFlag{Name: "endpoint", Usage: "where other nodes reach this host's overlay (WireGuard), IP:PORT, when it is not one of the machine's own addresses (a public address forwarded to it)"},
+		&cli.BoolFlag{Name: "relay", Usage: "forward overlay traffic between nodes that cannot reach each other (give it on a node others can reach)"},
+		&cli.IntFlag{Name: "wg-port", Value: spec.OverlayPort, Usage: "the UDP port the overlay's WireGuard listens on"},
 	}
 }
 
@@ -54,6 +58,15 @@ func hostConfig(c *cli.Context) (host.Config, error) {
 		return cfg, err
 	}
 	cfg.Subnet = subnet
+	cfg.Overlay = host.OverlayConfig{Endpoint: c.String("endpoint"), Relay: c.Bool("relay"), Port: c.Int("wg-port")}
+	if cfg.Overlay.Port < 1 || cfg.Overlay.Port > 65535 {
+		return cfg, usagef("--wg-port %d is not a UDP port (1 to 65535)", cfg.Overlay.Port)
+	}
+	if cfg.Overlay.Endpoint != "" {
+		if err := spec.CheckEndpoint(cfg.Overlay.Endpoint); err != nil {
+			return cfg, usagef("--endpoint: %v", err)
+		}
+	}
 	if endpoint := c.String("docker"); endpoint != "none" {
 		if cfg.Docker, err = host.NewDocker(endpoint); err != nil {
 			return cfg, usagef("--docker: %v", err)

@@ -63,6 +63,8 @@ type Config struct {
 	// ReportRetry is how long a report waits for the controller's answer
 	// before it is sent again; zero means 30 s.
 	ReportRetry time.Duration
+	// Overlay is the host's part in the overlay, as its flags say.
+	Overlay OverlayConfig
 	// Rosters, when set, is shared by the hosts of one process (the fleet
 	// benchmark's simulated hosts) so that each roster is held once; nil,
 	// as for every real host: this one holds its own.
@@ -81,6 +83,9 @@ type Agent struct {
 	// host keeps none (seal.NodeKeyFile), and then a sealed file fails
 	// saying so.
 	sealKey *seal.NodeKey
+	// overlay is the overlay's interface, as the held roster says; nil
+	// when the host keeps no WireGuard key.
+	overlay *overlayRun
 	engine  *Engine
 	// held is the kept declaration, decoded once (nil: none kept, or, with
 	// heldErr saying why, the kept bytes do not decode).
@@ -195,6 +200,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	ov, err := loadOverlay(cfg.Dir, st.Node, cfg.Overlay, log)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.HeartbeatEvery <= 0 {
 		cfg.HeartbeatEvery = 10 * time.Second
 	}
@@ -219,7 +228,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 29 {
 		return nil, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", cfg.Subnet)
 	}
-	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, sealKey: sealKey, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
+	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, sealKey: sealKey, overlay: ov, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
 		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState, writeRoster: WriteRoster}
 	a.healing.most = cfg.ReconcileEvery
 	a.reports = &reporter{node: st.Node, log: log, retry: cfg.ReportRetry, arm: a.arm}
@@ -287,6 +296,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The overlay the kept roster asks for is up before the bus is
+	// reached (the bus is on the controller's own address), and goes when
+	// the run ends: a removal, or the process stopping.
+	if a.roster != nil {
+		a.safely("overlay", func() { a.overlay.take(ctx, a.roster.doc.Names) })
+	}
+	defer a.overlay.stop()
 	nc, err := a.dial(root)
 	if err != nil {
 		return err
@@ -445,6 +461,12 @@ func (a *Agent) loop(ctx context.Context, nc *nats.Conn, version string, removed
 	defer facts.Stop()
 	reconcile := time.NewTicker(a.cfg.ReconcileEvery)
 	defer reconcile.Stop()
+	var overlayTicks <-chan time.Time
+	if a.overlay != nil {
+		t := time.NewTicker(overlayTick)
+		defer t.Stop()
+		overlayTicks = t.C
+	}
 	a.sendFacts(ctx, nc)
 	// The engine is watched apart, so that one that hangs delays no
 	// heartbeat or delivery; when it starts or stops answering, the facts
@@ -482,6 +504,9 @@ func (a *Agent) loop(ctx context.Context, nc *nats.Conn, version string, removed
 			a.sendFacts(ctx, nc)
 		case <-reconcile.C:
 			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
+		case <-overlayTicks:
+			a.safely("overlay", func() { a.overlay.tick(ctx, nc) })
+			continue // a tick applies nothing
 		case <-eventPasses:
 			a.safely("reconcile", func() { a.reconcile(ctx, nc) })
 		case <-renewed:
@@ -582,6 +607,7 @@ func (a *Agent) services(nc *nats.Conn, certs *certs) Services {
 		Versions: filepath.Join(a.cfg.Dir, spec.VersionsDir),
 		SealKey:  a.sealKey,
 		Runtime:  filepath.Join(a.cfg.Dir, RuntimeDir),
+		Overlay:  a.overlay.address,
 		certs:    certs,
 	}
 }

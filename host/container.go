@@ -35,7 +35,7 @@ const stopTimeout = 10
 
 func init() {
 	registerKind(hostKind{name: spec.KindContainer, applier: func(s *Services) Applier {
-		return containerApplier{root: s.Root, blobs: s.Blobs, docker: s.Docker, node: s.Node, address: s.Address, subnet: s.Subnet,
+		return containerApplier{root: s.Root, blobs: s.Blobs, docker: s.Docker, node: s.Node, address: s.Address, overlay: s.Overlay, subnet: s.Subnet,
 			running: &runningList{}, archives: &archiveIDs{}, spool: s.spool(), secrets: secretFiles{runtime: s.Runtime, seal: s.SealKey}}
 	}})
 }
@@ -54,6 +54,9 @@ type containerApplier struct {
 	node    string
 	address string       // the node's address, where ports are published
 	subnet  netip.Prefix // the node's network; its gateway is the only DNS server
+	// overlay is the node's overlay address while the overlay is on, where
+	// ports are published then (nil or "": on address).
+	overlay func() string
 	// running is the node's running containers by name, listed once at the
 	// start of an apply: a container running with the declared digest is
 	// unchanged without an inspect of its own. Anything else is inspected.
@@ -130,9 +133,15 @@ type identity struct {
 	Node    string             `json:"node"`
 	Network string             `json:"network"`
 	Address string             `json:"address"`
-	DNS     string             `json:"dns"`
-	Search  string             `json:"search"`
-	Sources []string           `json:"sources"` // mount sources as the machine sees them
+	// Publish is the node's overlay address, where a container that
+	// publishes ports publishes them while the overlay is on; "" (and
+	// left out, so a container's identity is the same as before the
+	// overlay existed): on Address. It is the node's for its life: only
+	// turning the overlay on or off changes it.
+	Publish string   `json:"publish,omitempty"`
+	DNS     string   `json:"dns"`
+	Search  string   `json:"search"`
+	Sources []string `json:"sources"` // mount sources as the machine sees them
 }
 
 func (c containerApplier) identity(root string, s spec.ContainerSpec) (identity, string) {
@@ -145,6 +154,9 @@ func (c containerApplier) identity(root string, s spec.ContainerSpec) (identity,
 	}
 	id := identity{Spec: s, Node: c.node, Network: spec.NetworkName(c.node), Address: c.address,
 		DNS: Gateway(c.subnet).String(), Search: spec.Domain, Sources: []string{}}
+	if len(s.Ports) > 0 && c.overlay != nil {
+		id.Publish = c.overlay()
+	}
 	for _, m := range s.Mounts {
 		id.Sources = append(id.Sources, filepath.Join(root, m.Source))
 	}
@@ -316,9 +328,13 @@ func (c containerApplier) config(r spec.Resource, id identity, digest string) (*
 		Init: &init,
 	}
 	if len(s.Ports) > 0 {
-		addr, err := netip.ParseAddr(c.address)
+		publish := c.address
+		if id.Publish != "" {
+			publish = id.Publish
+		}
+		addr, err := netip.ParseAddr(publish)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("container %s publishes ports, but the host keeps no address of the node to publish them on (%q): join it again with --address", s.Name, c.address)
+			return nil, nil, nil, fmt.Errorf("container %s publishes ports, but the host keeps no address of the node to publish them on (%q): join it again with --address", s.Name, publish)
 		}
 		cfg.ExposedPorts = network.PortSet{}
 		host.PortBindings = network.PortMap{}

@@ -30,9 +30,11 @@ type JoinConfig struct {
 // Join enrols this machine with the mesh the token names. It checks the
 // bus's certificate chain against the token's pin before it sends anything
 // (TLS is the first thing on the wire), generates the node's key and its
-// sealing key and sends only their public halves, and writes the host's
-// state, credential and sealing key (seal.NodeKeyFile) only once the controller
-// has answered yes. On any failure it leaves nothing behind.
+// sealing key and its WireGuard key and sends only their public halves,
+// and writes the host's state, credential and sealing key
+// (seal.NodeKeyFile) only once the controller has answered yes (the
+// WireGuard key, seal.WGKeyFile, is written before it asks and removed
+// on a failure). On any failure it leaves nothing behind.
 func Join(ctx context.Context, cfg JoinConfig) error {
 	t := cfg.Token
 	if err := CheckUnjoined(cfg.Dir); err != nil {
@@ -85,10 +87,20 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	if err != nil {
 		return err
 	}
+	wgPub, err := makeWGKey(cfg.Dir)
+	if err != nil {
+		return err
+	}
+	joined := false
+	defer func() {
+		if !joined {
+			os.Remove(filepath.Join(cfg.Dir, seal.WGKeyFile))
+		}
+	}()
 	facts := GatherFacts()
 	facts.Node, facts.Time = t.Node, cfg.Now.UTC()
 	req := spec.EnrolRequest{Protocol: spec.Protocol, TokenID: t.ID, Node: t.Node, NKey: nodePub,
-		SealKey: sealKey.Public().String(), Address: cfg.Address, Facts: facts}
+		SealKey: sealKey.Public().String(), WGKey: wgPub, Address: cfg.Address, Facts: facts}
 	if req.Proof, err = enrolKey.Sign(req.ProofBytes()); err != nil {
 		return fmt.Errorf("sign the enrolment request: %w", err)
 	}
@@ -113,8 +125,25 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	}, seed)
 	if err != nil {
 		os.Remove(filepath.Join(cfg.Dir, seal.NodeKeyFile))
+		return err
 	}
-	return err
+	joined = true
+	return nil
+}
+
+// makeWGKey makes the WireGuard key pair of a join in dir (its private
+// half in seal.WGKeyFile, 0600) and returns its public half. A key left
+// without its state (a join cut short) is no key of this host's, and is
+// replaced.
+func makeWGKey(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("create host directory: %w", err)
+	}
+	path := filepath.Join(dir, seal.WGKeyFile)
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("remove a wireguard key left without its state: %w", err)
+	}
+	return seal.MakeWGKey(path)
 }
 
 // RemovedFile, in the host's directory, says that its node was removed

@@ -345,6 +345,10 @@ func (a *Agent) keepRoster(doc spec.RosterDoc, raw, sig []byte) error {
 	a.nudgeHeartbeat()
 	a.log.Info("roster held", "roster_seq", doc.Seq, "nodes", len(doc.Names.Nodes), "routes", len(doc.Names.Routes))
 	a.serveNames()
+	// The interface follows the roster's members before a declaration
+	// that names this roster is applied: a container published on the
+	// overlay's address needs it there.
+	a.overlay.take(context.Background(), doc.Names)
 	return nil
 }
 

@@ -23,8 +23,13 @@ type Services struct {
 	Docker *Docker
 	// Node is the node the host is.
 	Node string
-	// Address is the node's address, where containers publish ports.
+	// Address is the node's address, where containers publish ports
+	// while the overlay is off.
 	Address string
+	// Overlay is the node's overlay address while the held roster has the
+	// overlay on and this node on it, where containers publish ports
+	// then; nil or "": they publish on Address.
+	Overlay func() string
 	// Subnet is the node's container network; its gateway is where the
 	// machine's resolver serves the containers.
 	Subnet netip.Prefix
