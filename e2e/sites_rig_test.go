@@ -20,6 +20,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 )
 
@@ -89,6 +90,8 @@ type sites struct {
 	public string // the namespace of the public bridge
 	ctl    string // the controller's namespace
 	a, b   *site
+	ports  int      // the public bridge's ports so far
+	made   []string // the namespaces, in the order they were made
 }
 
 // newSites builds the rig with hostsPerSite hosts at each site (1 or 2),
@@ -101,36 +104,20 @@ func newSites(t testing.TB, hostsPerSite int) *sites {
 	rand.Read(suffix)
 	s := &sites{t: t, prefix: "mesh-" + hex.EncodeToString(suffix) + "-"}
 	s.public, s.ctl = s.prefix+"pub", s.prefix+"ctl"
-	var made []string
 	t.Cleanup(func() {
 		if t.Failed() {
-			s.dump(made)
+			s.dump(s.made)
 		}
-		for _, ns := range made {
+		for _, ns := range s.made {
 			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 				t.Errorf("ip netns del %s: %v: %s", ns, err, out)
 			}
 		}
 	})
-	add := func(ns string) {
-		s.ip("netns", "add", ns)
-		made = append(made, ns)
-		s.ip("-n", ns, "link", "set", "lo", "up")
-	}
-
+	add, plug := s.add, s.plug
 	add(s.public)
 	s.ip("-n", s.public, "link", "add", "br0", "type", "bridge")
 	s.ip("-n", s.public, "link", "set", "br0", "up")
-	port := 0
-	// plug puts ns on the public bridge as interface pub with address ip.
-	plug := func(ns, ip string) {
-		port++
-		bp := fmt.Sprintf("p%d", port)
-		s.ip("-n", ns, "link", "add", "pub", "type", "veth", "peer", "name", bp, "netns", s.public)
-		s.ip("-n", s.public, "link", "set", bp, "master", "br0", "up")
-		s.ip("-n", ns, "addr", "add", ip+"/24", "dev", "pub")
-		s.ip("-n", ns, "link", "set", "pub", "up")
-	}
 	add(s.ctl)
 	plug(s.ctl, controllerIP)
 
@@ -160,6 +147,37 @@ func newSites(t testing.TB, hostsPerSite int) *sites {
 	s.a = mk("A", 1, "198.18.0.11")
 	s.b = mk("B", 2, "198.18.0.12")
 	return s
+}
+
+// add makes namespace ns, its loopback up, and removes it when the test
+// ends.
+func (s *sites) add(ns string) {
+	s.t.Helper()
+	s.ip("netns", "add", ns)
+	s.made = append(s.made, ns)
+	s.ip("-n", ns, "link", "set", "lo", "up")
+}
+
+// plug puts namespace ns on the public bridge as interface pub with
+// address ip.
+func (s *sites) plug(ns, ip string) {
+	s.t.Helper()
+	s.ports++
+	bp := fmt.Sprintf("p%d", s.ports)
+	s.ip("-n", ns, "link", "add", "pub", "type", "veth", "peer", "name", bp, "netns", s.public)
+	s.ip("-n", s.public, "link", "set", bp, "master", "br0", "up")
+	s.ip("-n", ns, "addr", "add", ip+"/24", "dev", "pub")
+	s.ip("-n", ns, "link", "set", "pub", "up")
+}
+
+// publicMachine adds a machine on the public network (a relay apart from
+// the controller), reachable by everyone at ip, and returns its namespace.
+func (s *sites) publicMachine(name, ip string) string {
+	s.t.Helper()
+	ns := s.prefix + name
+	s.add(ns)
+	s.plug(ns, ip)
+	return ns
 }
 
 // ip runs ip(8) with args, which must succeed.
@@ -420,6 +438,36 @@ func dialEcho(ns, addr string) (string, error) {
 		return "", fmt.Errorf("the echo answered %q: %v", back, err)
 	}
 	return strings.TrimSpace(from), nil
+}
+
+// resolve asks the resolver at addr, from namespace ns, for name's
+// IPv4 addresses.
+func resolve(ns, addr, name string) ([]string, error) {
+	var c net.Conn
+	if err := inNS(ns, func() (err error) {
+		c, err = net.DialTimeout("udp", addr, 2*time.Second)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	conn := &dns.Conn{Conn: c}
+	defer conn.Close()
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	r, _, err := (&dns.Client{Timeout: 2 * time.Second}).ExchangeWithConn(q, conn)
+	if err != nil {
+		return nil, fmt.Errorf("ask %s for %s: %w", addr, name, err)
+	}
+	if r.Rcode != dns.RcodeSuccess {
+		return nil, fmt.Errorf("%s answers %s for %s", addr, dns.RcodeToString[r.Rcode], name)
+	}
+	var ips []string
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			ips = append(ips, a.A.String())
+		}
+	}
+	return ips, nil
 }
 
 // ping says whether one ICMP echo from namespace ns to ip is answered

@@ -87,3 +87,37 @@ func TestHostsJoinAcrossNAT(t *testing.T) {
 		}
 	}
 }
+
+// TestSitesWithoutOverlayNamesDoNotReach is the request the overlay
+// makes work, made without it: site B's host serves on its address, site
+// A's resolver gives B's name that address (the one B reported, private
+// to its site), and A cannot connect to it.
+func TestSitesWithoutOverlayNamesDoNotReach(t *testing.T) {
+	t.Parallel()
+	s := newSites(t, 1)
+	m := s.genesis()
+	a, b := s.a.hosts[0], s.b.hosts[0]
+	m.join(a, "site-a", s.a.hostIPs[0])
+	m.join(b, "site-b", s.b.hostIPs[0])
+	echo(t, b, s.b.hostIPs[0]+":7000")
+	// A push sends every host the names: the nodes' among them.
+	mustCLIIn(t, s.ctl, "push", "--dir", m.dir, "--wait", "1m")
+
+	var ips []string
+	poll.UntilOK(t, 20*time.Second, "site-b.internal resolved at site A", func() (err error) {
+		ips, err = resolve(a, rigDNS, "site-b.internal")
+		if err == nil && len(ips) == 0 {
+			err = fmt.Errorf("no address")
+		}
+		return err
+	})
+	if len(ips) != 1 || ips[0] != s.b.hostIPs[0] {
+		t.Fatalf("site A resolves site-b.internal to %v, want [%s]", ips, s.b.hostIPs[0])
+	}
+	if from, err := dialEcho(a, ips[0]+":7000"); err == nil {
+		t.Errorf("site A reached site-b.internal (%s) without the overlay, seen from %s", ips[0], from)
+	}
+	if _, err := dialEcho(b, ips[0]+":7000"); err != nil {
+		t.Errorf("site B does not reach its own service: %v", err)
+	}
+}
