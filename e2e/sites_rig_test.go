@@ -389,12 +389,20 @@ func inNS(ns string, f func() error) error {
 // reads.
 func echo(t testing.TB, ns, addr string) {
 	t.Helper()
+	if err := serveEcho(t, ns, addr); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serveEcho is echo, failing with an error rather than the test: for an
+// address that is not up yet.
+func serveEcho(t testing.TB, ns, addr string) error {
 	var l net.Listener
 	if err := inNS(ns, func() (err error) {
 		l, err = net.Listen("tcp", addr)
 		return err
 	}); err != nil {
-		t.Fatalf("listen on %s in %s: %v", addr, ns, err)
+		return fmt.Errorf("listen on %s in %s: %w", addr, ns, err)
 	}
 	t.Cleanup(func() { l.Close() })
 	go func() {
@@ -410,17 +418,14 @@ func echo(t testing.TB, ns, addr string) {
 			}()
 		}
 	}()
+	return nil
 }
 
 // dialEcho connects from namespace ns to an echo at addr, has one line
 // echoed, and returns the address the echo saw the connection come from.
 func dialEcho(ns, addr string) (string, error) {
-	var c net.Conn
-	if err := inNS(ns, func() (err error) {
-		d := net.Dialer{Timeout: 3 * time.Second}
-		c, err = d.DialContext(context.Background(), "tcp", addr)
-		return err
-	}); err != nil {
+	c, err := dialIn(ns, addr)
+	if err != nil {
 		return "", err
 	}
 	defer c.Close()
@@ -468,6 +473,18 @@ func resolve(ns, addr, name string) ([]string, error) {
 		}
 	}
 	return ips, nil
+}
+
+// dialIn connects from namespace ns to addr over TCP, giving up after
+// 3 s.
+func dialIn(ns, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := inNS(ns, func() (err error) {
+		d := net.Dialer{Timeout: 3 * time.Second}
+		c, err = d.DialContext(context.Background(), "tcp", addr)
+		return err
+	})
+	return c, err
 }
 
 // ping says whether one ICMP echo from namespace ns to ip is answered
