@@ -50,6 +50,16 @@ func (o overlayMember) name() string {
 	return o.Name
 }
 
+// publicMachine adds a machine on the public network (a relay apart from
+// the controller), reachable by everyone at ip, and returns its namespace.
+func (s *sites) publicMachine(name, ip string) string {
+	s.t.Helper()
+	ns := s.prefix + name
+	s.add(ns)
+	s.plug(ns, ip)
+	return ns
+}
+
 // overlayGenesis starts genesis with the overlay on, its node the relay
 // and reachable at its public address.
 func (s *sites) overlayGenesis(extra ...string) *sitesMesh {

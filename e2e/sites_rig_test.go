@@ -42,11 +42,9 @@ import (
 // a host at one site cannot reach a host at the other but through the
 // overlay.
 
-// publicNet is the rig's internet: a range reserved for benchmarks
-// (RFC 2544), never a real network's.
-const publicNet = "198.18.0.0/24"
-
-// controllerIP is the controller's public address.
+// controllerIP is the controller's public address, on the rig's
+// internet, 198.18.0.0/24: a range reserved for benchmarks (RFC 2544),
+// never a real network's.
 const controllerIP = "198.18.0.2"
 
 // sitesNS is where the namespaces' names are bound.
@@ -168,16 +166,6 @@ func (s *sites) plug(ns, ip string) {
 	s.ip("-n", s.public, "link", "set", bp, "master", "br0", "up")
 	s.ip("-n", ns, "addr", "add", ip+"/24", "dev", "pub")
 	s.ip("-n", ns, "link", "set", "pub", "up")
-}
-
-// publicMachine adds a machine on the public network (a relay apart from
-// the controller), reachable by everyone at ip, and returns its namespace.
-func (s *sites) publicMachine(name, ip string) string {
-	s.t.Helper()
-	ns := s.prefix + name
-	s.add(ns)
-	s.plug(ns, ip)
-	return ns
 }
 
 // ip runs ip(8) with args, which must succeed.
