@@ -39,6 +39,7 @@ Example:
 			&cli.StringFlag{Name: "bus", Value: "0.0.0.0:4222", Usage: "where the bus listens, host:port (port 0: any free port, kept from then on)"},
 			&cli.StringFlag{Name: "http", Value: "127.0.0.1:8480", Usage: "where /healthz, /metrics and /roots.pem listen, host:port (port 0: any free port)"},
 			&cli.StringFlag{Name: "address", Usage: "where other nodes reach this one (default: the machine's primary address)"},
+			&cli.StringFlag{Name: "overlay", Usage: "turn the overlay on with this private range, CIDR (10.88.0.0/16): every node gets an address on it and its names resolve to it"},
 			advertiseFlag(),
 			logFlag(),
 			storeBusyFlag(),
@@ -68,6 +69,11 @@ Example:
 			}
 			if err := spec.CheckName("node", node); err != nil {
 				return usagef("--node: %v", err)
+			}
+			if o := c.String("overlay"); o != "" {
+				if _, err := spec.CheckOverlayCIDR(o); err != nil {
+					return usagef("--overlay: %v", err)
+				}
 			}
 			address, err := addressOf(c)
 			if err != nil {
@@ -138,7 +144,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			if err := daemon.Create(c.Context, daemon.Genesis{Dir: dir, Mesh: meshName, Node: node, Address: address, Bus: busAddr}); err != nil {
+			if err := daemon.Create(c.Context, daemon.Genesis{Dir: dir, Mesh: meshName, Node: node, Address: address, Bus: busAddr, Overlay: c.String("overlay")}); err != nil {
 				return err
 			}
 			release, err := statedir.Lock(dir)

@@ -159,6 +159,9 @@ func printNode(w io.Writer, n spec.Node) error {
 			row("unreadable", e)
 		}
 	}
+	if o := n.Overlay; o != nil {
+		overlayRows(row, *o, time.Now())
+	}
 	return tw.Flush()
 }
 

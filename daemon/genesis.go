@@ -25,6 +25,8 @@ type Genesis struct {
 	Node    string
 	Address string // where other nodes reach this one
 	Bus     string // the address the bus binds
+	// Overlay is the overlay's range, turned on at creation; empty: off.
+	Overlay string
 }
 
 // RefuseExisting refuses a directory that already holds a mesh, or
@@ -78,8 +80,18 @@ func Create(ctx context.Context, g Genesis) (err error) {
 	if err != nil {
 		return fmt.Errorf("make the first node's sealing key: %w", err)
 	}
+	// The first node's WireGuard key, made as a joining host makes its
+	// own: the private half in its host's directory.
+	if err := os.MkdirAll(statedir.Host(dir), 0o700); err != nil {
+		return fmt.Errorf("create host directory: %w", err)
+	}
+	wgKey, err := seal.MakeWGKey(filepath.Join(statedir.Host(dir), seal.WGKeyFile))
+	if err != nil {
+		return fmt.Errorf("make the first node's wireguard key: %w", err)
+	}
 	created, err := mesh.Create(ctx, mesh.GenesisConfig{
-		Dir: statedir.Controller(dir), Mesh: g.Mesh, Node: g.Node, Address: g.Address, SealKey: sealKey.Public().String(), Now: time.Now(),
+		Dir: statedir.Controller(dir), Mesh: g.Mesh, Node: g.Node, Address: g.Address, SealKey: sealKey.Public().String(),
+		WGKey: wgKey, Overlay: g.Overlay, Now: time.Now(),
 	})
 	if err != nil {
 		return err

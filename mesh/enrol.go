@@ -49,6 +49,9 @@ type enrolment struct {
 	// sendNames composes the mesh's roster and sends it when it changed:
 	// what it sent (nil: nothing, it held the same names).
 	sendNames func(ctx context.Context) (*spec.PushRoster, error)
+	// membershipChanged asks for the roster to be sent soon: the
+	// overlay's membership changed.
+	membershipChanged func()
 
 	mu        sync.Mutex
 	users     map[string]broker.User // as last given to the bus, by nkey
@@ -458,7 +461,13 @@ func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.T
 	// and goes as soon as it has, whatever the outcome.
 	en.holdEnrolUser(t)
 	*held = &t
-	if err := en.db.Enrol(ctx, t.ID, store.Node{Name: req.Node, Address: req.Address, NKey: req.NKey, SealKey: sealKey.String(), Joined: now}); err != nil {
+	if req.WGKey == "" {
+		return spec.EnrolResult{}, callerError(fmt.Sprintf("enrolment of %q: no wireguard key: every host of this version makes one at join", req.Node))
+	}
+	if err := spec.CheckWGKey(req.WGKey); err != nil {
+		return spec.EnrolResult{}, callerError(fmt.Sprintf("enrolment of %q: wg_key: %v", req.Node, err))
+	}
+	if err := en.db.Enrol(ctx, t.ID, store.Node{Name: req.Node, Address: req.Address, NKey: req.NKey, SealKey: sealKey.String(), WGKey: req.WGKey, Joined: now}); err != nil {
 		if errors.Is(err, store.ErrTokenSpent) {
 			return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s was used or revoked a moment ago", t.ID))
 		}
@@ -480,6 +489,12 @@ func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.T
 		return spec.EnrolResult{}, err
 	}
 	en.log.Info("node joined", "node", req.Node, "address", req.Address, "token", t.ID)
+	// On the overlay, a node joined is a change of membership: its peers
+	// learn its key within a roster message. A read that fails asks for
+	// the roster too: the send reads again, and sends nothing if it fails.
+	if o, err := en.db.Overlay(ctx); err != nil || o.On() {
+		en.membershipChanged()
+	}
 	return spec.EnrolResult{
 		Mesh: m.Name, Node: req.Node, Bus: en.busURLs,
 		SignKey: base64.StdEncoding.EncodeToString(en.signKey.Public().(ed25519.PublicKey)),

@@ -55,7 +55,7 @@ func newControllerCfg(t testing.TB, clk *clock, wrap func(*store.DB) Store, tune
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	dir := t.TempDir()
-	g, err := Create(ctx, GenesisConfig{Dir: filepath.Join(dir, "controller"), Mesh: "m", Node: "alpha", Address: "127.0.0.1", SealKey: alphaSealKey.Public().String(), Now: clk.Now()})
+	g, err := Create(ctx, GenesisConfig{Dir: filepath.Join(dir, "controller"), Mesh: "m", Node: "alpha", Address: "127.0.0.1", SealKey: alphaSealKey.Public().String(), WGKey: newWGKey(), Now: clk.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func enrolRequestWith(t testing.TB, tok spec.Token, node string, nodeKey nkeys.K
 		t.Fatal(err)
 	}
 	return enrolRequestSealed(t, tok, spec.EnrolRequest{Protocol: spec.Protocol, TokenID: tok.ID, Node: node, NKey: nodePub,
-		SealKey: sealKey.Public().String(), Address: "127.0.0.2"})
+		SealKey: sealKey.Public().String(), WGKey: newWGKey(), Address: "127.0.0.2"})
 }
 
 // enrolRequestSealed is req signed by tok's secret.

@@ -64,13 +64,26 @@ func (cm *composer) gather(ctx context.Context) (gathered, error) {
 		return gathered{}, err
 	}
 	view := grantView{grants: grants, modules: modules, assigned: assigned}
+	// The overlay's members are read with the nodes: a read that fails
+	// fails the push, and no host loses a peer (invariant 1).
+	overlay, err := cm.db.Overlay(ctx)
+	if err != nil {
+		return gathered{}, err
+	}
 	g := gathered{plans: map[string]Plan{}, own: map[string]error{}, roster: spec.Roster{Nodes: []spec.RosterNode{}, Routes: []spec.RosterRoute{}},
 		chain: ComposeChain(cm.ca.Intermediate()), grants: view}
+	onOverlay := map[string]string{} // node -> overlay address
+	if overlay.On() {
+		g.roster.Overlay = &spec.RosterOverlay{CIDR: overlay.CIDR}
+	}
 	for _, n := range nodes {
 		if !n.Removing.IsZero() {
 			continue // leaving the mesh: in nobody's roster, sent nothing
 		}
-		g.roster.Nodes = append(g.roster.Nodes, spec.RosterNode{Name: n.Name, Address: n.Address})
+		g.roster.Nodes = append(g.roster.Nodes, rosterNode(n, overlay.On()))
+		if m := g.roster.Nodes[len(g.roster.Nodes)-1].Overlay; m != nil {
+			onOverlay[n.Name] = m.IP
+		}
 		var bin *store.Release
 		if b, ok := binaries[n.Name]; ok {
 			bin = &b
@@ -86,8 +99,25 @@ func (cm *composer) gather(ctx context.Context) (gathered, error) {
 		}
 		g.roster.Routes = append(g.roster.Routes, plan.Routes...)
 	}
+	// On the overlay, a route is reached at its node's overlay address.
+	for i, rt := range g.roster.Routes {
+		if ip, ok := onOverlay[rt.Node]; ok {
+			g.roster.Routes[i].Address = ip
+		}
+	}
 	g.roster.Sort()
 	return g, nil
+}
+
+// rosterNode is n's entry in the roster: with the overlay on and n on it
+// (a key and an address), its overlay address and its membership;
+// otherwise the address it joined with.
+func rosterNode(n store.Node, overlay bool) spec.RosterNode {
+	if !overlay || n.WGKey == "" || n.OverlayIP == "" {
+		return spec.RosterNode{Name: n.Name, Address: n.Address}
+	}
+	return spec.RosterNode{Name: n.Name, Address: n.OverlayIP, Overlay: &spec.OverlayMember{
+		Key: n.WGKey, IP: n.OverlayIP, Endpoints: n.Endpoints, Relay: n.Relay}}
 }
 
 // modulesByName is every registered module, by name.

@@ -63,6 +63,13 @@ func (r *readFailing) Grants(ctx context.Context) ([]store.Grant, error) {
 	return r.Store.Grants(ctx)
 }
 
+func (r *readFailing) Overlay(ctx context.Context) (store.Overlay, error) {
+	if err := r.failing("overlay"); err != nil {
+		return store.Overlay{}, err
+	}
+	return r.Store.Overlay(ctx)
+}
+
 func (r *readFailing) LastDeclaration(ctx context.Context, node string) (store.Declaration, error) {
 	if err := r.failing("last declaration"); err != nil {
 		return store.Declaration{}, err
@@ -72,7 +79,7 @@ func (r *readFailing) LastDeclaration(ctx context.Context, node string) (store.D
 
 // TestEachGatherReadFailureFailsThePush is invariant 1 for every read of
 // a push's gather (the nodes, the modules, the assignments, the binaries,
-// the grants, and the last declaration whose sealed values are reused):
+// the grants, the overlay, and the last declaration whose sealed values are reused):
 // one that fails fails the push, naming the read, and nothing is sent to
 // any node, so no node loses a name, a grant's line or a credential.
 func TestEachGatherReadFailureFailsThePush(t *testing.T) {
@@ -94,7 +101,7 @@ func TestEachGatherReadFailureFailsThePush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, read := range []string{"nodes", "modules", "assignments", "binaries", "grants", "last declaration"} {
+	for _, read := range []string{"nodes", "modules", "assignments", "binaries", "grants", "overlay", "last declaration"} {
 		// A changed value, so that a push would send alpha a declaration,
 		// and a sealer that keeps nothing (as after a start), so that the
 		// seal reads alpha's last declaration.

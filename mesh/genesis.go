@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -37,6 +38,11 @@ type GenesisConfig struct {
 	// SealKey is the first node's sealing public key (seal.NodePublic's
 	// text): its host keeps the private half.
 	SealKey string
+	// WGKey is the first node's WireGuard public key (standard base64):
+	// its host keeps the private half.
+	WGKey string
+	// Overlay is the overlay's range, turned on at creation; empty: off.
+	Overlay string
 	Now     time.Time
 }
 
@@ -59,6 +65,19 @@ func Create(ctx context.Context, cfg GenesisConfig) (g Genesis, err error) {
 	}
 	if err := spec.CheckName("node", cfg.Node); err != nil {
 		return Genesis{}, err
+	}
+	var overlay netip.Prefix
+	if cfg.Overlay != "" {
+		p, err := spec.CheckOverlayCIDR(cfg.Overlay)
+		if err != nil {
+			return Genesis{}, err
+		}
+		overlay = p
+	}
+	if cfg.WGKey != "" {
+		if err := spec.CheckWGKey(cfg.WGKey); err != nil {
+			return Genesis{}, err
+		}
 	}
 	if _, err := os.Stat(cfg.Dir); err == nil {
 		return Genesis{}, fmt.Errorf("%s already exists: this directory already holds a mesh", cfg.Dir)
@@ -110,8 +129,13 @@ func Create(ctx context.Context, cfg GenesisConfig) (g Genesis, err error) {
 	if err := db.CreateMesh(ctx, store.Mesh{Name: cfg.Mesh, Created: cfg.Now}, store.Operator{Name: "operator", NKey: opPub}); err != nil {
 		return Genesis{}, err
 	}
-	if err := db.AddNode(ctx, store.Node{Name: cfg.Node, Address: cfg.Address, NKey: nodePub, SealKey: cfg.SealKey, Joined: cfg.Now}); err != nil {
+	if err := db.AddNode(ctx, store.Node{Name: cfg.Node, Address: cfg.Address, NKey: nodePub, SealKey: cfg.SealKey, WGKey: cfg.WGKey, Joined: cfg.Now}); err != nil {
 		return Genesis{}, err
+	}
+	if overlay.IsValid() {
+		if _, err := db.EnableOverlay(ctx, overlay, cfg.Now); err != nil {
+			return Genesis{}, err
+		}
 	}
 	if err := db.Close(); err != nil {
 		return Genesis{}, fmt.Errorf("close store: %w", err)

@@ -28,7 +28,7 @@ func sealedEnrolment(t *testing.T, c *Controller, node, sealKey string) (spec.To
 	nodeKey, _ := nkeys.CreateUser()
 	nodePub, _ := nodeKey.PublicKey()
 	return tok, enrolRequestSealed(t, tok, spec.EnrolRequest{Protocol: spec.Protocol, TokenID: tok.ID, Node: node,
-		NKey: nodePub, SealKey: sealKey, Address: "127.0.0.2"})
+		NKey: nodePub, SealKey: sealKey, WGKey: newWGKey(), Address: "127.0.0.2"})
 }
 
 // TestEnrolRecordsSealKey: a join records the host's sealing public key

@@ -76,7 +76,9 @@ type statusPass struct {
 	certs    map[string][]store.NameCert // the latest of each node's names
 	binaries map[string]store.Release
 	inForce  store.Roster
-	res      spec.StatusResult
+	// ov is the overlay, its members and their reports (overlay.go).
+	ov  *overlayView
+	res spec.StatusResult
 }
 
 // newStatusPass reads what every node's line is read against, and the
@@ -92,6 +94,9 @@ func newStatusPass(ctx context.Context, c *Controller, now time.Time) (*statusPa
 		return nil, err
 	}
 	p.meshName = m.Name
+	if p.ov, err = readOverlayView(ctx, c.deps.DB, now); err != nil {
+		return nil, err
+	}
 	latest, err := c.deps.DB.LatestCerts(ctx)
 	if err != nil {
 		return nil, err
@@ -178,6 +183,7 @@ func (p *statusPass) node(ctx context.Context, n store.Node) error {
 		p.problem("%s has %d certificate(s) expiring within a week or expired, not renewed", n.Name, len(due))
 	}
 	st.Failures = append(st.Failures, capStatus(failures, n.Name)...)
+	p.overlayProblems(n, &st)
 	if st.Held {
 		p.problem("%s is held%s", n.Name, reasonSuffix(n.HeldReason))
 	}

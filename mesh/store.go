@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
@@ -29,6 +30,7 @@ type Store interface {
 	RollStore
 	GrantStore
 	AuditStore
+	OverlayStore
 }
 
 var _ Store = (*store.DB)(nil)
@@ -171,4 +173,15 @@ type GrantStore interface {
 type AuditStore interface {
 	Audit(ctx context.Context, e store.AuditEntry) error
 	AuditSince(ctx context.Context, since time.Time, limit int) ([]store.AuditEntry, error)
+}
+
+// OverlayStore keeps the overlay: its range, each node's address, and what
+// the hosts report of their overlay.
+type OverlayStore interface {
+	Overlay(ctx context.Context) (store.Overlay, error)
+	EnableOverlay(ctx context.Context, cidr netip.Prefix, at time.Time) (int, error)
+	DisableOverlay(ctx context.Context) (bool, error)
+	RecordOverlayState(ctx context.Context, s spec.OverlayState, at time.Time) (bool, error)
+	OverlayReports(ctx context.Context) (map[string]store.OverlayReport, error)
+	OverlayReportOf(ctx context.Context, node string) (store.OverlayReport, error)
 }

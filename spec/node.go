@@ -97,4 +97,7 @@ type Node struct {
 	Facts   *Facts `json:"facts"`
 	// LastReport is the node's last report, as it sent it; nil if none.
 	LastReport *Report `json:"last_report"`
+	// Overlay is the node on the overlay; nil while the overlay is off or
+	// the node has no WireGuard key.
+	Overlay *NodeOverlay `json:"overlay,omitempty"`
 }

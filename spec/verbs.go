@@ -66,6 +66,10 @@ var (
 	RollResume     = Verb[ReleaseRollResumeRequest, ReleaseRollResult]{"release.roll.resume", DefaultVerbTimeout}
 	RollAbort      = Verb[ReleaseRollAbortRequest, ReleaseRollResult]{"release.roll.abort", DefaultVerbTimeout}
 	RollShow       = Verb[ReleaseRollShowRequest, ReleaseRollResult]{"release.roll.show", DefaultVerbTimeout}
+
+	OverlayEnable  = Verb[OverlayEnableRequest, OverlayEnableResult]{"overlay.enable", DefaultVerbTimeout}
+	OverlayDisable = Verb[OverlayDisableRequest, OverlayDisableResult]{"overlay.disable", DefaultVerbTimeout}
+	OverlayShow    = Verb[OverlayShowRequest, OverlayShowResult]{"overlay.show", DefaultVerbTimeout}
 )
 
 // verbs is every verb, in one place; TestEveryVerbIsDescribed fails for a
@@ -100,6 +104,9 @@ var verbs = []VerbInfo{
 	RollResume.Info(),
 	RollAbort.Info(),
 	RollShow.Info(),
+	OverlayEnable.Info(),
+	OverlayDisable.Info(),
+	OverlayShow.Info(),
 }
 
 // Verbs lists every API verb.

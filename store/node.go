@@ -37,6 +37,18 @@ type Node struct {
 	// RosterSeq is the roster message its heartbeats said it holds; zero
 	// until one says.
 	RosterSeq uint64
+	// WGKey is the node's WireGuard public key (standard base64); empty
+	// if it made none.
+	WGKey string
+	// OverlayIP is the node's overlay address; empty while the overlay is
+	// off or the node has no WireGuard key.
+	OverlayIP string
+	// Endpoints, Relay and OverlayMode are what its host last reported of
+	// its overlay (RecordOverlayState): where its WireGuard listens,
+	// whether it relays, and whether the kernel or userspace runs it.
+	Endpoints   []string
+	Relay       bool
+	OverlayMode string
 }
 
 // nodes are the machines of the mesh: their keys, heartbeats, facts, holds
@@ -46,8 +58,12 @@ type nodes struct{ *core }
 // AddNode records a new node. A node of that name already present is refused.
 func (db *nodes) AddNode(ctx context.Context, n Node) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO nodes (name, address, nkey, seal_key, joined_at) VALUES (?, ?, ?, ?, ?)`,
-			n.Name, n.Address, n.NKey, n.SealKey, formatTime(n.Joined))
+		_, err := tx.ExecContext(ctx, `INSERT INTO nodes (name, address, nkey, seal_key, wg_key, joined_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			n.Name, n.Address, n.NKey, n.SealKey, n.WGKey, formatTime(n.Joined))
+		if err != nil {
+			return err
+		}
+		_, err = allocateOverlay(ctx, tx, n.Name)
 		return err
 	})
 	if err != nil {
@@ -133,7 +149,7 @@ func (db *nodes) updateNode(ctx context.Context, node, format, query string, arg
 	return nil
 }
 
-const nodeColumns = `name, address, nkey, seal_key, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason, removing_at, heartbeat_ms, fallbacks, roster_seq`
+const nodeColumns = `name, address, nkey, seal_key, joined_at, last_heard, host_version, protocol, applied_seq, facts, held_at, held_reason, removing_at, heartbeat_ms, fallbacks, roster_seq, wg_key, overlay_ip, overlay_endpoints, overlay_relay, overlay_mode`
 
 // fallbacksColumn is fallbacks as the nodes table keeps them: JSON, ""
 // for none.
@@ -150,9 +166,15 @@ func scanNode(row interface{ Scan(...any) error }) (Node, error) {
 	var joined string
 	var heard, facts, held, removing sql.NullString
 	var heartbeatMS int64
-	var fallbacks string
-	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &n.SealKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason, &removing, &heartbeatMS, &fallbacks, &n.RosterSeq); err != nil {
+	var fallbacks, endpoints string
+	if err := row.Scan(&n.Name, &n.Address, &n.NKey, &n.SealKey, &joined, &heard, &n.HostVersion, &n.Protocol, &n.AppliedSeq, &facts, &held, &n.HeldReason, &removing, &heartbeatMS, &fallbacks, &n.RosterSeq,
+		&n.WGKey, &n.OverlayIP, &endpoints, &n.Relay, &n.OverlayMode); err != nil {
 		return Node{}, err
+	}
+	if endpoints != "" {
+		if err := json.Unmarshal([]byte(endpoints), &n.Endpoints); err != nil {
+			return Node{}, fmt.Errorf("overlay_endpoints: %w", err)
+		}
 	}
 	if fallbacks != "" {
 		if err := json.Unmarshal([]byte(fallbacks), &n.Fallbacks); err != nil {
@@ -322,10 +344,14 @@ func (db *nodes) BeginRemoval(ctx context.Context, name string, at time.Time) er
 }
 
 // RemoveNode deletes node name, and with it (ON DELETE CASCADE) its
-// assignments, the last declaration sent to it and its last report. A
-// missing node wraps ErrNotFound.
+// assignments, the last declaration sent to it and its last report. Its
+// overlay address is released with the roster in force (see
+// allocateOverlay). A missing node wraps ErrNotFound.
 func (db *nodes) RemoveNode(ctx context.Context, name string) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
+		if err := releaseOverlay(ctx, tx, name); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE name = ?`, name)
 		if err != nil {
 			return err

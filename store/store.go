@@ -49,6 +49,7 @@ type DB struct {
 	rolls
 	grants
 	auditLog
+	overlays
 }
 
 // core is what every concern shares: the database, and the queue of this
@@ -81,6 +82,7 @@ func newDB(sqldb *sql.DB) *DB {
 		rolls:        rolls{c},
 		grants:       grants{c},
 		auditLog:     auditLog{c},
+		overlays:     overlays{c},
 	}
 }
 

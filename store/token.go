@@ -132,6 +132,8 @@ func (db *tokens) RevokeToken(ctx context.Context, id string, at time.Time) erro
 
 // Enrol spends token id and records node, in one transaction: either both
 // happen or neither. A token used or revoked meanwhile is ErrTokenSpent.
+// With the overlay on, a node with a WireGuard key is given its overlay
+// address in the same transaction.
 func (db *tokens) Enrol(ctx context.Context, id string, n Node) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE tokens SET used_at = ? WHERE id = ? AND used_at IS NULL AND revoked_at IS NULL`,
@@ -144,8 +146,14 @@ func (db *tokens) Enrol(ctx context.Context, id string, n Node) error {
 		} else if k == 0 {
 			return ErrTokenSpent
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, address, nkey, seal_key, joined_at) VALUES (?, ?, ?, ?, ?)`,
-			n.Name, n.Address, n.NKey, n.SealKey, formatTime(n.Joined))
+		_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, address, nkey, seal_key, wg_key, joined_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			n.Name, n.Address, n.NKey, n.SealKey, n.WGKey, formatTime(n.Joined))
+		if err != nil {
+			return err
+		}
+		// With the overlay on, a node with a key has its address from
+		// the moment it joins.
+		_, err = allocateOverlay(ctx, tx, n.Name)
 		return err
 	})
 	if err != nil {
