@@ -42,9 +42,6 @@ const overlayTick = 2 * time.Second
 // handshake older than spec.OverlayStale of a peer that is up.
 const overlayRefresh = spec.OverlayStale / 3
 
-// kindOverlay is the kind of the host's overlay reports (spec.OverlayState).
-const kindOverlay = "overlay"
-
 // overlayRun is the host's overlay: the interface the held roster asks
 // for, and what was last reported of it. Its methods are called from the
 // delivery loop, and before it starts; address from any goroutine.
@@ -254,7 +251,7 @@ func (o *overlayRun) tick(ctx context.Context, nc *nats.Conn) {
 		return
 	}
 	st.Time = now.UTC()
-	if err := publish(nc, spec.NodeSubject(o.node, kindOverlay), st); err != nil {
+	if err := publish(nc, spec.NodeSubject(o.node, spec.KindOverlay), st); err != nil {
 		o.log.Warn("overlay state not sent", "err", err)
 		return
 	}
