@@ -87,20 +87,14 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	if err != nil {
 		return err
 	}
-	wgPub, err := makeWGKey(cfg.Dir)
+	wgKey, err := seal.GenerateWGKey()
 	if err != nil {
 		return err
 	}
-	joined := false
-	defer func() {
-		if !joined {
-			os.Remove(filepath.Join(cfg.Dir, seal.WGKeyFile))
-		}
-	}()
 	facts := GatherFacts()
 	facts.Node, facts.Time = t.Node, cfg.Now.UTC()
 	req := spec.EnrolRequest{Protocol: spec.Protocol, TokenID: t.ID, Node: t.Node, NKey: nodePub,
-		SealKey: sealKey.Public().String(), WGKey: wgPub, Address: cfg.Address, Facts: facts}
+		SealKey: sealKey.Public().String(), WGKey: wgKey.Public(), Address: cfg.Address, Facts: facts}
 	if req.Proof, err = enrolKey.Sign(req.ProofBytes()); err != nil {
 		return fmt.Errorf("sign the enrolment request: %w", err)
 	}
@@ -119,31 +113,32 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	if err := KeepSealKey(cfg.Dir, sealKey); err != nil {
 		return fmt.Errorf("join as %q: the controller recorded it, but %w; remove the node (mesh node remove %s) and join again", t.Node, err, t.Node)
 	}
+	if err := keepWGKey(cfg.Dir, wgKey); err != nil {
+		os.Remove(filepath.Join(cfg.Dir, seal.NodeKeyFile))
+		return fmt.Errorf("join as %q: the controller recorded it, but %w; remove the node (mesh node remove %s) and join again", t.Node, err, t.Node)
+	}
 	err = Init(cfg.Dir, State{
 		Mesh: res.Mesh, Node: res.Node, Address: cfg.Address, Bus: bus,
 		CAPin: t.Pin, CARoot: string(ca.RootPEM(root)), SignKey: res.SignKey,
 	}, seed)
 	if err != nil {
 		os.Remove(filepath.Join(cfg.Dir, seal.NodeKeyFile))
+		os.Remove(filepath.Join(cfg.Dir, seal.WGKeyFile))
 		return err
 	}
-	joined = true
 	return nil
 }
 
-// makeWGKey makes the WireGuard key pair of a join in dir (its private
-// half in seal.WGKeyFile, 0600) and returns its public half. A key left
-// without its state (a join cut short) is no key of this host's, and is
-// replaced.
-func makeWGKey(dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("create host directory: %w", err)
-	}
+// keepWGKey writes the private half of the WireGuard key made for a join
+// to dir (seal.WGKeyFile, 0600) once the controller took its public half.
+// A key left without its state (a join cut short) is no key of this
+// host's, and is replaced.
+func keepWGKey(dir string, k *seal.WGKey) error {
 	path := filepath.Join(dir, seal.WGKeyFile)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("remove a wireguard key left without its state: %w", err)
+		return fmt.Errorf("remove a wireguard key left without its state: %w", err)
 	}
-	return seal.MakeWGKey(path)
+	return k.WriteFile(path)
 }
 
 // RemovedFile, in the host's directory, says that its node was removed

@@ -18,28 +18,41 @@ const WGKeyFile = "wg.key"
 // wgKeySize is the size of either half of a WireGuard key.
 const wgKeySize = 32
 
-// MakeWGKey makes a WireGuard key pair (Curve25519, the private half
-// clamped as wg genkey clamps it), writes its private half to path, mode
-// 0600, and returns its public half in standard base64 (as wg pubkey
-// prints it). A file already there is refused: a key is made once, at
-// join or genesis, and a rejoin makes its own in a fresh directory.
-func MakeWGKey(path string) (string, error) {
-	var priv [wgKeySize]byte
-	if _, err := rand.Read(priv[:]); err != nil {
-		return "", fmt.Errorf("make a wireguard key: %w", err)
+// WGKey is a WireGuard key pair (Curve25519, the private half clamped as
+// wg genkey clamps it), held in memory until it is written.
+type WGKey struct {
+	priv [wgKeySize]byte
+	pub  []byte
+}
+
+// GenerateWGKey makes a WireGuard key pair.
+func GenerateWGKey() (*WGKey, error) {
+	k := &WGKey{}
+	if _, err := rand.Read(k.priv[:]); err != nil {
+		return nil, fmt.Errorf("make a wireguard key: %w", err)
 	}
-	priv[0] &= 248
-	priv[31] = (priv[31] & 127) | 64
-	pub, err := curve25519.X25519(priv[:], curve25519.Basepoint)
+	k.priv[0] &= 248
+	k.priv[31] = (k.priv[31] & 127) | 64
+	pub, err := curve25519.X25519(k.priv[:], curve25519.Basepoint)
 	if err != nil {
-		return "", fmt.Errorf("make a wireguard key: %w", err)
+		return nil, fmt.Errorf("make a wireguard key: %w", err)
 	}
+	k.pub = pub
+	return k, nil
+}
+
+// Public is the public half in standard base64, as wg pubkey prints it.
+func (k *WGKey) Public() string { return base64.StdEncoding.EncodeToString(k.pub) }
+
+// WriteFile writes the private half to path, mode 0600, synced. A file
+// already there is refused: a key is written once, at join or genesis,
+// and a rejoin makes its own in a fresh directory.
+func (k *WGKey) WriteFile(path string) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", fmt.Errorf("write wireguard key: %w", err)
+		return fmt.Errorf("write wireguard key: %w", err)
 	}
-	text := base64.StdEncoding.EncodeToString(priv[:]) + "\n"
-	_, err = f.WriteString(text)
+	_, err = f.WriteString(base64.StdEncoding.EncodeToString(k.priv[:]) + "\n")
 	if err == nil {
 		err = f.Sync()
 	}
@@ -48,9 +61,22 @@ func MakeWGKey(path string) (string, error) {
 	}
 	if err != nil {
 		os.Remove(path)
-		return "", fmt.Errorf("write wireguard key %s: %w", path, err)
+		return fmt.Errorf("write wireguard key %s: %w", path, err)
 	}
-	return base64.StdEncoding.EncodeToString(pub), nil
+	return nil
+}
+
+// MakeWGKey makes a WireGuard key pair, writes its private half to path
+// (WriteFile) and returns its public half.
+func MakeWGKey(path string) (string, error) {
+	k, err := GenerateWGKey()
+	if err != nil {
+		return "", err
+	}
+	if err := k.WriteFile(path); err != nil {
+		return "", err
+	}
+	return k.Public(), nil
 }
 
 // LoadWGKey reads a WireGuard private key from path, as MakeWGKey or wg
