@@ -1,5 +1,3 @@
-//go:build overlay_pending
-
 package e2e
 
 import (
@@ -110,6 +108,9 @@ func (m *sitesMesh) waitMembers(nodes ...string) map[string]overlayMember {
 			ip, err := netip.ParseAddr(o.IP)
 			if spec.CheckWGKey(o.Key) != nil || err != nil || !cidr.Contains(ip) || seen[o.IP] {
 				return false, fmt.Sprintf("%s: %+v", n, o)
+			}
+			if len(o.Endpoints) == 0 {
+				return false, n + " has reported no endpoints yet"
 			}
 			seen[o.IP] = true
 		}

@@ -44,14 +44,20 @@ type path struct {
 // the members of the roster seen from self, given the last handshake with
 // each (by public key; zero or missing: none) and the time now.
 //
-// Every peer starts direct, at its first endpoint, with the keepalive
-// spec.OverlayKeepalive. One with no handshake within RelayAfter of being
-// tried, or whose last handshake is older than spec.OverlayStale, is tried
-// again (Plan.Retry), at its next endpoint; and, when a relay exists (a member with Relay that
-// is neither self nor the peer), it is relayed: its address moves to the
-// relay's entry, while its own entry keeps its endpoint and keepalive so
-// direct handshakes go on being tried. A direct handshake newer than the
-// switch brings it back. A relay is never itself relayed.
+// Every peer is given its first endpoint and the keepalive
+// spec.OverlayKeepalive, so a direct handshake is tried at once. While no
+// direct handshake came, and a relay exists (a member with Relay that is
+// neither self nor the peer), the peer's traffic goes through the relay:
+// its address is on the relay's entry, and its own entry keeps its
+// endpoint and keepalive, so the first packet to it need not wait for a
+// direct path that may never come (two sites behind NAT). A direct
+// handshake newer than the switch to the relay brings it direct (a relay
+// that appears later takes at once a peer never heard directly); a direct
+// peer whose last handshake is older than spec.OverlayStale, with no new
+// one within RelayAfter, goes through the relay again. A peer with no
+// handshake within RelayAfter of being tried is tried again (Plan.Retry),
+// at its next endpoint. A relay is never itself relayed; with no relay,
+// every peer is direct.
 func (p *Paths) Decide(self string, members []Member, handshakes map[string]time.Time, now time.Time) Plan {
 	if p.peers == nil {
 		p.peers = map[string]*path{}
@@ -68,25 +74,28 @@ func (p *Paths) Decide(self string, members []Member, handshakes map[string]time
 	via := map[string]string{} // node -> the relay its traffic goes through
 	for _, m := range others {
 		seen[m.Key] = true
+		hs := handshakes[m.Key]
+		fresh := !hs.IsZero() && now.Sub(hs) < spec.OverlayStale
+		relay := relayFor(others, m)
 		st := p.peers[m.Key]
 		if st == nil {
 			st = &path{since: now, tried: now}
+			if relay != "" && !m.Relay && !fresh {
+				st.relayed = now
+			}
 			p.peers[m.Key] = st
 		}
-		hs := handshakes[m.Key]
-		fresh := !hs.IsZero() && now.Sub(hs) < spec.OverlayStale
 		if !fresh && now.Sub(st.tried) >= RelayAfter && len(m.Endpoints) > 0 {
 			st.ep = (st.ep + 1) % len(m.Endpoints)
 			st.tried = now
 			plan.Retry = append(plan.Retry, m.Key)
 		}
-		relay := relayFor(others, m)
 		switch {
 		case relay == "" || m.Relay:
 			st.relayed = time.Time{}
 		case !st.relayed.IsZero() && hs.After(st.relayed):
 			st.relayed, st.since = time.Time{}, now
-		case st.relayed.IsZero() && !fresh && now.Sub(st.since) >= RelayAfter:
+		case st.relayed.IsZero() && !fresh && (hs.IsZero() || now.Sub(st.since) >= RelayAfter):
 			st.relayed = now
 		}
 		if !st.relayed.IsZero() {
@@ -106,6 +115,10 @@ func (p *Paths) Decide(self string, members []Member, handshakes map[string]time
 			}
 		}
 	}
+	keyOf := make(map[string]string, len(others))
+	for _, m := range others {
+		keyOf[m.Node] = m.Key
+	}
 	plan.Peers = make([]Peer, 0, len(others))
 	plan.Paths = make([]spec.OverlayPath, 0, len(others))
 	for _, m := range others {
@@ -119,7 +132,13 @@ func (p *Paths) Decide(self string, members []Member, handshakes map[string]time
 		}
 		peer.AllowedIPs = append(peer.AllowedIPs, carried[m.Node]...)
 		plan.Peers = append(plan.Peers, peer)
-		plan.Paths = append(plan.Paths, spec.OverlayPath{Node: m.Node, Handshake: handshakes[m.Key], Via: via[m.Node]})
+		// A relayed path lives by the relay's session: its handshake is the
+		// relay's (no handshake with the peer itself is expected).
+		hs := handshakes[m.Key]
+		if r := via[m.Node]; r != "" {
+			hs = handshakes[keyOf[r]]
+		}
+		plan.Paths = append(plan.Paths, spec.OverlayPath{Node: m.Node, Handshake: hs, Via: via[m.Node]})
 	}
 	return plan
 }

@@ -22,12 +22,12 @@ func member(node string, n byte, relay bool, eps ...string) Member {
 	return Member{Node: node, OverlayMember: spec.OverlayMember{Key: testKey(n), IP: fmt.Sprintf("10.88.0.%d", n), Endpoints: eps, Relay: relay}}
 }
 
-// TestPathsDecide: a peer starts direct; with no handshake within
-// RelayAfter and a relay there it goes through the relay (its /32 on the
-// relay's entry, its own entry kept with its endpoint and keepalive); a
-// direct handshake newer than the switch brings it back; without a relay
-// it stays direct; a relay is never relayed; a handshake older than
-// OverlayStale counts as none.
+// TestPathsDecide: a peer never heard directly goes through the relay
+// when there is one (its /32 on the relay's entry, its own entry kept with
+// its endpoint and keepalive); a direct handshake newer than the switch
+// brings it direct; a direct path gone stale goes back through the relay;
+// without a relay it stays direct; a relay is never relayed; a handshake
+// older than OverlayStale counts as none.
 func TestPathsDecide(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	a, b, r := member("a", 1, false), member("b", 2, false, "192.0.2.2:51820"), member("r", 3, true, "198.51.100.3:51820")
@@ -42,17 +42,16 @@ func TestPathsDecide(t *testing.T) {
 		members []Member
 		steps   []step
 	}{
-		{"direct at first", []Member{a, b, r}, []step{
-			{at: 0, via: map[string]string{}, ips: map[string][]string{"b": {"10.88.0.2/32"}, "r": {"10.88.0.3/32"}}},
-		}},
-		{"relayed after RelayAfter without a handshake, back on a direct one", []Member{a, b, r}, []step{
-			{at: 0, via: map[string]string{}},
-			{at: 5 * time.Second, hs: map[string]time.Duration{"r": 1 * time.Second}, via: map[string]string{}},
-			{at: 10 * time.Second, hs: map[string]time.Duration{"r": 1 * time.Second}, via: map[string]string{"b": "r"},
-				ips: map[string][]string{"b": nil, "r": {"10.88.0.3/32", "10.88.0.2/32"}}},
+		{"relayed at first while a relay exists, direct on a direct handshake", []Member{a, b, r}, []step{
+			{at: 0, via: map[string]string{"b": "r"}, ips: map[string][]string{"b": nil, "r": {"10.88.0.3/32", "10.88.0.2/32"}}},
+			{at: 5 * time.Second, hs: map[string]time.Duration{"r": 1 * time.Second}, via: map[string]string{"b": "r"}},
 			{at: 30 * time.Second, hs: map[string]time.Duration{"r": 25 * time.Second}, via: map[string]string{"b": "r"}},
 			{at: 40 * time.Second, hs: map[string]time.Duration{"r": 25 * time.Second, "b": 35 * time.Second}, via: map[string]string{},
 				ips: map[string][]string{"b": {"10.88.0.2/32"}, "r": {"10.88.0.3/32"}}},
+		}},
+		{"a direct path gone stale goes through the relay again", []Member{a, b, r}, []step{
+			{at: 0, hs: map[string]time.Duration{"b": 0, "r": 0}, via: map[string]string{}},
+			{at: spec.OverlayStale + RelayAfter, hs: map[string]time.Duration{"b": 0, "r": spec.OverlayStale}, via: map[string]string{"b": "r"}},
 		}},
 		{"a handshake in time keeps it direct", []Member{a, b, r}, []step{
 			{at: 0},
@@ -193,5 +192,36 @@ func TestParseUAPI(t *testing.T) {
 	want := []PeerState{{Key: testKey(1), Endpoint: "192.0.2.1:51820", Handshake: time.Unix(1700000000, 5), Rx: 20, Tx: 10}, {Key: testKey(2)}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}
+
+// TestPathsRelayAppearingLater: a relay the roster names after a peer was
+// first seen takes that peer at once when no direct handshake ever came
+// (its first packet need not wait out RelayAfter), and a relayed path
+// carries the relay's handshake, the session its traffic lives by.
+func TestPathsRelayAppearingLater(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	a, b := member("a", 1, false), member("b", 2, false, "192.0.2.2:51820")
+	r := member("r", 3, false, "198.51.100.3:51820")
+	var p Paths
+	plan := p.Decide("a", []Member{a, b, r}, nil, t0)
+	for _, path := range plan.Paths {
+		if path.Via != "" {
+			t.Fatalf("with no relay, %s goes via %s", path.Node, path.Via)
+		}
+	}
+	r.Relay = true
+	relayHS := t0.Add(time.Second)
+	plan = p.Decide("a", []Member{a, b, r}, map[string]time.Time{r.Key: relayHS}, t0.Add(2*time.Second))
+	for _, path := range plan.Paths {
+		if path.Node != "b" {
+			continue
+		}
+		if path.Via != "r" {
+			t.Errorf("b's path %+v: want it through r as soon as r relays", path)
+		}
+		if !path.Handshake.Equal(relayHS) {
+			t.Errorf("b's relayed path's handshake %s, want the relay's %s", path.Handshake, relayHS)
+		}
 	}
 }
