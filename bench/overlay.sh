@@ -103,24 +103,33 @@ mesh_in "$ctl" "$work/ctl.log" genesis --dir "$work/ctl" --mesh bench --node ctl
 	--bus 198.18.0.2:4222 --http 198.18.0.2:8480 --address 198.18.0.2 --advertise 198.18.0.2 \
 	--overlay 10.88.0.0/16 --relay --endpoint 198.18.0.2:51820 "${common[@]}"
 until at "$ctl" curl -sf http://198.18.0.2:8480/healthz >/dev/null; do sleep 0.1; done
+overlay_ip_of() { { ip -n "$1" -4 -o addr show dev mesh0 2>/dev/null || true; } | awk '{split($4, a, "/"); print a[1]}'; }
 join() { # join NS NODE ADDR
 	local tok
 	tok=$(at "$ctl" "$bin" token create --dir "$work/ctl" "$2")
 	mesh_in "$1" "$work/$2.log" host --dir "$work/$2" --join "$tok" --address "$3" "${common[@]}"
 }
 join "$a" site-a 192.168.10.2
+until [ -n "$(overlay_ip_of "$a")" ] && at "$a" ping -c1 -W0.2 10.88.0.1 >/dev/null 2>&1; do sleep 0.05; done
+# Join to first packet: once A reaches the controller over mesh0, from
+# B's mesh host --join to A's first ping answered by B over mesh0
+# (through the relay: the sites cannot reach each other), pinging every
+# 50 ms.
+t0=$(date +%s.%N)
 join "$b" site-b 192.168.20.2
-overlay_ip() { { ip -n "$1" -4 -o addr show dev mesh0 2>/dev/null || true; } | awk '{split($4, a, "/"); print a[1]}'; }
-up=
-for _ in $(seq 600); do
-	bip=$(overlay_ip "$b")
-	if [ -n "$bip" ] && [ -n "$(overlay_ip "$a")" ] && at "$a" ping -c1 -W1 "$bip" >/dev/null 2>&1; then
+
+up= tip=
+for _ in $(seq 1200); do
+	bip=$(overlay_ip_of "$b")
+	[ -z "$bip" ] || [ -n "$tip" ] || tip=$(date +%s.%N)
+	if [ -n "$bip" ] && at "$a" ping -c1 -W0.2 "$bip" >/dev/null 2>&1; then
 		up=1
 		break
 	fi
-	sleep 0.1
+	sleep 0.05
 done
 [ -n "$up" ] || { echo "site A's host does not reach site B's over mesh0 within a minute:" >&2; cat "$work"/*.log >&2; exit 1; }
+awk -v a="$t0" -v i="$tip" -v b="$(date +%s.%N)" 'BEGIN {printf "join to first packet over mesh0 (B joins, A pings it): %.2f s (B'"'"'s mesh0 up at %.2f s)\n", b - a, i - a}'
 # The pair's first path goes through the relay: B's overlay address is on
 # the relay's peer entry in A's mesh0 (wg show, in A's mount namespace,
 # where its /run/wireguard is) until a direct handshake moves it to B's.

@@ -19,12 +19,14 @@ import (
 // removal, the overlay turned on or off) is one roster message, never a
 // declaration.
 
-// membershipDelay is how long a change of membership waits for others
-// before the roster is sent: a burst of joins or reports is one message.
+// membershipDelay is the least time between two roster messages sent for
+// changes of membership: the first change is sent at once (a joined host's
+// first packet waits on it), and the changes that come within the delay
+// after it are one message at its end.
 const membershipDelay = time.Second
 
-// membership sends the roster when the overlay's membership changed,
-// changes coalesced over delay.
+// membership sends the roster when the overlay's membership changed: at
+// once, and at most once a delay.
 type membership struct {
 	base
 	delay time.Duration
@@ -41,20 +43,25 @@ func (m *membership) changed() {
 	}
 }
 
-// sendLoop sends the roster once a delay after each burst of changes.
+// sendLoop sends the roster for each change, at most once a delay: a
+// change within the delay of the last message waits out the rest of it,
+// and every change made meanwhile goes with it.
 func (m *membership) sendLoop(ctx context.Context) {
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-m.kick:
 		}
-		t := time.NewTimer(m.delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
+		if wait := m.delay - time.Since(last); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
 		}
 		// A change told from here on is after the gather below starts: it
 		// stays in kick and is sent next.
@@ -63,6 +70,7 @@ func (m *membership) sendLoop(ctx context.Context) {
 		default:
 		}
 		m.sendOnce(ctx)
+		last = time.Now()
 	}
 }
 

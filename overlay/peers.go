@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mesh-fleet/mesh/spec"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
@@ -57,7 +58,20 @@ func (d *Device) Set(peers []Peer) error {
 	if d.mode == "" {
 		return fmt.Errorf("set the peers of %s: the interface is not up", d.cfg.Name)
 	}
-	changes := diff(d.peers, want)
+	changes, kept := keepWorking(diff(d.peers, want), d.liveLocked(), time.Now())
+	for _, k := range kept {
+		// The endpoint wanted is set once the session the peer works by
+		// is gone: the next Set compares with the one in force.
+		w := want[k]
+		w.Endpoint = d.peers[k].Endpoint
+		want[k] = w
+	}
+	var moved []string // peers given another endpoint: a handshake is tried there at once
+	for _, c := range changes {
+		if _, had := d.peers[c.PublicKey]; had && c.Endpoint != nil {
+			moved = append(moved, c.PublicKey.String())
+		}
+	}
 	if len(changes) == 0 {
 		return nil
 	}
@@ -74,7 +88,43 @@ func (d *Device) Set(peers []Peer) error {
 		return fmt.Errorf("set the peers of %s: %w", d.cfg.Name, err)
 	}
 	d.peers = want
-	return nil
+	return d.retryLocked(moved)
+}
+
+// liveLocked is the last handshake of each peer the interface holds, by
+// key; a read that fails is none (every endpoint is then set).
+func (d *Device) liveLocked() map[wgtypes.Key]time.Time {
+	peers, err := d.peersLocked()
+	if err != nil {
+		return nil
+	}
+	out := make(map[wgtypes.Key]time.Time, len(peers))
+	for _, p := range peers {
+		if k, err := wgtypes.ParseKey(p.Key); err == nil && !p.Handshake.IsZero() {
+			out[k] = p.Handshake
+		}
+	}
+	return out
+}
+
+// keepWorking is changes without the endpoint of a peer whose session is
+// alive (a handshake within spec.OverlayStale): WireGuard follows a peer
+// to the address its packets come from (behind NAT, not the one it
+// reported), and setting the reported one would cut a working session
+// until the peer's next keepalive. A change left with nothing to do is
+// dropped; kept names the peers whose endpoint was left as it is.
+func keepWorking(changes []wgtypes.PeerConfig, live map[wgtypes.Key]time.Time, now time.Time) (out []wgtypes.PeerConfig, kept []wgtypes.Key) {
+	for _, c := range changes {
+		if hs, ok := live[c.PublicKey]; ok && c.Endpoint != nil && !c.Remove && now.Sub(hs) < spec.OverlayStale {
+			c.Endpoint = nil
+			kept = append(kept, c.PublicKey)
+			if !c.ReplaceAllowedIPs && c.PersistentKeepaliveInterval == nil {
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	return out, kept
 }
 
 // diff is what changes the peers have into want, never replacing the peer
@@ -151,6 +201,11 @@ func hexKey(k wgtypes.Key) string { return hex.EncodeToString(k[:]) }
 func (d *Device) Peers() ([]PeerState, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.peersLocked()
+}
+
+// peersLocked is Peers, d.mu held.
+func (d *Device) peersLocked() ([]PeerState, error) {
 	switch {
 	case d.dev != nil:
 		text, err := d.dev.IpcGet()
@@ -235,6 +290,11 @@ func parseUAPI(text string) ([]PeerState, error) {
 func (d *Device) Retry(keys []string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.retryLocked(keys)
+}
+
+// retryLocked is Retry, d.mu held.
+func (d *Device) retryLocked(keys []string) error {
 	if d.mode == "" {
 		return fmt.Errorf("retry the peers of %s: the interface is not up", d.cfg.Name)
 	}
