@@ -108,7 +108,7 @@ func (c *Controller) showNode(ctx context.Context, req spec.NodeShowRequest) (sp
 	if err := c.addDelivery(ctx, &v); err != nil {
 		return spec.NodeShowResult{}, err
 	}
-	if err := c.addOverlay(ctx, n, &v); err != nil {
+	if err := c.overlays.addTo(ctx, n, &v); err != nil {
 		return spec.NodeShowResult{}, err
 	}
 	return spec.NodeShowResult{Node: v}, nil

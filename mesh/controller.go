@@ -133,9 +133,9 @@ type Controller struct {
 	numbers  *numberer
 	// roller is the roll loop's (roll.go).
 	roller *roller
-	// membership sends the roster when the overlay's membership changes
+	// overlays is the overlay's verbs and view, and sends the roster when its membership changes
 	// (overlay.go).
-	membership *membership
+	overlays *overlays
 	// dropLog lets one line a requester through every 10 s for dropped
 	// requests; mesh_replies_refused_total counts them all.
 	dropLog logGate
@@ -188,11 +188,11 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.blobs = &blobs{base: b, metrics: &c.metrics, collectKick: make(chan struct{}, 1)}
 	c.roller = newRoller(b, cfg.Node, cfg.RollTicks)
 	c.roller.gather, c.roller.rosterOnce, c.roller.contentNow, c.roller.send = c.composer.gather, c.rosters.rosterOnce, c.rosters.contentNow, c.send
-	c.membership = &membership{base: b, delay: membershipDelay, kick: make(chan struct{}, 1), send: c.sendNames}
+	c.overlays = &overlays{base: b, delay: membershipDelay, kick: make(chan struct{}, 1), send: c.sendNames}
 	c.enrolment = &enrolment{base: b, keys: cfg.Keys, busURLs: cfg.BusURLs, node: cfg.Node, signKey: cfg.SignKey, maxNodes: c.maxNodes(),
 		bus: deps.Bus, ca: deps.CA, metrics: &c.metrics, locks: &c.locks, beats: c.beats,
 		purge:     func(ctx context.Context, node string) error { return purgeDeclarations(ctx, c.js, node) },
-		sendNames: c.sendNames, membershipChanged: c.membership.changed}
+		sendNames: c.sendNames, membershipChanged: c.overlays.changed}
 	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect}
 	c.numbers = &numberer{db: deps.DB, now: cfg.Now, claims: c.claims}
 	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond,
@@ -267,7 +267,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// that waits for the stream's acknowledgements would otherwise wait
 	// them out on a closed connection (nats.go fails no pending ack).
 	loopCtx, stopLoops := context.WithCancel(ctx)
-	waitLoops := goAll(loopCtx, c.auditor.drainAudit, c.beatLine.writeBeats, c.reports.writeReports, c.roller.rollLoop, c.blobs.collectLoop, c.membership.sendLoop)
+	waitLoops := goAll(loopCtx, c.auditor.drainAudit, c.beatLine.writeBeats, c.reports.writeReports, c.roller.rollLoop, c.blobs.collectLoop, c.overlays.sendLoop)
 	defer func() { stopLoops(); waitLoops() }()
 
 	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}

@@ -25,9 +25,10 @@ import (
 // after it are one message at its end.
 const membershipDelay = time.Second
 
-// membership sends the roster when the overlay's membership changed: at
-// once, and at most once a delay.
-type membership struct {
+// overlays is the overlay's concern on the controller: its verbs, its
+// view, and the roster sent when its membership changed, at once and at
+// most once a delay.
+type overlays struct {
 	base
 	delay time.Duration
 	kick  chan struct{}
@@ -36,7 +37,7 @@ type membership struct {
 }
 
 // changed asks for the roster to be sent within the delay.
-func (m *membership) changed() {
+func (m *overlays) changed() {
 	select {
 	case m.kick <- struct{}{}:
 	default:
@@ -46,7 +47,7 @@ func (m *membership) changed() {
 // sendLoop sends the roster for each change, at most once a delay: a
 // change within the delay of the last message waits out the rest of it,
 // and every change made meanwhile goes with it.
-func (m *membership) sendLoop(ctx context.Context) {
+func (m *overlays) sendLoop(ctx context.Context) {
 	var last time.Time
 	for {
 		select {
@@ -77,7 +78,7 @@ func (m *membership) sendLoop(ctx context.Context) {
 // sendOnce sends the roster, its failure logged, its panic caught. A
 // roster that cannot be composed is not sent (invariant 1): every host
 // keeps the peers it has until the next change or push.
-func (m *membership) sendOnce(ctx context.Context) {
+func (m *overlays) sendOnce(ctx context.Context) {
 	defer m.guard.catch("overlay membership", nil)
 	r, err := m.send(ctx)
 	if err != nil {
@@ -89,14 +90,14 @@ func (m *membership) sendOnce(ctx context.Context) {
 	}
 }
 
-// enableOverlay turns the overlay on with req.CIDR, gives every node with
+// enable turns the overlay on with req.CIDR, gives every node with
 // a key an address and sends the roster.
-func (c *Controller) enableOverlay(ctx context.Context, req spec.OverlayEnableRequest) (spec.OverlayEnableResult, error) {
+func (m *overlays) enable(ctx context.Context, req spec.OverlayEnableRequest) (spec.OverlayEnableResult, error) {
 	cidr, err := spec.CheckOverlayCIDR(req.CIDR)
 	if err != nil {
 		return spec.OverlayEnableResult{}, callerError(err.Error())
 	}
-	given, err := c.deps.DB.EnableOverlay(ctx, cidr, c.cfg.Now())
+	given, err := m.db.EnableOverlay(ctx, cidr, m.now())
 	var on *store.OverlayOnError
 	if errors.As(err, &on) {
 		return spec.OverlayEnableResult{}, refusedError(fmt.Sprintf("the overlay is on with range %s, not %s: mesh overlay disable first (every node then changes address)", on.CIDR, cidr))
@@ -104,42 +105,42 @@ func (c *Controller) enableOverlay(ctx context.Context, req spec.OverlayEnableRe
 	if err != nil {
 		return spec.OverlayEnableResult{}, err
 	}
-	c.log.Info("overlay on", "cidr", cidr.String(), "given", given)
+	m.log.Info("overlay on", "cidr", cidr.String(), "given", given)
 	res := spec.OverlayEnableResult{CIDR: cidr.String(), Given: given}
-	res.Roster, res.NamesKept = c.sendMembership(ctx)
+	res.Roster, res.NamesKept = m.sendNow(ctx)
 	return res, nil
 }
 
-// disableOverlay turns the overlay off and sends the roster, which takes
+// disable turns the overlay off and sends the roster, which takes
 // every host's interface down.
-func (c *Controller) disableOverlay(ctx context.Context, _ spec.OverlayDisableRequest) (spec.OverlayDisableResult, error) {
-	was, err := c.deps.DB.DisableOverlay(ctx)
+func (m *overlays) disable(ctx context.Context, _ spec.OverlayDisableRequest) (spec.OverlayDisableResult, error) {
+	was, err := m.db.DisableOverlay(ctx)
 	if err != nil {
 		return spec.OverlayDisableResult{}, err
 	}
-	c.log.Info("overlay off", "was", was)
+	m.log.Info("overlay off", "was", was)
 	res := spec.OverlayDisableResult{Was: was}
-	res.Roster, res.NamesKept = c.sendMembership(ctx)
+	res.Roster, res.NamesKept = m.sendNow(ctx)
 	return res, nil
 }
 
-// sendMembership sends the roster at once for a change a verb made, and
+// sendNow sends the roster at once for a change a verb made, and
 // says, when it could not, what every host keeps.
-func (c *Controller) sendMembership(ctx context.Context) (*spec.PushRoster, string) {
-	r, err := c.sendNames(ctx)
+func (m *overlays) sendNow(ctx context.Context) (*spec.PushRoster, string) {
+	r, err := m.send(ctx)
 	if err != nil {
-		c.log.Error("roster not sent after a change of the overlay", "err", err)
+		m.log.Error("roster not sent after a change of the overlay", "err", err)
 		return nil, fmt.Sprintf("the roster was not sent (%v): every host keeps the names and peers it has until the next mesh push", err)
 	}
 	return r, ""
 }
 
-// showOverlay is the overlay's range and its members after req.After, as
+// show is the overlay's range and its members after req.After, as
 // many as fit one reply.
-func (c *Controller) showOverlay(ctx context.Context, req spec.OverlayShowRequest) (spec.OverlayShowResult, error) {
-	now := c.cfg.Now()
+func (m *overlays) show(ctx context.Context, req spec.OverlayShowRequest) (spec.OverlayShowResult, error) {
+	now := m.now()
 	res := spec.OverlayShowResult{Time: now.UTC(), Members: []spec.NodeOverlay{}}
-	ov, err := readOverlayView(ctx, c.deps.DB, now)
+	ov, err := readOverlayView(ctx, m.db, now)
 	if err != nil {
 		return spec.OverlayShowResult{}, err
 	}
@@ -199,7 +200,7 @@ func (c *Controller) onOverlay(ctx context.Context, m *nats.Msg) {
 	}
 	if changed {
 		c.log.Info("overlay membership changed", "node", node, "endpoints", s.Endpoints, "relay", s.Relay)
-		c.membership.changed()
+		c.overlays.changed()
 	}
 }
 
@@ -341,13 +342,13 @@ func (p *statusPass) overlayProblems(n store.Node, st *spec.NodeStatus) {
 	st.Failures = append(st.Failures, capStatus(failures, n.Name)...)
 }
 
-// addOverlay adds n's overlay to its view, when the overlay is on and n
+// addTo adds n's overlay to its view, when the overlay is on and n
 // is on it. A read that fails is an error, never a node off the overlay.
-func (c *Controller) addOverlay(ctx context.Context, n store.Node, v *spec.Node) error {
+func (m *overlays) addTo(ctx context.Context, n store.Node, v *spec.Node) error {
 	if n.WGKey == "" || n.OverlayIP == "" || !n.Removing.IsZero() {
 		return nil
 	}
-	ov, err := readOverlayView(ctx, c.deps.DB, c.cfg.Now())
+	ov, err := readOverlayView(ctx, m.db, m.now())
 	if err != nil {
 		return err
 	}

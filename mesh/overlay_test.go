@@ -59,10 +59,10 @@ func TestOverlayEnableShowDisable(t *testing.T) {
 	if err := db.AddNode(ctx, store.Node{Name: "gamma", Address: "192.0.2.3", NKey: "Ugamma", Joined: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.enableOverlay(ctx, spec.OverlayEnableRequest{CIDR: "8.8.0.0/16"}); spec.KindOf(err) != spec.ReplyCaller || !strings.Contains(err.Error(), "not inside a private range") {
+	if _, err := c.overlays.enable(ctx, spec.OverlayEnableRequest{CIDR: "8.8.0.0/16"}); spec.KindOf(err) != spec.ReplyCaller || !strings.Contains(err.Error(), "not inside a private range") {
 		t.Fatalf("a public range: %v, want the caller's error", err)
 	}
-	res, err := c.enableOverlay(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"})
+	res, err := c.overlays.enable(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"})
 	if err != nil || res.Given != 2 || res.Roster == nil {
 		t.Fatalf("enable: %+v, %v; want 2 given and a roster sent", res, err)
 	}
@@ -83,21 +83,21 @@ func TestOverlayEnableShowDisable(t *testing.T) {
 	if g := got["gamma"]; g.Address != "192.0.2.3" || g.Overlay != nil {
 		t.Fatalf("gamma, with no key, in the roster: %+v, want its own address and no member", g)
 	}
-	if _, err := c.enableOverlay(ctx, spec.OverlayEnableRequest{CIDR: "10.99.0.0/16"}); spec.KindOf(err) != spec.ReplyRefused || !strings.Contains(err.Error(), "10.88.0.0/16") {
+	if _, err := c.overlays.enable(ctx, spec.OverlayEnableRequest{CIDR: "10.99.0.0/16"}); spec.KindOf(err) != spec.ReplyRefused || !strings.Contains(err.Error(), "10.88.0.0/16") {
 		t.Fatalf("another range: %v, want refused naming 10.88.0.0/16", err)
 	}
-	show, err := c.showOverlay(ctx, spec.OverlayShowRequest{})
+	show, err := c.overlays.show(ctx, spec.OverlayShowRequest{})
 	if err != nil || show.CIDR != "10.88.0.0/16" || len(show.Members) != 2 || show.Members[0].Node != "alpha" || show.Members[1].IP != "10.88.0.2" {
 		t.Fatalf("show: %+v, %v", show, err)
 	}
-	off, err := c.disableOverlay(ctx, spec.OverlayDisableRequest{})
+	off, err := c.overlays.disable(ctx, spec.OverlayDisableRequest{})
 	if err != nil || !off.Was || off.Roster == nil {
 		t.Fatalf("disable: %+v, %v", off, err)
 	}
 	if roster, _ := rosterInForce(t, db); roster.Overlay != nil || slices.ContainsFunc(roster.Nodes, func(n spec.RosterNode) bool { return n.Overlay != nil }) {
 		t.Fatalf("the roster after disable: %+v", roster)
 	}
-	if show, err := c.showOverlay(ctx, spec.OverlayShowRequest{}); err != nil || show.CIDR != "" || len(show.Members) != 0 {
+	if show, err := c.overlays.show(ctx, spec.OverlayShowRequest{}); err != nil || show.CIDR != "" || len(show.Members) != 0 {
 		t.Fatalf("show after disable: %+v, %v", show, err)
 	}
 }
@@ -111,7 +111,7 @@ func TestOverlayMembershipChangeIsOneRosterMessage(t *testing.T) {
 	c, db := newController(t, &clock{now: time.Now()})
 	meshOf(t, c, db)
 	ctx := context.Background()
-	if _, err := c.enableOverlay(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
+	if _, err := c.overlays.enable(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
@@ -120,7 +120,7 @@ func TestOverlayMembershipChangeIsOneRosterMessage(t *testing.T) {
 	decls := onSubject(t, c, spec.DeclarationSubject("alpha"))
 	rosters := onSubject(t, c, spec.RosterSubject)
 	reportOverlay(t, c, spec.OverlayState{Node: "alpha", Mode: spec.OverlayUserspace, Peers: []spec.OverlayPath{{Node: "beta"}}})
-	if len(c.membership.kick) != 0 {
+	if len(c.overlays.kick) != 0 {
 		t.Fatal("a report without endpoints or relay asked for a roster")
 	}
 	// A burst of changes: the first is sent at once, the rest within the
@@ -136,7 +136,7 @@ func TestOverlayMembershipChangeIsOneRosterMessage(t *testing.T) {
 		return m != nil && len(m.Endpoints) == 2 && m.Relay, fmt.Sprintf("roster %d: alpha %+v", seq, m)
 	})
 	// Nothing more comes of the five reports: no change is waiting.
-	poll.Until(t, 3*membershipDelay, "no change waiting", func() (bool, string) { return len(c.membership.kick) == 0, "a change waits" })
+	poll.Until(t, 3*membershipDelay, "no change waiting", func() (bool, string) { return len(c.overlays.kick) == 0, "a change waits" })
 	if got := onSubject(t, c, spec.RosterSubject); got > rosters+2 {
 		t.Fatalf("%d roster messages for five reports within the delay, want at most 2 (the first at once, the rest at the delay's end)", got-rosters)
 	}
@@ -161,7 +161,7 @@ func TestEnrolNeedsAWireGuardKey(t *testing.T) {
 	t.Parallel()
 	c, db := newController(t, &clock{now: time.Now()})
 	ctx := context.Background()
-	if _, err := c.enableOverlay(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
+	if _, err := c.overlays.enable(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
 		t.Fatal(err)
 	}
 	for key, says := range map[string]string{"": "no wireguard key", "bm90IGEga2V5": `wg_key: wireguard key "bm90IGEga2V5"`} {
@@ -199,7 +199,7 @@ func TestOverlayReadFailureSendsNoRoster(t *testing.T) {
 	var rf *readFailing
 	c, db := newControllerWith(t, &clock{now: time.Now()}, func(db *store.DB) Store { rf = &readFailing{Store: db}; return rf })
 	ctx := context.Background()
-	if _, err := c.enableOverlay(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
+	if _, err := c.overlays.enable(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
 		t.Fatal(err)
 	}
 	_, seq := rosterInForce(t, db)
@@ -207,18 +207,18 @@ func TestOverlayReadFailureSendsNoRoster(t *testing.T) {
 		rf.mu.Lock()
 		rf.fail = read
 		rf.mu.Unlock()
-		res, err := c.disableOverlay(ctx, spec.OverlayDisableRequest{})
+		res, err := c.overlays.disable(ctx, spec.OverlayDisableRequest{})
 		if err != nil || res.Roster != nil || !strings.Contains(res.NamesKept, "disk I/O error reading "+read) {
 			t.Fatalf("disable with the %s read failing: %+v, %v; want no roster and the read named", read, res, err)
 		}
-		c.membership.sendOnce(ctx)
+		c.overlays.sendOnce(ctx)
 		rf.mu.Lock()
 		rf.fail = ""
 		rf.mu.Unlock()
 		if _, now := rosterInForce(t, db); now != seq {
 			t.Fatalf("the %s read failing: roster %d sent, want none after %d", read, now, seq)
 		}
-		if _, err := c.enableOverlay(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
+		if _, err := c.overlays.enable(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -235,7 +235,7 @@ func TestStatusFailsAStalePeer(t *testing.T) {
 	if err := db.AddNode(ctx, store.Node{Name: "beta", Address: "192.0.2.2", NKey: "Ubeta", WGKey: newWGKey(), Joined: clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.enableOverlay(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
+	if _, err := c.overlays.enable(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
 		t.Fatal(err)
 	}
 	staleLine := func(st spec.StatusResult, node string) string {
@@ -289,7 +289,7 @@ func BenchmarkOverlayPeerChange(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if _, err := c.enableOverlay(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
+	if _, err := c.overlays.enable(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
 		b.Fatal(err)
 	}
 	before := c.metrics.rosterBytes.Load()

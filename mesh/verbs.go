@@ -49,9 +49,9 @@ func (c *Controller) verbRows() []row {
 		verb(spec.RollResume, c.roller.resumeRoll, redactNone),
 		verb(spec.RollAbort, c.roller.abortRoll, redactNone),
 		verb(spec.RollShow, c.roller.showRoll, redactNone),
-		verb(spec.OverlayEnable, c.enableOverlay, redactNone),
-		verb(spec.OverlayDisable, c.disableOverlay, redactNone),
-		verb(spec.OverlayShow, c.showOverlay, redactNone),
+		verb(spec.OverlayEnable, c.overlays.enable, redactNone),
+		verb(spec.OverlayDisable, c.overlays.disable, redactNone),
+		verb(spec.OverlayShow, c.overlays.show, redactNone),
 	}
 }
 
