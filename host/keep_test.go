@@ -3,6 +3,8 @@ package host_test
 import (
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,14 +38,32 @@ func TestStateWrittenOncePerDelivery(t *testing.T) {
 	b := newBench(t)
 	b.reconcile = 100 * time.Millisecond
 	var writes *atomic.Int64
-	b.prepare = func(a *host.Agent) { writes = host.CountStateWrites(a, nil) }
+	// Where the last write came from, for a count that is not the one
+	// wanted.
+	var (
+		mu        sync.Mutex
+		lastStack []byte
+	)
+	b.prepare = func(a *host.Agent) {
+		writes = host.CountStateWrites(a, func(int64) error {
+			mu.Lock()
+			lastStack = debug.Stack()
+			mu.Unlock()
+			return nil
+		})
+	}
+	wroteFrom := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return string(lastStack)
+	}
 	b.start()
 	step := func(what string, want int64, do func()) {
 		t.Helper()
 		before := writes.Load()
 		do()
 		if got := writes.Load() - before; got != want {
-			t.Fatalf("%s: %d state.json writes, want %d", what, got, want)
+			t.Fatalf("%s: %d state.json writes, want %d; the last from:\n%s", what, got, want, wroteFrom())
 		}
 	}
 	state := func() host.State {
@@ -97,7 +117,7 @@ func TestStateWrittenOncePerDelivery(t *testing.T) {
 		t.Fatalf("the start after the crash reported %+v, want a reconcile of 2, unchanged", r)
 	}
 	if n := writes.Load(); n != 0 {
-		t.Fatalf("the start after the crash: %d state.json writes, want 0", n)
+		t.Fatalf("the start after the crash: %d state.json writes, want 0; the last from:\n%s", n, wroteFrom())
 	}
 	step("its stop", 1, b.stop)
 	if st := state(); st.AppliedSeq != 2 {
