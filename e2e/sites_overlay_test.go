@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -317,7 +318,7 @@ func TestOverlayRemovedNodeLeavesPeers(t *testing.T) {
 	m := s.overlayGenesis()
 	_, a1 := m.join(s.a.hosts[0], "site-a1", s.a.hostIPs[0])
 	_, a2 := m.join(s.a.hosts[1], "site-a2", s.a.hostIPs[1])
-	_, bd := m.join(s.b.hosts[0], "site-b", s.b.hostIPs[0])
+	bDir, bd := m.join(s.b.hosts[0], "site-b", s.b.hostIPs[0])
 	by := m.waitMembers("ctl", "site-a1", "site-a2", "site-b")
 	gone := by["site-b"].Key
 	holders := map[string]*daemon{s.ctl: m.d, s.a.hosts[0]: a1, s.a.hosts[1]: a2}
@@ -368,12 +369,15 @@ func TestOverlayRemovedNodeLeavesPeers(t *testing.T) {
 	if _, ok := m.members()["site-b"]; ok {
 		t.Error("overlay show still lists site-b")
 	}
-	// The removed host exits and takes mesh0 with it.
+	// The removed host exits and takes mesh0 and its key with it.
 	bd.exited(t, 30*time.Second)
 	poll.Until(t, 10*time.Second, "mesh0 gone at site B", func() (bool, string) {
 		_, err := overlayAddr(s.b.hosts[0])
 		return err != nil, "mesh0 still up"
 	})
+	if _, err := os.Stat(filepath.Join(bDir, "host", "wg.key")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the removed node's wireguard key is still in its directory (%v)", err)
+	}
 }
 
 // TestOverlayRelayLossShowsInStatus: with the relay killed, mesh status

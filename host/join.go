@@ -186,10 +186,14 @@ func CheckUnjoined(dir string) error {
 }
 
 // MarkRemoved writes RemovedFile in dir, the host's directory of a node
-// the bus refuses for good.
+// the bus refuses for good, and deletes the node's WireGuard private key:
+// no peer holds its public half any more, and a join makes a new one.
 func MarkRemoved(dir string, at time.Time) error {
 	if err := os.WriteFile(filepath.Join(dir, RemovedFile), []byte(at.UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("mark the node removed: %w", err)
+	}
+	if err := os.Remove(filepath.Join(dir, seal.WGKeyFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("delete the removed node's wireguard key: %w", err)
 	}
 	return nil
 }
