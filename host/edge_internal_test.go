@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/internal/pebbletest"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/internal/testport"
@@ -31,15 +33,16 @@ func edgeRoster(t *testing.T, backends map[string]string) spec.Roster {
 	t.Helper()
 	var r spec.Roster
 	for name, u := range backends {
-		host, port, err := net.SplitHostPort(strings.TrimPrefix(u, "http://"))
+		secure := strings.HasPrefix(u, "https://")
+		host, port, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(u, "https://"), "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		p, _ := strconv.Atoi(port)
 		route := strings.Split(name, ".")[0]
 		r.Routes = append(r.Routes,
-			spec.RosterRoute{Name: spec.RouteName(route, "alpha"), Node: "alpha", Address: host, Port: p, Module: route},
-			spec.RosterRoute{Name: name, Node: "alpha", Address: host, Port: p, Module: route, Public: true})
+			spec.RosterRoute{Name: spec.RouteName(route, "alpha"), Node: "alpha", Address: host, Port: p, Module: route, TLS: secure},
+			spec.RosterRoute{Name: name, Node: "alpha", Address: host, Port: p, Module: route, Public: true, TLS: secure})
 	}
 	r.Sort()
 	return r
@@ -55,7 +58,8 @@ func curl(root string, port int, name, url string, args ...string) (string, erro
 
 // TestEdgeServesPublicNamesWithACME: an edge configured against Pebble
 // obtains a certificate for each public name of the roster, which curl
-// verifies to Pebble's root, and forwards to the route's backend; plain
+// verifies to Pebble's root, and forwards to the route's backend (over TLS
+// verified against the mesh's root when the route says tls); plain
 // HTTP redirects to HTTPS; a name added to the roster gets its certificate
 // without a restart; a backend stopped gives a 502 naming the route; a
 // name the roster does not hold fails the handshake; the edge's keys are
@@ -77,7 +81,21 @@ func TestEdgeServesPublicNamesWithACME(t *testing.T) {
 		return srv
 	}
 	one, two, three := page("one"), page("two"), page("three")
-	backends := map[string]string{"one.example.test": one.URL, "two.example.test": two.URL}
+	// A route that says tls serves a mesh certificate for its internal
+	// name, which the edge verifies against the mesh's root.
+	auth, err := ca.Create(t.TempDir(), "test", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := auth.IssueServer([]string{spec.RouteName("secure", "alpha")}, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secure := httptest.NewUnstartedServer(page("secure").Config.Handler)
+	secure.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
+	secure.StartTLS()
+	t.Cleanup(secure.Close)
+	backends := map[string]string{"one.example.test": one.URL, "two.example.test": two.URL, "secure.example.test": secure.URL}
 
 	dir := filepath.Join(t.TempDir(), EdgeDir)
 	logs := &lockedBuffer{}
@@ -87,7 +105,7 @@ func TestEdgeServesPublicNamesWithACME(t *testing.T) {
 		}
 	})
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	g := newEdge(dir, "", log)
+	g := newEdge(dir, string(auth.RootsPEM()), log)
 	t.Cleanup(g.stop)
 	g.take(edgeRoster(t, backends))
 	e := &spec.EdgeSpec{Name: "edge", HTTP: httpAddr, HTTPS: httpsAddr, ACMECA: pb.Directory, Email: "ops@example.org", ACMERoots: pb.TLSRoots}
@@ -110,7 +128,8 @@ func TestEdgeServesPublicNamesWithACME(t *testing.T) {
 	}
 	serves("one.example.test", "one for one.example.test via https one.example.test forwarded-for")
 	serves("two.example.test", "two for two.example.test")
-	t.Logf("two names obtained and served %s after the edge was configured", time.Since(start).Round(time.Millisecond))
+	serves("secure.example.test", "secure for secure.example.test via https")
+	t.Logf("three names obtained and served %s after the edge was configured", time.Since(start).Round(time.Millisecond))
 
 	out, err := curl(pb.Root, httpPort, "one.example.test", fmt.Sprintf("http://one.example.test:%d/a?b=c", httpPort), "-o", "/dev/null", "-w", "%{http_code} %{redirect_url}")
 	if want := fmt.Sprintf("308 https://one.example.test:%d/a?b=c", httpsPort); err != nil || out != want {
