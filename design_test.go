@@ -70,6 +70,9 @@ func TestImportDirections(t *testing.T) {
 		// Test support: listening ports outside the ephemeral range,
 		// held across a daemon's stop and restart.
 		"internal/testport": {},
+		// Test support: Pebble, a real ACME server, and its DNS, built
+		// from the module's tools once per run.
+		"internal/pebbletest": {"internal/poll", "internal/testport"},
 	}
 	// inTests lists what a package's test files may import besides its row
 	// of allowed, directly or not.
@@ -85,7 +88,7 @@ func TestImportDirections(t *testing.T) {
 		"e2e": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "release", "launch", "cli", "seal", "overlay", "internal/safefile", "internal/retry"},
 	}
 	// testSupport lists what every package's test files may import.
-	testSupport := []string{"internal/dockertest", "internal/gobuild", "internal/poll", "internal/optin", "internal/testport"}
+	testSupport := []string{"internal/dockertest", "internal/gobuild", "internal/poll", "internal/optin", "internal/testport", "internal/pebbletest"}
 	// never lists, for a package, what neither its files nor its test
 	// files import directly, whatever they reach through another package.
 	never := map[string][]string{

@@ -83,6 +83,9 @@ type Agent struct {
 	// host keeps none (seal.NodeKeyFile), and then a sealed file fails
 	// saying so.
 	sealKey *seal.NodeKey
+	// edge serves the held roster's public names while an edge resource
+	// configures it.
+	edge *edge
 	// overlay is the overlay's interface, as the held roster says; nil
 	// when the host keeps no WireGuard key.
 	overlay *overlayRun
@@ -231,6 +234,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, sealKey: sealKey, overlay: ov, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
 		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState, writeRoster: WriteRoster}
 	a.healing.most = cfg.ReconcileEvery
+	a.edge = newEdge(filepath.Join(cfg.Dir, EdgeDir), st.CARoot, log)
 	a.reports = &reporter{node: st.Node, log: log, retry: cfg.ReportRetry, arm: a.arm}
 	a.watch = &engineWatch{docker: cfg.Docker, node: st.Node, subnet: cfg.Subnet, every: cfg.HeartbeatEvery, log: log, safely: a.safely, kicks: make(chan struct{}, 1)}
 	a.appliedSeq.Store(st.AppliedSeq)
@@ -303,6 +307,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.safely("overlay", func() { a.overlay.take(ctx, a.roster.doc.Names) })
 	}
 	defer a.overlay.stop()
+	// The edge serves the kept roster's public names once the kept
+	// declaration configures it, and stops with the run.
+	if a.roster != nil {
+		a.edge.take(a.roster.doc.Names)
+	}
+	defer a.edge.stop()
 	nc, err := a.dial(root)
 	if err != nil {
 		return err
@@ -609,6 +619,7 @@ func (a *Agent) services(nc *nats.Conn, certs *certs) Services {
 		Runtime:  filepath.Join(a.cfg.Dir, RuntimeDir),
 		Overlay:  a.overlay.address,
 		certs:    certs,
+		edge:     a.edge,
 	}
 }
 

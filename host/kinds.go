@@ -26,6 +26,7 @@ var kindOrder = []kindPlace{
 	{after, spec.KindTrust},
 	{stage, spec.KindNetwork},
 	{stage, spec.KindContainer},
+	{after, spec.KindEdge},
 	{stage, spec.KindBinary},
 }
 

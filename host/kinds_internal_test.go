@@ -160,6 +160,7 @@ func TestEveryKindIsPlacedOnce(t *testing.T) {
 		spec.KindTrust:       {0, 2},
 		spec.KindNetwork:     {1, 0},
 		spec.KindContainer:   {2, 0},
+		spec.KindEdge:        {2, 1},
 		spec.KindBinary:      {3, 0},
 		"unplaced":           {0, 2},
 	}

@@ -349,6 +349,7 @@ func (a *Agent) keepRoster(doc spec.RosterDoc, raw, sig []byte) error {
 	// that names this roster is applied: a container published on the
 	// overlay's address needs it there.
 	a.overlay.take(context.Background(), doc.Names)
+	a.edge.take(doc.Names)
 	return nil
 }
 

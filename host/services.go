@@ -53,6 +53,9 @@ type Services struct {
 	// certs obtains and renews certificates; nil: certificate resources
 	// fail, saying the host has no certificate manager.
 	certs *certs
+	// edge is the host's edge, which edge resources configure; nil: they
+	// fail, saying the host runs none.
+	edge *edge
 	// goos and goarch are the system this host runs (runtime's unless a
 	// test pretends): a binary built for another fails.
 	goos, goarch string

@@ -219,7 +219,7 @@ func composeRoutes(in NodeInput, m spec.Module, values map[string]string, routeO
 			}
 			routeOwner[name] = m.Name
 			routes = append(routes, spec.RosterRoute{Name: name, Node: in.Node, Address: in.Address,
-				Port: rt.Port, Module: m.Name, Public: i > 0})
+				Port: rt.Port, Module: m.Name, Public: i > 0, TLS: rt.TLS})
 		}
 	}
 	return routes, nil

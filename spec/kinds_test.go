@@ -30,6 +30,8 @@ var manifestSeeds = []string{
 	`{"name":"x","version":"1","settings":[{"name":"n","type":"string","default":"a"}],"resources":[{"trust":{"name":"${n}","extra":1}}]}`,
 	`{"name":"web","version":"1","routes":[{"name":"web","port":443}],"resources":[{"certificate":{"name":"web.${node}.internal","path":"/srv/web/tls"}},{"directory":{"path":"/srv/web"}}]}`,
 	`{"name":"web","version":"1","resources":[{"certificate":{"name":"web.${node}.internal","path":"/srv/web/tls"}},{"directory":{"path":"/srv/web/tls"}}]}`,
+	`{"name":"edge","version":"1","settings":[{"name":"ca","type":"string","default":"https://ca.example.org/dir"}],"resources":[{"edge":{"name":"edge","acme_ca":"${ca}","email":"ops@example.org"}}]}`,
+	`{"name":"edge","version":"1","resources":[{"edge":{"name":"edge","http":":443","https":":443","acme_ca":"http://ca"}}]}`,
 	`{"name":"files","version":"1","routes":[{"name":"files","port":2049}],"provides":[{"grant":"files","route":"files","file":{"path":"/srv/store/users","line":"${consumer}:${credential}","mode":"0600"}}],"resources":[]}`,
 	`{"name":"app","version":"1","settings":[{"name":"u","type":"string"},{"name":"p","type":"string","secret":true},{"name":"a","type":"string"}],"consumes":[{"grant":"files","user":"u","password":"p","address":"a"}],"resources":[{"file":{"path":"/etc/app","content":"${u}:${p}@${a}"}}]}`,
 	`{"name":"app","version":"1","settings":[{"name":"p","type":"string"}],"consumes":[{"grant":"files","password":"p"}],"resources":[]}`,

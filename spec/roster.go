@@ -48,6 +48,9 @@ type RosterRoute struct {
 	Port    int    `json:"port"`
 	Module  string `json:"module"`
 	Public  bool   `json:"public,omitempty"`
+	// TLS says the port serves TLS with a mesh certificate for the
+	// route's internal name (spec.Route's TLS).
+	TLS bool `json:"tls,omitempty"`
 }
 
 // RouteName is the internal name of route on node.

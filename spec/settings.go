@@ -29,11 +29,14 @@ type Setting struct {
 
 // Route is a name and port a module publishes. On node NODE it is
 // NAME.NODE.internal; each public name also resolves, inside the mesh, to the
-// node serving it.
+// node serving it. TLS says the port serves TLS with a mesh certificate for
+// NAME.NODE.internal: an edge reaches it over TLS verified against the
+// mesh's root, and over plain HTTP otherwise.
 type Route struct {
 	Name   string   `json:"name"`
 	Port   int      `json:"port"`
 	Public []string `json:"public,omitempty"`
+	TLS    bool     `json:"tls,omitempty"`
 }
 
 var settingName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)

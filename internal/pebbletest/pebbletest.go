@@ -1,0 +1,195 @@
+// Package pebbletest is test support: Let's Encrypt's Pebble, a real ACME
+// server, with pebble-challtestsrv as the DNS it asks, which resolves every
+// name to 127.0.0.1. Both are built from the module's tools once per run and
+// started on loopback ports a test holds.
+package pebbletest
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/internal/testport"
+)
+
+// The tools, as go.mod names them.
+const (
+	pebblePkg = "github.com/letsencrypt/pebble/v2/cmd/pebble"
+	dnsPkg    = "github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv"
+)
+
+// Pebble is a running Pebble.
+type Pebble struct {
+	// Directory is the ACME directory URL.
+	Directory string
+	// TLSRoots is the path of the PEM root Pebble's own TLS is verified
+	// against (its module's test minica).
+	TLSRoots string
+	// Root is the path of the PEM root of the certificates Pebble issues.
+	Root string
+}
+
+// built are the tools' binaries, built once per run.
+var built struct {
+	once sync.Once
+	dir  string // the pebble module's directory: its test certificates
+	bins map[string]string
+	err  error
+}
+
+// build builds both tools with go build, from the module that names them,
+// into a directory kept between runs (go build links again only what
+// changed).
+func build() (map[string]string, string, error) {
+	built.once.Do(func() {
+		kept := filepath.Join(os.TempDir(), fmt.Sprintf("mesh-pebbletest-%d", os.Getuid()))
+		if built.err = os.MkdirAll(kept, 0o700); built.err != nil {
+			return
+		}
+		built.bins = map[string]string{}
+		for _, pkg := range []string{pebblePkg, dnsPkg} {
+			out := filepath.Join(kept, filepath.Base(pkg))
+			cmd := exec.Command("go", "build", "-o", out, pkg)
+			if b, err := cmd.CombinedOutput(); err != nil {
+				built.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+				return
+			}
+			built.bins[pkg] = out
+		}
+		b, err := exec.Command("go", "list", "-f", "{{.Module.Dir}}", pebblePkg).Output()
+		if err != nil {
+			built.err = fmt.Errorf("find pebble's module: %w", err)
+			return
+		}
+		built.dir = strings.TrimSpace(string(b))
+	})
+	return built.bins, built.dir, built.err
+}
+
+// Start runs Pebble and its DNS until the test ends. Pebble validates
+// HTTP-01 on httpPort and TLS-ALPN-01 on tlsPort of 127.0.0.1, where every
+// name resolves.
+func Start(t testing.TB, httpPort, tlsPort int) *Pebble {
+	t.Helper()
+	bins, mod, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	dns := testport.Addr(t, "127.0.0.1")
+	run(t, dir, "challtestsrv", bins[dnsPkg], nil, "-dnsserver", dns, "-management", testport.Addr(t, "127.0.0.1"),
+		"-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", "", "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "")
+	listen, manage := testport.Addr(t, "127.0.0.1"), testport.Addr(t, "127.0.0.1")
+	cfg := map[string]any{"pebble": map[string]any{
+		"listenAddress": listen, "managementListenAddress": manage,
+		"certificate": filepath.Join(mod, "test/certs/localhost/cert.pem"), "privateKey": filepath.Join(mod, "test/certs/localhost/key.pem"),
+		"httpPort": httpPort, "tlsPort": tlsPort, "ocspResponderURL": "", "externalAccountBindingRequired": false,
+		"retryAfter": map[string]int{"authz": 1, "order": 1},
+		"profiles":   map[string]any{"default": map[string]any{"description": "the test's", "validityPeriod": 7776000}},
+	}}
+	body, _ := json.Marshal(cfg)
+	cfgPath := filepath.Join(dir, "pebble.json")
+	if err := os.WriteFile(cfgPath, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(t, dir, "pebble", bins[pebblePkg], []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0"},
+		"-config", cfgPath, "-dnsserver", dns)
+	p := &Pebble{Directory: "https://" + listen + "/dir", TLSRoots: filepath.Join(mod, "test/certs/pebble.minica.pem"), Root: filepath.Join(dir, "root.pem")}
+	client, err := p.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root []byte
+	poll.UntilOK(t, 30*time.Second, "pebble answers", func() error {
+		if _, err := get(client, p.Directory); err != nil {
+			return err
+		}
+		root, err = get(client, "https://"+manage+"/roots/0")
+		return err
+	})
+	if err := os.WriteFile(p.Root, root, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// client verifies Pebble's TLS against its test root.
+func (p *Pebble) client() (*http.Client, error) {
+	pemBytes, err := os.ReadFile(p.TLSRoots)
+	if err != nil {
+		return nil, fmt.Errorf("read pebble's test root: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemBytes)
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}, nil
+}
+
+// get is the body at url, which must answer 200.
+func get(c *http.Client, url string) ([]byte, error) {
+	res, err := c.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, res.Status)
+	}
+	return b, nil
+}
+
+// run starts bin with args until the test ends, its output in dir/name.log
+// (logged when the test failed).
+func run(t testing.TB, dir, name, bin string, env []string, args ...string) {
+	t.Helper()
+	logPath := filepath.Join(dir, name+".log")
+	out, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		out.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("%s's output:\n%s", name, b)
+		}
+	})
+}
+
+// Port is the port of a host:port.
+func Port(t testing.TB, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
