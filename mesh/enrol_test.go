@@ -52,6 +52,12 @@ func newControllerWith(t testing.TB, clk *clock, wrap func(*store.DB) Store) (*C
 // tune leaves it.
 func newControllerCfg(t testing.TB, clk *clock, wrap func(*store.DB) Store, tune func(*Config)) (*Controller, *store.DB) {
 	t.Helper()
+	return newControllerOpts(t, clk, wrap, tune, store.Options{})
+}
+
+// newControllerOpts is newControllerCfg with its store opened with opts.
+func newControllerOpts(t testing.TB, clk *clock, wrap func(*store.DB) Store, tune func(*Config), opts store.Options) (*Controller, *store.DB) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	dir := t.TempDir()
@@ -60,7 +66,7 @@ func newControllerCfg(t testing.TB, clk *clock, wrap func(*store.DB) Store, tune
 		t.Fatal(err)
 	}
 	_ = g
-	db, err := store.Open(ctx, filepath.Join(dir, "controller", DBFile))
+	db, err := store.OpenWith(ctx, filepath.Join(dir, "controller", DBFile), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

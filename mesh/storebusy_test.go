@@ -99,7 +99,9 @@ func pushAudits(t *testing.T, db *store.DB) []string {
 func TestStoreBusyIsNotSilentNodes(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Now().Truncate(time.Second)}
-	c, db := newController(t, clk)
+	// A write gives up on the held store after 250 ms, not the default
+	// 5 s: the same failures, sooner.
+	c, db := newControllerOpts(t, clk, nil, func(*Config) {}, store.Options{BusyTimeout: 250 * time.Millisecond})
 	ctx := context.Background()
 	beat := func() {
 		t.Helper()
