@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
@@ -144,6 +145,7 @@ func healed(t *testing.T, dir, node string, seq uint64, want map[string]string) 
 // declaration again by itself, with no push and its reconcile minutes
 // away, and mesh status clears.
 func TestCertificateFailedFromOutsideHeals(t *testing.T) {
+	optin.NeedSlow(t, "waits out the controller's writes on its held store, some 20 s")
 	t.Parallel()
 	m := newMesh(t)
 	rootB := t.TempDir()
@@ -164,6 +166,7 @@ func TestCertificateFailedFromOutsideHeals(t *testing.T) {
 // with the certificate (its bind source is not there), and comes up when
 // the host applies the declaration again by itself.
 func TestCertificateFailedFromOutsideHealsItsContainer(t *testing.T) {
+	optin.NeedSlow(t, "waits out the controller's writes on its held store, some 30 s")
 	t.Parallel()
 	m := newContainerMesh(t)
 	mustRun(t, "module", "register", "--dir", m.dir, m.webDir)
