@@ -55,9 +55,9 @@ func (*EdgeSpec) Kind() string { return KindEdge }
 func (e *EdgeSpec) Target() string { return e.Name }
 
 // Check refuses an edge whose name is not a DNS label, or that lacks a
-// listen address or an ACME directory, or listens for both on one
-// address. Settings may fill every field wholly, so what the values say is
-// checked by CheckValues, once they are filled.
+// listen address or an ACME directory. Settings may fill every field
+// wholly (and a module's check fills each with a stand-in), so what the
+// values say is checked by CheckValues, once they are filled.
 func (e *EdgeSpec) Check() error {
 	if err := CheckName("edge", probe(e.Name)); err != nil {
 		return err
@@ -69,14 +69,13 @@ func (e *EdgeSpec) Check() error {
 		return fmt.Errorf("edge %q: no https listen address (%s by default)", e.Name, EdgeHTTPS)
 	case e.ACMECA == "":
 		return fmt.Errorf("edge %q: no acme_ca (%s by default)", e.Name, EdgeACMECA)
-	case settled(e.HTTP) && e.HTTP == e.HTTPS:
-		return fmt.Errorf("edge %q: http and https both listen on %q", e.Name, e.HTTP)
 	}
 	return nil
 }
 
 // CheckValues refuses, once settings filled them, listen addresses that
-// are not host:port, an ACME directory that is not an https URL, an email
+// are not host:port or are one address for both, an ACME directory that
+// is not an https URL, an email
 // with no '@' and roots that are not an absolute clean path: what the
 // host checks before it serves an edge.
 func (e *EdgeSpec) CheckValues() error {
@@ -87,6 +86,9 @@ func (e *EdgeSpec) CheckValues() error {
 		if err := checkListen(l.addr); err != nil {
 			return fmt.Errorf("edge %q %s: %w", e.Name, l.field, err)
 		}
+	}
+	if e.HTTP == e.HTTPS {
+		return fmt.Errorf("edge %q: http and https both listen on %q", e.Name, e.HTTP)
 	}
 	if err := checkACMEDirectory(e.ACMECA); err != nil {
 		return fmt.Errorf("edge %q acme_ca: %w", e.Name, err)
@@ -101,9 +103,6 @@ func (e *EdgeSpec) CheckValues() error {
 	}
 	return nil
 }
-
-// settled says s holds no ${setting}.
-func settled(s string) bool { return len(References(s)) == 0 }
 
 // checkListen refuses what is not a listen address host:port with a port
 // from 1 to 65535 (the host may be empty: every address).

@@ -1,6 +1,7 @@
 package spec_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -47,5 +48,27 @@ func TestEdgeValuesAreChecked(t *testing.T) {
 	e, ok := spec.As[*spec.EdgeSpec](mod.Resources[0])
 	if !ok || e.HTTP != spec.EdgeHTTP || e.HTTPS != spec.EdgeHTTPS || e.ACMECA != spec.EdgeACMECA {
 		t.Errorf("an edge left to its defaults: %+v", e)
+	}
+}
+
+// TestEdgeExampleRegisters: the edge example, whose every field a setting
+// fills, passes the module's check (which fills each setting with one
+// stand-in, so no check of what the values say may run there).
+func TestEdgeExampleRegisters(t *testing.T) {
+	t.Parallel()
+	body, err := os.ReadFile("../examples/edge/module.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := spec.ParseManifest(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := m.Resolve(func(string) (spec.Content, error) { return spec.Content{}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mod.Check(); err != nil {
+		t.Fatalf("examples/edge: %v", err)
 	}
 }

@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/internal/pebbletest"
+	"github.com/mesh-fleet/mesh/internal/poll"
+)
+
+// TestEdgeServesAPublicNameThroughTheHost: the edge example assigned to a
+// node of a real mesh (the genesis machine's host, the binary) makes that
+// host obtain a certificate from an ACME CA (Pebble, validating for real)
+// for a route's public name as soon as the roster carries it, and serve
+// it: curl verifies the chain to Pebble's root and gets the page of the
+// route's backend; plain HTTP redirects to HTTPS; the backend stopped
+// gives a 502 naming the route.
+func TestEdgeServesAPublicNameThroughTheHost(t *testing.T) {
+	t.Parallel()
+	httpAddr, httpsAddr := port(t), port(t)
+	httpPort, httpsPort := portNumber(t, httpAddr), portNumber(t, httpsAddr)
+	pb := pebbletest.Start(t, httpPort, httpsPort)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "the site, for %s via %s\n", r.Host, r.Header.Get("X-Forwarded-Proto"))
+	})}
+	go backend.Serve(ln)
+	t.Cleanup(func() { backend.Close() })
+	backendPort := ln.Addr().(*net.TCPAddr).Port
+
+	m := newMesh(t)
+	site := filepath.Join(t.TempDir(), "site")
+	if err := os.MkdirAll(site, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifest := fmt.Sprintf(`{"name": "site", "version": "1.0.0",
+  "description": "a service run by hand on its node, served to the world by the edge",
+  "routes": [{"name": "site", "port": %d, "public": ["www.example.test"]}], "resources": []}`, backendPort)
+	if err := os.WriteFile(filepath.Join(site, "module.json"), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "module", "register", "--dir", m.dir, site, example("edge"))
+	mustRun(t, "assign", "--dir", m.dir, "site", "alpha")
+	mustRun(t, "assign", "--dir", m.dir, "--set", "http="+httpAddr, "--set", "https="+httpsAddr,
+		"--set", "acme_ca="+pb.Directory, "--set", "acme_roots="+pb.TLSRoots, "--set", "email=ops@example.org", "edge", "alpha")
+	if o, code := pushJSON(t, m.dir); code != 0 || !o.OK {
+		t.Fatalf("push: exit %d %+v", code, o)
+	}
+
+	curl := func(args ...string) (string, error) {
+		out, err := exec.Command("curl", append([]string{"-sS", "--max-time", "5", "--cacert", pb.Root,
+			"--resolve", "www.example.test:" + strconv.Itoa(httpsPort) + ":127.0.0.1",
+			"--resolve", "www.example.test:" + strconv.Itoa(httpPort) + ":127.0.0.1"}, args...)...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	page := fmt.Sprintf("https://www.example.test:%d/", httpsPort)
+	poll.UntilOK(t, 60*time.Second, "www.example.test served over HTTPS, its chain verified", func() error {
+		out, err := curl(page)
+		if err != nil || out != fmt.Sprintf("the site, for www.example.test:%d via https", httpsPort) {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+	out, err := curl("-o", "/dev/null", "-w", "%{http_code} %{redirect_url}", fmt.Sprintf("http://www.example.test:%d/x", httpPort))
+	if want := fmt.Sprintf("308 https://www.example.test:%d/x", httpsPort); err != nil || out != want {
+		t.Errorf("plain HTTP: %q (%v), want %q", out, err, want)
+	}
+	backend.Close()
+	poll.UntilOK(t, 20*time.Second, "a 502 naming the route once the backend is down", func() error {
+		out, err := curl("-w", " %{http_code}", page)
+		if err != nil || !strings.HasSuffix(out, " 502") || !strings.Contains(out, "site.alpha.internal") {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+}
+
+// portNumber is the port of a host:port.
+func portNumber(t testing.TB, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
