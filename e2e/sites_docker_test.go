@@ -81,7 +81,7 @@ func engineIn(t testing.TB, ns, bip string) *siteEngine {
 			t.Logf("in %s: dockerd output:\n%s", ns, d.out.String())
 		}
 	})
-	c, err := client.New(client.WithHost(e.endpoint()), client.WithAPIVersionNegotiation())
+	c, err := client.New(client.WithHost(e.endpoint()))
 	if err != nil {
 		t.Fatal(err)
 	}
