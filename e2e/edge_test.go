@@ -26,7 +26,7 @@ import (
 func TestEdgeServesAPublicNameThroughTheHost(t *testing.T) {
 	t.Parallel()
 	httpAddr, httpsAddr := port(t), port(t)
-	httpPort, httpsPort := portNumber(t, httpAddr), portNumber(t, httpsAddr)
+	httpPort, httpsPort := pebbletest.Port(t, httpAddr), pebbletest.Port(t, httpsAddr)
 	pb := pebbletest.Start(t, httpPort, httpsPort)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -85,18 +85,4 @@ func TestEdgeServesAPublicNameThroughTheHost(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// portNumber is the port of a host:port.
-func portNumber(t testing.TB, addr string) int {
-	t.Helper()
-	_, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := strconv.Atoi(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

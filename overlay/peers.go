@@ -58,7 +58,13 @@ func (d *Device) Set(peers []Peer) error {
 	if d.mode == "" {
 		return fmt.Errorf("set the peers of %s: the interface is not up", d.cfg.Name)
 	}
-	changes, kept := keepWorking(diff(d.peers, want), d.liveLocked(), time.Now())
+	changes := diff(d.peers, want)
+	var kept []wgtypes.Key
+	if slices.ContainsFunc(changes, func(c wgtypes.PeerConfig) bool { return c.Endpoint != nil }) {
+		// Only a change of endpoint needs the sessions' handshakes: most
+		// Sets change nothing, and reading them is a round trip.
+		changes, kept = keepWorking(changes, d.liveLocked(), time.Now())
+	}
 	for _, k := range kept {
 		// The endpoint wanted is set once the session the peer works by
 		// is gone: the next Set compares with the one in force.
