@@ -66,7 +66,7 @@ func curl(root string, port int, name, url string, args ...string) (string, erro
 // kept 0600; removing the resource closes the listeners.
 func TestEdgeServesPublicNamesWithACME(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("no curl")
+		t.Fatal("curl is not installed: install it (.ci/run does); the test verifies the edge's chains with it")
 	}
 	httpAddr, httpsAddr := testport.Addr(t, "127.0.0.1"), testport.Addr(t, "127.0.0.1")
 	httpPort, httpsPort := pebbletest.Port(t, httpAddr), pebbletest.Port(t, httpsAddr)
