@@ -310,3 +310,39 @@ func BenchmarkOverlayPeerChange(b *testing.B) {
 	}
 	b.ReportMetric(float64(c.metrics.rosterBytes.Load()-before)/float64(b.N), "bytes/op")
 }
+
+// TestLyingOverlayReportsAreRefused: a report on one node's subject that
+// names another node, a mode no WireGuard has, an endpoint that is no
+// address, or a peer that is no node name changes nothing the controller
+// keeps and sends no roster; a true report after them is kept.
+func TestLyingOverlayReportsAreRefused(t *testing.T) {
+	t.Parallel()
+	c, db := newController(t, &clock{now: time.Now()})
+	ctx := context.Background()
+	if _, err := c.overlays.enable(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
+		t.Fatal(err)
+	}
+	on := func(subjectNode string, s spec.OverlayState) {
+		t.Helper()
+		c.onOverlay(ctx, &nats.Msg{Subject: spec.NodeSubject(subjectNode, spec.KindOverlay), Data: mustJSON(t, s)})
+	}
+	good := spec.OverlayState{Node: "alpha", Mode: spec.OverlayUserspace, Endpoints: []string{"192.0.2.1:51820"}}
+	for name, s := range map[string]spec.OverlayState{
+		"names another node":      {Node: "beta", Mode: spec.OverlayUserspace, Endpoints: []string{"203.0.113.9:51820"}},
+		"a mode no WireGuard has": {Node: "alpha", Mode: "tap", Endpoints: []string{"203.0.113.9:51820"}},
+		"an endpoint no address":  {Node: "alpha", Mode: spec.OverlayUserspace, Endpoints: []string{"evil.example:51820"}},
+		"a peer no node name":     {Node: "alpha", Mode: spec.OverlayUserspace, Peers: []spec.OverlayPath{{Node: "\x1b[2K"}}},
+	} {
+		on("alpha", s)
+		if reports, err := db.OverlayReports(ctx); err != nil || len(reports) != 0 {
+			t.Fatalf("%s: kept %+v (%v)", name, reports, err)
+		}
+		if len(c.overlays.kick) != 0 {
+			t.Fatalf("%s: asked for a roster", name)
+		}
+	}
+	on("alpha", good)
+	if reports, err := db.OverlayReports(ctx); err != nil || len(reports) != 1 {
+		t.Fatalf("a true report after the lies: kept %+v (%v)", reports, err)
+	}
+}
