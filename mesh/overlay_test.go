@@ -319,6 +319,9 @@ func TestLyingOverlayReportsAreRefused(t *testing.T) {
 	t.Parallel()
 	c, db := newController(t, &clock{now: time.Now()})
 	ctx := context.Background()
+	if err := db.AddNode(ctx, store.Node{Name: "beta", Address: "192.0.2.2", NKey: "Ubeta", WGKey: newWGKey(), Joined: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.overlays.enable(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
 		t.Fatal(err)
 	}
