@@ -377,6 +377,17 @@ func TestOverlayRemovedNodeLeavesPeers(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(bDir, "host", "wg.key")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the removed node's wireguard key is still in its directory (%v)", err)
 	}
+
+	// Joined again (a new directory), it is a new member: a new key, and
+	// an address the removed one never had, held by no host as another's.
+	m.join(s.b.hosts[0], "site-b", s.b.hostIPs[0])
+	again := m.waitMembers("ctl", "site-a1", "site-a2", "site-b")["site-b"]
+	if again.Key == gone || again.IP == by["site-b"].IP {
+		t.Errorf("site-b joined again with key %s and address %s; the removed one had %s and %s", again.Key, again.IP, gone, by["site-b"].IP)
+	}
+	poll.Until(t, 30*time.Second, "site-b joined again, reached from site A over mesh0", func() (bool, string) {
+		return ping(s.a.hosts[0], again.IP)
+	})
 }
 
 // TestOverlayHostRestartKeepsAddressAndKey: a host stopped and started
