@@ -142,6 +142,10 @@ func TestEdgeServesPublicNamesWithACME(t *testing.T) {
 	serves("three.example.test", "three for three.example.test")
 	t.Logf("a name added to the roster served over HTTPS %s later", time.Since(added).Round(time.Millisecond))
 
+	if n := pb.Orders(t); n != len(backends) {
+		t.Errorf("pebble took %d orders for %d public names, want one each", n, len(backends))
+	}
+
 	two.Close()
 	out, err = curl(pb.Root, httpsPort, "two.example.test", fmt.Sprintf("https://two.example.test:%d/", httpsPort), "-w", " %{http_code}")
 	if err != nil || !strings.Contains(out, "two.alpha.internal") || !strings.HasSuffix(out, " 502") {

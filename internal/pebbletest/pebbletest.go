@@ -40,7 +40,18 @@ type Pebble struct {
 	TLSRoots string
 	// Root is the path of the PEM root of the certificates Pebble issues.
 	Root string
+
+	log string // Pebble's output
 }
+
+// Option changes how Start runs Pebble.
+type Option func(*options)
+
+type options struct{ validity time.Duration }
+
+// Validity is how long the certificates Pebble issues are valid (90 days
+// unless given): short, they are renewed while a test watches.
+func Validity(d time.Duration) Option { return func(o *options) { o.validity = d } }
 
 // built are the tools' binaries, built once per run.
 var built struct {
@@ -82,8 +93,12 @@ func build() (map[string]string, string, error) {
 // Start runs Pebble and its DNS until the test ends. Pebble validates
 // HTTP-01 on httpPort and TLS-ALPN-01 on tlsPort of 127.0.0.1, where every
 // name resolves.
-func Start(t testing.TB, httpPort, tlsPort int) *Pebble {
+func Start(t testing.TB, httpPort, tlsPort int, opts ...Option) *Pebble {
 	t.Helper()
+	o := options{validity: 90 * 24 * time.Hour}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	bins, mod, err := build()
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +113,7 @@ func Start(t testing.TB, httpPort, tlsPort int) *Pebble {
 		"certificate": filepath.Join(mod, "test/certs/localhost/cert.pem"), "privateKey": filepath.Join(mod, "test/certs/localhost/key.pem"),
 		"httpPort": httpPort, "tlsPort": tlsPort, "ocspResponderURL": "", "externalAccountBindingRequired": false,
 		"retryAfter": map[string]int{"authz": 1, "order": 1},
-		"profiles":   map[string]any{"default": map[string]any{"description": "the test's", "validityPeriod": 7776000}},
+		"profiles":   map[string]any{"default": map[string]any{"description": "the test's", "validityPeriod": int(o.validity.Seconds())}},
 	}}
 	body, _ := json.Marshal(cfg)
 	cfgPath := filepath.Join(dir, "pebble.json")
@@ -107,7 +122,7 @@ func Start(t testing.TB, httpPort, tlsPort int) *Pebble {
 	}
 	run(t, dir, "pebble", bins[pebblePkg], []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0"},
 		"-config", cfgPath, "-dnsserver", dns)
-	p := &Pebble{Directory: "https://" + listen + "/dir", TLSRoots: filepath.Join(mod, "test/certs/pebble.minica.pem"), Root: filepath.Join(dir, "root.pem")}
+	p := &Pebble{Directory: "https://" + listen + "/dir", TLSRoots: filepath.Join(mod, "test/certs/pebble.minica.pem"), Root: filepath.Join(dir, "root.pem"), log: filepath.Join(dir, "pebble.log")}
 	client, err := p.client()
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +139,35 @@ func Start(t testing.TB, httpPort, tlsPort int) *Pebble {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// Orders is how many orders Pebble has taken: each new order is a line
+// of its log.
+func (p *Pebble) Orders(t testing.TB) int {
+	t.Helper()
+	return p.count(t, "Added order ")
+}
+
+// Issued is how many certificates Pebble has issued.
+func (p *Pebble) Issued(t testing.TB) int {
+	t.Helper()
+	return p.count(t, "Issued certificate serial ")
+}
+
+// count is how many lines of Pebble's log hold s.
+func (p *Pebble) count(t testing.TB, s string) int {
+	t.Helper()
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		t.Fatalf("read pebble's log: %v", err)
+	}
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
 }
 
 // client verifies Pebble's TLS against its test root.
