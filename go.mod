@@ -3,6 +3,7 @@ module github.com/mesh-fleet/mesh
 go 1.26.8
 
 require (
+	filippo.io/age v1.3.2
 	github.com/caddyserver/certmagic v0.25.6
 	github.com/containerd/errdefs v1.0.0
 	github.com/miekg/dns v1.1.73
@@ -23,6 +24,7 @@ require (
 )
 
 require (
+	filippo.io/hpke v0.4.0 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/caddyserver/zerossl v0.1.6 // indirect
