@@ -117,8 +117,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Usage: "run a fleet of your own machines",
 		Description: `mesh genesis creates a mesh on this machine: the bus, the store, the CA and
 the controller, and this machine's own host. Other machines join with
-mesh host --join TOKEN. Every other command talks to the controller over the
-bus, using the operator credential in the state directory.
+mesh host --join TOKEN. mesh backup and mesh restore work on the controller's
+state directory, on its machine. Every other command talks to the controller
+over the bus, using the operator credential in the state directory.
 
 Flags go before arguments: mesh node show --json web1.`,
 		Writer:      screenOf(stdout),
@@ -157,6 +158,8 @@ Flags go before arguments: mesh node show --json web1.`,
 			pushCommand(),
 			statusCommand(),
 			auditCommand(),
+			backupCommand(),
+			restoreCommand(),
 			caCommand(),
 			overlayCommand(),
 			releaseCommand(),
