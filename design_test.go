@@ -52,6 +52,8 @@ func TestImportDirections(t *testing.T) {
 		"e2e": {},
 		// The resolver alone, served for bench/dns.sh.
 		"bench/meshdns": {"resolver"},
+		// The edge's load generator, backend and probe, for bench/edge.sh.
+		"bench/edgeload": {},
 		// The examples' TLS server and verifying fetcher (meshtls), built
 		// into their images: the standard library and atomic writes.
 		"examples/meshtls": {"internal/safefile"},
