@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,4 +207,17 @@ func servedSince(served []servedAt, t time.Time) []servedAt {
 		}
 	}
 	return nil
+}
+
+// logSince is the rig's log written after mark (a length of it).
+func (r *edgeRig) logSince(mark int) string { return r.logs.String()[mark:] }
+
+// renewalFailed says whether log holds a failed renewal of name.
+func renewalFailed(log, name string) bool {
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, `msg="certificate not obtained`) && strings.Contains(line, "name="+name+" ") && strings.Contains(line, "renewal=true") {
+			return true
+		}
+	}
+	return false
 }
