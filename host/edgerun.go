@@ -37,6 +37,7 @@ type edge struct {
 	dir    string // its storage: D/host/edge
 	caRoot string // the mesh's root, PEM, that TLS backends are verified against
 	log    *slog.Logger
+	renew  edgeRenew // certmagic's defaults unless a test shortens them
 
 	mu     sync.Mutex
 	names  map[string]edgeTarget // the held roster's public names
@@ -52,6 +53,16 @@ type edgeTarget struct {
 	port             int
 	tls              bool
 	module, nodeName string
+}
+
+// edgeRenew is when an edge renews its certificates: how often certmagic
+// checks them (every) and the fraction of a certificate's lifetime left
+// when it renews it (window). Zero values are certmagic's defaults (every
+// 10 minutes, a third of the lifetime); tests of renewal, against a CA
+// that issues certificates valid for a minute, shorten both.
+type edgeRenew struct {
+	every  time.Duration
+	window float64
 }
 
 // newEdge is the host's edge, serving nothing until configured.
@@ -219,13 +230,15 @@ func (g *edge) start(e spec.EdgeSpec) (*edgeServe, error) {
 	}
 	s := &edgeServe{spec: e, edge: g, log: g.log.With("edge", e.Name), managed: map[string]context.CancelFunc{}, done: make(chan struct{})}
 	s.cache = certmagic.NewCache(certmagic.CacheOptions{
-		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return s.magic, nil },
-		Logger:           certmagicLogger(s.log),
+		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return s.magic, nil },
+		RenewCheckInterval: g.renew.every,
+		Logger:             certmagicLogger(s.log),
 	})
 	s.magic = certmagic.New(s.cache, certmagic.Config{
-		Storage: &certmagic.FileStorage{Path: g.dir},
-		Logger:  certmagicLogger(s.log),
-		OnEvent: s.onEvent,
+		Storage:            &certmagic.FileStorage{Path: g.dir},
+		RenewalWindowRatio: g.renew.window,
+		Logger:             certmagicLogger(s.log),
+		OnEvent:            s.onEvent,
 	})
 	s.issuer = certmagic.NewACMEIssuer(s.magic, certmagic.ACMEIssuer{
 		CA: e.ACMECA, Email: e.Email, Agreed: true, TrustedRoots: roots,

@@ -41,7 +41,8 @@ type Pebble struct {
 	// Root is the path of the PEM root of the certificates Pebble issues.
 	Root string
 
-	log string // Pebble's output
+	log  string // Pebble's output
+	stop func() // kills Pebble, once
 }
 
 // Option changes how Start runs Pebble.
@@ -120,9 +121,9 @@ func Start(t testing.TB, httpPort, tlsPort int, opts ...Option) *Pebble {
 	if err := os.WriteFile(cfgPath, body, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run(t, dir, "pebble", bins[pebblePkg], []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0"},
+	stop := run(t, dir, "pebble", bins[pebblePkg], []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0"},
 		"-config", cfgPath, "-dnsserver", dns)
-	p := &Pebble{Directory: "https://" + listen + "/dir", TLSRoots: filepath.Join(mod, "test/certs/pebble.minica.pem"), Root: filepath.Join(dir, "root.pem"), log: filepath.Join(dir, "pebble.log")}
+	p := &Pebble{Directory: "https://" + listen + "/dir", TLSRoots: filepath.Join(mod, "test/certs/pebble.minica.pem"), Root: filepath.Join(dir, "root.pem"), log: filepath.Join(dir, "pebble.log"), stop: stop}
 	client, err := p.client()
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +141,11 @@ func Start(t testing.TB, httpPort, tlsPort int, opts ...Option) *Pebble {
 	}
 	return p
 }
+
+// Stop kills Pebble before the test ends (its DNS goes on answering):
+// the ACME CA is gone, as for a client whose CA is down. Orders and Issued
+// still count what it did.
+func (p *Pebble) Stop() { p.stop() }
 
 // Orders is how many orders Pebble has taken: each new order is a line
 // of its log.
@@ -198,9 +204,9 @@ func get(c *http.Client, url string) ([]byte, error) {
 	return b, nil
 }
 
-// run starts bin with args until the test ends, its output in dir/name.log
-// (logged when the test failed).
-func run(t testing.TB, dir, name, bin string, env []string, args ...string) {
+// run starts bin with args until the test ends or stop is called, its
+// output in dir/name.log (logged when the test failed).
+func run(t testing.TB, dir, name, bin string, env []string, args ...string) (stop func()) {
 	t.Helper()
 	logPath := filepath.Join(dir, name+".log")
 	out, err := os.Create(logPath)
@@ -213,15 +219,22 @@ func run(t testing.TB, dir, name, bin string, env []string, args ...string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			out.Close()
+		})
+	}
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		out.Close()
+		stop()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			t.Logf("%s's output:\n%s", name, b)
 		}
 	})
+	return stop
 }
 
 // Port is the port of a host:port.
