@@ -112,6 +112,10 @@ func (m *Mesh) Run(ctx context.Context) error {
 	if created {
 		log.Info("at-rest key made for a mesh that had none", "path", filepath.Join(ctlDir, mesh.SealKeyFile))
 	}
+	// The resolver's answers are timed on the controller's /metrics: the
+	// machine's only HTTP listener.
+	latency := mesh.NewResolverLatency()
+	cfg.Resolver.Latency = latency
 	dns, err := resolver.New(cfg.Resolver, log.With("component", "resolver"))
 	if err != nil {
 		return err
@@ -132,16 +136,17 @@ func (m *Mesh) Run(ctx context.Context) error {
 		return fmt.Errorf("read the running binary's digest: %w", err)
 	}
 	ctl, err := mesh.New(mesh.Config{
-		Version:      digest,
-		HTTPListen:   cfg.Addrs.HTTP,
-		Keys:         ctlKeys,
-		BusURLs:      cfg.Advertise,
-		SignKey:      signKey,
-		SealKey:      sealKey,
-		Panics:       panics,
-		CertLifetime: cfg.CertLifetime,
-		Node:         agent.Node(),
-		Parts:        []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
+		Version:         digest,
+		HTTPListen:      cfg.Addrs.HTTP,
+		Keys:            ctlKeys,
+		BusURLs:         cfg.Advertise,
+		SignKey:         signKey,
+		SealKey:         sealKey,
+		Panics:          panics,
+		ResolverLatency: latency,
+		CertLifetime:    cfg.CertLifetime,
+		Node:            agent.Node(),
+		Parts:           []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
 	}, log.With("component", "controller"), mesh.Deps{DB: db, CA: auth, Bus: bus})
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -99,7 +100,8 @@ func TestGenesisThenController(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if want := `mesh_build_info{sha256="` + nodes[0].HostVersion + `",goos="linux",goarch="` + runtime.GOARCH + `"`; !strings.Contains(string(metrics), want) {
+	// Labels are written in the order of their names.
+	if want := `mesh_build_info{go="go[^"]*",goarch="` + runtime.GOARCH + `",goos="linux",sha256="` + nodes[0].HostVersion + `"}`; !regexp.MustCompile(want).Match(metrics) {
 		t.Errorf("/metrics lacks %s:\n%s", want, metrics)
 	}
 

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Part is one part of the process whose readiness /healthz reports.
@@ -66,6 +67,10 @@ type Config struct {
 	// the controller's own and, when main shares it, its host's. Nil: the
 	// controller counts its own.
 	Panics *atomic.Uint64
+	// ResolverLatency is the histogram the process's resolver observes
+	// (NewResolverLatency), shown on /metrics; nil when the process runs
+	// no resolver.
+	ResolverLatency prometheus.Histogram
 }
 
 // Deps are the parts the controller uses.
@@ -125,6 +130,9 @@ type Controller struct {
 	verbs map[string]row // the operator API, by verb (verbs.go)
 
 	metrics metrics
+	timings *timings
+	// registry holds every series /metrics shows (metrics.go).
+	registry *prometheus.Registry
 	// beats are the heartbeats not yet written, and each node's rate.
 	beats *beats
 	// reports are the reports not yet written (reports.go).
@@ -177,6 +185,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	deps.DB = sealed
 	c := &Controller{cfg: cfg, sealed: sealed, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats()}
 	c.guard = guard{panics: cfg.Panics, log: log}
+	c.timings = newTimings()
 	b := base{db: deps.DB, now: cfg.Now, log: log, guard: c.guard}
 	c.composer = &composer{db: deps.DB, ca: deps.CA, sealer: &sealer{db: deps.DB, key: cfg.SealKey}}
 	c.rosters = &rosters{base: b, signKey: cfg.SignKey, metrics: &c.metrics, js: func() jetstream.JetStream { return c.js }}
@@ -196,10 +205,15 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect}
 	c.numbers = &numberer{db: deps.DB, now: cfg.Now, claims: c.claims}
 	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond,
-		unsent: &c.metrics.reportsUnsent, dropLog: &c.dropLog}
+		unsent: &c.metrics.reportsUnsent, applied: c.timings.apply, dropLog: &c.dropLog}
 	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.resendIfExpired}
 	c.verbs = verbTable(c.verbRows())
 	c.auditor.verbs = c.verbs
+	reg, err := c.newRegistry()
+	if err != nil {
+		return nil, err
+	}
+	c.registry = reg
 	return c, nil
 }
 

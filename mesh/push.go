@@ -25,6 +25,9 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 	if req.Progress != "" && !strings.HasPrefix(req.Progress, spec.OperatorInbox+".") {
 		return spec.PushResult{}, callerError(fmt.Sprintf("progress subject %q is not under %s", req.Progress, spec.OperatorInbox))
 	}
+	if !req.DryRun {
+		defer since(c.timings.push, time.Now())
+	}
 	byName, targets, err := c.pushTargets(ctx, req.Nodes)
 	if err != nil {
 		return spec.PushResult{}, err

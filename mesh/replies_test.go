@@ -87,12 +87,17 @@ func metric(t *testing.T, c *Controller, name string) int {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	match := regexp.MustCompile(`(?m)^` + name + ` (\d+)$`).FindSubmatch(body)
+	// A value is a float: a count of a million or more is written with
+	// an exponent.
+	match := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindSubmatch(body)
 	if match == nil {
 		t.Fatalf("metric %s not in /metrics", name)
 	}
-	n, _ := strconv.Atoi(string(match[1]))
-	return n
+	n, err := strconv.ParseFloat(string(match[1]), 64)
+	if err != nil {
+		t.Fatalf("metric %s: %v", name, err)
+	}
+	return int(n)
 }
 
 func auditRows(t *testing.T, db *store.DB) int {

@@ -9,6 +9,7 @@ import (
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Reports are written in batches: the handler decodes, checks and queues
@@ -72,7 +73,9 @@ type reportLine struct {
 	respond func(m *nats.Msg, r requester, body []byte)
 	// unsent counts the reports dropped for a declaration never sent;
 	// dropLog gates their log lines.
-	unsent  *atomic.Uint64
+	unsent *atomic.Uint64
+	// applied takes the apply time each recorded report says.
+	applied prometheus.Observer
 	dropLog *logGate
 }
 
@@ -182,6 +185,9 @@ func (rp *reportLine) recordReports(ctx context.Context, batch []queuedReport) {
 			continue
 		}
 		rp.ack(q)
+		if q.r.ApplyMicros > 0 {
+			rp.applied.Observe(float64(q.r.ApplyMicros) / 1e6)
+		}
 		rp.reported(q.r)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -35,6 +36,21 @@ type query struct {
 
 // ServeDNS answers one query. It logs nothing above debug.
 func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	start := time.Now()
+	s.answer(w, r)
+	s.observe(start)
+}
+
+// observe gives Config.Latency, when set, the time since start: a query's
+// time to answer.
+func (s *Server) observe(start time.Time) {
+	if s.cfg.Latency != nil {
+		s.cfg.Latency.Observe(time.Since(start).Seconds())
+	}
+}
+
+// answer answers r, a query unless it is an answer.
+func (s *Server) answer(w dns.ResponseWriter, r *dns.Msg) {
 	if r.Response {
 		return // never answer an answer
 	}

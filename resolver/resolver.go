@@ -123,6 +123,17 @@ type Config struct {
 	// Held with Allow set, so that those addresses stay bound too while
 	// one process stands aside for the next. It must not close them.
 	HandOver func([]Held)
+	// Latency, when set, is given each query's time to answer, in
+	// seconds: from the packet's read (a query's start, over TCP or a
+	// wildcard address) to its answer's write. A prometheus.Histogram is
+	// one.
+	Latency Observer
+}
+
+// Observer takes a value in seconds; the resolver calls it from every
+// goroutine that answers, so it must be safe for concurrent use.
+type Observer interface {
+	Observe(seconds float64)
 }
 
 // Zone is the mesh's names: a name (fully qualified or not, any case) to its

@@ -38,23 +38,26 @@ func (s *Server) serveUDP(pc *net.UDPConn, wg *sync.WaitGroup, stopping *atomic.
 					}
 					continue
 				}
+				start := time.Now()
 				resp, done := s.fastAnswer(buf[:n], from.Addr(), out)
 				if done {
 					if resp != nil {
 						pc.WriteToUDPAddrPort(resp, from)
+						s.observe(start)
 					}
 					continue
 				}
 				pkt := append([]byte(nil), buf[:n]...)
-				wg.Go(func() { s.serveSlow(pc, pkt, from) })
+				wg.Go(func() { s.serveSlow(pc, pkt, from, start) })
 			}
 		})
 	}
 }
 
-// serveSlow answers a packet fastAnswer left: unpacked and through ServeDNS.
-// One that does not unpack gets FORMERR, as miekg/dns's server answers it.
-func (s *Server) serveSlow(pc *net.UDPConn, pkt []byte, from netip.AddrPort) {
+// serveSlow answers a packet fastAnswer left, read at start: unpacked and
+// as ServeDNS answers. One that does not unpack gets FORMERR, as miekg/dns's
+// server answers it.
+func (s *Server) serveSlow(pc *net.UDPConn, pkt []byte, from netip.AddrPort, start time.Time) {
 	m := new(dns.Msg)
 	if err := m.Unpack(pkt); err != nil {
 		if len(pkt) >= headerLen && pkt[2]&0x80 == 0 && s.allowed(from.Addr()) {
@@ -65,7 +68,8 @@ func (s *Server) serveSlow(pc *net.UDPConn, pkt []byte, from netip.AddrPort) {
 		}
 		return
 	}
-	s.ServeDNS(&udpWriter{pc: pc, to: from}, m)
+	s.answer(&udpWriter{pc: pc, to: from}, m)
+	s.observe(start)
 }
 
 // fastAnswer answers a plain query from its bytes into out: the mesh's own
