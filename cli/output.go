@@ -284,6 +284,9 @@ func printStatus(w io.Writer, res spec.StatusResult) error {
 		}
 		say(w, "%s\n", strings.Join(parts, "; "))
 	}
+	if err := printPublic(w, res); err != nil {
+		return err
+	}
 	if res.AllClear {
 		say(w, "all clear: %d node(s) heard, current, nothing pending, no failure, no hold\n", len(res.Nodes))
 		return nil

@@ -74,8 +74,26 @@ func TestOutputGolden(t *testing.T) {
 		},
 		"status-clear":     func(b *bytes.Buffer) error { return printStatus(b, st(true)) },
 		"status-not-clear": func(b *bytes.Buffer) error { return printStatus(b, st(false)) },
-		"push-report":      func(b *bytes.Buffer) error { printReport(b, report, false); return nil },
-		"push-dry-run":     func(b *bytes.Buffer) error { printReport(b, preview, false); return nil },
+		"status-public": func(b *bytes.Buffer) error {
+			r := st(false)
+			r.Nodes, r.Versions = r.Nodes[:1], map[string][]string{"1a2b3c4d5e6f": {"alpha"}}
+			r.Problems = []string{"public name www.example.org: edge alpha has no certificate for it: acme: no such host; tried again at 2026-11-30T12:01:00Z (in 1m0s)"}
+			r.Public = []spec.PublicStatus{
+				{Name: "drive.example.org", Node: "beta", Module: "files", Edges: []spec.PublicEdge{
+					{Edge: "alpha", State: spec.EdgeValid, NotAfter: at.Add(60 * 24 * time.Hour)},
+					{Edge: "gamma", State: spec.EdgeValid, NotAfter: at.Add(72 * time.Hour), Error: "connection refused\x1b[2K", ErrorAt: at.Add(-time.Minute), Retry: at.Add(9 * time.Minute)}}},
+				{Name: "www.example.org", Node: "beta", Module: "web", Edges: []spec.PublicEdge{
+					{Edge: "alpha", State: spec.EdgeFailed, Error: "acme: no such host", ErrorAt: at, Retry: at.Add(time.Minute)},
+					{Edge: "gamma", State: "not reported"}}},
+			}
+			if err := printStatus(b, r); err != nil {
+				return err
+			}
+			r.Public, r.AllClear, r.Problems = []spec.PublicStatus{{Name: "drive.example.org", Node: "beta", Module: "files", Edges: []spec.PublicEdge{}}}, true, []string{}
+			return printStatus(b, r)
+		},
+		"push-report":  func(b *bytes.Buffer) error { printReport(b, report, false); return nil },
+		"push-dry-run": func(b *bytes.Buffer) error { printReport(b, preview, false); return nil },
 		"push-refused": func(b *bytes.Buffer) error {
 			printReport(b, spec.Report{Node: "alpha", Seq: 6, Refused: "sequence 6 is lower than the kept 9"}, false)
 			return nil
@@ -206,7 +224,7 @@ func TestOutputGolden(t *testing.T) {
 		want[f.Name] = f.Data
 	}
 	var files []txtar.File
-	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "node-show-waiting", "status-clear", "status-not-clear", "status-rolling", "push-report", "push-dry-run", "push-refused", "assign", "grant-list", "grant-rotate", "ca-domain-list", "ca-certs", "release-list", "release-roll"}
+	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "node-show-waiting", "status-clear", "status-not-clear", "status-rolling", "status-public", "push-report", "push-dry-run", "push-refused", "assign", "grant-list", "grant-rotate", "ca-domain-list", "ca-certs", "release-list", "release-roll"}
 	if len(order) != len(cases) {
 		t.Fatalf("%d cases and %d names in their order: a case left out of the order is never checked", len(cases), len(order))
 	}

@@ -318,6 +318,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer nc.Close()
+	go a.safely("edge state", func() { newEdgeReporter(a.edge, a.state.Node, nc).run(ctx) })
 	removed, stopWatching := a.watchRemoval(nc)
 	defer stopWatching()
 	certs := a.wire(nc, root)

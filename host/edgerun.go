@@ -206,6 +206,9 @@ type edgeServe struct {
 	// its obtaining.
 	managed map[string]context.CancelFunc
 	done    chan struct{}
+	// events are certmagic's failures per name, for the edge's report
+	// (edgestatus.go).
+	events edgeEvents
 }
 
 // start makes the edge e says and has it listen; nothing is obtained yet.
@@ -389,8 +392,10 @@ func (s *edgeServe) close() {
 	s.log.Info("edge stopped")
 }
 
-// onEvent logs what certmagic did for the edge.
+// onEvent logs what certmagic did for the edge, and records it for the
+// edge's report.
 func (s *edgeServe) onEvent(_ context.Context, event string, data map[string]any) error {
+	s.events.record(event, data, time.Now())
 	name, _ := data["identifier"].(string)
 	renewal, _ := data["renewal"].(bool)
 	switch event {

@@ -144,6 +144,8 @@ type Controller struct {
 	// overlays is the overlay's verbs and view, and sends the roster when its membership changes
 	// (overlay.go).
 	overlays *overlays
+	// edges are the edges' reports of their public names (edgestate.go).
+	edges *edgeStates
 	// dropLog lets one line a requester through every 10 s for dropped
 	// requests; mesh_replies_refused_total counts them all.
 	dropLog logGate
@@ -198,6 +200,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.roller = newRoller(b, cfg.Node, cfg.RollTicks)
 	c.roller.gather, c.roller.rosterOnce, c.roller.contentNow, c.roller.send = c.composer.gather, c.rosters.rosterOnce, c.rosters.contentNow, c.send
 	c.overlays = &overlays{base: b, delay: membershipDelay, kick: make(chan struct{}, 1), send: c.sendNames}
+	c.edges = newEdgeStates(b, &c.refused)
 	c.enrolment = &enrolment{base: b, keys: cfg.Keys, busURLs: cfg.BusURLs, node: cfg.Node, signKey: cfg.SignKey, maxNodes: c.maxNodes(),
 		bus: deps.Bus, ca: deps.CA, metrics: &c.metrics, locks: &c.locks, beats: c.beats,
 		purge:     func(ctx context.Context, node string) error { return purgeDeclarations(ctx, c.js, node) },
@@ -336,6 +339,7 @@ func (c *Controller) subscribe(ctx context.Context, serving *nats.Conn) error {
 		{spec.NodeSubject("*", spec.KindHeartbeat), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onHeartbeat(ctx, m) }},
 		{spec.NodeSubject("*", spec.KindFacts), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onFacts(ctx, m) }},
 		{spec.NodeSubject("*", spec.KindOverlay), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.onOverlay(ctx, m) }},
+		{spec.NodeSubject("*", spec.KindEdgeState), "", byNodeSubject, func(m *nats.Msg, _ requester) { c.edges.on(ctx, m) }},
 		{spec.EnrolSubject, "enrol", c.enrolRequester(ctx), func(m *nats.Msg, r requester) { c.onEnrol(ctx, m, r) }},
 		{spec.NodeSubject("*", spec.KindReport), "", byNodeSubject, func(m *nats.Msg, r requester) { c.onReport(ctx, m, r) }},
 		{spec.NodeSubject("*", spec.KindBlob), "blob", byNodeSubject, func(m *nats.Msg, r requester) { c.onBlob(ctx, m, r) }},

@@ -62,6 +62,7 @@ func (c *Controller) status(ctx context.Context, _ spec.StatusRequest) (spec.Sta
 	for _, ns := range p.res.Versions {
 		sort.Strings(ns)
 	}
+	p.publicNames(nodes)
 	p.res.AllClear = len(p.res.Problems) == 0 && len(p.res.Nodes) > 0 && p.res.StoreBusy == ""
 	return p.res, nil
 }

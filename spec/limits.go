@@ -75,6 +75,11 @@ const (
 	// at a glance, and a few hundred nodes must fit one reply.
 	MaxStatusText = 256
 
+	// MaxStatusPublic is how many public names status lists: those
+	// with a problem first, the rest counted. A name's line is a few
+	// hundred bytes.
+	MaxStatusPublic = 1024
+
 	// MaxAuditText caps each text of an audit entry as mesh audit shows it
 	// (its arguments, its outcome): a request may be as large as the bus
 	// carries, and a thousand entries must fit one reply.

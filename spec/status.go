@@ -36,6 +36,38 @@ type (
 		// not as silent; it is also the first of Problems, and stands in
 		// the way of the all-clear.
 		StoreBusy string `json:"store_busy,omitempty"`
+		// Public are the roster's public names, by name, each with the
+		// edges serving it: those failing first when there are more
+		// than MaxStatusPublic, the rest counted in PublicOmitted.
+		Public        []PublicStatus `json:"public,omitempty"`
+		PublicOmitted int            `json:"public_omitted,omitempty"`
+	}
+
+	// PublicStatus is one public name of the roster as status shows it:
+	// the node and module that serve it inside the mesh, and the state of
+	// its certificate on each edge assigned (none: no edge serves it).
+	PublicStatus struct {
+		Name   string       `json:"name"`
+		Node   string       `json:"node"`
+		Module string       `json:"module"`
+		Edges  []PublicEdge `json:"edges"`
+	}
+
+	// PublicEdge is a public name's certificate on one edge, as the edge
+	// last reported it (Reported; zero: it has not): its state (an
+	// EdgeState's, or "not reported", "not served" when the edge's report
+	// leaves the name out), its expiry, the last ACME error, when it
+	// was, and when certmagic tries again. Problem says what stands in
+	// the all-clear's way ("": nothing).
+	PublicEdge struct {
+		Edge     string    `json:"edge"`
+		State    string    `json:"state"`
+		NotAfter time.Time `json:"not_after,omitzero"`
+		Error    string    `json:"error,omitempty"`
+		ErrorAt  time.Time `json:"error_at,omitzero"`
+		Retry    time.Time `json:"retry,omitzero"`
+		Reported time.Time `json:"reported,omitzero"`
+		Problem  string    `json:"problem,omitempty"`
 	}
 
 	// NodeStatus is one node as status shows it.

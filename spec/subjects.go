@@ -123,6 +123,7 @@ func ControllerServePermissions() Permissions {
 		Subscribe: []string{APIPrefix + ">", EnrolSubject,
 			NodeSubject("*", KindHeartbeat), NodeSubject("*", KindFacts),
 			NodeSubject("*", KindReport), NodeSubject("*", KindBlob), NodeSubject("*", KindCSR),
-			NodeSubject("*", KindRoster), NodeSubject("*", KindDeclaration), NodeSubject("*", KindOverlay)},
+			NodeSubject("*", KindRoster), NodeSubject("*", KindDeclaration), NodeSubject("*", KindOverlay),
+			NodeSubject("*", KindEdgeState)},
 	}
 }
