@@ -278,3 +278,45 @@ func (s *edgeStore) Stat(ctx context.Context, key string) (certmagic.KeyInfo, er
 
 // String names the storage in certmagic's logs.
 func (s *edgeStore) String() string { return "the edges' storage (bucket " + spec.EdgeBucket + ")" }
+
+// edgeShare is what an edge needs to keep its certificates in the edges'
+// bucket: the host's bus connection, and its sealing key to open the
+// storage key its resource carries.
+type edgeShare struct {
+	nc   *nats.Conn
+	seal *seal.NodeKey
+}
+
+// share has the edge keep its certificates in the edges' bucket over nc
+// whenever its resource carries the storage key, sealed to key.
+func (g *edge) share(nc *nats.Conn, key *seal.NodeKey) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.shared = edgeShare{nc: nc, seal: key}
+}
+
+// storage is where the edge e keeps its ACME account and certificates:
+// the edges' bucket when e carries the storage key and the host has the
+// bus and its sealing key, else the host's own directory.
+func (g *edge) storage(e spec.EdgeSpec) (certmagic.Storage, error) {
+	g.mu.Lock()
+	sh := g.shared
+	g.mu.Unlock()
+	if e.StorageKey == "" || sh.nc == nil || sh.seal == nil {
+		return &certmagic.FileStorage{Path: g.dir}, nil
+	}
+	key, err := sh.seal.Open(e.StorageKey)
+	if err != nil {
+		return nil, fmt.Errorf("edge %q: open its storage key: %w", e.Name, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), busTimeout)
+	defer cancel()
+	s, err := openEdgeStore(ctx, sh.nc, key)
+	if err != nil {
+		return nil, fmt.Errorf("edge %q: %w", e.Name, err)
+	}
+	return s, nil
+}
