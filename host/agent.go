@@ -415,6 +415,7 @@ func (a *Agent) wire(nc *nats.Conn, root *x509.Certificate) *certs {
 		renewCheck: a.cfg.CertRenewCheck, sign: busSigner(nc, a.state.Node), held: a.Intermediates}, a.log)
 	a.engine = NewEngine(a.services(nc, certs))
 	a.engine.Panicked = a.panicked
+	a.edge.share(nc, a.sealKey)
 	return certs
 }
 

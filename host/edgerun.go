@@ -42,6 +42,7 @@ type edge struct {
 	mu     sync.Mutex
 	names  map[string]edgeTarget // the held roster's public names
 	serves *edgeServe            // nil: no edge resource held
+	shared edgeShare             // the edges' bucket, when the host has the bus (edgestore.go)
 }
 
 // edgeTarget is where a public name goes: the route's internal name (what
@@ -231,6 +232,10 @@ func (g *edge) start(e spec.EdgeSpec) (*edgeServe, error) {
 	if err != nil {
 		return nil, err
 	}
+	storage, err := g.storage(e)
+	if err != nil {
+		return nil, err
+	}
 	s := &edgeServe{spec: e, edge: g, log: g.log.With("edge", e.Name), managed: map[string]context.CancelFunc{}, done: make(chan struct{})}
 	s.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return s.magic, nil },
@@ -238,7 +243,7 @@ func (g *edge) start(e spec.EdgeSpec) (*edgeServe, error) {
 		Logger:             certmagicLogger(s.log),
 	})
 	s.magic = certmagic.New(s.cache, certmagic.Config{
-		Storage:            &certmagic.FileStorage{Path: g.dir},
+		Storage:            storage,
 		RenewalWindowRatio: g.renew.window,
 		Logger:             certmagicLogger(s.log),
 		OnEvent:            s.onEvent,

@@ -189,7 +189,8 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.guard = guard{panics: cfg.Panics, log: log}
 	c.timings = newTimings()
 	b := base{db: deps.DB, now: cfg.Now, log: log, guard: c.guard}
-	c.composer = &composer{db: deps.DB, ca: deps.CA, sealer: &sealer{db: deps.DB, key: cfg.SealKey}}
+	c.composer = &composer{db: deps.DB, ca: deps.CA, sealer: &sealer{db: deps.DB, key: cfg.SealKey,
+		edges: &edgeKeyring{db: deps.DB, key: cfg.SealKey, now: cfg.Now}}}
 	c.rosters = &rosters{base: b, signKey: cfg.SignKey, metrics: &c.metrics, js: func() jetstream.JetStream { return c.js }}
 	c.certs = &certs{base: b, ca: deps.CA, composer: c.composer}
 	c.auditor = &auditor{base: b, kick: make(chan struct{}, 1)}
@@ -205,7 +206,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 		bus: deps.Bus, ca: deps.CA, metrics: &c.metrics, locks: &c.locks, beats: c.beats,
 		purge:     func(ctx context.Context, node string) error { return purgeDeclarations(ctx, c.js, node) },
 		sendNames: c.sendNames, membershipChanged: c.overlays.changed}
-	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect}
+	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect, usersChanged: c.enrolment.syncUsers}
 	c.numbers = &numberer{db: deps.DB, now: cfg.Now, claims: c.claims}
 	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond,
 		unsent: &c.metrics.reportsUnsent, applied: c.timings.apply, dropLog: &c.dropLog}
@@ -457,6 +458,9 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 // the stream does not hold them.
 func (c *Controller) ensureDelivery(ctx context.Context) error {
 	if err := ensureStream(ctx, c.js, c.maxNodes()); err != nil {
+		return err
+	}
+	if err := ensureEdgeBucket(ctx, c.js); err != nil {
 		return err
 	}
 	// The roster before the declarations that may name it.

@@ -480,8 +480,13 @@ func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.T
 	} else if err := en.db.RecordFacts(ctx, facts, now); err != nil {
 		en.log.Warn("facts sent at enrolment not recorded", "node", req.Node, "err", err)
 	}
-	// The node's credential is in force before the host hears it joined.
-	if err := en.addUser(nodeUser(req.Node, req.NKey)); err != nil {
+	// The node's credential is in force before the host hears it joined,
+	// with the edges' bucket if an edge was assigned to it beforehand.
+	edges, err := edgeNodes(ctx, en.db)
+	if err != nil {
+		return spec.EnrolResult{}, fmt.Errorf("node %q recorded, but its credential is not on the bus: %w", req.Node, err)
+	}
+	if err := en.addUser(nodeUser(req.Node, req.NKey, edges[req.Node])); err != nil {
 		return spec.EnrolResult{}, fmt.Errorf("node %q recorded, but its credential is not on the bus: %w", req.Node, err)
 	}
 	m, err := en.db.Mesh(ctx)

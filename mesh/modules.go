@@ -20,6 +20,8 @@ type catalogue struct {
 	composeOne func(ctx context.Context, n store.Node, modules map[string]spec.Module) (Plan, error, error)
 	// nudgeCollect asks for a collection of blobs that may be unused now.
 	nudgeCollect func()
+	// usersChanged gives the bus its users anew (edge.go).
+	usersChanged func(ctx context.Context) error
 }
 
 // registerModules checks every module and records them all, or none.
@@ -53,6 +55,11 @@ func (cat *catalogue) registerModules(ctx context.Context, req spec.ModuleRegist
 		// A version replaced may have left blobs nothing else names.
 		cat.nudgeCollect()
 	}
+	edges := len(previous) > 0 // a version replaced may have declared one
+	for _, m := range req.Modules {
+		edges = edges || declaresEdge(m)
+	}
+	cat.edgesChanged(ctx, edges)
 	return res, nil
 }
 
@@ -218,6 +225,7 @@ func (cat *catalogue) assign(ctx context.Context, req spec.AssignRequest) (spec.
 		}
 		return err
 	})
+	cat.edgesChanged(ctx, err == nil && declaresEdge(*mod))
 	if err != nil || res.Unknown != "" {
 		return res, err
 	}
@@ -313,6 +321,7 @@ func (cat *catalogue) unassign(ctx context.Context, req spec.AssignRequest) (spe
 		}
 		return err
 	})
+	cat.edgesChanged(ctx, err == nil && cat.isEdgeModule(ctx, req.Module))
 	if err != nil || res.Unknown != "" {
 		return res, err
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // sealer seals each secret content of a node's plan (a file's content, a
-// container's secret) to the node's sealing key, so a declaration (and
+// container's secret, an edge's storage key) to the node's sealing key, so a declaration (and
 // the stream that keeps it) holds the value only as that node can open
 // it. A content unchanged since the node's last declaration is sealed as
 // it was then, so a push that changes nothing sends nothing: sealing
@@ -21,6 +21,8 @@ import (
 type sealer struct {
 	db  Store
 	key *seal.RestKey
+	// edges is the edge storage key each edge resource carries.
+	edges *edgeKeyring
 	// nodes are what the sealer keeps of each node, by name, for its run.
 	mu    sync.Mutex
 	nodes map[string]*sealedNode
@@ -131,6 +133,11 @@ func (s *sealer) secretsOf(node string, plan Plan) []toSeal {
 // that failed is an error, never "nothing sealed before".
 func (s *sealer) seal(ctx context.Context, n store.Node, plan Plan) error {
 	secret := s.secretsOf(n.Name, plan)
+	edges, err := s.edgeSecrets(ctx, n.Name, plan)
+	if err != nil {
+		return err
+	}
+	secret = append(secret, edges...)
 	if len(secret) == 0 {
 		return nil
 	}
@@ -189,6 +196,10 @@ func (s *sealer) sealedBefore(ctx context.Context, node string) (map[string]stri
 				if m.Sealed != "" {
 					out[m.Digest] = m.Sealed
 				}
+			}
+		case *spec.EdgeSpec:
+			if c.StorageKey != "" {
+				out[c.StorageDigest] = c.StorageKey
 			}
 		}
 	}

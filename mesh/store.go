@@ -35,10 +35,13 @@ type Store interface {
 
 var _ Store = (*store.DB)(nil)
 
-// MeshStore reads the mesh itself and its operators.
+// MeshStore reads the mesh itself and its operators, and keeps the
+// mesh's edge storage key.
 type MeshStore interface {
 	Mesh(ctx context.Context) (store.Mesh, error)
 	Operators(ctx context.Context) ([]store.Operator, error)
+	EdgeStorageKey(ctx context.Context) (string, error)
+	KeepEdgeStorageKey(ctx context.Context, sealed string, at time.Time) (string, error)
 }
 
 // NodeStore keeps the nodes: their keys, heartbeats, facts, holds and

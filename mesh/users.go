@@ -64,9 +64,13 @@ func Users(ctx context.Context, db Store, keys Keys, now time.Time) ([]broker.Us
 	if err != nil {
 		return nil, err
 	}
+	edges, err := edgeNodes(ctx, db)
+	if err != nil {
+		return nil, err
+	}
 	for _, n := range nodes {
 		if !n.Removing {
-			users = append(users, nodeUser(n.Name, n.NKey))
+			users = append(users, nodeUser(n.Name, n.NKey, edges[n.Name]))
 		}
 	}
 	tokens, err := db.OpenTokens(ctx)
@@ -87,8 +91,16 @@ func userOf(nkey string, p spec.Permissions) broker.User {
 }
 
 // nodeUser is the bus user of node, whose key is nkey: exactly its own
-// subjects.
-func nodeUser(node, nkey string) broker.User { return userOf(nkey, spec.NodePermissions(node)) }
+// subjects, and the edges' bucket when it is assigned an edge.
+func nodeUser(node, nkey string, edge bool) broker.User {
+	p := spec.NodePermissions(node)
+	if edge {
+		e := spec.EdgePermissions()
+		p.Publish = append(p.Publish, e.Publish...)
+		p.Subscribe = append(p.Subscribe, e.Subscribe...)
+	}
+	return userOf(nkey, p)
+}
 
 // enrolUser is the bus user of t's secret: its enrolment subjects.
 func enrolUser(t store.Token) broker.User { return userOf(t.EnrolNKey, spec.EnrolPermissions(t.ID)) }

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -13,6 +14,37 @@ import (
 // it obtains from an ACME CA, and forwards each request to the node that
 // serves the route.
 const KindEdge = "edge"
+
+// EdgeBucket is the JetStream key-value bucket the edges share their ACME
+// account, certificates, challenges and locks in: the controller makes it,
+// and only the nodes assigned an edge may use it (EdgePermissions).
+const EdgeBucket = "mesh-edge"
+
+// EdgeStorageKeySize is the length of the edge storage key, in bytes: the
+// mesh's one key every value in EdgeBucket is sealed under, which only
+// edges hold.
+const EdgeStorageKeySize = 32
+
+// EdgePermissions is what a node assigned an edge may do on the bus beside
+// its own subjects (NodePermissions): use EdgeBucket through nats.go's
+// key-value client (its stream's info, direct and message gets, the
+// ordered consumers that list and watch it and their flow control, and
+// the bucket's subjects). Replies come to the node's inbox, which it may
+// receive already.
+func EdgePermissions() Permissions {
+	const stream = "KV_" + EdgeBucket
+	return Permissions{Publish: []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.STREAM.MSG.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream + ".>",
+		"$JS.API.CONSUMER.CREATE." + stream,
+		"$JS.API.CONSUMER.CREATE." + stream + ".>",
+		"$JS.API.CONSUMER.DELETE." + stream + ".*",
+		"$JS.FC." + stream + ".>",
+		"$KV." + EdgeBucket + ".>",
+	}}
+}
 
 // The edge's defaults, which a manifest that leaves a field out gets.
 const (
@@ -46,6 +78,13 @@ type EdgeSpec struct {
 	ACMECA    string `json:"acme_ca"`
 	Email     string `json:"email,omitempty"`
 	ACMERoots string `json:"acme_roots,omitempty"`
+	// StorageKey is the mesh's edge storage key sealed to the node's
+	// sealing key, and StorageDigest its keyed digest
+	// (SealedDigestPrefix), both filled in by the controller: with it,
+	// the edge keeps its certificates in EdgeBucket, shared with every
+	// other edge; without, on its own disk.
+	StorageKey    string `json:"storage_key,omitempty"`
+	StorageDigest string `json:"storage_digest,omitempty"`
 }
 
 // Kind is KindEdge.
@@ -69,6 +108,10 @@ func (e *EdgeSpec) Check() error {
 		return fmt.Errorf("edge %q: no https listen address (%s by default)", e.Name, EdgeHTTPS)
 	case e.ACMECA == "":
 		return fmt.Errorf("edge %q: no acme_ca (%s by default)", e.Name, EdgeACMECA)
+	case (e.StorageKey == "") != (e.StorageDigest == ""):
+		return fmt.Errorf("edge %q: a sealed storage key comes with its digest, and a digest with its sealed key", e.Name)
+	case e.StorageDigest != "" && (!strings.HasPrefix(e.StorageDigest, SealedDigestPrefix) || len(e.StorageDigest) != len(SealedDigestPrefix)+64):
+		return fmt.Errorf("edge %q: storage_digest is not %sHEX", e.Name, SealedDigestPrefix)
 	}
 	return nil
 }
@@ -156,7 +199,19 @@ func (e *EdgeSpec) Row() Row {
 
 // edgeManifest is an edge in module.json: a field left out is its
 // default (EdgeHTTP, EdgeHTTPS, EdgeACMECA).
-type edgeManifest struct{ EdgeSpec }
+type edgeManifest struct {
+	EdgeSpec
+	StorageKey    edgeFilled `json:"storage_key"`
+	StorageDigest edgeFilled `json:"storage_digest"`
+}
+
+// edgeFilled is a field of an edge that module.json does not give.
+type edgeFilled struct{}
+
+// UnmarshalJSON refuses the field.
+func (*edgeFilled) UnmarshalJSON([]byte) error {
+	return errors.New("an edge's storage_key and storage_digest are not written in module.json: the controller fills them")
+}
 
 func (m *edgeManifest) defaults() {
 	if m.HTTP == "" {
