@@ -136,20 +136,30 @@ func TestPackagesSayWhatTheyAre(t *testing.T) {
 	}
 }
 
+// designDocs are the design's two halves: the map and the invariants, and
+// the decisions taken.
+var designDocs = []string{"docs/design.md", "docs/decisions.md"}
+
 // TestDesignNamesRealTests: every test, fuzz target and benchmark that
-// docs/design.md names as holding an invariant exists, so a renamed or
-// deleted test cannot leave an invariant held by a name only.
+// the design names as holding an invariant or a decision exists, so a
+// renamed or deleted test cannot leave either held by a name only.
 func TestDesignNamesRealTests(t *testing.T) {
-	doc, err := os.ReadFile("docs/design.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	named := regexp.MustCompile("`((?:Test|Fuzz|Benchmark)[A-Z][A-Za-z0-9_]*)`").FindAllStringSubmatch(string(doc), -1)
-	if len(named) < 20 {
-		t.Fatalf("docs/design.md names %d tests; it should name the test of every invariant", len(named))
+	var named [][]string
+	for _, p := range designDocs {
+		doc, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := regexp.MustCompile("`((?:Test|Fuzz|Benchmark)[A-Z][A-Za-z0-9_]*)`").FindAllStringSubmatch(string(doc), -1)
+		if len(found) < 20 {
+			t.Fatalf("%s names %d tests; it should name the test of every invariant and decision", p, len(found))
+		}
+		for _, m := range found {
+			named = append(named, append(m, p))
+		}
 	}
 	defined := map[string]bool{}
-	err = filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(p, "_test.go") {
 			return err
 		}
@@ -167,7 +177,7 @@ func TestDesignNamesRealTests(t *testing.T) {
 	}
 	for _, m := range named {
 		if !defined[m[1]] {
-			t.Errorf("docs/design.md names %s, which no _test.go defines: name the test that holds it now", m[1])
+			t.Errorf("%s names %s, which no _test.go defines: name the test that holds it now", m[2], m[1])
 		}
 	}
 }
