@@ -33,6 +33,8 @@ func TestImportDirections(t *testing.T) {
 		// Secret values sealed: at rest, in transit to one node.
 		"seal": {},
 		"mesh": {"spec", "store", "broker", "ca", "release", "seal"},
+		// The status page: rendered from a view the controller gives it.
+		"web": {"spec"},
 		// A mesh binary read as a file: its target, whether it is mesh.
 		"release": {},
 		"host":    {"spec", "resolver", "ca", "release", "seal", "overlay", "internal/safefile", "internal/retry"},
