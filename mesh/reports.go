@@ -74,6 +74,8 @@ type reportLine struct {
 	// dropLog gates their log lines.
 	unsent  *atomic.Uint64
 	dropLog *logGate
+	// changed tells the status pages a batch was written.
+	changed func()
 }
 
 // queuedReport is a report waiting for the writer, and when it came; msg
@@ -184,6 +186,7 @@ func (rp *reportLine) recordReports(ctx context.Context, batch []queuedReport) {
 		rp.ack(q)
 		rp.reported(q.r)
 	}
+	rp.changed()
 }
 
 // reported logs what r says and forwards it to the pushes waiting for it.
