@@ -12,8 +12,9 @@ func uiCommand() *cli.Command {
 		Description: `The controller's HTTP listener serves the status page at /: the fleet's
 verdict (as mesh status), its nodes, each node, the modules, the pushes
 and rolls. On a loopback address it is open and this prints its address.
-On any other address the listener serves TLS with a mesh certificate
-(mesh ca roots prints the root to trust) and the page needs a session:
+On any other address the listener serves TLS with a mesh certificate for
+its addresses and NODE.internal (mesh ca roots prints the root to trust),
+and the page needs a session:
 the link this prints signs one browser in, once, within 5 minutes, for
 12 hours. Sessions are kept in the controller's memory: its restart
 signs every browser out.
@@ -22,7 +23,7 @@ Example:
    mesh ui
    mesh ui --host ctl.example.net`,
 		Flags: []cli.Flag{dirFlag(), jsonFlag(),
-			&cli.StringFlag{Name: "host", Usage: "the machine's name or address the link carries (default: the listener's, or this machine's name)"}},
+			&cli.StringFlag{Name: "host", Usage: "the machine's name or address the link carries (default: the listener's, or the machine's first when it listens on all)"}},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err

@@ -251,7 +251,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// Off loopback the listener serves TLS with a mesh certificate, and
 	// its pages need a session (ui.go).
 	if !c.ui.gate.Open() {
-		tc, err := listenerTLS(c.cfg.HTTPListen, c.deps.CA)
+		tc, err := listenerTLS(c.cfg.HTTPListen, c.cfg.Node, c.deps.CA)
 		if err != nil {
 			l.Close()
 			return err

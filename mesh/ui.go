@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"regexp"
 	"time"
 
@@ -48,37 +47,41 @@ func onLoopback(listen string) bool {
 
 // listenerTLS is the TLS of an HTTP listener off loopback: a certificate
 // the mesh's CA issues for the listen address (every address of the
-// machine when it listens on all of them), the machine's name and
-// localhost.
-func listenerTLS(listen string, auth *ca.Authority) (*tls.Config, error) {
+// machine when it listens on all of them) and, when the controller's
+// machine is a node, its name in the mesh (NODE.internal): the CA signs
+// no other name.
+func listenerTLS(listen, node string, auth *ca.Authority) (*tls.Config, error) {
 	h, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("http address %q: %w", listen, err)
 	}
-	names := []string{"localhost"}
-	if host, err := os.Hostname(); err == nil && host != "" {
-		names = append(names, host)
+	var names []string
+	if node != "" {
+		names = append(names, spec.NodeName(node))
 	}
 	var ips []net.IP
 	if ip := net.ParseIP(h); ip != nil && !ip.IsUnspecified() {
 		ips = []net.IP{ip}
 	} else {
-		if ip == nil && h != "" {
-			names = append(names, h)
-		}
-		ips = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-		addrs, _ := net.InterfaceAddrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
-				ips = append(ips, n.IP)
-			}
-		}
+		ips = append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, machineIPs()...)
 	}
 	cert, err := auth.IssueServer(names, ips, httpCertLifetime)
 	if err != nil {
 		return nil, fmt.Errorf("issue the HTTP listener's certificate: %w", err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// machineIPs are the machine's addresses but loopback's.
+func machineIPs() []net.IP {
+	var ips []net.IP
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			ips = append(ips, n.IP)
+		}
+	}
+	return ips
 }
 
 // hostName is a machine's name a link may carry.
@@ -99,8 +102,10 @@ func (u *uiAccess) login(_ context.Context, req spec.UILoginRequest) (spec.UILog
 		}
 		h = req.Host
 	case net.ParseIP(h) != nil && net.ParseIP(h).IsUnspecified():
-		if name, err := os.Hostname(); err == nil && name != "" {
-			h = name
+		// Listening on every address: the machine's first, which its
+		// certificate names.
+		if ips := machineIPs(); len(ips) > 0 {
+			h = ips[0].String()
 		}
 	}
 	page := url.URL{Scheme: "http", Host: net.JoinHostPort(h, port), Path: "/"}
