@@ -135,11 +135,11 @@ func (p *Pages) fail(w http.ResponseWriter, err error) {
 	p.render(w, code, "problem", "layout.html", layout{Title: "Not shown", Data: err.Error()})
 }
 
-// problemLine is one thing standing in the way of the all-clear, and the
-// node it names when it names one.
+// problemLine is one thing standing in the way of the all-clear: the
+// node it starts with when it names one (shown as a link), and the rest.
 type problemLine struct {
-	Text string
 	Node string
+	Rest string
 }
 
 // nodeOf is the node a problem line is about: the longest node name the

@@ -68,7 +68,7 @@ func TestFleetPageSaysWhatStopsTheAllClear(t *testing.T) {
 		st.Problems = []string{"node0001 has not been heard for 12s (it sends a heartbeat every 1s)", "the names every node serves have changed"}
 	})
 	_, body, _ = get(t, nil, srv.URL+"/")
-	for _, want := range []string{"Not all clear", `<a href="/nodes/node0001">node0001</a>`, "the names every node serves have changed"} {
+	for _, want := range []string{"Not all clear", `<a href="/nodes/node0001">node0001</a> has not been heard for 12s`, "the names every node serves have changed"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("fleet page without %q:\n%s", want, body)
 		}

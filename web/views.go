@@ -46,7 +46,8 @@ func (p *Pages) fleet(r *http.Request) (view, error) {
 		}
 	}
 	for _, pr := range st.Problems {
-		v.Problems = append(v.Problems, problemLine{Text: pr, Node: nodeOf(pr, names)})
+		node := nodeOf(pr, names)
+		v.Problems = append(v.Problems, problemLine{Node: node, Rest: pr[len(node):]})
 	}
 	return view{"Fleet", v, digestOf(st)}, nil
 }
