@@ -20,21 +20,20 @@ func (v View) Status(ctx context.Context) (spec.StatusResult, error) {
 	return v.c.status(ctx, spec.StatusRequest{})
 }
 
-// Nodes is mesh node list, every page.
+// Nodes is every node as mesh node list shows it (nodeView), without
+// what was last sent to each and its last report: status says those, and
+// reading them is two reads of the store a node.
 func (v View) Nodes(ctx context.Context) ([]spec.Node, error) {
-	var all []spec.Node
-	req := spec.NodeListRequest{}
-	for {
-		res, err := v.c.listNodes(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, res.Nodes...)
-		if res.Next == "" {
-			return all, nil
-		}
-		req.After = res.Next
+	nodes, err := v.c.deps.DB.Nodes(ctx)
+	if err != nil {
+		return nil, err
 	}
+	now := v.c.cfg.Now()
+	out := make([]spec.Node, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, nodeView(n, now))
+	}
+	return out, nil
 }
 
 // Node is mesh node show.

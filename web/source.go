@@ -13,7 +13,9 @@ import (
 type Source interface {
 	// Status is mesh status's answer.
 	Status(ctx context.Context) (spec.StatusResult, error)
-	// Nodes is mesh node list's answer, every page of it.
+	// Nodes are the nodes as mesh node list shows them, their facts
+	// among what they say; what was last sent to each and its last report
+	// may be left out (status says them).
 	Nodes(ctx context.Context) ([]spec.Node, error)
 	// Node is mesh node show's answer; an error of kind spec.ReplyNotFound
 	// when there is no such node.
