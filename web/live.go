@@ -225,13 +225,15 @@ func (p *Pages) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// heardSince is, for each node s has heard since told says the stream
-// last told of it, how long before s it was heard, in milliseconds; told
-// is brought up to date.
+// heardSince is, for each node s has heard a second or more past when
+// told says the stream last told of it, how long before s it was heard,
+// in milliseconds; told is brought up to date. The page shows ages to the
+// second: a heartbeat's receipt and its write to the store, a moment
+// apart, are one.
 func heardSince(s *snapshot, told map[string]time.Time) map[string]int64 {
 	ages := map[string]int64{}
 	for node, at := range s.heard {
-		if told[node].Equal(at) {
+		if d := at.Sub(told[node]); d < time.Second && d > -time.Second {
 			continue
 		}
 		told[node] = at
