@@ -32,7 +32,9 @@ func TestImportDirections(t *testing.T) {
 		"ca":       {},
 		// Secret values sealed: at rest, in transit to one node.
 		"seal": {},
-		"mesh": {"spec", "store", "broker", "ca", "release", "seal"},
+		"mesh": {"spec", "store", "broker", "ca", "release", "seal", "web"},
+		// The status page: rendered from a view the controller gives it.
+		"web": {"spec"},
 		// A mesh binary read as a file: its target, whether it is mesh.
 		"release": {},
 		"host":    {"spec", "resolver", "ca", "release", "seal", "overlay", "internal/safefile", "internal/retry"},
@@ -45,9 +47,9 @@ func TestImportDirections(t *testing.T) {
 		// fallback to the last good one.
 		"launch": {"spec", "store", "statedir", "release", "resolver", "internal/safefile"},
 		// A machine's parts, started in order and stopped in reverse.
-		"daemon": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "statedir", "release", "seal", "overlay", "internal/safefile", "internal/retry"},
+		"daemon": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "statedir", "release", "seal", "overlay", "web", "internal/safefile", "internal/retry"},
 		// The commands: flags, the operator's client, output.
-		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "release", "launch", "seal", "overlay", "internal/safefile", "internal/retry"},
+		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "release", "launch", "seal", "overlay", "web", "internal/safefile", "internal/retry"},
 		// The end-to-end tests: test files only, which run the built binary.
 		"e2e": {},
 		// The resolver alone, served for bench/dns.sh.
@@ -87,7 +89,7 @@ func TestImportDirections(t *testing.T) {
 		// The end-to-end tests run the built binary, and read its store,
 		// its certificates and its commands' output through the packages
 		// that define them.
-		"e2e": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "release", "launch", "cli", "seal", "overlay", "internal/safefile", "internal/retry"},
+		"e2e": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "release", "launch", "cli", "seal", "overlay", "web", "internal/safefile", "internal/retry"},
 	}
 	// testSupport lists what every package's test files may import.
 	testSupport := []string{"internal/dockertest", "internal/gobuild", "internal/poll", "internal/optin", "internal/testport", "internal/pebbletest"}

@@ -146,7 +146,9 @@ func (m *Mesh) Run(ctx context.Context) error {
 		ResolverLatency: latency,
 		CertLifetime:    cfg.CertLifetime,
 		Node:            agent.Node(),
-		Parts:           []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
+		// The metrics token outlives a restart: only its hash is kept.
+		MetricsTokenFile: filepath.Join(ctlDir, mesh.MetricsTokenFile),
+		Parts:            []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
 	}, log.With("component", "controller"), mesh.Deps{DB: db, CA: auth, Bus: bus})
 	if err != nil {
 		return err

@@ -296,11 +296,16 @@ func (s *sites) genesis(extra ...string) *sitesMesh {
 	m := &sitesMesh{s: s, dir: dir, d: meshIn(s.t, s.ctl, args...)}
 	poll.UntilOK(s.t, 30*time.Second, "the controller's /healthz", func() error {
 		m.d.alive(s.t)
-		_, err := try(s.ctl, "curl", "-fsS", "--max-time", "2", "http://"+controllerIP+":"+rigHTTP+"/healthz")
+		// Off loopback the listener serves TLS under the mesh's root.
+		_, err := try(s.ctl, "curl", "-fsS", "--max-time", "2", "--cacert", m.rootPEM(), "https://"+controllerIP+":"+rigHTTP+"/healthz")
 		return err
 	})
 	return m
 }
+
+// rootPEM is the file of the mesh's root certificate, which the HTTP
+// listener's certificate chains to.
+func (m *sitesMesh) rootPEM() string { return filepath.Join(m.dir, "controller", "ca", "root.crt") }
 
 // token is a join token for node.
 func (m *sitesMesh) token(node string) string {

@@ -61,7 +61,7 @@ func TestHostsJoinAcrossNAT(t *testing.T) {
 	s := newSites(t, 1)
 	m := s.genesis()
 	for _, st := range []*site{s.a, s.b} {
-		if out, err := try(st.hosts[0], "curl", "-fsS", "--max-time", "5", "http://"+controllerIP+":"+rigHTTP+"/healthz"); err != nil {
+		if out, err := try(st.hosts[0], "curl", "-fsS", "--max-time", "5", "--cacert", m.rootPEM(), "https://"+controllerIP+":"+rigHTTP+"/healthz"); err != nil {
 			t.Fatalf("site %s's host does not reach the controller's /healthz: %v: %s", st.name, err, out)
 		}
 	}

@@ -50,6 +50,7 @@ func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg, r requester) {
 	c.metrics.apiCalls.Add(1)
 	verb := strings.TrimPrefix(m.Subject, spec.APIPrefix)
 	result, err := c.safeCall(ctx, verb, m.Data)
+	c.changes.kick()
 	if row, known := c.verbs[verb]; !known || row.redact.args != nil {
 		c.auditor.audit(ctx, verb, m.Data, result.outcome, err)
 	}

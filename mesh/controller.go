@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/web"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -63,6 +65,10 @@ type Config struct {
 	// MaxNodes is how many nodes the mesh admits (joined, being removed,
 	// or holding an unused token); zero means spec.MaxNodes.
 	MaxNodes int
+	// MetricsTokenFile keeps the SHA-256 of /metrics's bearer token
+	// (mesh ui token --metrics), which a listener off loopback asks for;
+	// empty: kept in memory only.
+	MetricsTokenFile string
 	// Panics counts the panics recovered in the process (mesh_panics_total):
 	// the controller's own and, when main shares it, its host's. Nil: the
 	// controller counts its own.
@@ -149,6 +155,12 @@ type Controller struct {
 	// dropLog lets one line a requester through every 10 s for dropped
 	// requests; mesh_replies_refused_total counts them all.
 	dropLog logGate
+	// pages are the status pages on the HTTP listener; ui is who may
+	// read them; changes tells them something reached the controller
+	// (view.go, ui.go).
+	pages   *web.Pages
+	ui      *uiAccess
+	changes pulse
 }
 
 // New checks cfg and starts nothing.
@@ -185,7 +197,16 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	}
 	sealed := sealing(deps.DB, cfg.SealKey)
 	deps.DB = sealed
-	c := &Controller{cfg: cfg, sealed: sealed, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats()}
+	c := &Controller{cfg: cfg, sealed: sealed, log: log, deps: deps, ready: make(chan struct{}), dropLog: logGate{every: 10 * time.Second}, beats: newBeats(),
+		changes: make(pulse, 1)}
+	gate, err := web.NewGate(onLoopback(cfg.HTTPListen), cfg.MetricsTokenFile, cfg.Now)
+	if err != nil {
+		return nil, err
+	}
+	c.ui = &uiAccess{gate: gate, addr: c.HTTPAddr}
+	if c.pages, err = web.New(View{c}, log.With("component", "pages"), cfg.Now); err != nil {
+		return nil, err
+	}
 	c.guard = guard{panics: cfg.Panics, log: log}
 	c.timings = newTimings()
 	b := base{db: deps.DB, now: cfg.Now, log: log, guard: c.guard}
@@ -209,8 +230,8 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect, usersChanged: c.enrolment.syncUsers}
 	c.numbers = &numberer{db: deps.DB, now: cfg.Now, claims: c.claims}
 	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond,
-		unsent: &c.metrics.reportsUnsent, applied: c.timings.apply, dropLog: &c.dropLog}
-	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.resendIfExpired}
+		unsent: &c.metrics.reportsUnsent, applied: c.timings.apply, dropLog: &c.dropLog, changed: c.changes.kick}
+	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.resendIfExpired, changed: c.changes.kick}
 	c.verbs = verbTable(c.verbRows())
 	c.auditor.verbs = c.verbs
 	reg, err := c.newRegistry()
@@ -244,6 +265,16 @@ func (c *Controller) Run(ctx context.Context) error {
 	l, err := net.Listen("tcp", c.cfg.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("bind http address %s: %w", c.cfg.HTTPListen, err)
+	}
+	// Off loopback the listener serves TLS with a mesh certificate, and
+	// its pages need a session (ui.go).
+	if !c.ui.gate.Open() {
+		tc, err := listenerTLS(c.cfg.HTTPListen, c.cfg.Node, c.deps.CA)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		l = tls.NewListener(l, tc)
 	}
 	nc, err := c.connect(c.cfg.Keys.Full, "controller")
 	if err != nil {
@@ -285,7 +316,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// that waits for the stream's acknowledgements would otherwise wait
 	// them out on a closed connection (nats.go fails no pending ack).
 	loopCtx, stopLoops := context.WithCancel(ctx)
-	waitLoops := goAll(loopCtx, c.auditor.drainAudit, c.beatLine.writeBeats, c.reports.writeReports, c.roller.rollLoop, c.blobs.collectLoop, c.overlays.sendLoop)
+	waitLoops := goAll(loopCtx, c.auditor.drainAudit, c.beatLine.writeBeats, c.reports.writeReports, c.roller.rollLoop, c.blobs.collectLoop, c.overlays.sendLoop, c.pages.Run)
 	defer func() { stopLoops(); waitLoops() }()
 
 	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}
@@ -422,6 +453,7 @@ func (c *Controller) onHeartbeat(ctx context.Context, m *nats.Msg) {
 	if c.beats.add(hb, c.cfg.Now()) {
 		c.metrics.heartbeatsExcess.Add(1)
 	}
+	c.changes.kick()
 	if c.refused.note(node, hb.Protocol) {
 		c.log.Warn("host refused", "node", node, "reason", spec.ProtocolRefusal(hb.Protocol, thisController))
 	}
@@ -450,6 +482,7 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 		c.log.Error("facts not recorded", "node", node, "err", err)
 		return
 	}
+	c.changes.kick()
 	c.log.Debug("facts recorded", "node", node)
 }
 

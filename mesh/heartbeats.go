@@ -205,6 +205,8 @@ type beatLine struct {
 	claims *claimBook
 	// resend re-sends a node's last declaration if it expired unapplied.
 	resend func(ctx context.Context, hb spec.Heartbeat) error
+	// changed tells the status pages a batch was written.
+	changed func()
 }
 
 // writeBeats writes the held heartbeats, a batch at a time, until ctx ends.
@@ -259,6 +261,7 @@ func (bl *beatLine) writeBatch(ctx context.Context) {
 		return
 	}
 	bl.beats.recorded()
+	bl.changed()
 	for _, hb := range kept {
 		if err := failed[hb.Node]; err != nil {
 			bl.log.Warn("heartbeat not recorded", "node", hb.Node, "err", err)

@@ -14,7 +14,8 @@ func (c *Controller) httpHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/x-pem-file")
 		w.Write(c.deps.CA.RootsPEM())
 	})
-	return mux
+	c.pages.Register(mux)
+	return c.pages.Guard(c.ui.gate, mux)
 }
 
 // notReady names the parts that are not ready, the controller included.

@@ -77,6 +77,8 @@ type reportLine struct {
 	// applied takes the apply time each recorded report says.
 	applied prometheus.Observer
 	dropLog *logGate
+	// changed tells the status pages a batch was written.
+	changed func()
 }
 
 // queuedReport is a report waiting for the writer, and when it came; msg
@@ -190,6 +192,7 @@ func (rp *reportLine) recordReports(ctx context.Context, batch []queuedReport) {
 		}
 		rp.reported(q.r)
 	}
+	rp.changed()
 }
 
 // reported logs what r says and forwards it to the pushes waiting for it.

@@ -52,6 +52,8 @@ func (c *Controller) verbRows() []row {
 		verb(spec.OverlayEnable, c.overlays.enable, redactNone),
 		verb(spec.OverlayDisable, c.overlays.disable, redactNone),
 		verb(spec.OverlayShow, c.overlays.show, redactNone),
+		verb(spec.UILogin, c.ui.login, redactNone),
+		verb(spec.UIToken, c.ui.token, redactNone),
 	}
 }
 

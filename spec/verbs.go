@@ -70,6 +70,9 @@ var (
 	OverlayEnable  = Verb[OverlayEnableRequest, OverlayEnableResult]{"overlay.enable", DefaultVerbTimeout}
 	OverlayDisable = Verb[OverlayDisableRequest, OverlayDisableResult]{"overlay.disable", DefaultVerbTimeout}
 	OverlayShow    = Verb[OverlayShowRequest, OverlayShowResult]{"overlay.show", DefaultVerbTimeout}
+
+	UILogin = Verb[UILoginRequest, UILoginResult]{"ui.login", DefaultVerbTimeout}
+	UIToken = Verb[UITokenRequest, UITokenResult]{"ui.token", DefaultVerbTimeout}
 )
 
 // verbs is every verb, in one place; TestEveryVerbIsDescribed fails for a
@@ -107,6 +110,8 @@ var verbs = []VerbInfo{
 	OverlayEnable.Info(),
 	OverlayDisable.Info(),
 	OverlayShow.Info(),
+	UILogin.Info(),
+	UIToken.Info(),
 }
 
 // Verbs lists every API verb.
