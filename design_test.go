@@ -32,7 +32,9 @@ func TestImportDirections(t *testing.T) {
 		"ca":       {},
 		// Secret values sealed: at rest, in transit to one node.
 		"seal": {},
-		"mesh": {"spec", "store", "broker", "ca", "release", "seal", "web"},
+		// A leader lease on a JetStream KV key, and its fenced writes.
+		"lease": {},
+		"mesh":  {"spec", "store", "broker", "ca", "release", "seal", "web"},
 		// The status page: rendered from a view the controller gives it.
 		"web": {"spec"},
 		// A mesh binary read as a file: its target, whether it is mesh.
@@ -86,6 +88,8 @@ func TestImportDirections(t *testing.T) {
 		"broker": {"ca"},
 		// The host's tests stand in for the controller over a real bus.
 		"host": {"broker"},
+		// The lease's tests campaign on real buses, clustered.
+		"lease": {"broker", "ca"},
 		// The end-to-end tests run the built binary, and read its store,
 		// its certificates and its commands' output through the packages
 		// that define them.

@@ -2,7 +2,8 @@
 // given as configuration text at start, the users admitted by a callback
 // that sees every client connect (so replacing them reloads nothing),
 // JetStream on a file store that syncs every write, TLS with a certificate
-// from the mesh's CA.
+// from the mesh's CA; with a cluster configured, routes to a static set of
+// peers over TLS from the same CA (cluster.go).
 package broker
 
 import (
@@ -34,6 +35,12 @@ type Config struct {
 	TLS *tls.Config
 	// Users are the bus's users at start; SetUsers replaces them later.
 	Users []User
+	// SyncInterval, when not zero, has JetStream sync its files at that
+	// interval instead of at every write: faster, and an acknowledged
+	// write may be lost with the machine. A cluster refuses it.
+	SyncInterval time.Duration
+	// Cluster, when set, makes the bus one server of a cluster.
+	Cluster *Cluster
 }
 
 // User is one bus user, identified by its nkey. A user with Full set may do
@@ -77,11 +84,29 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.TLS == nil {
 		return nil, errors.New("bus: no TLS configuration")
 	}
+	if cfg.SyncInterval < 0 {
+		return nil, fmt.Errorf("bus: JetStream sync interval %s is negative", cfg.SyncInterval)
+	}
+	if cfg.Cluster != nil {
+		if err := cfg.Cluster.check(); err != nil {
+			return nil, err
+		}
+	}
 	g := &gate{}
 	if _, _, err := g.swap(cfg.Users); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: log, ready: make(chan struct{}), gate: g}, nil
+	s := &Server{cfg: cfg, log: log, ready: make(chan struct{}), gate: g}
+	// The options are composed here once to check them: a cluster whose
+	// JetStream would not sync every write is refused before it starts.
+	opts, err := s.options(host, 0)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Cluster != nil && !opts.SyncAlways {
+		return nil, errors.New("bus: a cluster's JetStream must sync every write (sync_interval: always): lazy syncing loses acknowledged writes when machines fail together")
+	}
+	return s, nil
 }
 
 func (u User) check() error {
@@ -110,6 +135,13 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("bind bus address %s: %w", s.cfg.Listen, err)
 	}
 	l.Close()
+	if c := s.cfg.Cluster; c != nil {
+		l, err := net.Listen("tcp", c.Listen)
+		if err != nil {
+			return fmt.Errorf("bind cluster address %s: %w", c.Listen, err)
+		}
+		l.Close()
+	}
 	// A port 0 is the server's to choose as it binds: one chosen here and
 	// let go could be taken by another process before the server bound it,
 	// which left the bus never ready (seen under a loaded test run).
@@ -232,7 +264,7 @@ func disconnect(ns *server.Server, ids []uint64) {
 // The nonce is always sent, so every client signs it with its user's seed.
 func (s *Server) options(host string, port int) (*server.Options, error) {
 	opts := &server.Options{}
-	if err := opts.ProcessConfigString(configText(s.cfg.StoreDir)); err != nil {
+	if err := opts.ProcessConfigString(configText(s.cfg.StoreDir, s.cfg.SyncInterval)); err != nil {
 		return nil, fmt.Errorf("bus configuration: %w", err)
 	}
 	opts.Host = host
@@ -247,15 +279,25 @@ func (s *Server) options(host string, port int) (*server.Options, error) {
 	opts.ServerName = "mesh-bus"
 	opts.CustomClientAuthentication = s.gate
 	opts.AlwaysEnableNonce = true
+	if s.cfg.Cluster != nil {
+		if err := s.cfg.Cluster.apply(opts); err != nil {
+			return nil, err
+		}
+	}
 	return opts, nil
 }
 
 // configText is the bus's accounts as nats-server reads them: JetStream
-// with every write synced, a system account no user holds, and the mesh
-// account with JetStream enabled. No user is in it: the gate admits them.
-func configText(storeDir string) string {
+// with every write synced (or synced every syncInterval when it is not
+// zero), a system account no user holds, and the mesh account with
+// JetStream enabled. No user is in it: the gate admits them.
+func configText(storeDir string, syncInterval time.Duration) string {
+	sync := "always"
+	if syncInterval > 0 {
+		sync = strconv.Quote(syncInterval.String())
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n  sync_interval: always\n}\n", strconv.Quote(storeDir))
+	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n  sync_interval: %s\n}\n", strconv.Quote(storeDir), sync)
 	b.WriteString("system_account: SYS\n")
 	b.WriteString("accounts {\n  SYS {\n    users: []\n  }\n")
 	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n    users: []\n  }\n}\n", Account)
