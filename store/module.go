@@ -407,3 +407,66 @@ func (db *modules) RewriteSettings(ctx context.Context, modules []string, rewrit
 	}
 	return written, nil
 }
+
+// SettingsChange is a rewrite of the settings of Module on Node, made only
+// if they are still From.
+type SettingsChange struct {
+	Module, Node string
+	From, To     map[string]string
+}
+
+// ChangeSettings makes each change whose assignment's settings are still
+// its From, in one transaction, and says how many it made: RewriteSettings
+// with the rewrite computed beforehand, so a log can carry it.
+func (db *modules) ChangeSettings(ctx context.Context, cs []SettingsChange) (int, error) {
+	changed := 0
+	err := db.tx(ctx, func(tx *sql.Tx) error {
+		for _, c := range cs {
+			var text string
+			err := tx.QueryRowContext(ctx, `SELECT settings FROM assignments WHERE module = ? AND node = ?`, c.Module, c.Node).Scan(&text)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			var now map[string]string
+			if err := json.Unmarshal([]byte(text), &now); err != nil {
+				return fmt.Errorf("settings of %s on %s: %w", c.Module, c.Node, err)
+			}
+			if !sameSettings(now, c.From) {
+				continue
+			}
+			to := c.To
+			if to == nil {
+				to = map[string]string{}
+			}
+			body, err := json.Marshal(to)
+			if err != nil {
+				return fmt.Errorf("settings of %s on %s: %w", c.Module, c.Node, err)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE assignments SET settings = ? WHERE module = ? AND node = ?`,
+				string(body), c.Module, c.Node); err != nil {
+				return err
+			}
+			changed++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("change settings: %w", err)
+	}
+	return changed, nil
+}
+
+func sameSettings(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}

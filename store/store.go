@@ -261,6 +261,10 @@ func (c *core) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 		tx.Rollback()
 		return err
 	}
+	if err := recordRevision(ctx, tx); err != nil {
+		tx.Rollback()
+		return err
+	}
 	return tx.Commit()
 }
 
