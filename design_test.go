@@ -34,6 +34,8 @@ func TestImportDirections(t *testing.T) {
 		"seal": {},
 		// A leader lease on a JetStream KV key, and its fenced writes.
 		"lease": {},
+		// The store's truth as a log on the bus, the store a view of it.
+		"journal": {"spec", "store", "lease"},
 		"mesh":  {"spec", "store", "broker", "ca", "release", "seal", "web"},
 		// The status page: rendered from a view the controller gives it.
 		"web": {"spec"},
@@ -90,6 +92,8 @@ func TestImportDirections(t *testing.T) {
 		"host": {"broker"},
 		// The lease's tests campaign on real buses, clustered.
 		"lease": {"broker", "ca"},
+		// The journal's tests run on a real bus.
+		"journal": {"broker", "ca"},
 		// The end-to-end tests run the built binary, and read its store,
 		// its certificates and its commands' output through the packages
 		// that define them.

@@ -1,0 +1,364 @@
+// Package journal keeps the controller's truth on the bus: every write of
+// the store is appended, as one entry naming the store's method and its
+// arguments, to a JetStream KV bucket (a replicated log of the store's
+// writes), and the controller's SQLite store is a view of that log, fed
+// by an ordered consumer that applies each entry by calling the same
+// store method in a transaction that also records the entry's revision.
+// A writer waits until its own entry is applied to the local view, and
+// gets that apply's result. The log starts with a snapshot of the store
+// as it was when the log began (a mesh made before the log, and genesis,
+// write the store directly), kept in an object store: a view is rebuilt
+// from that snapshot and the entries after it.
+package journal
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-fleet/mesh/lease"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// DefaultBucket is the KV bucket of the store's log.
+const DefaultBucket = "truth"
+
+// Config is where the log is kept.
+type Config struct {
+	// Bucket is the log's KV bucket (DefaultBucket when empty); its
+	// snapshots are kept in the object store Bucket-snapshots.
+	Bucket string
+	// Replicas is how many servers keep the log and its snapshots; zero
+	// is one.
+	Replicas int
+}
+
+func (c Config) bucket() string {
+	if c.Bucket == "" {
+		return DefaultBucket
+	}
+	return c.Bucket
+}
+
+func (c Config) snapshots() string { return c.bucket() + "-snapshots" }
+
+func (c Config) replicas() int { return max(c.Replicas, 1) }
+
+// prefix is the subject prefix of the log's entries in the bucket's
+// stream: each entry has a key of its own ("w." and a unique id), so the
+// bucket's history of one per key keeps every entry.
+func (c Config) prefix() string { return lease.Subject(c.bucket(), entryKeyPrefix) }
+
+const entryKeyPrefix = "w."
+
+// entry is one write in the log.
+type entry struct {
+	Method string          `json:"m"`
+	Args   json.RawMessage `json:"a"`
+}
+
+// snapshotMethod is the log's first entry: it names the object holding
+// the store as it was when the log began. Applied, it only records its
+// revision.
+const snapshotMethod = "snapshot"
+
+type snapshotArgs struct {
+	Object string `json:"object"`
+}
+
+// outcome is what applying an entry returned.
+type outcome struct {
+	result any
+	err    error
+}
+
+// Journal appends the store's writes to the log and applies the log to
+// the store.
+type Journal struct {
+	cfg     Config
+	log     *slog.Logger
+	db      *store.DB
+	connect func(context.Context) (jetstream.JetStream, error)
+	ops     map[string]applyFunc
+	ready   chan struct{}
+
+	// kv is the log's bucket, set before ready closes.
+	kv jetstream.KeyValue
+
+	// mu guards waiting: the writers waiting for their entry's apply, by
+	// the entry's key.
+	mu      sync.Mutex
+	waiting map[string]chan outcome
+}
+
+// New is a journal keeping db's writes in the log cfg names, on the bus
+// connect reaches once the bus runs. It starts nothing.
+func New(cfg Config, log *slog.Logger, db *store.DB, connect func(context.Context) (jetstream.JetStream, error)) *Journal {
+	return &Journal{cfg: cfg, log: log, db: db, connect: connect, ops: applyFuncs(),
+		ready: make(chan struct{}), waiting: map[string]chan outcome{}}
+}
+
+// Ready is closed once the view has applied every entry the log held when
+// Run began: from then on writes are served.
+func (j *Journal) Ready() <-chan struct{} { return j.ready }
+
+// Store is the store the controller uses: reads from the view, writes
+// through the log.
+func (j *Journal) Store() *View { return newView(j) }
+
+// Run makes the log's bucket, starts the log with a snapshot if it holds
+// no entry, and applies every entry to the view until ctx ends.
+func (j *Journal) Run(ctx context.Context) error {
+	js, err := j.connect(ctx)
+	if err != nil {
+		return err
+	}
+	kv, err := openLog(ctx, js, j.cfg)
+	if err != nil {
+		return err
+	}
+	j.kv = kv
+	stream, err := js.Stream(ctx, "KV_"+j.cfg.bucket())
+	if err != nil {
+		return fmt.Errorf("read the log's stream: %w", err)
+	}
+	if _, err := firstEntry(ctx, stream, j.cfg); errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err := j.begin(ctx, js); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	last, err := lastRevision(ctx, stream, j.cfg)
+	if err != nil {
+		return err
+	}
+	applied, err := j.db.Applied(ctx)
+	if err != nil {
+		return err
+	}
+	if applied > last {
+		return fmt.Errorf("the store has applied revision %d of its log, which ends at %d: the store is not a view of this log", applied, last)
+	}
+	if applied == last {
+		close(j.ready)
+	}
+	if err := j.follow(ctx, js, applied, last); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// openLog makes the log's bucket, fit for fenced writes, and its
+// snapshots' object store, or opens them.
+func openLog(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.KeyValue, error) {
+	kv, err := lease.Bucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      cfg.bucket(),
+		Description: "the controller's store: a log of its writes",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.replicas(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open the store's log: %w", err)
+	}
+	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:   cfg.snapshots(),
+		Storage:  jetstream.FileStorage,
+		Replicas: cfg.replicas(),
+	}); err != nil {
+		return nil, fmt.Errorf("open the store's snapshots: %w", err)
+	}
+	return kv, nil
+}
+
+// firstEntry is the log's first entry, or jetstream.ErrMsgNotFound.
+func firstEntry(ctx context.Context, stream jetstream.Stream, cfg Config) (*jetstream.RawStreamMsg, error) {
+	msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(cfg.prefix()+">"))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("read the log's first entry: %w", err)
+	}
+	return msg, nil
+}
+
+// lastRevision is the revision of the log's last entry.
+func lastRevision(ctx context.Context, stream jetstream.Stream, cfg Config) (uint64, error) {
+	msg, err := stream.GetLastMsgForSubject(ctx, cfg.prefix()+">")
+	if err != nil {
+		return 0, fmt.Errorf("read the log's last entry: %w", err)
+	}
+	return msg.Sequence, nil
+}
+
+// follow applies the log's entries after applied until ctx ends, and
+// closes ready once it applied last.
+func (j *Journal) follow(ctx context.Context, js jetstream.JetStream, applied, last uint64) error {
+	cons, err := js.OrderedConsumer(ctx, "KV_"+j.cfg.bucket(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{j.cfg.prefix() + ">"},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    applied + 1,
+	})
+	if err != nil {
+		return fmt.Errorf("follow the store's log: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("follow the store's log: %w", err)
+	}
+	go func() { <-ctx.Done(); it.Stop() }()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("follow the store's log: %w", err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("follow the store's log: %w", err)
+		}
+		rev := meta.Sequence.Stream
+		if err := j.apply(ctx, rev, msg.Subject(), msg.Data()); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if rev >= last {
+			select {
+			case <-j.ready:
+			default:
+				close(j.ready)
+			}
+		}
+	}
+}
+
+// apply applies the entry of revision rev, on subject, to the view, and
+// hands the outcome to its writer if it waits here. A write the store
+// refuses is applied as refused (its revision recorded alone): every view
+// refuses it alike. One that could not be made (the store busy) is tried
+// again: it would have been made.
+func (j *Journal) apply(ctx context.Context, rev uint64, subject string, data []byte) error {
+	var e entry
+	if err := json.Unmarshal(data, &e); err != nil {
+		return fmt.Errorf("read entry %d of the store's log: %w", rev, err)
+	}
+	run := j.ops[e.Method]
+	if e.Method == snapshotMethod {
+		run = func(context.Context, *store.DB, json.RawMessage) (any, error) { return nil, nil }
+	}
+	if run == nil {
+		return fmt.Errorf("entry %d of the store's log: unknown write %q (written by a newer mesh?)", rev, e.Method)
+	}
+	for {
+		actx := store.WithRevision(ctx, rev)
+		res, err := run(actx, j.db, e.Args)
+		if transient(ctx, err) {
+			if err := pause(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if !store.Recorded(actx) {
+			if merr := j.db.MarkApplied(ctx, rev); merr != nil {
+				if transient(ctx, merr) {
+					if err := pause(ctx); err != nil {
+						return err
+					}
+					continue
+				}
+				return fmt.Errorf("apply entry %d of the store's log: %w", rev, merr)
+			}
+		}
+		j.deliver(strings.TrimPrefix(subject, j.cfg.prefix()), outcome{res, err})
+		return nil
+	}
+}
+
+// transient says err is one a view would not meet again: the store busy,
+// or ctx ended.
+func transient(ctx context.Context, err error) bool {
+	return err != nil && (store.IsBusy(err) || ctx.Err() != nil)
+}
+
+func pause(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Millisecond):
+		return nil
+	}
+}
+
+func (j *Journal) deliver(id string, o outcome) {
+	j.mu.Lock()
+	ch := j.waiting[id]
+	delete(j.waiting, id)
+	j.mu.Unlock()
+	if ch != nil {
+		ch <- o
+	}
+}
+
+// write appends method with args to the log, and waits until the view
+// applied it: its result and error are the apply's.
+func (j *Journal) write(ctx context.Context, method string, args any) (any, error) {
+	select {
+	case <-j.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("write %s: the store's log is not ready: %w", method, ctx.Err())
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("write %s: %w", method, err)
+	}
+	data, err := json.Marshal(entry{Method: method, Args: raw})
+	if err != nil {
+		return nil, fmt.Errorf("write %s: %w", method, err)
+	}
+	id, err := newID()
+	if err != nil {
+		return nil, fmt.Errorf("write %s: %w", method, err)
+	}
+	ch := make(chan outcome, 1)
+	j.mu.Lock()
+	j.waiting[id] = ch
+	j.mu.Unlock()
+	defer func() {
+		j.mu.Lock()
+		delete(j.waiting, id)
+		j.mu.Unlock()
+	}()
+	if _, err := j.kv.Put(ctx, entryKeyPrefix+id, data); err != nil {
+		return nil, fmt.Errorf("write %s to the store's log: %w", method, err)
+	}
+	select {
+	case o := <-ch:
+		return o.result, o.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("write %s: wait for it to be applied: %w", method, ctx.Err())
+	}
+}
+
+// newID is an entry's id, unique to it: its key in the bucket.
+func newID() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("entry id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
