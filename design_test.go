@@ -51,9 +51,9 @@ func TestImportDirections(t *testing.T) {
 		// fallback to the last good one.
 		"launch": {"spec", "store", "statedir", "release", "resolver", "internal/safefile"},
 		// A machine's parts, started in order and stopped in reverse.
-		"daemon": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "statedir", "release", "seal", "overlay", "web", "internal/safefile", "internal/retry"},
+		"daemon": {"spec", "store", "broker", "ca", "mesh", "journal", "lease", "host", "resolver", "statedir", "release", "seal", "overlay", "web", "internal/safefile", "internal/retry"},
 		// The commands: flags, the operator's client, output.
-		"cli": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "release", "launch", "seal", "overlay", "web", "internal/safefile", "internal/retry"},
+		"cli": {"spec", "store", "broker", "ca", "mesh", "journal", "lease", "host", "resolver", "daemon", "statedir", "release", "launch", "seal", "overlay", "web", "internal/safefile", "internal/retry"},
 		// The end-to-end tests: test files only, which run the built binary.
 		"e2e": {},
 		// The resolver alone, served for bench/dns.sh.
@@ -97,7 +97,7 @@ func TestImportDirections(t *testing.T) {
 		// The end-to-end tests run the built binary, and read its store,
 		// its certificates and its commands' output through the packages
 		// that define them.
-		"e2e": {"spec", "store", "broker", "ca", "mesh", "host", "resolver", "daemon", "statedir", "release", "launch", "cli", "seal", "overlay", "web", "internal/safefile", "internal/retry"},
+		"e2e": {"spec", "store", "broker", "ca", "mesh", "journal", "lease", "host", "resolver", "daemon", "statedir", "release", "launch", "cli", "seal", "overlay", "web", "internal/safefile", "internal/retry"},
 	}
 	// testSupport lists what every package's test files may import.
 	testSupport := []string{"internal/dockertest", "internal/gobuild", "internal/poll", "internal/optin", "internal/testport", "internal/pebbletest"}

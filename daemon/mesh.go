@@ -14,6 +14,7 @@ import (
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/host"
+	"github.com/mesh-fleet/mesh/journal"
 	"github.com/mesh-fleet/mesh/mesh"
 	binary "github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/resolver"
@@ -76,19 +77,14 @@ func (m *Mesh) Ready() <-chan struct{} { return m.ready }
 // Ready is closed.
 func (m *Mesh) Addrs() spec.Addrs { return m.addrs }
 
-// Run runs the mesh's parts in start order (store, CA, bus, resolver,
-// controller, host), each ready before the next starts, until ctx ends;
+// Run runs the mesh's parts in start order (CA, store, bus, journal,
+// resolver, controller, host), each ready before the next starts, until ctx ends;
 // then stops them in reverse, the store last.
 func (m *Mesh) Run(ctx context.Context) error {
 	cfg, log := m.cfg, m.log
 	defer func() { release(cfg.Held.Bus); release(cfg.Held.HTTP); release(cfg.Held.DNS) }()
 	ctlDir := statedir.Controller(cfg.Dir)
 
-	db, err := store.OpenWith(ctx, filepath.Join(ctlDir, mesh.DBFile), store.Options{BusyTimeout: cfg.StoreBusyTimeout})
-	if err != nil {
-		return err
-	}
-	defer db.Close()
 	auth, err := ca.Load(filepath.Join(ctlDir, mesh.CADir))
 	if err != nil {
 		return err
@@ -97,10 +93,22 @@ func (m *Mesh) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	dbPath := filepath.Join(ctlDir, mesh.DBFile)
+	if err := m.rebuildStore(ctx, dbPath, auth, ctlKeys); err != nil {
+		return err
+	}
+	db, err := store.OpenWith(ctx, dbPath, store.Options{BusyTimeout: cfg.StoreBusyTimeout})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
 	bus, err := m.newBus(ctx, db, auth, ctlKeys)
 	if err != nil {
 		return err
 	}
+	// The controller's store: read from db, written through the log on
+	// the bus, which db is a view of.
+	truth := journal.New(journal.Config{}, log.With("component", "journal"), db, busConnect(bus, ctlKeys.Full))
 	signKey, err := mesh.LoadSignKey(ctlDir)
 	if err != nil {
 		return err
@@ -149,7 +157,7 @@ func (m *Mesh) Run(ctx context.Context) error {
 		// The metrics token outlives a restart: only its hash is kept.
 		MetricsTokenFile: filepath.Join(ctlDir, mesh.MetricsTokenFile),
 		Parts:            []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
-	}, log.With("component", "controller"), mesh.Deps{DB: db, CA: auth, Bus: bus})
+	}, log.With("component", "controller"), mesh.Deps{DB: truth.Store(), CA: auth, Bus: bus})
 	if err != nil {
 		return err
 	}
@@ -161,6 +169,7 @@ func (m *Mesh) Run(ctx context.Context) error {
 	}
 	parts = append(parts, []part{
 		{"bus", bus.Run, bus.Ready(), cfg.Held.Bus},
+		{"journal", truth.Run, truth.Ready(), nil},
 		{"resolver", dns.Run, dns.Ready(), cfg.Held.DNS},
 		{"controller", ctl.Run, ctl.Ready(), cfg.Held.HTTP},
 		{"host", ownHost(log, agent), agent.Ready(), nil},

@@ -145,16 +145,19 @@ func Create(ctx context.Context, cfg GenesisConfig) (g Genesis, err error) {
 	return Genesis{OperatorSeed: opSeed, NodeSeed: nodeSeed, Root: auth.Root(), SignPub: pub}, nil
 }
 
-// IsMesh reports whether dir (D/controller) holds a mesh's store.
+// IsMesh reports whether dir (D/controller) holds a mesh: its store, or
+// its signing key (a store deleted is rebuilt from the log on the bus).
 func IsMesh(dir string) (bool, error) {
-	_, err := os.Stat(filepath.Join(dir, DBFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
+	for _, name := range []string{DBFile, SignKeyFile} {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return false, fmt.Errorf("look for a mesh in %s: %w", dir, err)
+		}
 	}
-	if err != nil {
-		return false, fmt.Errorf("look for a mesh in %s: %w", dir, err)
-	}
-	return true, nil
+	return false, nil
 }
 
 // LoadSignKey reads the controller's ed25519 signing key from dir.
