@@ -19,9 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -59,6 +59,10 @@ func (c Config) replicas() int { return max(c.Replicas, 1) }
 func (c Config) prefix() string { return lease.Subject(c.bucket(), entryKeyPrefix) }
 
 const entryKeyPrefix = "w."
+
+// voidKeyPrefix and an entry's id is the key that voids the entry: its
+// write is applied as refused.
+const voidKeyPrefix = "void."
 
 // entry is one write in the log.
 type entry struct {
@@ -250,8 +254,11 @@ func (j *Journal) follow(ctx context.Context, js jetstream.JetStream, applied, l
 // apply applies the entry of revision rev, on subject, to the view, and
 // hands the outcome to its writer if it waits here. A write the store
 // refuses is applied as refused (its revision recorded alone): every view
-// refuses it alike. One that could not be made (the store busy) is tried
-// again: it would have been made.
+// refuses it alike. One the store could not make because another writer
+// holds it is voided: a void key for the entry is put in the log before
+// its writer hears the store's error, and any view applying the entry
+// later finds the void and applies it as refused, so no view makes a
+// write its writer was told failed.
 func (j *Journal) apply(ctx context.Context, rev uint64, subject string, data []byte) error {
 	var e entry
 	if err := json.Unmarshal(data, &e); err != nil {
@@ -264,44 +271,42 @@ func (j *Journal) apply(ctx context.Context, rev uint64, subject string, data []
 	if run == nil {
 		return fmt.Errorf("entry %d of the store's log: unknown write %q (written by a newer mesh?)", rev, e.Method)
 	}
-	for {
-		actx := store.WithRevision(ctx, rev)
-		res, err := run(actx, j.db, e.Args)
-		if transient(ctx, err) {
-			if err := pause(ctx); err != nil {
-				return err
-			}
-			continue
+	id := strings.TrimPrefix(subject, j.cfg.prefix())
+	switch _, err := j.kv.Get(ctx, voidKeyPrefix+id); {
+	case err == nil:
+		if err := j.db.MarkApplied(ctx, rev); err != nil && !transient(ctx, err) {
+			return fmt.Errorf("apply entry %d of the store's log: %w", rev, err)
 		}
-		if !store.Recorded(actx) {
-			if merr := j.db.MarkApplied(ctx, rev); merr != nil {
-				if transient(ctx, merr) {
-					if err := pause(ctx); err != nil {
-						return err
-					}
-					continue
-				}
-				return fmt.Errorf("apply entry %d of the store's log: %w", rev, merr)
-			}
+		j.deliver(id, outcome{nil, fmt.Errorf("entry %d of the store's log was voided", rev)})
+		return ctx.Err()
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return fmt.Errorf("apply entry %d of the store's log: look for its void: %w", rev, err)
+	}
+	actx := store.WithRevision(ctx, rev)
+	res, err := run(actx, j.db, e.Args)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if store.IsBusy(err) {
+		if _, verr := j.kv.Create(ctx, voidKeyPrefix+id, []byte(strconv.FormatUint(rev, 10))); verr != nil && !errors.Is(verr, jetstream.ErrKeyExists) {
+			return fmt.Errorf("apply entry %d of the store's log: void it: %w", rev, verr)
 		}
-		j.deliver(strings.TrimPrefix(subject, j.cfg.prefix()), outcome{res, err})
+		j.deliver(id, outcome{res, err})
 		return nil
 	}
+	if !store.Recorded(actx) {
+		if merr := j.db.MarkApplied(ctx, rev); merr != nil && !transient(ctx, merr) {
+			return fmt.Errorf("apply entry %d of the store's log: %w", rev, merr)
+		}
+	}
+	j.deliver(id, outcome{res, err})
+	return nil
 }
 
 // transient says err is one a view would not meet again: the store busy,
 // or ctx ended.
 func transient(ctx context.Context, err error) bool {
 	return err != nil && (store.IsBusy(err) || ctx.Err() != nil)
-}
-
-func pause(ctx context.Context) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(10 * time.Millisecond):
-		return nil
-	}
 }
 
 func (j *Journal) deliver(id string, o outcome) {
