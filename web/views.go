@@ -371,6 +371,17 @@ var funcs = map[string]any{
 		return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 	},
 	"join": strings.Join,
+	"micros": func(us int64) string {
+		d := time.Duration(us) * time.Microsecond
+		if d >= time.Millisecond {
+			d = d.Round(100 * time.Microsecond)
+		}
+		return d.String()
+	},
+	// changedIn says a report with outcome changed its resource.
+	"changedIn": func(outcome string) bool {
+		return outcome == spec.Created || outcome == spec.Changed || outcome == spec.Removed
+	},
 	"paths": func(o *spec.NodeOverlay) string {
 		if o == nil {
 			return ""
