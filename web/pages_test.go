@@ -29,6 +29,7 @@ func serve(t *testing.T, src Source, g *Gate) (*Pages, *httptest.Server) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ready\n") })
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "mesh_ready 1\n") })
+	mux.HandleFunc("GET /roots.pem", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "-----BEGIN CERTIFICATE-----\n") })
 	p.Register(mux)
 	srv := httptest.NewServer(p.Guard(g, mux))
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
