@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/pebbletest"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/seal"
@@ -181,6 +182,7 @@ func TestEdgeRestartedWithTheBusDownServesItsOwnCopies(t *testing.T) {
 // the name served with the certificate it had.
 func TestEdgeKeepsServingWhenTheBusIsGone(t *testing.T) {
 	t.Parallel()
+	optin.NeedSlow(t, "waits out two renewals of a 40 s certificate")
 	rig := newEdgeRig(t, pebbletest.Validity(edgeShortLife))
 	b := startEdgeBus(t, map[string]bool{"alpha": true})
 	// certmagic backs off a name's failed renewals for the whole process:
