@@ -85,9 +85,15 @@ func (s *edgeServe) transport(tc *tls.Config) *http.Transport {
 		TLSHandshakeTimeout:   edgeBackendDial,
 		ResponseHeaderTimeout: edgeBackendHeader,
 		IdleConnTimeout:       edgeIdle,
-		MaxIdleConnsPerHost:   16,
+		MaxIdleConnsPerHost:   edgeBackendIdle,
 	}
 }
+
+// edgeBackendIdle is how many idle connections the edge keeps to one
+// backend: more than it has requests to that backend at once, so every
+// connection goes back to the pool after its response and none is closed
+// and dialled again under load (idle ones close after edgeIdle).
+const edgeBackendIdle = 1024
 
 // roundTripper is a function as an http.RoundTripper.
 type roundTripper func(*http.Request) (*http.Response, error)
