@@ -15,6 +15,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/internal/testport"
 	"github.com/nats-io/nats.go"
@@ -209,6 +210,7 @@ func publish(js jetstream.JetStream, subject, data string, within time.Duration)
 // server down, refuses them with two down, and after all three restart on
 // their stores holds every write it acknowledged.
 func TestClusterKeepsAcknowledgedWrites(t *testing.T) {
+	optin.NeedSlow(t, "three servers stopped and started, waiting for their elections")
 	c := newCluster(t, 3, nil)
 	c.startAll(t)
 	js := c.js(t, 0)

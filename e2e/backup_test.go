@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 )
 
@@ -24,6 +25,7 @@ import (
 // passphrase writes nothing; a directory not empty is refused.
 func TestBackupRestoredTakesOverTheFleet(t *testing.T) {
 	t.Parallel()
+	optin.NeedSlow(t, "a mesh backed up, stopped, restored and converged again")
 	m := newMesh(t, "--root", t.TempDir())
 	betaRoot := t.TempDir()
 	m.join(t, "beta", "--root", betaRoot)

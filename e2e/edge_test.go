@@ -106,6 +106,21 @@ func siteModule(t *testing.T, port int) string {
 // order.
 func TestEdgeHostRestartedServesItsKeptCertificates(t *testing.T) {
 	t.Parallel()
+	edgeHostRestarted(t, false)
+}
+
+// TestEdgeHostRestartedWithTheControllerDown: as
+// TestEdgeHostRestartedServesItsKeptCertificates, with the controller
+// (and the bus with the edges' bucket) stopped before the edge's host
+// starts again: it serves the name from its own copy all the same.
+func TestEdgeHostRestartedWithTheControllerDown(t *testing.T) {
+	t.Parallel()
+	edgeHostRestarted(t, true)
+}
+
+// edgeHostRestarted is the restart of an edge's host, the controller
+// stopped first when controllerDown says so.
+func edgeHostRestarted(t *testing.T, controllerDown bool) {
 	httpAddr, httpsAddr := port(t), port(t)
 	httpsPort := pebbletest.Port(t, httpsAddr)
 	pb := pebbletest.Start(t, pebbletest.Port(t, httpAddr), httpsPort)
@@ -172,6 +187,9 @@ func TestEdgeHostRestartedServesItsKeptCertificates(t *testing.T) {
 	beta.stop(t)
 	if _, err := client.Get(page); err == nil {
 		t.Fatal("the edge still answers with its host stopped")
+	}
+	if controllerDown {
+		m.d.stop(t)
 	}
 	restarted := time.Now()
 	beta = start(t, "host", "--dir", betaDir)

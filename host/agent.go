@@ -323,6 +323,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopWatching()
 	certs := a.wire(nc, root)
 	defer certs.stop()
+	a.safely("edge", func() { a.serveKeptEdge(ctx) })
 	in, err := a.subscribe(nc)
 	defer in.unsubscribe()
 	if err != nil {

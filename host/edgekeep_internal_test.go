@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/pebbletest"
 	"github.com/mesh-fleet/mesh/internal/poll"
 )
@@ -66,6 +67,7 @@ func TestEdgeRestartedServesItsKeptCertificates(t *testing.T) {
 // fail across the renewal.
 func TestEdgeRenewsBeforeExpiryWithNoFailedRequest(t *testing.T) {
 	t.Parallel()
+	optin.NeedSlow(t, "waits out a 40 s certificate's renewal")
 	rig := newEdgeRig(t, pebbletest.Validity(edgeShortLife))
 	const name = "renew.example.test"
 	rig.edge(t, edgeShortRenew, map[string]string{name: edgePage(t, "renew")})
@@ -109,6 +111,7 @@ func TestEdgeRenewsBeforeExpiryWithNoFailedRequest(t *testing.T) {
 // valid: no request of a client requesting every 100 ms fails.
 func TestEdgeKeepsServingWhenTheACMECAIsGone(t *testing.T) {
 	t.Parallel()
+	optin.NeedSlow(t, "waits out a 40 s certificate's failed renewal")
 	rig := newEdgeRig(t, pebbletest.Validity(edgeShortLife))
 	// certmagic backs off a name's failed renewals for the whole process:
 	// a name of this run's own, so a run of -count=N fails anew each time.

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // edgeTargetKey is the context key of the route a request goes to.
@@ -28,6 +29,7 @@ func (s *edgeServe) proxy() http.Handler {
 		secure = s.transport(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	}
 	rp := &httputil.ReverseProxy{
+		BufferPool: &edgeBuffers{},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(edgeTargetKey{}).(edgeTarget)
 			scheme := "http"
@@ -85,7 +87,34 @@ func (s *edgeServe) transport(tc *tls.Config) *http.Transport {
 		TLSHandshakeTimeout:   edgeBackendDial,
 		ResponseHeaderTimeout: edgeBackendHeader,
 		IdleConnTimeout:       edgeIdle,
-		MaxIdleConnsPerHost:   16,
+		MaxIdleConnsPerHost:   edgeBackendIdle,
+	}
+}
+
+// edgeBackendIdle is how many idle connections the edge keeps to one
+// backend: more than it has requests to that backend at once, so every
+// connection goes back to the pool after its response and none is closed
+// and dialled again under load (idle ones close after edgeIdle).
+const edgeBackendIdle = 1024
+
+// edgeBufferSize is the size of the buffers a response's body is copied
+// through, httputil.ReverseProxy's own.
+const edgeBufferSize = 32 << 10
+
+// edgeBuffers is the proxy's httputil.BufferPool: a response's body is
+// copied through a buffer used before, not one allocated a request.
+type edgeBuffers struct{ pool sync.Pool }
+
+func (b *edgeBuffers) Get() []byte {
+	if p, ok := b.pool.Get().(*[edgeBufferSize]byte); ok {
+		return p[:]
+	}
+	return new([edgeBufferSize]byte)[:]
+}
+
+func (b *edgeBuffers) Put(buf []byte) {
+	if len(buf) == edgeBufferSize {
+		b.pool.Put((*[edgeBufferSize]byte)(buf))
 	}
 }
 

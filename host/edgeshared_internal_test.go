@@ -109,7 +109,7 @@ func TestEdgesShareOneCertificate(t *testing.T) {
 		if res, err := (edgeApplier{edge: g}).Apply(context.Background(), r, nil); err != nil || res.Outcome != spec.Created {
 			t.Fatalf("apply on %s: %+v, %v", node, res, err)
 		}
-		if _, ok := g.serves.magic.Storage.(*edgeStore); !ok {
+		if _, ok := g.serves.magic.Storage.(*edgeLayered); !ok {
 			t.Fatalf("the edge on %s keeps its certificates in %T, want the edges' bucket", node, g.serves.magic.Storage)
 		}
 	}

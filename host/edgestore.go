@@ -299,8 +299,10 @@ func (g *edge) share(nc *nats.Conn, key *seal.NodeKey) {
 }
 
 // storage is where the edge e keeps its ACME account and certificates:
-// the edges' bucket when e carries the storage key and the host has the
-// bus and its sealing key, else the host's own directory.
+// the edges' bucket over the host's own directory (edgeLayered) when e
+// carries the storage key and the host has the bus and its sealing key,
+// else the host's own directory. The bucket is opened on first use, so
+// the edge starts with the bus down.
 func (g *edge) storage(e spec.EdgeSpec) (certmagic.Storage, error) {
 	g.mu.Lock()
 	sh := g.shared
@@ -312,11 +314,8 @@ func (g *edge) storage(e spec.EdgeSpec) (certmagic.Storage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edge %q: open its storage key: %w", e.Name, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), busTimeout)
-	defer cancel()
-	s, err := openEdgeStore(ctx, sh.nc, key)
-	if err != nil {
-		return nil, fmt.Errorf("edge %q: %w", e.Name, err)
+	if _, err := seal.NewRestKey(key); err != nil {
+		return nil, fmt.Errorf("edge %q: the edge storage key: %w", e.Name, err)
 	}
-	return s, nil
+	return newEdgeLayered(g.dir, sh.nc, key, g.log.With("edge", e.Name)), nil
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +32,9 @@ import (
 // their own, the others with their own only.
 type edgeBus struct {
 	bus   *broker.Server
+	cfg   broker.Config
+	addr  string // where it listens, the same across stop and run
+	end   func() // stops the bus running
 	auth  *ca.Authority
 	full  *nats.Conn
 	nodes map[string]nkeys.KeyPair
@@ -63,27 +67,45 @@ func startEdgeBus(t *testing.T, edges map[string]bool) *edgeBus {
 		}
 		users = append(users, broker.User{NKey: pub, Publish: p.Publish, Subscribe: p.Subscribe})
 	}
-	b.bus, err = broker.New(broker.Config{Listen: "127.0.0.1:0", StoreDir: t.TempDir(),
-		TLS: &tls.Config{Certificates: []tls.Certificate{cert}}, Users: users}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { b.bus.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-b.bus.Ready():
-	case <-done:
-		t.Fatal("the bus stopped before it was ready")
-	}
+	b.cfg = broker.Config{Listen: "127.0.0.1:0", StoreDir: t.TempDir(),
+		TLS: &tls.Config{Certificates: []tls.Certificate{cert}}, Users: users}
+	b.run(t)
 	b.full = b.connect(t, ctlPub, ctl, "")
 	js, _ := jetstream.New(b.full)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: spec.EdgeBucket, History: 1, Storage: jetstream.FileStorage, Replicas: 1}); err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
+
+// run starts the bus, on the address it had when it ran before, with
+// what it stored then, until stop or the test's end.
+func (b *edgeBus) run(t *testing.T) {
+	t.Helper()
+	if b.addr != "" {
+		b.cfg.Listen = b.addr
+	}
+	bus, err := broker.New(b.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { bus.Run(ctx); close(done) }()
+	b.end = sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(b.end)
+	select {
+	case <-bus.Ready():
+	case <-done:
+		t.Fatal("the bus stopped before it was ready")
+	}
+	b.bus, b.addr = bus, bus.Addr()
+}
+
+// stop stops the bus, as the controller's going down does.
+func (b *edgeBus) stop() { b.end() }
 
 // connect connects as the user pub (kp), with the inbox of node when one
 // is named, as a host does.
@@ -96,7 +118,7 @@ func (b *edgeBus) connect(t *testing.T, pub string, kp nkeys.KeyPair, node strin
 	if node != "" {
 		opts = append(opts, nats.CustomInboxPrefix(spec.NodeInbox(node)))
 	}
-	nc, err := nats.Connect("nats://"+b.bus.Addr(), append(opts, more...)...)
+	nc, err := nats.Connect("nats://"+b.addr, append(opts, more...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

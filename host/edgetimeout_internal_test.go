@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/testport"
 	"github.com/mesh-fleet/mesh/spec"
 )
@@ -19,6 +20,7 @@ import (
 // edge once the read-header timeout has passed, not held open.
 func TestEdgeCutsOffSlowClients(t *testing.T) {
 	t.Parallel()
+	optin.NeedSlow(t, "waits out the 10 s read-header timeout")
 	// No name is served, so no CA is asked for anything.
 	g := newEdge(filepath.Join(t.TempDir(), EdgeDir), "", slog.New(slog.DiscardHandler))
 	t.Cleanup(g.stop)

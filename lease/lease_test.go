@@ -17,6 +17,7 @@ import (
 // own server of a cluster, leads; when its server goes, it steps down
 // within the TTL, and another leads, never two at once.
 func TestPartitionedLeaderStepsDown(t *testing.T) {
+	t.Parallel()
 	b := startBus(t, 3)
 	bucket(t, b.js(t, 0), 3)
 	var cs []*campaigner
@@ -41,6 +42,7 @@ func TestPartitionedLeaderStepsDown(t *testing.T) {
 // a write fenced by the revision it held is refused while the new
 // leader's is stored.
 func TestPausedLeaderIsFenced(t *testing.T) {
+	t.Parallel()
 	b := startBus(t, 1)
 	js := b.js(t, 0)
 	kv := bucket(t, js, 1)
@@ -91,6 +93,7 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 // does: the leader keeps it across renewals while another campaigns, and
 // the next takes it when it goes.
 func TestClockSkewDoesNotDecide(t *testing.T) {
+	t.Parallel()
 	b := startBus(t, 1)
 	js := b.js(t, 0)
 	bucket(t, js, 1)
@@ -130,6 +133,7 @@ func keeps(t *testing.T, leader, other *campaigner) {
 // revision its key does not have stores nothing; the same batch expecting
 // the right one stores every message.
 func TestFencedBatchIsAtomic(t *testing.T) {
+	t.Parallel()
 	b := startBus(t, 1)
 	js := b.js(t, 0)
 	kv := bucket(t, js, 1)
@@ -174,6 +178,7 @@ func TestFencedBatchIsAtomic(t *testing.T) {
 // TestNewChecksConfig: a campaign without what it needs, or with a TTL
 // the bus cannot keep, is refused.
 func TestNewChecksConfig(t *testing.T) {
+	t.Parallel()
 	b := startBus(t, 1)
 	js := b.js(t, 0)
 	good := lease.Config{Bucket: bucketName, Key: leaseKey, Name: "a", TTL: ttl}
@@ -200,6 +205,7 @@ func TestNewChecksConfig(t *testing.T) {
 // TestLeadsOnlyAfterARenewal: a campaigner that created the key is a
 // candidate, not leading, until its first renewal succeeds.
 func TestLeadsOnlyAfterARenewal(t *testing.T) {
+	t.Parallel()
 	b := startBus(t, 1)
 	js := b.js(t, 0)
 	bucket(t, js, 1)

@@ -18,6 +18,8 @@ type fakeSource struct {
 	status  spec.StatusResult
 	nodes   []spec.Node
 	audit   []spec.AuditEntry
+	grants  []spec.GrantInfo
+	overlay spec.OverlayShowResult
 	changes chan struct{}
 }
 
@@ -60,14 +62,20 @@ func (f *fakeSource) Node(_ context.Context, name string) (spec.Node, error) {
 }
 
 func (f *fakeSource) Overlay(context.Context) (spec.OverlayShowResult, error) {
-	return spec.OverlayShowResult{}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.overlay, nil
 }
 
 func (f *fakeSource) Certs(_ context.Context, node string) ([]spec.IssuedCert, error) {
 	return []spec.IssuedCert{{Serial: "01", Node: node, Names: []string{node + ".internal"}, NotAfter: time.Now().Add(48 * time.Hour), Issued: time.Now()}}, nil
 }
 
-func (f *fakeSource) Grants(context.Context) ([]spec.GrantInfo, error) { return nil, nil }
+func (f *fakeSource) Grants(context.Context) ([]spec.GrantInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.grants, nil
+}
 
 func (f *fakeSource) Modules(context.Context) ([]spec.ModuleInfo, error) {
 	return []spec.ModuleInfo{{Name: "web", Version: "1", Resources: 2, Nodes: []string{"node0000"}}}, nil
@@ -81,7 +89,9 @@ func (f *fakeSource) Audit(context.Context, time.Time) ([]spec.AuditEntry, error
 
 func (f *fakeSource) Changes() <-chan struct{} { return f.changes }
 
-func (f *fakeSource) SilentAfter(interval time.Duration) time.Duration { return 2*interval + time.Second }
+func (f *fakeSource) SilentAfter(interval time.Duration) time.Duration {
+	return 2*interval + time.Second
+}
 
 // change changes the fleet and says so.
 func (f *fakeSource) change(fn func(*spec.StatusResult, *[]spec.Node)) {

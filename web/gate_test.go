@@ -51,8 +51,8 @@ func (j insecureJar) SetCookies(u *url.URL, cs []*http.Cookie) {
 // TestGateOffLoopbackNeedsASession: off loopback, a page without a
 // session is the sign-in page, never the data; a login link starts a
 // session once (HttpOnly, Secure, SameSite=Strict, 12 h) and never again;
-// the session ends after 12 h, and a link after 5 minutes; /healthz is
-// open, /metrics needs the bearer token.
+// the session ends after 12 h, and a link after 5 minutes; /healthz,
+// /roots.pem and the assets are open, /metrics needs the bearer token.
 func TestGateOffLoopbackNeedsASession(t *testing.T) {
 	clk := &clock{now: time.Now()}
 	g, err := NewGate(false, "", clk.Now)
@@ -62,14 +62,16 @@ func TestGateOffLoopbackNeedsASession(t *testing.T) {
 	src := newFake(3, time.Now())
 	_, srv := serve(t, src, g)
 	c := jar(t)
-	for _, path := range []string{"/", "/nodes", "/nodes/node0001", "/events", "/modules"} {
+	for _, path := range []string{"/", "/nodes", "/nodes/node0001", "/events", "/modules", "/activity", "/public"} {
 		code, body, _ := get(t, c, srv.URL+path)
 		if code != http.StatusUnauthorized || !strings.Contains(body, "Sign in") || strings.Contains(body, "node0001") {
 			t.Errorf("%s without a session: %d\n%s", path, code, body)
 		}
 	}
-	if code, _, _ := get(t, c, srv.URL+"/healthz"); code != 200 {
-		t.Errorf("/healthz: %d", code)
+	for _, path := range []string{"/healthz", "/roots.pem", "/assets/style.css"} {
+		if code, _, _ := get(t, c, srv.URL+path); code != 200 {
+			t.Errorf("%s without a session: %d", path, code)
+		}
 	}
 
 	token, _ := g.Login()

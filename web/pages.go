@@ -1,5 +1,5 @@
 // Package web is the controller's status page: the fleet, its nodes, a
-// node, the modules and the pushes and rolls, rendered with html/template
+// node, the modules, the pushes and rolls and the public names, rendered with html/template
 // from a read-only Source, its few assets embedded in the binary, followed
 // live over one Server-Sent Events stream; and the access rules of the
 // listener it is served on (Gate): open on loopback, a login link and a
@@ -46,8 +46,8 @@ func New(src Source, log *slog.Logger, now func() time.Time) (*Pages, error) {
 		now = time.Now
 	}
 	p := &Pages{src: src, now: now, log: log, tmpl: map[string]*template.Template{}}
-	for _, page := range []string{"fleet", "nodes", "node", "modules", "activity", "login", "problem"} {
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html")
+	for _, page := range []string{"fleet", "nodes", "node", "modules", "activity", "public", "login", "problem"} {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/parts.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parse the %s page: %w", page, err)
 		}
@@ -67,6 +67,7 @@ func (p *Pages) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /nodes/{name}", p.page("node", p.node))
 	mux.HandleFunc("GET /modules", p.page("modules", p.modules))
 	mux.HandleFunc("GET /activity", p.page("activity", p.activity))
+	mux.HandleFunc("GET /public", p.page("public", p.public))
 	mux.HandleFunc("GET /events", p.events)
 	assets, _ := fs.Sub(assetFiles, "assets")
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
@@ -136,10 +137,12 @@ func (p *Pages) fail(w http.ResponseWriter, err error) {
 }
 
 // problemLine is one thing standing in the way of the all-clear: the
-// node it starts with when it names one (shown as a link), and the rest.
+// node it names (shown as a link; "" when none), the text before it and
+// the rest.
 type problemLine struct {
-	Node string
-	Rest string
+	Before string
+	Node   string
+	Rest   string
 }
 
 // nodeOf is the node a problem line is about: the longest node name the

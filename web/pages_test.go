@@ -29,6 +29,7 @@ func serve(t *testing.T, src Source, g *Gate) (*Pages, *httptest.Server) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ready\n") })
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "mesh_ready 1\n") })
+	mux.HandleFunc("GET /roots.pem", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "-----BEGIN CERTIFICATE-----\n") })
 	p.Register(mux)
 	srv := httptest.NewServer(p.Guard(g, mux))
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
@@ -124,8 +125,8 @@ func TestPagesListNodesModulesAndActivity(t *testing.T) {
 	}
 }
 
-// TestStatusFieldsWithoutAPlaceAreTables: a field of status the fleet page
-// has no place of its own for (the public names) is a table of its rows.
+// TestStatusFieldsWithoutAPlaceAreTables: a field of status no page has a
+// place of its own for is a table of its rows.
 func TestStatusFieldsWithoutAPlaceAreTables(t *testing.T) {
 	s := tableOf("public names", []byte(`[{"name":"www.example.com","edge":"alpha","cert":"valid until 2030"},{"name":"<b>x</b>","edge":"beta"}]`))
 	if strings.Join(s.Columns, ",") != "cert,edge,name" || len(s.Rows) != 2 || s.Rows[0][2] != "www.example.com" || s.Rows[1][0] != "" {

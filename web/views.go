@@ -20,9 +20,11 @@ type fleetView struct {
 	Problems []problemLine
 	Versions []versionLine
 	Silent   int
-	// Extra are the sections of status's answer this page has no place
-	// of its own for (the public names, once status carries them), shown
-	// as tables.
+	// Public counts the public names, and PublicFailing those an edge
+	// has a problem with.
+	Public, PublicFailing int
+	// Extra are the sections of status's answer no page has a place of
+	// its own for, shown as tables.
 	Extra []section
 }
 
@@ -46,8 +48,18 @@ func (p *Pages) fleet(r *http.Request) (view, error) {
 		}
 	}
 	for _, pr := range st.Problems {
+		if pl, ok := edgeProblem(pr, st.Public); ok {
+			v.Problems = append(v.Problems, pl)
+			continue
+		}
 		node := nodeOf(pr, names)
 		v.Problems = append(v.Problems, problemLine{Node: node, Rest: pr[len(node):]})
+	}
+	v.Public = len(st.Public) + st.PublicOmitted
+	for _, ps := range st.Public {
+		if publicFailing(ps) {
+			v.PublicFailing++
+		}
 	}
 	return view{"Fleet", v, digestOf(st)}, nil
 }
@@ -127,6 +139,9 @@ type nodeView struct {
 	// issued, soonest to expire first.
 	Certs  []spec.IssuedCert
 	Grants []spec.GrantInfo
+	// Public are the public names it serves inside the mesh, and those
+	// it holds a certificate for as an edge.
+	Public publicTable
 	Now    time.Time
 }
 
@@ -144,7 +159,7 @@ func (p *Pages) node(r *http.Request) (view, error) {
 	if err != nil {
 		return view{}, err
 	}
-	v := nodeView{Node: n, Now: st.Time, AgeMS: -1}
+	v := nodeView{Node: n, Now: st.Time, AgeMS: -1, Public: tableOfPublic(publicOf(st.Public, name), st.Time)}
 	for i := range st.Nodes {
 		if st.Nodes[i].Node == name {
 			v.Status = &st.Nodes[i]
@@ -239,9 +254,8 @@ type section struct {
 	Rows    [][]string
 }
 
-// knownStatus are status's fields the fleet page shows in places of
-// their own.
-var knownStatus = []string{"time", "nodes", "versions", "all_clear", "problems", "intermediate", "roll", "store_busy"}
+// knownStatus are status's fields the pages show in places of their own.
+var knownStatus = []string{"time", "nodes", "versions", "all_clear", "problems", "intermediate", "roll", "store_busy", "public", "public_omitted"}
 
 // extraSections are the fields of st the fleet page has no place for, as
 // tables: a list of objects is a table of their fields, anything else one
@@ -330,6 +344,13 @@ var funcs = map[string]any{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
+	"fromNow": func(t, now time.Time) string {
+		d := t.Sub(now).Round(time.Second)
+		if d < 0 {
+			return (-d).String() + " ago"
+		}
+		return "in " + d.String()
+	},
 	"until": func(t, now time.Time) string {
 		d := t.Sub(now).Round(time.Minute)
 		if d < 0 {
@@ -350,6 +371,17 @@ var funcs = map[string]any{
 		return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 	},
 	"join": strings.Join,
+	"micros": func(us int64) string {
+		d := time.Duration(us) * time.Microsecond
+		if d >= time.Millisecond {
+			d = d.Round(100 * time.Microsecond)
+		}
+		return d.String()
+	},
+	// changedIn says a report with outcome changed its resource.
+	"changedIn": func(outcome string) bool {
+		return outcome == spec.Created || outcome == spec.Changed || outcome == spec.Removed
+	},
 	"paths": func(o *spec.NodeOverlay) string {
 		if o == nil {
 			return ""
