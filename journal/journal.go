@@ -98,6 +98,11 @@ type Journal struct {
 	// kv is the log's bucket, set before ready closes.
 	kv jetstream.KeyValue
 
+	// voided are the ids of the entries voided in the log: read from the
+	// bucket when Run begins, and added to as the applier voids one.
+	// Only the applier reads or writes it.
+	voided map[string]bool
+
 	// mu guards waiting: the writers waiting for their entry's apply, by
 	// the entry's key.
 	mu      sync.Mutex
@@ -131,6 +136,9 @@ func (j *Journal) Run(ctx context.Context) error {
 		return err
 	}
 	j.kv = kv
+	if j.voided, err = voids(ctx, kv); err != nil {
+		return err
+	}
 	stream, err := js.Stream(ctx, "KV_"+j.cfg.bucket())
 	if err != nil {
 		return fmt.Errorf("read the log's stream: %w", err)
@@ -183,6 +191,20 @@ func openLog(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream
 		return nil, fmt.Errorf("open the store's snapshots: %w", err)
 	}
 	return kv, nil
+}
+
+// voids are the ids of the entries voided in the log kv holds.
+func voids(ctx context.Context, kv jetstream.KeyValue) (map[string]bool, error) {
+	keys, err := kv.ListKeysFiltered(ctx, voidKeyPrefix+">")
+	if err != nil {
+		return nil, fmt.Errorf("read the voids of the store's log: %w", err)
+	}
+	defer keys.Stop()
+	ids := map[string]bool{}
+	for k := range keys.Keys() {
+		ids[strings.TrimPrefix(k, voidKeyPrefix)] = true
+	}
+	return ids, nil
 }
 
 // firstEntry is the log's first entry, or jetstream.ErrMsgNotFound.
@@ -257,8 +279,9 @@ func (j *Journal) follow(ctx context.Context, js jetstream.JetStream, applied, l
 // refuses it alike. One the store could not make because another writer
 // holds it is voided: a void key for the entry is put in the log before
 // its writer hears the store's error, and any view applying the entry
-// later finds the void and applies it as refused, so no view makes a
-// write its writer was told failed.
+// later (its journal started after the void was put, so it read the
+// void) applies it as refused, so no view makes a write its writer was
+// told failed.
 func (j *Journal) apply(ctx context.Context, rev uint64, subject string, data []byte) error {
 	var e entry
 	if err := json.Unmarshal(data, &e); err != nil {
@@ -272,15 +295,12 @@ func (j *Journal) apply(ctx context.Context, rev uint64, subject string, data []
 		return fmt.Errorf("entry %d of the store's log: unknown write %q (written by a newer mesh?)", rev, e.Method)
 	}
 	id := strings.TrimPrefix(subject, j.cfg.prefix())
-	switch _, err := j.kv.Get(ctx, voidKeyPrefix+id); {
-	case err == nil:
+	if j.voided[id] {
 		if err := j.db.MarkApplied(ctx, rev); err != nil && !transient(ctx, err) {
 			return fmt.Errorf("apply entry %d of the store's log: %w", rev, err)
 		}
 		j.deliver(id, outcome{nil, fmt.Errorf("entry %d of the store's log was voided", rev)})
 		return ctx.Err()
-	case !errors.Is(err, jetstream.ErrKeyNotFound):
-		return fmt.Errorf("apply entry %d of the store's log: look for its void: %w", rev, err)
 	}
 	actx := store.WithRevision(ctx, rev)
 	res, err := run(actx, j.db, e.Args)
@@ -291,6 +311,7 @@ func (j *Journal) apply(ctx context.Context, rev uint64, subject string, data []
 		if _, verr := j.kv.Create(ctx, voidKeyPrefix+id, []byte(strconv.FormatUint(rev, 10))); verr != nil && !errors.Is(verr, jetstream.ErrKeyExists) {
 			return fmt.Errorf("apply entry %d of the store's log: void it: %w", rev, verr)
 		}
+		j.voided[id] = true
 		j.deliver(id, outcome{res, err})
 		return nil
 	}

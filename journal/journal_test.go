@@ -27,7 +27,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 // startBus starts a bus keeping JetStream in dir, and returns how to reach
 // it in process.
-func startBus(t *testing.T, dir string) func(context.Context) (jetstream.JetStream, error) {
+func startBus(t testing.TB, dir string) func(context.Context) (jetstream.JetStream, error) {
 	t.Helper()
 	auth, err := ca.Create(t.TempDir(), "test", time.Now())
 	if err != nil {
@@ -67,7 +67,7 @@ func startBus(t *testing.T, dir string) func(context.Context) (jetstream.JetStre
 }
 
 // running is a journal run on the store at path, and how to stop it.
-func running(t *testing.T, path string, connect func(context.Context) (jetstream.JetStream, error)) (*journal.View, func()) {
+func running(t testing.TB, path string, connect func(context.Context) (jetstream.JetStream, error)) (*journal.View, func()) {
 	t.Helper()
 	db, err := store.Open(context.Background(), path)
 	if err != nil {
