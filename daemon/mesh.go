@@ -97,7 +97,7 @@ func (m *Mesh) Run(ctx context.Context) error {
 	if err := m.rebuildStore(ctx, dbPath, auth, ctlKeys); err != nil {
 		return err
 	}
-	db, err := store.OpenWith(ctx, dbPath, store.Options{BusyTimeout: cfg.StoreBusyTimeout})
+	db, err := store.OpenWith(ctx, dbPath, store.Options{BusyTimeout: cfg.StoreBusyTimeout, ViewOfLog: true})
 	if err != nil {
 		return err
 	}

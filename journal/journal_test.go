@@ -69,7 +69,7 @@ func startBus(t testing.TB, dir string) func(context.Context) (jetstream.JetStre
 // running is a journal run on the store at path, and how to stop it.
 func running(t testing.TB, path string, connect func(context.Context) (jetstream.JetStream, error)) (*journal.View, func()) {
 	t.Helper()
-	db, err := store.Open(context.Background(), path)
+	db, err := store.OpenWith(context.Background(), path, store.Options{ViewOfLog: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,9 @@ func (j *Journal) begin(ctx context.Context, js jetstream.JetStream) error {
 	if err := j.db.MarkApplied(ctx, 0); err != nil {
 		return fmt.Errorf("begin the store's log: %w", err)
 	}
+	if err := j.db.Sync(ctx); err != nil {
+		return fmt.Errorf("begin the store's log: %w", err)
+	}
 	dir, err := os.MkdirTemp("", "mesh-snapshot-")
 	if err != nil {
 		return fmt.Errorf("begin the store's log: %w", err)

@@ -95,6 +95,12 @@ type Options struct {
 	// BusyTimeout is how long a write waits for another writer's lock
 	// before it fails (DefaultBusyTimeout when zero).
 	BusyTimeout time.Duration
+	// ViewOfLog says the store is a view of a log that keeps every write
+	// it applies, synced, and applies again what the view lost: its
+	// commits are then not synced (WAL with synchronous NORMAL), so a
+	// crash may lose the last of them, whole, never part of one nor
+	// the applied revision apart from its write.
+	ViewOfLog bool
 }
 
 // DSN is the data source name for the file at path, with the default
@@ -110,7 +116,11 @@ func (o Options) DSN(path string) string {
 	}
 	q := url.Values{}
 	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(FULL)")
+	if o.ViewOfLog {
+		q.Add("_pragma", "synchronous(NORMAL)")
+	} else {
+		q.Add("_pragma", "synchronous(FULL)")
+	}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", max(busy.Milliseconds(), 1)))
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Set("_txlock", "immediate")

@@ -63,6 +63,16 @@ func (db *DB) MarkApplied(ctx context.Context, rev uint64) error {
 	return db.tx(WithRevision(ctx, rev), func(*sql.Tx) error { return nil })
 }
 
+// Sync makes every write committed so far durable, in a store opened as
+// a view of a log (whose commits are not synced each): it checkpoints the
+// write-ahead log, which syncs it and then the database.
+func (db *DB) Sync(ctx context.Context) error {
+	if _, err := db.sql.ExecContext(ctx, `PRAGMA wal_checkpoint(FULL)`); err != nil {
+		return fmt.Errorf("sync the store: %w", err)
+	}
+	return nil
+}
+
 // CopyTo writes a consistent copy of the open store to the new file into
 // (VACUUM INTO), while writes go on.
 func (db *DB) CopyTo(ctx context.Context, into string) error {

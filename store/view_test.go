@@ -2,6 +2,9 @@ package store_test
 
 import (
 	"context"
+	"net/url"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,5 +76,34 @@ func TestChangeSettingsOnlyFromWhatItRead(t *testing.T) {
 		if err != nil || a.Settings["k"] != want {
 			t.Errorf("settings of web on %s = %v, %v; want k=%s", node, a.Settings, err, want)
 		}
+	}
+}
+
+// A store that is a view of a log does not sync each commit (the log
+// keeps the writes synced); a plain store syncs every one. Sync makes a
+// view's commits durable.
+func TestViewOfLogCommitsUnsynced(t *testing.T) {
+	for _, c := range []struct {
+		opts store.Options
+		want string
+	}{{store.Options{}, "synchronous(FULL)"}, {store.Options{ViewOfLog: true}, "synchronous(NORMAL)"}} {
+		if dsn := c.opts.DSN("/d/mesh.db"); !strings.Contains(dsn, url.QueryEscape(c.want)) {
+			t.Errorf("DSN with %+v = %q, lacks %s", c.opts, dsn, c.want)
+		}
+	}
+	ctx := context.Background()
+	db, err := store.OpenWith(ctx, filepath.Join(t.TempDir(), "mesh.db"), store.Options{ViewOfLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.MarkApplied(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rev, err := db.Applied(ctx); err != nil || rev != 7 {
+		t.Fatalf("Applied after Sync = %d, %v; want 7", rev, err)
 	}
 }
