@@ -95,7 +95,8 @@ type Journal struct {
 	ops     map[string]applyFunc
 	ready   chan struct{}
 
-	// kv is the log's bucket, set before ready closes.
+	// js is the bus and kv the log's bucket, set before ready closes.
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 
 	// voided are the ids of the entries voided in the log: read from the
@@ -135,7 +136,7 @@ func (j *Journal) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	j.kv = kv
+	j.js, j.kv = js, kv
 	if j.voided, err = voids(ctx, kv); err != nil {
 		return err
 	}
@@ -244,6 +245,7 @@ func (j *Journal) follow(ctx context.Context, js jetstream.JetStream, applied, l
 		return fmt.Errorf("follow the store's log: %w", err)
 	}
 	go func() { <-ctx.Done(); it.Stop() }()
+	var p parts
 	for {
 		msg, err := it.Next()
 		if err != nil {
@@ -257,7 +259,14 @@ func (j *Journal) follow(ctx context.Context, js jetstream.JetStream, applied, l
 			return fmt.Errorf("follow the store's log: %w", err)
 		}
 		rev := meta.Sequence.Stream
-		if err := j.apply(ctx, rev, msg.Subject(), msg.Data()); err != nil {
+		data, whole, err := p.add(rev, strings.TrimPrefix(msg.Subject(), j.cfg.prefix()), msg.Data())
+		if err != nil {
+			return err
+		}
+		if !whole {
+			continue
+		}
+		if err := j.apply(ctx, rev, msg.Subject(), data); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -369,7 +378,7 @@ func (j *Journal) write(ctx context.Context, method string, args any) (any, erro
 		delete(j.waiting, id)
 		j.mu.Unlock()
 	}()
-	if _, err := j.kv.Put(ctx, entryKeyPrefix+id, data); err != nil {
+	if err := j.appendEntry(ctx, id, data); err != nil {
 		return nil, fmt.Errorf("write %s to the store's log: %w", method, err)
 	}
 	select {

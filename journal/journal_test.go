@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -219,5 +221,71 @@ func TestEntryAppendedThenKilledIsAppliedOnce(t *testing.T) {
 			t.Fatalf("audit = %+v, want first then second, once each", got)
 		}
 		stop()
+	}
+}
+
+// An entry longer than one message of the bus may carry (the
+// declarations of a push to a large fleet) is appended in parts and
+// applied once, whole: at once, after a restart, and in a rebuilt view.
+func TestLongEntryAppliedWhole(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mesh.db")
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	db, err := store.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []store.Declaration
+	for i := range 500 {
+		name := fmt.Sprintf("n%03d", i)
+		if err := db.AddNode(ctx, store.Node{Name: name, Address: "10.0.0.1", NKey: "U" + name, Joined: at}); err != nil {
+			t.Fatal(err)
+		}
+		body := []byte(strings.Repeat(name, 2000)) // 8 KB a node, past 4 MB in all
+		ds = append(ds, store.Declaration{Node: name, Seq: 1, Body: body, Sig: []byte("sig"), Sent: at, Expires: at.Add(time.Hour)})
+	}
+	db.Close()
+
+	connect := startBus(t, filepath.Join(dir, "js"))
+	v, stop := running(t, path, connect)
+	failed, err := v.RecordDeclarations(ctx, ds)
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("RecordDeclarations of %d declarations: %v, %v", len(ds), failed, err)
+	}
+	check := func(when string, v *journal.View) {
+		t.Helper()
+		for _, i := range []int{0, 250, 499} {
+			d, err := v.LastDeclaration(ctx, ds[i].Node)
+			if err != nil || d.Seq != 1 || string(d.Body) != string(ds[i].Body) {
+				t.Fatalf("%s, %s's declaration: seq %d, %d bytes, %v; want seq 1, %d bytes", when, ds[i].Node, d.Seq, len(d.Body), err, len(ds[i].Body))
+			}
+		}
+	}
+	check("written", v)
+	if err := v.Audit(ctx, store.AuditEntry{At: at, Operator: "op", Verb: "after", Args: "{}", Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	v, stop = running(t, path, connect)
+	check("restarted", v)
+	stop()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	js, err := connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := journal.Rebuild(ctx, js, journal.Config{}, path); err != nil {
+		t.Fatal(err)
+	}
+	v, _ = running(t, path, connect)
+	check("rebuilt", v)
+	if got, err := v.AuditSince(ctx, time.Time{}, 10); err != nil || len(got) != 1 {
+		t.Fatalf("rebuilt, audit = %+v, %v; want the one entry after", got, err)
 	}
 }
