@@ -292,8 +292,8 @@ func (j *Journal) follow(ctx context.Context, js jetstream.JetStream, applied, l
 // void) applies it as refused, so no view makes a write its writer was
 // told failed.
 func (j *Journal) apply(ctx context.Context, rev uint64, subject string, data []byte) error {
-	var e entry
-	if err := json.Unmarshal(data, &e); err != nil {
+	e, err := readEntry(data)
+	if err != nil {
 		return fmt.Errorf("read entry %d of the store's log: %w", rev, err)
 	}
 	run := j.ops[e.Method]
@@ -361,10 +361,7 @@ func (j *Journal) write(ctx context.Context, method string, args any) (any, erro
 	if err != nil {
 		return nil, fmt.Errorf("write %s: %w", method, err)
 	}
-	data, err := json.Marshal(entry{Method: method, Args: raw})
-	if err != nil {
-		return nil, fmt.Errorf("write %s: %w", method, err)
-	}
+	data := encodeEntry(method, raw)
 	id, err := newID()
 	if err != nil {
 		return nil, fmt.Errorf("write %s: %w", method, err)
