@@ -7,8 +7,10 @@
 // A writer waits until its own entry is applied to the local view, and
 // gets that apply's result. The log starts with a snapshot of the store
 // as it was when the log began (a mesh made before the log, and genesis,
-// write the store directly), kept in an object store: a view is rebuilt
-// from that snapshot and the entries after it.
+// write the store directly), kept in an object store, and the applier
+// compacts it every so often: a newer snapshot, the entries before it
+// purged. A view is rebuilt from the newest snapshot and the entries
+// after it.
 package journal
 
 import (
@@ -22,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -40,6 +43,14 @@ type Config struct {
 	// Replicas is how many servers keep the log and its snapshots; zero
 	// is one.
 	Replicas int
+	// CompactEntries and CompactBytes are how many entries, or bytes of
+	// entries, the applier applies before it compacts the log (a new
+	// snapshot, and the entries before it purged), but no more often
+	// than CompactEvery. Zero is the default: 10,000 entries, 64 MiB,
+	// ten minutes.
+	CompactEntries int
+	CompactBytes   int64
+	CompactEvery   time.Duration
 }
 
 func (c Config) bucket() string {
@@ -70,15 +81,6 @@ type entry struct {
 	Args   json.RawMessage `json:"a"`
 }
 
-// snapshotMethod is the log's first entry: it names the object holding
-// the store as it was when the log began. Applied, it only records its
-// revision.
-const snapshotMethod = "snapshot"
-
-type snapshotArgs struct {
-	Object string `json:"object"`
-}
-
 // outcome is what applying an entry returned.
 type outcome struct {
 	result any
@@ -95,9 +97,15 @@ type Journal struct {
 	ops     map[string]applyFunc
 	ready   chan struct{}
 
-	// js is the bus and kv the log's bucket, set before ready closes.
-	js jetstream.JetStream
-	kv jetstream.KeyValue
+	// js is the bus, kv the log's bucket and stream its stream, set
+	// before ready closes.
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+
+	// since is what the applier applied since the last compaction. Only
+	// the applier reads or writes it.
+	since sinceSnapshot
 
 	// voided are the ids of the entries voided in the log: read from the
 	// bucket when Run begins, and added to as the applier voids one.
@@ -126,7 +134,8 @@ func (j *Journal) Ready() <-chan struct{} { return j.ready }
 func (j *Journal) Store() *View { return newView(j) }
 
 // Run makes the log's bucket, starts the log with a snapshot if it holds
-// no entry, and applies every entry to the view until ctx ends.
+// no entry, and applies every
+// entry to the view until ctx ends, compacting the log as it goes.
 func (j *Journal) Run(ctx context.Context) error {
 	js, err := j.connect(ctx)
 	if err != nil {
@@ -136,16 +145,16 @@ func (j *Journal) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	j.js, j.kv = js, kv
-	if j.voided, err = voids(ctx, kv); err != nil {
-		return err
-	}
 	stream, err := js.Stream(ctx, "KV_"+j.cfg.bucket())
 	if err != nil {
 		return fmt.Errorf("read the log's stream: %w", err)
 	}
+	j.js, j.kv, j.stream = js, kv, stream
+	if j.voided, err = voids(ctx, kv); err != nil {
+		return err
+	}
 	if _, err := firstEntry(ctx, stream, j.cfg); errors.Is(err, jetstream.ErrMsgNotFound) {
-		if err := j.begin(ctx, js); err != nil {
+		if _, err := j.begin(ctx); err != nil {
 			return err
 		}
 	} else if err != nil {
@@ -161,6 +170,13 @@ func (j *Journal) Run(ctx context.Context) error {
 	}
 	if applied > last {
 		return fmt.Errorf("the store has applied revision %d of its log, which ends at %d: the store is not a view of this log", applied, last)
+	}
+	oldest, err := oldestSnapshot(ctx, stream, j.cfg)
+	if err != nil {
+		return err
+	}
+	if applied < oldest.Revision {
+		return fmt.Errorf("the store has applied revision %d of its log, whose entries up to %d are compacted away: remove the store to rebuild it from the log", applied, oldest.Revision)
 	}
 	if applied == last {
 		close(j.ready)
@@ -259,9 +275,11 @@ func (j *Journal) follow(ctx context.Context, js jetstream.JetStream, applied, l
 			return fmt.Errorf("follow the store's log: %w", err)
 		}
 		rev := meta.Sequence.Stream
-		data, whole, err := p.add(rev, strings.TrimPrefix(msg.Subject(), j.cfg.prefix()), msg.Data())
-		if err != nil {
-			return err
+		data, whole := msg.Data(), true
+		if key := strings.TrimPrefix(msg.Subject(), j.cfg.prefix()); !strings.HasPrefix(key, snapshotKeyPrefix) {
+			if data, whole, err = p.add(rev, key, data); err != nil {
+				return err
+			}
 		}
 		if !whole {
 			continue
@@ -271,6 +289,12 @@ func (j *Journal) follow(ctx context.Context, js jetstream.JetStream, applied, l
 				return nil
 			}
 			return err
+		}
+		if now := time.Now(); j.since.applied(j.cfg, len(data), now) {
+			if err := j.compact(ctx, rev); err != nil && ctx.Err() == nil {
+				j.log.Warn("the store's log not compacted", "err", err)
+			}
+			j.since = sinceSnapshot{last: now}
 		}
 		if rev >= last {
 			select {

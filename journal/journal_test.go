@@ -71,11 +71,17 @@ func startBus(t testing.TB, dir string) func(context.Context) (jetstream.JetStre
 // running is a journal run on the store at path, and how to stop it.
 func running(t testing.TB, path string, connect func(context.Context) (jetstream.JetStream, error)) (*journal.View, func()) {
 	t.Helper()
+	return runningWith(t, path, connect, journal.Config{})
+}
+
+// runningWith is running, the journal configured by cfg.
+func runningWith(t testing.TB, path string, connect func(context.Context) (jetstream.JetStream, error), cfg journal.Config) (*journal.View, func()) {
+	t.Helper()
 	db, err := store.OpenWith(context.Background(), path, store.Options{ViewOfLog: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := journal.New(journal.Config{}, quiet(), db, connect)
+	j := journal.New(cfg, quiet(), db, connect)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()

@@ -13,60 +13,130 @@ import (
 	"github.com/mesh-fleet/mesh/store"
 )
 
-// begin starts an empty log: the view's applied revision is reset (a
-// store restored from a backup may have applied another log), a copy of
-// the store is put in the snapshots' object store, and the log's first
-// entry names it. The view then applies that entry as any other, and a
-// view rebuilt from the copy does alike. A crash part way leaves the log
-// empty, and the next start begins it again.
-func (j *Journal) begin(ctx context.Context, js jetstream.JetStream) error {
-	if err := j.db.MarkApplied(ctx, 0); err != nil {
-		return fmt.Errorf("begin the store's log: %w", err)
+// snapshotKeyPrefix and an id is the key of an entry naming a snapshot:
+// a key of its own, so the newest is found by subject.
+const snapshotKeyPrefix = "snap."
+
+// snapshotMethod is the method of an entry naming a snapshot: the store
+// as it was at the revision the entry carries, kept in the object store.
+// Applied, it only records its own revision.
+const snapshotMethod = "snapshot"
+
+type snapshotArgs struct {
+	Object string `json:"object"`
+	// Revision is the view's applied revision the snapshot holds: a
+	// view rebuilt from it applies the entries after.
+	Revision uint64 `json:"revision"`
+}
+
+// begin starts an empty log from the store as it is: the store is taken
+// to have applied every message the log's stream held so far (none of
+// them an entry; a store restored from a backup may have applied another
+// log), a copy of it is put in the snapshots' object store, and an entry
+// names it; begin returns the snapshot's name. A crash part way leaves the log without entries, and the
+// next start begins it again.
+func (j *Journal) begin(ctx context.Context) (string, error) {
+	info, err := j.stream.Info(ctx)
+	if err != nil {
+		return "", fmt.Errorf("begin the store's log: %w", err)
 	}
+	rev := info.State.LastSeq
+	if err := j.db.MarkApplied(ctx, rev); err != nil {
+		return "", fmt.Errorf("begin the store's log: %w", err)
+	}
+	name, err := j.putSnapshot(ctx, rev)
+	if err != nil {
+		return "", fmt.Errorf("begin the store's log: %w", err)
+	}
+	j.log.Info("the store's log begins with a snapshot of the store", "object", name, "revision", rev)
+	return name, nil
+}
+
+// putSnapshot copies the view, which has applied revision rev and which
+// nothing else writes meanwhile, into the snapshots' object store, then
+// appends the entry naming it, and returns the object's name.
+func (j *Journal) putSnapshot(ctx context.Context, rev uint64) (string, error) {
 	if err := j.db.Sync(ctx); err != nil {
-		return fmt.Errorf("begin the store's log: %w", err)
+		return "", err
 	}
 	dir, err := os.MkdirTemp("", "mesh-snapshot-")
 	if err != nil {
-		return fmt.Errorf("begin the store's log: %w", err)
+		return "", err
 	}
 	defer os.RemoveAll(dir)
 	copyPath := filepath.Join(dir, "mesh.db")
 	if err := j.db.CopyTo(ctx, copyPath); err != nil {
-		return fmt.Errorf("begin the store's log: %w", err)
+		return "", err
 	}
 	f, err := os.Open(copyPath)
 	if err != nil {
-		return fmt.Errorf("begin the store's log: %w", err)
+		return "", err
 	}
 	defer f.Close()
-	obs, err := js.ObjectStore(ctx, j.cfg.snapshots())
+	obs, err := j.js.ObjectStore(ctx, j.cfg.snapshots())
 	if err != nil {
-		return fmt.Errorf("begin the store's log: %w", err)
+		return "", fmt.Errorf("open the store's snapshots: %w", err)
 	}
 	id, err := newID()
 	if err != nil {
-		return fmt.Errorf("begin the store's log: %w", err)
+		return "", err
 	}
 	name := "snapshot-" + id
 	if _, err := obs.Put(ctx, jetstream.ObjectMeta{Name: name}, f); err != nil {
-		return fmt.Errorf("begin the store's log: keep the store's snapshot: %w", err)
+		return "", fmt.Errorf("keep the store's snapshot: %w", err)
 	}
-	args, _ := json.Marshal(snapshotArgs{Object: name})
-	data, _ := json.Marshal(entry{Method: snapshotMethod, Args: args})
-	if _, err := j.kv.Put(ctx, entryKeyPrefix+id, data); err != nil {
-		return fmt.Errorf("begin the store's log: %w", err)
+	args, _ := json.Marshal(snapshotArgs{Object: name, Revision: rev})
+	if _, err := j.kv.Put(ctx, entryKeyPrefix+snapshotKeyPrefix+id, encodeEntry(snapshotMethod, args)); err != nil {
+		return "", fmt.Errorf("append snapshot %s to the store's log: %w", name, err)
 	}
-	j.log.Info("the store's log begins with a snapshot of the store", "object", name)
-	return nil
+	return name, nil
+}
+
+// snapshotEntry reads the entry naming a snapshot in msg.
+func snapshotEntry(msg *jetstream.RawStreamMsg) (snapshotArgs, error) {
+	var snap snapshotArgs
+	e, err := readEntry(msg.Data)
+	if err != nil || e.Method != snapshotMethod {
+		return snap, fmt.Errorf("entry %d of the store's log names no snapshot", msg.Sequence)
+	}
+	if err := json.Unmarshal(e.Args, &snap); err != nil {
+		return snap, fmt.Errorf("entry %d of the store's log: %w", msg.Sequence, err)
+	}
+	return snap, nil
+}
+
+// oldestSnapshot is the oldest snapshot the log names: every entry after
+// its revision is in the log. jetstream.ErrMsgNotFound if none.
+func oldestSnapshot(ctx context.Context, stream jetstream.Stream, cfg Config) (snapshotArgs, error) {
+	msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(cfg.prefix()+snapshotKeyPrefix+"*"))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return snapshotArgs{}, err
+		}
+		return snapshotArgs{}, fmt.Errorf("read the log's oldest snapshot: %w", err)
+	}
+	return snapshotEntry(msg)
+}
+
+// newestSnapshot is the newest snapshot the log names, or
+// jetstream.ErrMsgNotFound.
+func newestSnapshot(ctx context.Context, stream jetstream.Stream, cfg Config) (snapshotArgs, error) {
+	msg, err := stream.GetLastMsgForSubject(ctx, cfg.prefix()+snapshotKeyPrefix+"*")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return snapshotArgs{}, err
+		}
+		return snapshotArgs{}, fmt.Errorf("read the log's newest snapshot: %w", err)
+	}
+	return snapshotEntry(msg)
 }
 
 // ErrNoLog is a view to rebuild from a log that holds no entry.
 var ErrNoLog = errors.New("the store's log holds no entry to rebuild the store from")
 
-// Rebuild writes, at path, the store the log's first entry names: the
-// snapshot the log began with. A journal run on it then applies every
-// entry after. No store may be at path.
+// Rebuild writes, at path, the store the log's newest snapshot holds. A
+// journal run on it then applies every entry after. No store may be at
+// path.
 func Rebuild(ctx context.Context, js jetstream.JetStream, cfg Config, path string) error {
 	stream, err := js.Stream(ctx, "KV_"+cfg.bucket())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -75,20 +145,12 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, cfg Config, path strin
 	if err != nil {
 		return fmt.Errorf("rebuild the store: read its log: %w", err)
 	}
-	first, err := firstEntry(ctx, stream, cfg)
+	snap, err := newestSnapshot(ctx, stream, cfg)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return ErrNoLog
 	}
 	if err != nil {
 		return fmt.Errorf("rebuild the store: %w", err)
-	}
-	var e entry
-	var snap snapshotArgs
-	if err := json.Unmarshal(first.Data, &e); err != nil || e.Method != snapshotMethod {
-		return fmt.Errorf("rebuild the store: the log's first entry (revision %d) names no snapshot", first.Sequence)
-	}
-	if err := json.Unmarshal(e.Args, &snap); err != nil {
-		return fmt.Errorf("rebuild the store: the log's first entry: %w", err)
 	}
 	obs, err := js.ObjectStore(ctx, cfg.snapshots())
 	if err != nil {

@@ -1,0 +1,128 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-fleet/mesh/lease"
+)
+
+// The defaults of the log's compaction (Config).
+const (
+	defaultCompactEntries = 10000
+	defaultCompactBytes   = 64 << 20
+	defaultCompactEvery   = 10 * time.Minute
+)
+
+func (c Config) compactEntries() int {
+	if c.CompactEntries <= 0 {
+		return defaultCompactEntries
+	}
+	return c.CompactEntries
+}
+
+func (c Config) compactBytes() int64 {
+	if c.CompactBytes <= 0 {
+		return defaultCompactBytes
+	}
+	return c.CompactBytes
+}
+
+func (c Config) compactEvery() time.Duration {
+	if c.CompactEvery <= 0 {
+		return defaultCompactEvery
+	}
+	return c.CompactEvery
+}
+
+// sinceSnapshot is what the applier applied since the log's last
+// compaction, and when that was.
+type sinceSnapshot struct {
+	entries int
+	bytes   int64
+	last    time.Time
+}
+
+// applied counts an entry of size bytes, and says whether the log is due
+// a compaction.
+func (s *sinceSnapshot) applied(cfg Config, size int, now time.Time) bool {
+	s.entries++
+	s.bytes += int64(size)
+	return (s.entries >= cfg.compactEntries() || s.bytes >= cfg.compactBytes()) &&
+		now.Sub(s.last) >= cfg.compactEvery()
+}
+
+// compact bounds the log: the view, which has just applied revision rev,
+// is copied into a snapshot and an entry names it; then the entries at
+// or below rev, the voids of those entries, and every other snapshot
+// go. The lease and any other key of the bucket stay. A crash part way
+// is safe: until the entry is appended the older snapshot and every
+// entry after it are kept; after, the newest snapshot and every entry
+// after it are; a later compaction removes what is left over.
+func (j *Journal) compact(ctx context.Context, rev uint64) error {
+	name, err := j.putSnapshot(ctx, rev)
+	if err != nil {
+		return fmt.Errorf("compact the store's log: %w", err)
+	}
+	if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(j.cfg.prefix()+">"), jetstream.WithPurgeSequence(rev+1)); err != nil {
+		return fmt.Errorf("compact the store's log: purge the entries up to %d: %w", rev, err)
+	}
+	if err := j.purgeVoids(ctx, rev); err != nil {
+		return fmt.Errorf("compact the store's log: %w", err)
+	}
+	if err := j.dropSnapshots(ctx, name); err != nil {
+		return fmt.Errorf("compact the store's log: %w", err)
+	}
+	j.log.Debug("the store's log compacted", "revision", rev, "snapshot", name)
+	return nil
+}
+
+// purgeVoids removes the voids of entries at or below rev: the view's
+// snapshot holds their writes as refused.
+func (j *Journal) purgeVoids(ctx context.Context, rev uint64) error {
+	for id := range j.voided {
+		e, err := j.kv.Get(ctx, voidKeyPrefix+id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			delete(j.voided, id)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read the void of entry %s: %w", id, err)
+		}
+		if of, err := strconv.ParseUint(string(e.Value()), 10, 64); err != nil || of > rev {
+			continue
+		}
+		if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(lease.Subject(j.cfg.bucket(), voidKeyPrefix+id))); err != nil {
+			return fmt.Errorf("purge the void of entry %s: %w", id, err)
+		}
+		delete(j.voided, id)
+	}
+	return nil
+}
+
+// dropSnapshots deletes every snapshot but keep.
+func (j *Journal) dropSnapshots(ctx context.Context, keep string) error {
+	obs, err := j.js.ObjectStore(ctx, j.cfg.snapshots())
+	if err != nil {
+		return fmt.Errorf("open the store's snapshots: %w", err)
+	}
+	infos, err := obs.List(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return fmt.Errorf("list the store's snapshots: %w", err)
+	}
+	for _, info := range infos {
+		if info.Name == keep || !strings.HasPrefix(info.Name, "snapshot-") {
+			continue
+		}
+		if err := obs.Delete(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return fmt.Errorf("delete snapshot %s: %w", info.Name, err)
+		}
+	}
+	return nil
+}

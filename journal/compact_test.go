@@ -1,0 +1,288 @@
+package journal_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/journal"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// storeWithNodes is a store at path, written before the log, holding n
+// nodes.
+func storeWithNodes(t *testing.T, path string, n int, at time.Time) []spec.Heartbeat {
+	t.Helper()
+	db, err := store.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var hbs []spec.Heartbeat
+	for i := range n {
+		name := fmt.Sprintf("n%02d", i)
+		if err := db.AddNode(context.Background(), store.Node{Name: name, Address: "10.0.0.1", NKey: "U" + name, Joined: at}); err != nil {
+			t.Fatal(err)
+		}
+		hbs = append(hbs, spec.Heartbeat{Node: name, HostVersion: "v1", Protocol: spec.Protocol})
+	}
+	return hbs
+}
+
+// heartbeat writes rounds batches of hbs through v, and an audit entry
+// every tenth round.
+func heartbeat(t *testing.T, v *journal.View, hbs []spec.Heartbeat, rounds int, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	for r := range rounds {
+		now := at.Add(time.Duration(r) * 10 * time.Second)
+		for i := range hbs {
+			hbs[i].AppliedSeq = uint64(r)
+		}
+		if failed, err := v.RecordHeartbeats(ctx, hbs, now); err != nil || len(failed) > 0 {
+			t.Fatalf("RecordHeartbeats: %v, %v", failed, err)
+		}
+		if r%10 == 0 {
+			if err := v.Audit(ctx, store.AuditEntry{At: now, Operator: "op", Verb: fmt.Sprint("v", r), Args: "{}", Outcome: "ok"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// logState is what the log's stream holds.
+func logState(t *testing.T, js jetstream.JetStream, bucket string) jetstream.StreamState {
+	t.Helper()
+	s, err := js.Stream(context.Background(), "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State
+}
+
+// snapshotNames are the objects of the log's snapshots.
+func snapshotNames(t *testing.T, js jetstream.JetStream, bucket string) []string {
+	t.Helper()
+	obs, err := js.ObjectStore(context.Background(), bucket+"-snapshots")
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := obs.List(context.Background())
+	if err != nil && err != jetstream.ErrNoObjectsFound {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, i := range infos {
+		names = append(names, i.Name)
+	}
+	return names
+}
+
+// removeStore deletes the store at path.
+func removeStore(t *testing.T, path string) {
+	t.Helper()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// rebuilt is the view rebuilt at path from the log cfg names.
+func rebuilt(t *testing.T, path string, connect func(context.Context) (jetstream.JetStream, error), cfg journal.Config) (*journal.View, func()) {
+	t.Helper()
+	removeStore(t, path)
+	js, err := connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := journal.Rebuild(context.Background(), js, cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return runningWith(t, path, connect, cfg)
+}
+
+// runFails runs a journal on the store at path and returns the error it
+// stops with; it fails t if the journal gets ready.
+func runFails(t *testing.T, path string, connect func(context.Context) (jetstream.JetStream, error), cfg journal.Config) error {
+	t.Helper()
+	db, err := store.OpenWith(context.Background(), path, store.Options{ViewOfLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	j := journal.New(cfg, quiet(), db, connect)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- j.Run(ctx) }()
+	select {
+	case <-j.Ready():
+		cancel()
+		<-done
+		t.Fatal("the journal got ready")
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the journal stopped with no error")
+		}
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("the journal neither ready nor stopped after 30s")
+	}
+	return nil
+}
+
+// A fleet heartbeating through a compacted log leaves the log bounded,
+// far below the same writes kept whole; a view rebuilt from scratch
+// reads the same; and a view behind the compacted entries is refused,
+// not fed the entries after a gap.
+func TestLogCompactedAndRebuilt(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	connect := startBus(t, filepath.Join(dir, "js"))
+	js, err := connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nodes, rounds = 20, 300
+
+	whole := journal.Config{Bucket: "whole"}
+	wholePath := filepath.Join(dir, "whole.db")
+	hbs := storeWithNodes(t, wholePath, nodes, at)
+	v, stop := runningWith(t, wholePath, connect, whole)
+	heartbeat(t, v, hbs, rounds, at)
+	stop()
+	wholeState := logState(t, js, whole.Bucket)
+
+	compacted := journal.Config{Bucket: "compacted", CompactEntries: 50, CompactEvery: time.Nanosecond}
+	path := filepath.Join(dir, "mesh.db")
+	hbs = storeWithNodes(t, path, nodes, at)
+	v, stop = runningWith(t, path, connect, compacted)
+	heartbeat(t, v, hbs, rounds/2, at)
+	behind := filepath.Join(dir, "behind.db")
+	if err := store.Snapshot(ctx, path, behind); err != nil {
+		t.Fatal(err)
+	}
+	heartbeat(t, v, hbs, rounds/2, at.Add(time.Hour))
+	poll.Until(t, 30*time.Second, "the log compacted", func() (bool, string) {
+		s := logState(t, js, compacted.Bucket)
+		names := snapshotNames(t, js, compacted.Bucket)
+		return s.Msgs <= 2*50+2 && len(names) == 1, fmt.Sprintf("%d messages, snapshots %v", s.Msgs, names)
+	})
+	want := reads(t, v)
+	stop()
+	state := logState(t, js, compacted.Bucket)
+	t.Logf("%d heartbeat batches of %d nodes: the log holds %d messages, %d bytes whole; %d messages, %d bytes compacted",
+		rounds, nodes, wholeState.Msgs, wholeState.Bytes, state.Msgs, state.Bytes)
+	if state.Bytes*3 > wholeState.Bytes || state.Msgs*3 > wholeState.Msgs {
+		t.Errorf("compacted, the log holds %d messages, %d bytes; whole %d, %d: want a third or less", state.Msgs, state.Bytes, wholeState.Msgs, wholeState.Bytes)
+	}
+
+	v, _ = rebuilt(t, path, connect, compacted)
+	if got := reads(t, v); got != want {
+		t.Fatalf("rebuilt from the compacted log, the view answers\n%s\nwant\n%s", got, want)
+	}
+	if err := runFails(t, behind, connect, compacted); !strings.Contains(err.Error(), "compacted away") {
+		t.Fatalf("a view behind the compacted entries: %v; want refused as behind", err)
+	}
+}
+
+// A compaction cut short, between putting the snapshot and appending the
+// entry naming it, or between that entry and the purge, leaves a log a
+// view is rebuilt from alike; the next compaction clears what was left.
+func TestCompactionCutShortIsSafe(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	connect := startBus(t, filepath.Join(dir, "js"))
+	js, err := connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "mesh.db")
+	hbs := storeWithNodes(t, path, 5, at)
+	v, stop := running(t, path, connect)
+	heartbeat(t, v, hbs, 20, at)
+	want := reads(t, v)
+	stop()
+	obs, err := js.ObjectStore(ctx, journal.DefaultBucket+"-snapshots")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Cut short after the snapshot was put: an object no entry names.
+	if _, err := obs.PutBytes(ctx, "snapshot-orphan", []byte("not a store")); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.db")
+	v, stop = rebuilt(t, other, connect, journal.Config{})
+	if got := reads(t, v); got != want {
+		t.Fatalf("rebuilt past a snapshot no entry names, the view answers\n%s\nwant\n%s", got, want)
+	}
+	stop()
+
+	// Cut short after the entry naming the snapshot: nothing purged.
+	db, err := store.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := db.Applied(ctx)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyPath := filepath.Join(dir, "copy.db")
+	if err := store.Snapshot(ctx, path, copyPath); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(copyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.Put(ctx, jetstream.ObjectMeta{Name: "snapshot-cut"}, f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	args, _ := json.Marshal(map[string]any{"object": "snapshot-cut", "revision": rev})
+	entry, _ := json.Marshal(map[string]any{"m": "snapshot", "a": json.RawMessage(args)})
+	kv, err := js.KeyValue(ctx, journal.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "w.snap.cut", entry); err != nil {
+		t.Fatal(err)
+	}
+	v, stop = rebuilt(t, other, connect, journal.Config{})
+	if got := reads(t, v); got != want {
+		t.Fatalf("rebuilt from the newer snapshot, the view answers\n%s\nwant\n%s", got, want)
+	}
+	stop()
+
+	cfg := journal.Config{CompactEntries: 5, CompactEvery: time.Nanosecond}
+	v, stop = runningWith(t, path, connect, cfg)
+	heartbeat(t, v, hbs, 10, at.Add(time.Hour))
+	poll.Until(t, 30*time.Second, "the leftover snapshots deleted", func() (bool, string) {
+		names := snapshotNames(t, js, journal.DefaultBucket)
+		return len(names) == 1 && strings.HasPrefix(names[0], "snapshot-") && names[0] != "snapshot-cut", fmt.Sprint(names)
+	})
+	want = reads(t, v)
+	stop()
+	v, _ = rebuilt(t, other, connect, cfg)
+	if got := reads(t, v); got != want {
+		t.Fatalf("rebuilt after the next compaction, the view answers\n%s\nwant\n%s", got, want)
+	}
+}
