@@ -108,7 +108,8 @@ func (m *Mesh) Run(ctx context.Context) error {
 	}
 	// The controller's store: read from db, written through the log on
 	// the bus, which db is a view of.
-	truth := journal.New(journal.Config{}, log.With("component", "journal"), db, busConnect(bus, ctlKeys.Full))
+	truth := journal.New(journal.Config{PutBackMark: filepath.Join(ctlDir, mesh.PutBackFile)},
+		log.With("component", "journal"), db, busConnect(bus, ctlKeys.Full))
 	signKey, err := mesh.LoadSignKey(ctlDir)
 	if err != nil {
 		return err

@@ -126,3 +126,19 @@ func (j *Journal) dropSnapshots(ctx context.Context, keep string) error {
 	}
 	return nil
 }
+
+// restart begins a new log from the store as it is, discarding the
+// log's entries and voids: for a store the launcher put back, which
+// must not apply the entries the version it fell back from wrote.
+func (j *Journal) restart(ctx context.Context) error {
+	for _, subject := range []string{j.cfg.prefix() + ">", lease.Subject(j.cfg.bucket(), voidKeyPrefix+">")} {
+		if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+			return fmt.Errorf("restart the store's log: %w", err)
+		}
+	}
+	name, err := j.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("restart the store's log: %w", err)
+	}
+	return j.dropSnapshots(ctx, name)
+}

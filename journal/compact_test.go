@@ -286,3 +286,113 @@ func TestCompactionCutShortIsSafe(t *testing.T) {
 		t.Fatalf("rebuilt after the next compaction, the view answers\n%s\nwant\n%s", got, want)
 	}
 }
+
+// putWrite appends an entry of method with args to the log, as a mesh
+// that knows method would.
+func putWrite(t *testing.T, js jetstream.JetStream, key, method string, args any) {
+	t.Helper()
+	raw, _ := json.Marshal(args)
+	entry, _ := json.Marshal(map[string]any{"m": method, "a": json.RawMessage(raw)})
+	kv, err := js.KeyValue(context.Background(), journal.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), key, entry); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An entry whose write this mesh does not know stops the applier with an
+// error naming the write and this mesh's version; it is not skipped.
+func TestUnknownWriteStopsTheApplier(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mesh.db")
+	connect := startBus(t, filepath.Join(dir, "js"))
+	v, stop := running(t, path, connect)
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := v.Audit(ctx, store.AuditEntry{At: at, Operator: "op", Verb: "first", Args: "{}", Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	js, err := connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putWrite(t, js, "w.future", "FromTheFuture", map[string]any{"x": 1})
+	err = runFails(t, path, connect, journal.Config{})
+	for _, want := range []string{`"FromTheFuture"`, "does not know", "this mesh ("} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("the applier stopped with %q; want it to name %s", err, want)
+		}
+	}
+}
+
+// A store the launcher put back, falling back from a version, begins a
+// new log: the failed version's writes (one this mesh does not know
+// among them) are given up, the put-back store is the truth, writes go
+// on, a view rebuilt from scratch reads the same, and the mark goes.
+func TestPutBackStoreBeginsANewLog(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mesh.db")
+	mark := path + ".put-back"
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	hbs := storeWithNodes(t, path, 3, at)
+	connect := startBus(t, filepath.Join(dir, "js"))
+	js, err := connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := func(v *journal.View, verb string) {
+		t.Helper()
+		if err := v.Audit(ctx, store.AuditEntry{At: at, Operator: "op", Verb: verb, Args: "{}", Outcome: "ok"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, stop := running(t, path, connect)
+	audit(v, "before")
+	stop()
+	before := path + ".before-new"
+	if err := store.Snapshot(ctx, path, before); err != nil {
+		t.Fatal(err)
+	}
+
+	v, stop = running(t, path, connect)
+	audit(v, "by the failed version")
+	heartbeat(t, v, hbs, 3, at)
+	stop()
+	putWrite(t, js, "w.future", "FromTheFuture", map[string]any{"x": 1})
+
+	if err := os.WriteFile(mark, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Restore(before, path); err != nil {
+		t.Fatal(err)
+	}
+	cfg := journal.Config{PutBackMark: mark}
+	v, stop = runningWith(t, path, connect, cfg)
+	if _, err := os.Stat(mark); !os.IsNotExist(err) {
+		t.Fatalf("the put-back mark is still there: %v", err)
+	}
+	got, err := v.AuditSince(ctx, time.Time{}, 10)
+	if err != nil || len(got) != 1 || got[0].Verb != "before" {
+		t.Fatalf("put back, audit = %+v, %v; want the one entry before", got, err)
+	}
+	audit(v, "after")
+	want := reads(t, v)
+	stop()
+	if names := snapshotNames(t, js, journal.DefaultBucket); len(names) != 1 {
+		t.Fatalf("snapshots %v; want the new log's one", names)
+	}
+
+	v, stop = runningWith(t, path, connect, cfg)
+	if got := reads(t, v); got != want {
+		t.Fatalf("restarted, the view answers\n%s\nwant\n%s", got, want)
+	}
+	stop()
+	v, _ = rebuilt(t, filepath.Join(dir, "other.db"), connect, cfg)
+	if got := reads(t, v); got != want {
+		t.Fatalf("rebuilt from the new log, the view answers\n%s\nwant\n%s", got, want)
+	}
+}

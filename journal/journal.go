@@ -51,6 +51,12 @@ type Config struct {
 	CompactEntries int
 	CompactBytes   int64
 	CompactEvery   time.Duration
+	// PutBackMark is the file the launcher leaves beside a store it put
+	// back, falling back from a version. When it is there, the log's
+	// entries (the failed version's writes among them, which this
+	// version may not know) are discarded and a new log begins from the
+	// store; then the mark is removed.
+	PutBackMark string
 }
 
 func (c Config) bucket() string {
@@ -134,7 +140,7 @@ func (j *Journal) Ready() <-chan struct{} { return j.ready }
 func (j *Journal) Store() *View { return newView(j) }
 
 // Run makes the log's bucket, starts the log with a snapshot if it holds
-// no entry, and applies every
+// no entry (or a new log, if the store was put back), and applies every
 // entry to the view until ctx ends, compacting the log as it goes.
 func (j *Journal) Run(ctx context.Context) error {
 	js, err := j.connect(ctx)
@@ -150,6 +156,9 @@ func (j *Journal) Run(ctx context.Context) error {
 		return fmt.Errorf("read the log's stream: %w", err)
 	}
 	j.js, j.kv, j.stream = js, kv, stream
+	if err := j.restartIfPutBack(ctx); err != nil {
+		return err
+	}
 	if j.voided, err = voids(ctx, kv); err != nil {
 		return err
 	}
@@ -325,7 +334,7 @@ func (j *Journal) apply(ctx context.Context, rev uint64, subject string, data []
 		run = func(context.Context, *store.DB, json.RawMessage) (any, error) { return nil, nil }
 	}
 	if run == nil {
-		return fmt.Errorf("entry %d of the store's log: unknown write %q (written by a newer mesh?)", rev, e.Method)
+		return fmt.Errorf("entry %d of the store's log is a write this mesh (%s) does not know, %q: a newer mesh wrote it; run that version or newer", rev, binaryVersion(), e.Method)
 	}
 	id := strings.TrimPrefix(subject, j.cfg.prefix())
 	if j.voided[id] {

@@ -365,6 +365,9 @@ func TestControllerStoreRestoredOnFallback(t *testing.T) {
 	if _, err := os.Stat(dbPath + ".before-" + v3.digest); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the snapshot is left after the restore: %v", err)
 	}
+	if _, err := os.Stat(dbPath + ".put-back"); err != nil {
+		t.Errorf("the store is not marked put back: %v", err)
+	}
 }
 
 // kill -9 the launcher: its child dies with it, and the next start runs

@@ -14,6 +14,12 @@ import (
 // dbFile is the controller's store under D/controller (mesh.DBFile).
 const dbFile = "mesh.db"
 
+// putBackFile marks the store as put back (mesh.PutBackFile): the
+// controller then begins a new log of the store's writes from it, rather
+// than apply the log's later entries, written by the version it fell
+// back from.
+const putBackFile = dbFile + ".put-back"
+
 // A controller's store is copied before a version that is not yet good
 // first runs (it may migrate the store), and put back when the launcher
 // falls back from it, so the version it falls back to never faces a newer
@@ -26,6 +32,10 @@ const dbFile = "mesh.db"
 func (l *Launcher) dbPath() string { return filepath.Join(statedir.Controller(l.cfg.Dir), dbFile) }
 
 func (l *Launcher) snapshotPath(digest string) string { return l.dbPath() + ".before-" + digest }
+
+func (l *Launcher) putBackPath() string {
+	return filepath.Join(statedir.Controller(l.cfg.Dir), putBackFile)
+}
 
 // beforeTrial snapshots the store before p runs, when p is a controller's
 // version the launcher may fall back from. A trial cut short (the
@@ -52,7 +62,10 @@ func (l *Launcher) beforeTrial(ctx context.Context, p pick) error {
 
 // finishRestore puts the store back as it was before the version last
 // run, when that version is bad and its snapshot is there: at a fallback,
-// and at start after a launcher that stopped half-way through one.
+// and at start after a launcher that stopped half-way through one. The
+// put-back mark is written first, and made durable with the store's
+// rename: the version fallen back to must not apply the log's entries
+// the bad version wrote.
 func (l *Launcher) finishRestore() error {
 	running := l.launch.Running
 	if l.cfg.Mode != Controller || running == "" {
@@ -64,6 +77,9 @@ func (l *Launcher) finishRestore() error {
 	snap := l.snapshotPath(running)
 	if _, err := os.Stat(snap); errors.Is(err, os.ErrNotExist) {
 		return nil
+	}
+	if err := os.WriteFile(l.putBackPath(), nil, 0o600); err != nil {
+		return fmt.Errorf("falling back from %s: mark the store put back: %w", short(running), err)
 	}
 	if err := store.Restore(snap, l.dbPath()); err != nil {
 		return fmt.Errorf("falling back from %s: %w", short(running), err)

@@ -27,6 +27,9 @@ const (
 	SealKeyFile = "seal.key" // the at-rest key: never inside mesh.db
 	CADir       = "ca"
 	JSDir       = "js"
+	// PutBackFile is the launcher's mark beside a store it put back: the
+	// controller begins a new log of the store's writes from it.
+	PutBackFile = DBFile + ".put-back"
 )
 
 // GenesisConfig is what creating a mesh needs.
