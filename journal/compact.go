@@ -49,6 +49,18 @@ type sinceSnapshot struct {
 	last    time.Time
 }
 
+// held is what the log holds, counted as applied since the last
+// compaction: a log compacted holds little else than the entries since
+// its newest snapshot, and a controller restarted more often than it
+// compacts still compacts.
+func (j *Journal) held(ctx context.Context) (sinceSnapshot, error) {
+	info, err := j.stream.Info(ctx)
+	if err != nil {
+		return sinceSnapshot{}, fmt.Errorf("read the log's size: %w", err)
+	}
+	return sinceSnapshot{entries: int(info.State.Msgs), bytes: int64(info.State.Bytes)}, nil
+}
+
 // applied counts an entry of size bytes, and says whether the log is due
 // a compaction.
 func (s *sinceSnapshot) applied(cfg Config, size int, now time.Time) bool {

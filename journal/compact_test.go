@@ -396,3 +396,29 @@ func TestPutBackStoreBeginsANewLog(t *testing.T) {
 		t.Fatalf("rebuilt from the new log, the view answers\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A controller restarted more often than it compacts still compacts: the
+// entries the log holds when the journal starts count as applied since
+// the last compaction.
+func TestCompactionCountsTheLogAcrossRestarts(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	connect := startBus(t, filepath.Join(dir, "js"))
+	js, err := connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "mesh.db")
+	hbs := storeWithNodes(t, path, 3, at)
+	cfg := journal.Config{CompactEntries: 30, CompactEvery: time.Nanosecond}
+	v, stop := runningWith(t, path, connect, cfg)
+	heartbeat(t, v, hbs, 20, at)
+	stop()
+	v, _ = runningWith(t, path, connect, cfg)
+	heartbeat(t, v, hbs, 15, at.Add(time.Hour))
+	poll.Until(t, 30*time.Second, "the log compacted", func() (bool, string) {
+		s := logState(t, js, journal.DefaultBucket)
+		return s.Msgs < 30, fmt.Sprintf("%d messages", s.Msgs)
+	})
+}

@@ -187,6 +187,9 @@ func (j *Journal) Run(ctx context.Context) error {
 	if applied < oldest.Revision {
 		return fmt.Errorf("the store has applied revision %d of its log, whose entries up to %d are compacted away: remove the store to rebuild it from the log", applied, oldest.Revision)
 	}
+	if j.since, err = j.held(ctx); err != nil {
+		return err
+	}
 	if applied == last {
 		close(j.ready)
 	}
