@@ -177,12 +177,30 @@ func TestLogCompactedAndRebuilt(t *testing.T) {
 	if err := store.Snapshot(ctx, path, behind); err != nil {
 		t.Fatal(err)
 	}
+	stop()
+	// The bucket's other keys: a lease, the void of an entry long
+	// compacted away and that of one past the log's head.
+	kv, err := js.KeyValue(ctx, compacted.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, value := range map[string]string{"lease": "leader", "void.old": "1", "void.later": "999999999"} {
+		if _, err := kv.Put(ctx, key, []byte(value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, stop = runningWith(t, path, connect, compacted)
 	heartbeat(t, v, hbs, rounds/2, at.Add(time.Hour))
 	poll.Until(t, 30*time.Second, "the log compacted", func() (bool, string) {
 		s := logState(t, js, compacted.Bucket)
 		names := snapshotNames(t, js, compacted.Bucket)
-		return s.Msgs <= 2*50+2 && len(names) == 1, fmt.Sprintf("%d messages, snapshots %v", s.Msgs, names)
+		return s.Msgs <= 2*50+4 && len(names) == 1, fmt.Sprintf("%d messages, snapshots %v", s.Msgs, names)
 	})
+	for key, kept := range map[string]bool{"lease": true, "void.old": false, "void.later": true} {
+		if _, err := kv.Get(ctx, key); (err == nil) != kept {
+			t.Errorf("after a compaction, key %s: %v; want kept %v", key, err, kept)
+		}
+	}
 	want := reads(t, v)
 	stop()
 	state := logState(t, js, compacted.Bucket)
