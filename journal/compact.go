@@ -78,6 +78,7 @@ func (s *sinceSnapshot) applied(cfg Config, size int, now time.Time) bool {
 // entry after it are kept; after, the newest snapshot and every entry
 // after it are; a later compaction removes what is left over.
 func (j *Journal) compact(ctx context.Context, rev uint64) error {
+	began := time.Now()
 	name, err := j.putSnapshot(ctx, rev)
 	if err != nil {
 		return fmt.Errorf("compact the store's log: %w", err)
@@ -91,7 +92,7 @@ func (j *Journal) compact(ctx context.Context, rev uint64) error {
 	if err := j.dropSnapshots(ctx, name); err != nil {
 		return fmt.Errorf("compact the store's log: %w", err)
 	}
-	j.log.Debug("the store's log compacted", "revision", rev, "snapshot", name)
+	j.log.Info("the store's log compacted", "revision", rev, "snapshot", name, "took", time.Since(began).Round(time.Millisecond))
 	return nil
 }
 

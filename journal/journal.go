@@ -181,6 +181,9 @@ func (j *Journal) Run(ctx context.Context) error {
 		return fmt.Errorf("the store has applied revision %d of its log, which ends at %d: the store is not a view of this log", applied, last)
 	}
 	oldest, err := oldestSnapshot(ctx, stream, j.cfg)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("the store's log holds entries but names no snapshot to begin from: %w", err)
+	}
 	if err != nil {
 		return err
 	}
