@@ -440,3 +440,42 @@ func TestCompactionCountsTheLogAcrossRestarts(t *testing.T) {
 		return s.Msgs < 30, fmt.Sprintf("%d messages", s.Msgs)
 	})
 }
+
+// A store no journal began a log from (written directly: by genesis, or
+// by a mesh that keeps no log, which a fallback puts back without the
+// launcher's mark) is the truth when a log of another store is on the
+// bus: a new log begins from it, and the other store's entries are not
+// applied to it.
+func TestStoreNeverAViewBeginsANewLog(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	connect := startBus(t, filepath.Join(dir, "js"))
+	other := filepath.Join(dir, "other.db")
+	v, stop := running(t, other, connect)
+	if err := v.Audit(ctx, store.AuditEntry{At: at, Operator: "op", Verb: "in the log", Args: "{}", Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	path := filepath.Join(dir, "mesh.db")
+	db, err := store.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Audit(ctx, store.AuditEntry{At: at, Operator: "op", Verb: "written directly", Args: "{}", Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	v, stop = running(t, path, connect)
+	got, err := v.AuditSince(ctx, time.Time{}, 10)
+	if err != nil || len(got) != 1 || got[0].Verb != "written directly" {
+		t.Fatalf("audit = %+v, %v; want only the store's own entry", got, err)
+	}
+	want := reads(t, v)
+	stop()
+	v, _ = rebuilt(t, other, connect, journal.Config{})
+	if got := reads(t, v); got != want {
+		t.Fatalf("rebuilt from the new log, the view answers\n%s\nwant\n%s", got, want)
+	}
+}

@@ -140,7 +140,7 @@ func (j *Journal) Ready() <-chan struct{} { return j.ready }
 func (j *Journal) Store() *View { return newView(j) }
 
 // Run makes the log's bucket, starts the log with a snapshot if it holds
-// no entry (or a new log, if the store was put back), and applies every
+// no entry (or a new log, if the store is the truth), and applies every
 // entry to the view until ctx ends, compacting the log as it goes.
 func (j *Journal) Run(ctx context.Context) error {
 	js, err := j.connect(ctx)
@@ -156,7 +156,7 @@ func (j *Journal) Run(ctx context.Context) error {
 		return fmt.Errorf("read the log's stream: %w", err)
 	}
 	j.js, j.kv, j.stream = js, kv, stream
-	if err := j.restartIfPutBack(ctx); err != nil {
+	if err := j.restartIfTruth(ctx); err != nil {
 		return err
 	}
 	if j.voided, err = voids(ctx, kv); err != nil {

@@ -6,34 +6,55 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// restartIfPutBack begins a new log from the store when the launcher
-// left its mark beside it: the store was put back as it was before a
-// version that failed, and the log's later entries are that version's
-// writes, given up with it (and maybe writes this version does not
-// know). The mark goes once the new log began; a crash before that
-// restarts the log again at the next start, from the same store.
-func (j *Journal) restartIfPutBack(ctx context.Context) error {
-	if j.cfg.PutBackMark == "" {
-		return nil
-	}
-	if _, err := os.Stat(j.cfg.PutBackMark); errors.Is(err, os.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("read the store's put-back mark: %w", err)
+// restartIfTruth begins a new log from the store when the store, not
+// the log, is the truth:
+//   - the launcher left its mark beside it: the store was put back as it
+//     was before a version that failed, and the log's later entries are
+//     that version's writes, given up with it (and maybe writes this
+//     version does not know). The mark goes once the new log began; a
+//     crash before that restarts the log again, from the same store.
+//   - it has applied no revision while the log holds entries: no journal
+//     ever began a log from it (a log's first snapshot is at a revision
+//     of 1 or more), so it was written directly, by genesis or by a mesh
+//     that keeps no log (a fallback to one puts back a store without
+//     the launcher's mark), and the log is of another store.
+func (j *Journal) restartIfTruth(ctx context.Context) error {
+	marked := false
+	if j.cfg.PutBackMark != "" {
+		_, err := os.Stat(j.cfg.PutBackMark)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("read the store's put-back mark: %w", err)
+		}
+		marked = err == nil
 	}
 	applied, err := j.db.Applied(ctx)
 	if err != nil {
 		return err
 	}
+	if !marked {
+		if applied != 0 {
+			return nil
+		}
+		if _, err := firstEntry(ctx, j.stream, j.cfg); errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
 	if err := j.restart(ctx); err != nil {
 		return err
 	}
-	if err := os.Remove(j.cfg.PutBackMark); err != nil {
-		return fmt.Errorf("remove the store's put-back mark: %w", err)
+	if marked {
+		if err := os.Remove(j.cfg.PutBackMark); err != nil {
+			return fmt.Errorf("remove the store's put-back mark: %w", err)
+		}
 	}
-	j.log.Warn("the store was put back by the launcher: a new log begins from it, and the log's entries after it are given up", "applied", applied)
+	j.log.Warn("the store is not a view of the log: a new log begins from it, and the log's entries after it are given up",
+		"put_back", marked, "applied", applied)
 	return nil
 }
 

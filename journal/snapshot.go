@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,18 +30,22 @@ type snapshotArgs struct {
 	Revision uint64 `json:"revision"`
 }
 
+// beganKey is the bucket's key put as a log begins: its revision, 1 or
+// more, is the revision of the log's first snapshot, so a store that
+// applied revision 0 was never a view of a log.
+const beganKey = "began"
+
 // begin starts an empty log from the store as it is: the store is taken
-// to have applied every message the log's stream held so far (none of
-// them an entry; a store restored from a backup may have applied another
-// log), a copy of it is put in the snapshots' object store, and an entry
+// to have applied every message the log's stream held so far, up to the
+// put of beganKey (none of them an entry; a store restored from a backup
+// may have applied another log), a copy of it is put in the snapshots' object store, and an entry
 // names it; begin returns the snapshot's name. A crash part way leaves the log without entries, and the
 // next start begins it again.
 func (j *Journal) begin(ctx context.Context) (string, error) {
-	info, err := j.stream.Info(ctx)
+	rev, err := j.kv.Put(ctx, beganKey, []byte(time.Now().UTC().Format(time.RFC3339)))
 	if err != nil {
 		return "", fmt.Errorf("begin the store's log: %w", err)
 	}
-	rev := info.State.LastSeq
 	if err := j.db.MarkApplied(ctx, rev); err != nil {
 		return "", fmt.Errorf("begin the store's log: %w", err)
 	}
