@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -70,39 +72,78 @@ func (s *sinceSnapshot) applied(cfg Config, size int, now time.Time) bool {
 		now.Sub(s.last) >= cfg.compactEvery()
 }
 
-// compact bounds the log: the view, which has just applied revision rev,
-// is copied into a snapshot and an entry names it; then the entries at
-// or below rev, the voids of those entries, and every other snapshot
-// go. The lease and any other key of the bucket stay. A crash part way
-// is safe: until the entry is appended the older snapshot and every
-// entry after it are kept; after, the newest snapshot and every entry
-// after it are; a later compaction removes what is left over.
-func (j *Journal) compact(ctx context.Context, rev uint64) error {
+// compact bounds the log: the view, which has just applied revision
+// rev, is copied here, in the applier (a copy at rev, made fast from
+// the local disk); then, on its own while the applier goes on, the copy
+// is put in the snapshots' object store and an entry names it, and the
+// entries at or below rev, the voids of those entries, and every other
+// snapshot go. The lease and any other key of the bucket stay. One
+// compaction runs at a time: compact starts none while one runs. A
+// crash part way is safe: until the entry is appended the older
+// snapshot and every entry after it are kept; after, the newest snapshot
+// and every entry after it are; a later compaction removes what is left
+// over.
+func (j *Journal) compact(ctx context.Context, rev uint64) {
+	if !j.compacting.CompareAndSwap(false, true) {
+		return
+	}
 	began := time.Now()
-	name, err := j.putSnapshot(ctx, rev)
+	copyPath, err := j.copyView(ctx)
 	if err != nil {
-		return fmt.Errorf("compact the store's log: %w", err)
+		j.compacting.Store(false)
+		if ctx.Err() == nil {
+			j.log.Warn("the store's log not compacted", "err", fmt.Errorf("copy the view: %w", err))
+		}
+		return
+	}
+	copied := time.Since(began)
+	j.compactions.Add(1)
+	go func() {
+		defer j.compactions.Done()
+		defer j.compacting.Store(false)
+		defer os.RemoveAll(filepath.Dir(copyPath))
+		name, err := j.compactTo(ctx, copyPath, rev)
+		if err != nil {
+			if ctx.Err() == nil {
+				j.log.Warn("the store's log not compacted", "err", err)
+			}
+			return
+		}
+		j.log.Info("the store's log compacted", "revision", rev, "snapshot", name,
+			"copied", copied.Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
+	}()
+}
+
+// compactTo puts the copy of the view at copyPath, at revision rev, in
+// the log, and purges what it makes needless.
+func (j *Journal) compactTo(ctx context.Context, copyPath string, rev uint64) (string, error) {
+	name, err := j.publishSnapshot(ctx, copyPath, rev)
+	if err != nil {
+		return "", fmt.Errorf("compact the store's log: %w", err)
 	}
 	if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(j.cfg.prefix()+">"), jetstream.WithPurgeSequence(rev+1)); err != nil {
-		return fmt.Errorf("compact the store's log: purge the entries up to %d: %w", rev, err)
+		return "", fmt.Errorf("compact the store's log: purge the entries up to %d: %w", rev, err)
 	}
 	if err := j.purgeVoids(ctx, rev); err != nil {
-		return fmt.Errorf("compact the store's log: %w", err)
+		return "", fmt.Errorf("compact the store's log: %w", err)
 	}
 	if err := j.dropSnapshots(ctx, name); err != nil {
-		return fmt.Errorf("compact the store's log: %w", err)
+		return "", fmt.Errorf("compact the store's log: %w", err)
 	}
-	j.log.Info("the store's log compacted", "revision", rev, "snapshot", name, "took", time.Since(began).Round(time.Millisecond))
-	return nil
+	return name, nil
 }
 
 // purgeVoids removes the voids of entries at or below rev: the view's
-// snapshot holds their writes as refused.
+// snapshot holds their writes as refused. The applier's own set of
+// voids keeps their ids, never met again.
 func (j *Journal) purgeVoids(ctx context.Context, rev uint64) error {
-	for id := range j.voided {
+	ids, err := voids(ctx, j.kv)
+	if err != nil {
+		return err
+	}
+	for id := range ids {
 		e, err := j.kv.Get(ctx, voidKeyPrefix+id)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			delete(j.voided, id)
 			continue
 		}
 		if err != nil {
@@ -114,7 +155,6 @@ func (j *Journal) purgeVoids(ctx context.Context, rev uint64) error {
 		if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(lease.Subject(j.cfg.bucket(), voidKeyPrefix+id))); err != nil {
 			return fmt.Errorf("purge the void of entry %s: %w", id, err)
 		}
-		delete(j.voided, id)
 	}
 	return nil
 }

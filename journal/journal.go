@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -112,6 +113,10 @@ type Journal struct {
 	// since is what the applier applied since the last compaction. Only
 	// the applier reads or writes it.
 	since sinceSnapshot
+	// compacting is set while a compaction runs; compactions counts
+	// those running, which Run waits for before it returns.
+	compacting  atomic.Bool
+	compactions sync.WaitGroup
 
 	// voided are the ids of the entries voided in the log: read from the
 	// bucket when Run begins, and added to as the applier voids one.
@@ -196,6 +201,7 @@ func (j *Journal) Run(ctx context.Context) error {
 	if applied == last {
 		close(j.ready)
 	}
+	defer j.compactions.Wait()
 	if err := j.follow(ctx, js, applied, last); err != nil && ctx.Err() == nil {
 		return err
 	}
@@ -305,10 +311,8 @@ func (j *Journal) follow(ctx context.Context, js jetstream.JetStream, applied, l
 			}
 			return err
 		}
-		if now := time.Now(); j.since.applied(j.cfg, len(data), now) {
-			if err := j.compact(ctx, rev); err != nil && ctx.Err() == nil {
-				j.log.Warn("the store's log not compacted", "err", err)
-			}
+		if now := time.Now(); j.since.applied(j.cfg, len(data), now) && !j.compacting.Load() {
+			j.compact(ctx, rev)
 			j.since = sinceSnapshot{last: now}
 		}
 		if rev >= last {

@@ -64,15 +64,33 @@ func (j *Journal) putSnapshot(ctx context.Context, rev uint64) (string, error) {
 	if err := j.db.Sync(ctx); err != nil {
 		return "", err
 	}
+	copyPath, err := j.copyView(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(filepath.Dir(copyPath))
+	return j.publishSnapshot(ctx, copyPath, rev)
+}
+
+// copyView writes a consistent copy of the view in a new temporary
+// directory, and returns its path.
+func (j *Journal) copyView(ctx context.Context) (string, error) {
 	dir, err := os.MkdirTemp("", "mesh-snapshot-")
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(dir)
 	copyPath := filepath.Join(dir, "mesh.db")
 	if err := j.db.CopyTo(ctx, copyPath); err != nil {
+		os.RemoveAll(dir)
 		return "", err
 	}
+	return copyPath, nil
+}
+
+// publishSnapshot puts the copy of the view at copyPath, which holds
+// revision rev, in the snapshots' object store, then appends the entry
+// naming it, and returns the object's name.
+func (j *Journal) publishSnapshot(ctx context.Context, copyPath string, rev uint64) (string, error) {
 	f, err := os.Open(copyPath)
 	if err != nil {
 		return "", err
