@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/lease"
 	"github.com/nats-io/nats.go"
@@ -18,6 +19,7 @@ import (
 // within the TTL, and another leads, never two at once.
 func TestPartitionedLeaderStepsDown(t *testing.T) {
 	t.Parallel()
+	optin.NeedSlow(t, "three servers, one shut down, and a lease waited out")
 	b := startBus(t, 3)
 	bucket(t, b.js(t, 0), 3)
 	var cs []*campaigner
@@ -94,6 +96,7 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 // the next takes it when it goes.
 func TestClockSkewDoesNotDecide(t *testing.T) {
 	t.Parallel()
+	optin.NeedSlow(t, "three campaigners' leases waited out at ±60 s skew")
 	b := startBus(t, 1)
 	js := b.js(t, 0)
 	bucket(t, js, 1)

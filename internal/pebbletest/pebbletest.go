@@ -1,10 +1,12 @@
 // Package pebbletest is test support: Let's Encrypt's Pebble, a real ACME
 // server, with pebble-challtestsrv as the DNS it asks, which resolves every
-// name to 127.0.0.1. Both are built from the module's tools once per run and
-// started on loopback ports a test holds.
+// name to 127.0.0.1 (or the address ResolveTo gives). Both are built from
+// the module's tools once per run and started on loopback ports a test
+// holds, in the test's network namespace or the one Netns names.
 package pebbletest
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -15,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +26,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/internal/testport"
+	"golang.org/x/sys/unix"
 )
 
 // The tools, as go.mod names them.
@@ -48,11 +52,26 @@ type Pebble struct {
 // Option changes how Start runs Pebble.
 type Option func(*options)
 
-type options struct{ validity time.Duration }
+type options struct {
+	validity time.Duration
+	netns    string // the network namespace's path; "": the test's own
+	resolve  string // the address every name resolves to
+}
 
 // Validity is how long the certificates Pebble issues are valid (90 days
 // unless given): short, they are renewed while a test watches.
 func Validity(d time.Duration) Option { return func(o *options) { o.validity = d } }
+
+// Netns runs Pebble and its DNS in the network namespace bound at path
+// (as ip netns add binds one, under /run/netns), on that namespace's
+// loopback: a client in the namespace reaches Pebble at Directory, and
+// Pebble validates on the namespace's addresses. Start reaches Pebble
+// there too.
+func Netns(path string) Option { return func(o *options) { o.netns = path } }
+
+// ResolveTo has Pebble's DNS resolve every name to ip (127.0.0.1 unless
+// given): Pebble validates at ip, an edge's public address.
+func ResolveTo(ip string) Option { return func(o *options) { o.resolve = ip } }
 
 // built are the tools' binaries, built once per run.
 var built struct {
@@ -96,7 +115,7 @@ func build() (map[string]string, string, error) {
 // name resolves.
 func Start(t testing.TB, httpPort, tlsPort int, opts ...Option) *Pebble {
 	t.Helper()
-	o := options{validity: 90 * 24 * time.Hour}
+	o := options{validity: 90 * 24 * time.Hour, resolve: "127.0.0.1"}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -106,8 +125,8 @@ func Start(t testing.TB, httpPort, tlsPort int, opts ...Option) *Pebble {
 	}
 	dir := t.TempDir()
 	dns := testport.Addr(t, "127.0.0.1")
-	run(t, dir, "challtestsrv", bins[dnsPkg], nil, "-dnsserver", dns, "-management", testport.Addr(t, "127.0.0.1"),
-		"-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", "", "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "")
+	run(t, dir, "challtestsrv", o.netns, bins[dnsPkg], nil, "-dnsserver", dns, "-management", testport.Addr(t, "127.0.0.1"),
+		"-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", "", "-defaultIPv4", o.resolve, "-defaultIPv6", "")
 	listen, manage := testport.Addr(t, "127.0.0.1"), testport.Addr(t, "127.0.0.1")
 	cfg := map[string]any{"pebble": map[string]any{
 		"listenAddress": listen, "managementListenAddress": manage,
@@ -121,10 +140,10 @@ func Start(t testing.TB, httpPort, tlsPort int, opts ...Option) *Pebble {
 	if err := os.WriteFile(cfgPath, body, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	stop := run(t, dir, "pebble", bins[pebblePkg], []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0"},
+	stop := run(t, dir, "pebble", o.netns, bins[pebblePkg], []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0"},
 		"-config", cfgPath, "-dnsserver", dns)
 	p := &Pebble{Directory: "https://" + listen + "/dir", TLSRoots: filepath.Join(mod, "test/certs/pebble.minica.pem"), Root: filepath.Join(dir, "root.pem"), log: filepath.Join(dir, "pebble.log"), stop: stop}
-	client, err := p.client()
+	client, err := p.client(o.netns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,15 +195,51 @@ func (p *Pebble) count(t testing.TB, s string) int {
 	return n
 }
 
-// client verifies Pebble's TLS against its test root.
-func (p *Pebble) client() (*http.Client, error) {
+// client verifies Pebble's TLS against its test root, and dials in the
+// network namespace at netns unless it is "".
+func (p *Pebble) client(netns string) (*http.Client, error) {
 	pemBytes, err := os.ReadFile(p.TLSRoots)
 	if err != nil {
 		return nil, fmt.Errorf("read pebble's test root: %w", err)
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pemBytes)
-	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}, nil
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	if netns != "" {
+		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialIn(ctx, netns, network, addr)
+		}
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: tr}, nil
+}
+
+// dialIn dials addr from the network namespace at netns: on a thread that
+// enters it and is left locked, so that it ends with the goroutine rather
+// than serving another in the wrong namespace. The connection keeps the
+// namespace it was made in.
+func dialIn(ctx context.Context, netns, network, addr string) (net.Conn, error) {
+	type dialled struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan dialled, 1)
+	go func() {
+		runtime.LockOSThread()
+		fd, err := unix.Open(netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- dialled{err: fmt.Errorf("open network namespace %s: %w", netns, err)}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			ch <- dialled{err: fmt.Errorf("enter network namespace %s: %w", netns, err)}
+			return
+		}
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		ch <- dialled{c, err}
+	}()
+	d := <-ch
+	return d.c, d.err
 }
 
 // get is the body at url, which must answer 200.
@@ -204,9 +259,10 @@ func get(c *http.Client, url string) ([]byte, error) {
 	return b, nil
 }
 
-// run starts bin with args until the test ends or stop is called, its
-// output in dir/name.log (logged when the test failed).
-func run(t testing.TB, dir, name, bin string, env []string, args ...string) (stop func()) {
+// run starts bin with args until the test ends or stop is called, in the
+// network namespace at netns unless it is "" (nsenter, which execs bin),
+// its output in dir/name.log (logged when the test failed).
+func run(t testing.TB, dir, name, netns, bin string, env []string, args ...string) (stop func()) {
 	t.Helper()
 	logPath := filepath.Join(dir, name+".log")
 	out, err := os.Create(logPath)
@@ -214,6 +270,9 @@ func run(t testing.TB, dir, name, bin string, env []string, args ...string) (sto
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, args...)
+	if netns != "" {
+		cmd = exec.Command("nsenter", append([]string{"--net=" + netns, "--", bin}, args...)...)
+	}
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
