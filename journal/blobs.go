@@ -72,10 +72,10 @@ func (w blobWrites) BeginUpload(ctx context.Context, digest string, size int64, 
 	return beginUpload.call(ctx, w.j, blobArgs{Digest: digest, Size: size, At: at})
 }
 
-// PutUploadChunk keeps one chunk of the upload of digest.
+// PutUploadChunk keeps one chunk of the upload of digest: its bytes in
+// the blobs' object store, its entry naming them.
 func (w blobWrites) PutUploadChunk(ctx context.Context, digest string, offset int64, data, hash []byte, whole bool, at time.Time) error {
-	_, err := putUploadChunk.call(ctx, w.j, blobArgs{Digest: digest, Offset: offset, Data: data, Hash: hash, Whole: whole, At: at})
-	return err
+	return w.j.putUploadChunk(ctx, digest, offset, data, hash, whole, at)
 }
 
 // DropUpload drops the upload of digest.

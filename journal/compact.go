@@ -102,7 +102,7 @@ func (j *Journal) compact(ctx context.Context, rev uint64) {
 		defer j.compactions.Done()
 		defer j.compacting.Store(false)
 		defer os.RemoveAll(filepath.Dir(copyPath))
-		name, err := j.compactTo(ctx, copyPath, rev)
+		name, err := j.compactTo(ctx, copyPath, rev, began)
 		if err != nil {
 			if ctx.Err() == nil {
 				j.log.Warn("the store's log not compacted", "err", err)
@@ -114,9 +114,9 @@ func (j *Journal) compact(ctx context.Context, rev uint64) {
 	}()
 }
 
-// compactTo puts the copy of the view at copyPath, at revision rev, in
-// the log, and purges what it makes needless.
-func (j *Journal) compactTo(ctx context.Context, copyPath string, rev uint64) (string, error) {
+// compactTo puts the copy of the view at copyPath, at revision rev,
+// made at copied, in the log, and purges what it makes needless.
+func (j *Journal) compactTo(ctx context.Context, copyPath string, rev uint64, copied time.Time) (string, error) {
 	name, err := j.publishSnapshot(ctx, copyPath, rev)
 	if err != nil {
 		return "", fmt.Errorf("compact the store's log: %w", err)
@@ -128,6 +128,9 @@ func (j *Journal) compactTo(ctx context.Context, copyPath string, rev uint64) (s
 		return "", fmt.Errorf("compact the store's log: %w", err)
 	}
 	if err := j.dropSnapshots(ctx, name); err != nil {
+		return "", fmt.Errorf("compact the store's log: %w", err)
+	}
+	if err := j.dropChunks(ctx, copied); err != nil {
 		return "", fmt.Errorf("compact the store's log: %w", err)
 	}
 	return name, nil

@@ -127,13 +127,20 @@ type Journal struct {
 	// the entry's key.
 	mu      sync.Mutex
 	waiting map[string]chan outcome
+
+	// chunksMu guards chunks: the bytes of the chunks this process's
+	// writers put, by object, until their entry is applied.
+	chunksMu sync.Mutex
+	chunks   map[string][]byte
 }
 
 // New is a journal keeping db's writes in the log cfg names, on the bus
 // connect reaches once the bus runs. It starts nothing.
 func New(cfg Config, log *slog.Logger, db *store.DB, connect func(context.Context) (jetstream.JetStream, error)) *Journal {
-	return &Journal{cfg: cfg, log: log, db: db, connect: connect, ops: applyFuncs(),
-		ready: make(chan struct{}), waiting: map[string]chan outcome{}}
+	j := &Journal{cfg: cfg, log: log, db: db, connect: connect, ops: applyFuncs(),
+		ready: make(chan struct{}), waiting: map[string]chan outcome{}, chunks: map[string][]byte{}}
+	j.ops[putChunkMethod] = j.applyChunk
+	return j
 }
 
 // Ready is closed once the view has applied every entry the log held when
@@ -227,6 +234,14 @@ func openLog(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream
 		Replicas: cfg.replicas(),
 	}); err != nil {
 		return nil, fmt.Errorf("open the store's snapshots: %w", err)
+	}
+	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      cfg.blobs(),
+		Description: "the chunks of the blobs the store's log names",
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.replicas(),
+	}); err != nil {
+		return nil, fmt.Errorf("open the store's blobs: %w", err)
 	}
 	return kv, nil
 }
