@@ -28,10 +28,12 @@ const putChunkMethod = "PutUploadChunkObject"
 // chunkObjectPrefix begins the name of an object holding a chunk.
 const chunkObjectPrefix = "chunk-"
 
-// chunkKeep is how long a chunk's object outlives the snapshot that
-// holds its entry's write: an entry is appended within it of its
-// object's put, or its write failed.
-const chunkKeep = time.Minute
+func (c Config) chunkKeep() time.Duration {
+	if c.ChunkKeep <= 0 {
+		return time.Minute
+	}
+	return c.ChunkKeep
+}
 
 type chunkArgs struct {
 	Digest string
@@ -104,8 +106,8 @@ func (j *Journal) applyChunk(ctx context.Context, db *store.DB, raw json.RawMess
 }
 
 // dropChunks deletes the chunks' objects put before a snapshot made at
-// copied, less chunkKeep: the snapshot holds their writes, and no entry
-// after it names them.
+// copied, less the config's ChunkKeep: the snapshot holds their writes,
+// and no entry after it names them.
 func (j *Journal) dropChunks(ctx context.Context, copied time.Time) error {
 	obs, err := j.js.ObjectStore(ctx, j.cfg.blobs())
 	if err != nil {
@@ -116,7 +118,7 @@ func (j *Journal) dropChunks(ctx context.Context, copied time.Time) error {
 		return fmt.Errorf("list the store's blobs: %w", err)
 	}
 	for _, info := range infos {
-		if !strings.HasPrefix(info.Name, chunkObjectPrefix) || !info.ModTime.Before(copied.Add(-chunkKeep)) {
+		if !strings.HasPrefix(info.Name, chunkObjectPrefix) || !info.ModTime.Before(copied.Add(-j.cfg.chunkKeep())) {
 			continue
 		}
 		if err := obs.Delete(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {

@@ -52,6 +52,11 @@ type Config struct {
 	CompactEntries int
 	CompactBytes   int64
 	CompactEvery   time.Duration
+	// ChunkKeep is how long an upload's chunk, kept beside the log,
+	// outlives the snapshot of a compaction that holds its write: the
+	// most time between a chunk's put and its entry's append. Zero is a
+	// minute.
+	ChunkKeep time.Duration
 	// PutBackMark is the file the launcher leaves beside a store it put
 	// back, falling back from a version. When it is there, the log's
 	// entries (the failed version's writes among them, which this
