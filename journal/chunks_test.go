@@ -24,6 +24,7 @@ import (
 // entries stay small whatever the blob's size, and a view rebuilt from
 // the log reads the blob whole, fetching its chunks.
 func TestUploadChunksKeptBesideTheLog(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "mesh.db")
@@ -60,6 +61,7 @@ func TestUploadChunksKeptBesideTheLog(t *testing.T) {
 // A compaction deletes the chunks its snapshot holds, and a view rebuilt
 // from the compacted log reads the blob whole.
 func TestCompactionDropsTheChunksItHolds(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "mesh.db")

@@ -150,6 +150,7 @@ func runFails(t *testing.T, path string, connect func(context.Context) (jetstrea
 // reads the same; and a view behind the compacted entries is refused,
 // not fed the entries after a gap.
 func TestLogCompactedAndRebuilt(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -223,6 +224,7 @@ func TestLogCompactedAndRebuilt(t *testing.T) {
 // entry naming it, or between that entry and the purge, leaves a log a
 // view is rebuilt from alike; the next compaction clears what was left.
 func TestCompactionCutShortIsSafe(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -323,6 +325,7 @@ func putWrite(t *testing.T, js jetstream.JetStream, key, method string, args any
 // An entry whose write this mesh does not know stops the applier with an
 // error naming the write and this mesh's version; it is not skipped.
 func TestUnknownWriteStopsTheApplier(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "mesh.db")
@@ -351,6 +354,7 @@ func TestUnknownWriteStopsTheApplier(t *testing.T) {
 // among them) are given up, the put-back store is the truth, writes go
 // on, a view rebuilt from scratch reads the same, and the mark goes.
 func TestPutBackStoreBeginsANewLog(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "mesh.db")
@@ -419,6 +423,7 @@ func TestPutBackStoreBeginsANewLog(t *testing.T) {
 // entries the log holds when the journal starts count as applied since
 // the last compaction.
 func TestCompactionCountsTheLogAcrossRestarts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -447,6 +452,7 @@ func TestCompactionCountsTheLogAcrossRestarts(t *testing.T) {
 // bus: a new log begins from it, and the other store's entries are not
 // applied to it.
 func TestStoreNeverAViewBeginsANewLog(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)

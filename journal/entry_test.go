@@ -8,6 +8,7 @@ import (
 // An entry reads back as written, cut apart or decoded as JSON whatever
 // its form.
 func TestEntryReadsAsWritten(t *testing.T) {
+	t.Parallel()
 	args := json.RawMessage(`{"node":"a","body":"e30=","list":[1,2,{"m":"x"}]}`)
 	for _, data := range [][]byte{
 		encodeEntry("RecordDeclarations", args),

@@ -130,6 +130,7 @@ func reads(t *testing.T, v *journal.View) string {
 // log, is rebuilt whole from the log's snapshot and entries once deleted;
 // and a restart applies no entry twice.
 func TestViewRebuiltFromTheLog(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "mesh.db")
@@ -193,6 +194,7 @@ func TestViewRebuiltFromTheLog(t *testing.T) {
 // An entry appended and not applied (the controller killed between, or
 // before the apply committed) is applied once at the next start.
 func TestEntryAppendedThenKilledIsAppliedOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "mesh.db")
@@ -234,6 +236,7 @@ func TestEntryAppendedThenKilledIsAppliedOnce(t *testing.T) {
 // declarations of a push to a large fleet) is appended in parts and
 // applied once, whole: at once, after a restart, and in a rebuilt view.
 func TestLongEntryAppliedWhole(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "mesh.db")
