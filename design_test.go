@@ -36,7 +36,7 @@ func TestImportDirections(t *testing.T) {
 		"lease": {},
 		// The store's truth as a log on the bus, the store a view of it.
 		"journal": {"spec", "store", "lease"},
-		"mesh":  {"spec", "store", "broker", "ca", "release", "seal", "web"},
+		"mesh":    {"spec", "store", "broker", "ca", "release", "seal", "web"},
 		// The status page: rendered from a view the controller gives it.
 		"web": {"spec"},
 		// A mesh binary read as a file: its target, whether it is mesh.
