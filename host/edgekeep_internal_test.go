@@ -41,23 +41,8 @@ func TestEdgeRestartedServesItsKeptCertificates(t *testing.T) {
 		t.Fatal("the stopped edge still answers")
 	}
 
-	restarted := time.Now()
 	rig.edge(t, edgeRenew{}, backends)
-	for name := range backends {
-		if got := rig.waitLeaf(t, name, 5*time.Second).SerialNumber.String(); got != first[name] {
-			t.Errorf("%s served with serial %s after the restart, want the kept %s", name, got, first[name])
-		}
-	}
-	t.Logf("both names served again %s after the edge was made again", time.Since(restarted).Round(time.Millisecond))
-	load := rig.load("keep.example.test", "keep")
-	poll.Until(t, 10*time.Second, "a page through the restarted edge", func() (bool, string) {
-		served, failed := load.state()
-		return len(served) > 0, strings.Join(failed, "; ")
-	})
-	load.end()
-	if n, m := rig.pb.Orders(t), rig.pb.Issued(t); n != orders || m != issued {
-		t.Errorf("pebble took %d orders and issued %d certificates by the restart's end, want %d and %d as before it", n, m, orders, issued)
-	}
+	rig.servesAsKept(t, backends, first, "keep.example.test", "keep", "after the edge was made again", orders, issued)
 }
 
 // TestEdgeRenewsBeforeExpiryWithNoFailedRequest: a certificate is renewed

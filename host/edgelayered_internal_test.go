@@ -157,21 +157,7 @@ func TestEdgeRestartedWithTheBusDownServesItsOwnCopies(t *testing.T) {
 	if d := time.Since(restarted); d > 2*time.Second {
 		t.Errorf("the edge took %s to start with the bus down", d)
 	}
-	for name := range backends {
-		if got := rig.waitLeaf(t, name, 5*time.Second).SerialNumber.String(); got != first[name] {
-			t.Errorf("%s served with serial %s with the bus down, want the kept %s", name, got, first[name])
-		}
-	}
-	t.Logf("both names served again %s after the edge was made again with the bus down", time.Since(restarted).Round(time.Millisecond))
-	load := rig.load("near.example.test", "near")
-	poll.Until(t, 10*time.Second, "a page through the edge restarted with the bus down", func() (bool, string) {
-		served, failed := load.state()
-		return len(served) > 0, strings.Join(failed, "; ")
-	})
-	load.end()
-	if n, m := rig.pb.Orders(t), rig.pb.Issued(t); n != orders || m != issued {
-		t.Errorf("pebble took %d orders and issued %d certificates by the end, want %d and %d as before the restart", n, m, orders, issued)
-	}
+	rig.servesAsKept(t, backends, first, "near.example.test", "near", "with the bus down", orders, issued)
 }
 
 // TestEdgeKeepsServingWhenTheBusIsGone: with the bus gone while an edge

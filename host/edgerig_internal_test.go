@@ -221,3 +221,27 @@ func renewalFailed(log, name string) bool {
 	}
 	return false
 }
+
+// servesAsKept holds that an edge made again serves each of backends with
+// the serial first gives it, a page of name (body) through it, and no new
+// order or certificate at the CA since orders and issued were counted;
+// when says how the edge was made again.
+func (r *edgeRig) servesAsKept(t *testing.T, backends, first map[string]string, name, body, when string, orders, issued int) {
+	t.Helper()
+	restarted := time.Now()
+	for n := range backends {
+		if got := r.waitLeaf(t, n, 5*time.Second).SerialNumber.String(); got != first[n] {
+			t.Errorf("%s served with serial %s %s, want the kept %s", n, got, when, first[n])
+		}
+	}
+	t.Logf("both names served again %s %s", time.Since(restarted).Round(time.Millisecond), when)
+	load := r.load(name, body)
+	poll.Until(t, 10*time.Second, "a page through the edge made again "+when, func() (bool, string) {
+		served, failed := load.state()
+		return len(served) > 0, strings.Join(failed, "; ")
+	})
+	load.end()
+	if n, m := r.pb.Orders(t), r.pb.Issued(t); n != orders || m != issued {
+		t.Errorf("pebble took %d orders and issued %d certificates %s, want %d and %d as before", n, m, when, orders, issued)
+	}
+}
