@@ -248,6 +248,33 @@ func (s *Server) WithdrawUser(nkey string) {
 	disconnect(ns, drop)
 }
 
+// AddStandingUser puts u in force beside the users SetUsers, AddUser and
+// WithdrawUser change, which leave it in force: a user the bus's owner
+// keeps apart from the store's (a controller token's enrolment user, a
+// bus peer's own controller). A nkey both standing and a user is admitted
+// as the user. It returns once the connections of the standing user of
+// the same nkey whose lists changed are closed.
+func (s *Server) AddStandingUser(u User) error {
+	u.Publish, u.Subscribe = slices.Clone(u.Publish), slices.Clone(u.Subscribe)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	drop, ns, err := s.gate.stand(u)
+	if err != nil {
+		return err
+	}
+	disconnect(ns, drop)
+	return nil
+}
+
+// WithdrawStandingUser takes the standing user nkey out of force and
+// returns once its connections are closed.
+func (s *Server) WithdrawStandingUser(nkey string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	drop, ns := s.gate.sitDown(nkey)
+	disconnect(ns, drop)
+}
+
 // disconnect closes the connections ids of ns (none before it starts).
 func disconnect(ns *server.Server, ids []uint64) {
 	if ns == nil {

@@ -125,7 +125,7 @@ func (c *testCluster) start(t *testing.T, i int) {
 	case err := <-done:
 		t.Fatalf("server %d stopped before ready: %v", i, err)
 	case <-time.After(30 * time.Second):
-		t.Fatalf("server %d not ready after 30s", i)
+		t.Fatalf("server %d not ready after 30s: %s", i, m.logs)
 	}
 }
 
@@ -383,5 +383,37 @@ func TestClusterConfigIsChecked(t *testing.T) {
 				t.Fatalf("New: %v, want an error naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestStandingUserOutlivesSetUsers: a standing user stays admitted when
+// the users are replaced, and is refused once withdrawn.
+func TestStandingUserOutlivesSetUsers(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	c.members[0].cfg.Cluster = nil
+	c.start(t, 0)
+	srv := c.members[0].srv
+	kp, pub := newUser(t)
+	if err := srv.AddStandingUser(broker.User{NKey: pub, Publish: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctlPub, _ := c.ctl.PublicKey()
+	if err := srv.SetUsers([]broker.User{{NKey: ctlPub, Full: true}}); err != nil {
+		t.Fatal(err)
+	}
+	connect := func() error {
+		nc, err := nats.Connect("nats://"+srv.Addr(), nats.Nkey(pub, kp.Sign),
+			nats.Secure(ca.ClientTLS(c.auth.Root(), "bus.mesh")), nats.TLSHandshakeFirst(), nats.NoReconnect())
+		if err == nil {
+			nc.Close()
+		}
+		return err
+	}
+	if err := connect(); err != nil {
+		t.Fatalf("a standing user after SetUsers: %v", err)
+	}
+	srv.WithdrawStandingUser(pub)
+	if err := connect(); err == nil {
+		t.Fatal("a withdrawn standing user was admitted")
 	}
 }

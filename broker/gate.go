@@ -24,7 +24,10 @@ type gate struct {
 
 	mu    sync.Mutex
 	users map[string]*admitted // by nkey
-	acc   *server.Account
+	// standing are users kept beside users, by nkey: swap leaves them in
+	// force. A nkey in both is admitted as users says.
+	standing map[string]*admitted
+	acc      *server.Account
 }
 
 // admitted is one user in force: what a connection of it is given, and the
@@ -48,6 +51,9 @@ func (g *gate) start(ns *server.Server, acc *server.Account) {
 	defer g.mu.Unlock()
 	g.ns, g.acc = ns, acc
 	for _, a := range g.users {
+		a.perms.Account = acc
+	}
+	for _, a := range g.standing {
 		a.perms.Account = acc
 	}
 }
@@ -133,6 +139,37 @@ func (g *gate) withdraw(nkey string) ([]uint64, *server.Server) {
 	return old.recorded(), g.ns
 }
 
+// stand puts u in force as a standing user, replacing the standing user
+// of the same nkey, and returns the connections to close (those of the
+// user it replaced, when its lists changed) and the server that holds
+// them.
+func (g *gate) stand(u User) ([]uint64, *server.Server, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.standing[u.NKey]
+	if old != nil && same(old.u, u) {
+		return nil, g.ns, nil
+	}
+	if err := u.check(); err != nil {
+		return nil, nil, err
+	}
+	if g.standing == nil {
+		g.standing = map[string]*admitted{}
+	}
+	g.standing[u.NKey] = &admitted{u: u, perms: &server.User{Username: u.NKey, Account: g.acc, Permissions: permissions(u)}, conns: map[uint64]struct{}{}}
+	return old.recorded(), g.ns, nil
+}
+
+// sitDown takes the standing user nkey out of force and returns its
+// connections to close.
+func (g *gate) sitDown(nkey string) ([]uint64, *server.Server) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.standing[nkey]
+	delete(g.standing, nkey)
+	return old.recorded(), g.ns
+}
+
 // recorded are the connections a holds on record; none for no user.
 func (a *admitted) recorded() []uint64 {
 	if a == nil {
@@ -193,6 +230,9 @@ func (g *gate) Check(c server.ClientAuthentication) bool {
 	id := c.GetID()
 	g.mu.Lock()
 	a := g.users[opts.Nkey]
+	if a == nil {
+		a = g.standing[opts.Nkey]
+	}
 	if a == nil || g.acc == nil {
 		g.mu.Unlock()
 		return false

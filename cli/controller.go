@@ -58,6 +58,7 @@ func controllerCommandFlags() []cli.Flag {
 		&cli.StringFlag{Name: "bus", Usage: "rebind the bus, host:port (default: where it bound before)"},
 		&cli.StringFlag{Name: "http", Usage: "rebind /healthz, /metrics and /roots.pem, host:port (default: where it bound before)"},
 		advertiseFlag(),
+		clusterFlag(),
 		logFlag(),
 		storeBusyFlag(),
 		certLifetimeFlag(),
@@ -150,6 +151,12 @@ func serveControllerCommand() *cli.Command {
 			advertise, err := busURLs(addrs.Bus, c.StringSlice("advertise"))
 			if err != nil {
 				return fromFileHint(err, fromFile, dir)
+			}
+			if err := checkClusterFlag(c); err != nil {
+				return fromFileHint(err, fromFile, dir)
+			}
+			if advertise, err = keepCluster(c, dir, advertise); err != nil {
+				return err
 			}
 			lifetime, err := certLifetime(c)
 			if err != nil {

@@ -41,6 +41,7 @@ Example:
 			&cli.StringFlag{Name: "address", Usage: "where other nodes reach this one (default: the machine's primary address)"},
 			&cli.StringFlag{Name: "overlay", Usage: "turn the overlay on with this private range, CIDR (10.88.0.0/16): every node gets an address on it and its names resolve to it"},
 			advertiseFlag(),
+			clusterFlag(),
 			logFlag(),
 			storeBusyFlag(),
 			certLifetimeFlag(),
@@ -84,6 +85,9 @@ Example:
 				return err
 			}
 			if err := daemon.RefuseExisting(dir); err != nil {
+				return err
+			}
+			if err := checkClusterFlag(c); err != nil {
 				return err
 			}
 			// Bind each address once before anything is written, so an address
@@ -152,6 +156,10 @@ Example:
 				return err
 			}
 			if err := statedir.WriteConfig(dir, kc); err != nil {
+				release()
+				return err
+			}
+			if _, err := keepCluster(c, dir, advertise); err != nil {
 				release()
 				return err
 			}

@@ -206,11 +206,16 @@ func (m *Mesh) newBus(ctx context.Context, db *store.DB, auth *ca.Authority, ctl
 	if err != nil {
 		return nil, err
 	}
+	cluster, err := busCluster(cfg.Dir, auth)
+	if err != nil {
+		return nil, err
+	}
 	return broker.New(broker.Config{
 		Listen:   cfg.Addrs.Bus,
 		StoreDir: filepath.Join(statedir.Controller(cfg.Dir), mesh.JSDir),
 		TLS:      &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		Users:    users,
+		Cluster:  cluster,
 	}, m.log.With("component", "bus"))
 }
 

@@ -20,7 +20,7 @@ import (
 
 // KeptFlags are the flags D/config.yaml holds, in the file's order; a
 // command keeps those of them it has.
-var KeptFlags = []string{"root", "subnet", "docker", "dns", "dns-upstream", "dns-allow", "reconcile", "heartbeat", "cert-renew-check", "endpoint", "relay", "wg-port", "advertise", "cert-lifetime", "log-level", "healthy-within"}
+var KeptFlags = []string{"root", "subnet", "docker", "dns", "dns-upstream", "dns-allow", "reconcile", "heartbeat", "cert-renew-check", "endpoint", "relay", "wg-port", "advertise", "cert-lifetime", "log-level", "healthy-within", "cluster"}
 
 // ListFlags are the kept flags that may be given more than once.
 var ListFlags = []string{"dns-upstream", "dns-allow", "advertise"}

@@ -1,0 +1,63 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/statedir"
+)
+
+// TestClusterStateIsKept: a mesh run with --cluster for the first time
+// gets a cluster of one, its route credentials in a 0600 file; a second
+// run keeps its server name and credentials and moves its routes; the
+// bus runs alone until a peer is added, then as a cluster routing to
+// every peer.
+func TestClusterStateIsKept(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(statedir.Controller(dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	st, err := KeepClusterListen(dir, "home", "127.0.0.1:6222", "nats://127.0.0.1:4222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Name != "home" || st.Server == "" || st.Password == "" || len(st.Peers) != 1 {
+		t.Fatalf("a new cluster's state: %+v", st)
+	}
+	fi, err := os.Stat(filepath.Join(statedir.Controller(dir), ClusterFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the cluster's state file: %v, mode %v; want 0600", err, fi.Mode())
+	}
+	again, err := KeepClusterListen(dir, "home", "127.0.0.1:7222", "nats://127.0.0.1:4222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Server != st.Server || again.Password != st.Password || again.Peers[0].Route != "127.0.0.1:7222" {
+		t.Fatalf("a second run's state %+v, first %+v", again, st)
+	}
+	auth, err := ca.Create(t.TempDir(), "home", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl, err := busCluster(dir, auth); err != nil || cl != nil {
+		t.Fatalf("the bus of a cluster of one: %+v, %v; want it alone", cl, err)
+	}
+	again.AddPeer(Peer{Server: "c-other", Route: "127.0.0.1:8222", Bus: "nats://127.0.0.1:5222"})
+	if err := WriteClusterState(dir, again); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := busCluster(dir, auth)
+	if err != nil || cl == nil {
+		t.Fatalf("the bus of a cluster of two: %+v, %v", cl, err)
+	}
+	if !slices.Equal(cl.Peers, []string{"127.0.0.1:7222", "127.0.0.1:8222"}) || cl.ServerName != st.Server || cl.Name != "home" {
+		t.Fatalf("the bus's cluster: %+v", cl)
+	}
+	if got := again.BusURLs(); !slices.Equal(got, []string{"nats://127.0.0.1:4222", "nats://127.0.0.1:5222"}) {
+		t.Fatalf("bus URLs %q", got)
+	}
+}
