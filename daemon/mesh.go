@@ -115,7 +115,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	}
 	// The controller's store: read from db, written through the log on
 	// the bus, which db is a view of.
-	truth := journal.New(journal.Config{PutBackMark: filepath.Join(ctlDir, mesh.PutBackFile), Follow: cluster.follows(), Replicas: cluster.replicas()},
+	truth := journal.New(journal.Config{PutBackMark: filepath.Join(ctlDir, mesh.PutBackFile), Follow: cluster.follows(), Replicas: cluster.replicas(), Clustered: cluster.clustered()},
 		log.With("component", "journal"), db, busConnect(bus, ctlKeys.Full))
 	signKey, err := mesh.LoadSignKey(ctlDir)
 	if err != nil {

@@ -12,9 +12,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-fleet/mesh/broker"
+	"github.com/mesh-fleet/mesh/journal"
 	"github.com/mesh-fleet/mesh/mesh"
 	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
@@ -63,6 +64,10 @@ func (st *ClusterState) follows() bool { return st != nil && st.BusOnly }
 // busOnly says whether a controller of this cluster runs its bus, its
 // view of the store and its host, but no controller.
 func (st *ClusterState) busOnly() bool { return st != nil && st.BusOnly }
+
+// clustered says whether the bus runs as a server of a cluster: two
+// peers or more.
+func (st *ClusterState) clustered() bool { return st != nil && len(st.Peers) >= 2 }
 
 // replicas is how many servers keep the store's log and the declaration
 // stream: 3 in a cluster of three controllers or more, else 1.
@@ -156,12 +161,16 @@ func (m *Mesh) peersPart(st *ClusterState, bus *broker.Server, keys mesh.Keys, j
 	return []part{{"peers", p.Run, p.ready, nil}}
 }
 
-// peerSet keeps a controller's peer set while its mesh runs: it tells
-// the other controllers the new set once a controller joined through this
-// one, and takes the set another tells; either way the mesh then starts
-// again (ErrRestart), its bus in the new set. The set is told on a
-// subject only the controllers' own users reach, once: a controller down
-// meanwhile learns it from the next join, or from its operator.
+// peersKey is the key of the store's log's bucket that holds the
+// controllers' peer set, as the last join made it.
+const peersKey = "peers"
+
+// peerSet keeps a controller's peer set while its mesh runs: it puts the
+// new set in the store's log's bucket once a controller joined through
+// this one, and takes a set that grew there, one that holds this
+// controller (a controller down meanwhile takes it at its next start);
+// either way the mesh then starts again (ErrRestart), its bus in the new
+// set. The set only grows: peers leave by an explicit command.
 type peerSet struct {
 	dir   string
 	bus   *broker.Server
@@ -172,51 +181,51 @@ type peerSet struct {
 }
 
 func (p *peerSet) Run(ctx context.Context) error {
-	pub, err := p.keys.Full.PublicKey()
+	js, err := busConnect(p.bus, p.keys.Full)(ctx)
 	if err != nil {
-		return fmt.Errorf("the controller's bus key: %w", err)
+		return err
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(p.bus.NATS()), nats.Nkey(pub, p.keys.Full.Sign),
-		nats.Name("controller peers"), nats.Timeout(inProcessTimeout))
+	defer js.Conn().Close()
+	kv, err := js.KeyValue(ctx, journal.DefaultBucket)
 	if err != nil {
-		return fmt.Errorf("connect to the bus for the controllers' peer set: %w", err)
+		return fmt.Errorf("open the controllers' peer set: %w", err)
 	}
-	defer nc.Close()
-	msgs := make(chan *nats.Msg, 8)
-	if _, err := nc.ChanSubscribe(spec.ClusterPeersSubject, msgs); err != nil {
-		return fmt.Errorf("listen for the controllers' peer set: %w", err)
+	w, err := kv.Watch(ctx, peersKey)
+	if err != nil {
+		return fmt.Errorf("watch the controllers' peer set: %w", err)
 	}
-	if err := nc.Flush(); err != nil {
-		return fmt.Errorf("listen for the controllers' peer set: %w", err)
-	}
+	defer w.Stop()
 	close(p.ready)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-p.joins.joined:
-			return p.tell(nc)
-		case msg := <-msgs:
-			var peers []Peer
-			if err := json.Unmarshal(msg.Data, &peers); err != nil {
-				p.log.Warn("a peer set that does not read was dropped", "err", err)
+			return p.tell(ctx, kv)
+		case e := <-w.Updates():
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			changed, err := takePeers(p.dir, peers)
+			var peers []Peer
+			if err := json.Unmarshal(e.Value(), &peers); err != nil {
+				p.log.Warn("a peer set that does not read was left", "err", err)
+				continue
+			}
+			grew, err := takePeers(p.dir, peers)
 			if err != nil {
 				return err
 			}
-			if changed {
-				p.log.Info("the controllers' peer set changed", "peers", len(peers))
+			if grew {
+				p.log.Info("the controllers' peer set grew: the mesh starts again in it", "peers", len(peers))
 				return ErrRestart
 			}
 		}
 	}
 }
 
-// tell publishes the peer set a join made to the other controllers,
-// then ends the run: ErrRestart.
-func (p *peerSet) tell(nc *nats.Conn) error {
+// tell puts the peer set a join made in the bucket, for the other
+// controllers, then ends the run: ErrRestart.
+func (p *peerSet) tell(ctx context.Context, kv jetstream.KeyValue) error {
 	st, err := ReadClusterState(p.dir)
 	if err != nil {
 		return err
@@ -225,26 +234,30 @@ func (p *peerSet) tell(nc *nats.Conn) error {
 	if err != nil {
 		return fmt.Errorf("encode the peer set: %w", err)
 	}
-	if err := nc.Publish(spec.ClusterPeersSubject, body); err != nil {
-		return fmt.Errorf("tell the controllers the peer set: %w", err)
+	if _, err := kv.Put(ctx, peersKey, body); err != nil {
+		p.log.Warn("the peer set was not put for the other controllers: they learn it from the next join", "err", err)
 	}
-	if err := nc.Flush(); err != nil {
-		return fmt.Errorf("tell the controllers the peer set: %w", err)
-	}
-	p.log.Info("a controller joined: the peer set is told, and the mesh starts again in it", "peers", len(st.Peers))
+	p.log.Info("a controller joined: the mesh starts again in the new peer set", "peers", len(st.Peers))
 	return ErrRestart
 }
 
 // takePeers records peers as the cluster's peer set in dir when it holds
-// this controller and differs from the one kept: whether it did.
+// this controller and every peer kept, and more: whether it did.
 func takePeers(dir string, peers []Peer) (bool, error) {
 	st, err := ReadClusterState(dir)
 	if err != nil || st == nil {
 		return false, err
 	}
-	mine := slices.ContainsFunc(peers, func(p Peer) bool { return p.Server == st.Server })
-	if !mine || slices.Equal(peers, st.Peers) {
+	has := func(server string) bool {
+		return slices.ContainsFunc(peers, func(p Peer) bool { return p.Server == server })
+	}
+	if !has(st.Server) || len(peers) <= len(st.Peers) {
 		return false, nil
+	}
+	for _, q := range st.Peers {
+		if !has(q.Server) {
+			return false, nil
+		}
 	}
 	st.Peers = peers
 	return true, WriteClusterState(dir, *st)

@@ -40,3 +40,28 @@ func (j *Journal) awaitLog(ctx context.Context) error {
 		}
 	}
 }
+
+// clusterPoll is how long a journal on a clustered bus waits before it
+// tries again to open the log.
+const clusterPoll = time.Second
+
+// open opens the log (openLog); on a clustered bus it tries again until
+// the cluster's JetStream answers, or ctx ends.
+func (j *Journal) open(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	said := false
+	for {
+		kv, err := openLog(ctx, js, j.cfg)
+		if err == nil || !j.cfg.Clustered || ctx.Err() != nil {
+			return kv, err
+		}
+		if !said {
+			j.log.Info("waiting for the controllers' cluster to open the store's log", "why", err)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(clusterPoll):
+		}
+	}
+}

@@ -67,6 +67,11 @@ type Config struct {
 	// begins a log (nor a new one from its store, whatever the mark
 	// says), and while the log holds no entry it waits for one.
 	Follow bool
+	// Clustered is set when the bus is a server of the controllers'
+	// cluster: its JetStream answers once the cluster has elected a
+	// leader of its own, so opening the log is tried again until ctx
+	// ends.
+	Clustered bool
 }
 
 func (c Config) bucket() string {
@@ -168,8 +173,11 @@ func (j *Journal) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kv, err := openLog(ctx, js, j.cfg)
+	kv, err := j.open(ctx, js)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	stream, err := js.Stream(ctx, "KV_"+j.cfg.bucket())
