@@ -63,6 +63,15 @@ type Config struct {
 	// version may not know) are discarded and a new log begins from the
 	// store; then the mark is removed.
 	PutBackMark string
+	// Follow is set for a controller that joined a cluster: it never
+	// begins a log (nor a new one from its store, whatever the mark
+	// says), and while the log holds no entry it waits for one.
+	Follow bool
+	// Clustered is set when the bus is a server of the controllers'
+	// cluster: its JetStream answers once the cluster has elected a
+	// leader of its own, so opening the log is tried again until ctx
+	// ends.
+	Clustered bool
 }
 
 func (c Config) bucket() string {
@@ -164,8 +173,11 @@ func (j *Journal) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kv, err := openLog(ctx, js, j.cfg)
+	kv, err := j.open(ctx, js)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	stream, err := js.Stream(ctx, "KV_"+j.cfg.bucket())
@@ -173,17 +185,15 @@ func (j *Journal) Run(ctx context.Context) error {
 		return fmt.Errorf("read the log's stream: %w", err)
 	}
 	j.js, j.kv, j.stream = js, kv, stream
-	if err := j.restartIfTruth(ctx); err != nil {
+	if !j.cfg.Follow {
+		if err := j.restartIfTruth(ctx); err != nil {
+			return err
+		}
+	}
+	if err := j.awaitLog(ctx); err != nil {
 		return err
 	}
 	if j.voided, err = voids(ctx, kv); err != nil {
-		return err
-	}
-	if _, err := firstEntry(ctx, stream, j.cfg); errors.Is(err, jetstream.ErrMsgNotFound) {
-		if _, err := j.begin(ctx); err != nil {
-			return err
-		}
-	} else if err != nil {
 		return err
 	}
 	last, err := lastRevision(ctx, stream, j.cfg)
