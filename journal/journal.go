@@ -63,6 +63,13 @@ type Config struct {
 	// version may not know) are discarded and a new log begins from the
 	// store; then the mark is removed.
 	PutBackMark string
+	// Fence, when set, is the controllers' leader lease as this one holds
+	// it: the revision of LeaseKey it holds, and whether it leads. Every
+	// write to the log is then an atomic batch the bus stores only while
+	// that revision is the lease's last (lease.Fenced), refused while it
+	// does not lead; the log begins, restarts and compacts only while it
+	// leads. Nil is a controller alone: nothing is fenced.
+	Fence func() (rev uint64, ok bool)
 }
 
 func (c Config) bucket() string {
@@ -123,6 +130,10 @@ type Journal struct {
 	compacting  atomic.Bool
 	compactions sync.WaitGroup
 
+	// appliedRev is the revision the view has applied, as the applier
+	// last recorded it.
+	appliedRev atomic.Uint64
+
 	// voided are the ids of the entries voided in the log: read from the
 	// bucket when Run begins, and added to as the applier voids one.
 	// Only the applier reads or writes it.
@@ -180,6 +191,9 @@ func (j *Journal) Run(ctx context.Context) error {
 		return err
 	}
 	if _, err := firstEntry(ctx, stream, j.cfg); errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err := j.awaitLead(ctx, "beginning the store's log"); err != nil {
+			return err
+		}
 		if _, err := j.begin(ctx); err != nil {
 			return err
 		}
@@ -210,6 +224,7 @@ func (j *Journal) Run(ctx context.Context) error {
 	if j.since, err = j.held(ctx); err != nil {
 		return err
 	}
+	j.appliedRev.Store(applied)
 	if applied == last {
 		close(j.ready)
 	}
@@ -331,7 +346,8 @@ func (j *Journal) follow(ctx context.Context, js jetstream.JetStream, applied, l
 			}
 			return err
 		}
-		if now := time.Now(); j.since.applied(j.cfg, len(data), now) && !j.compacting.Load() {
+		j.appliedRev.Store(rev)
+		if now := time.Now(); j.since.applied(j.cfg, len(data), now) && !j.compacting.Load() && j.leads() {
 			j.compact(ctx, rev)
 			j.since = sinceSnapshot{last: now}
 		}
@@ -376,11 +392,20 @@ func (j *Journal) apply(ctx context.Context, rev uint64, subject string, data []
 	}
 	actx := store.WithRevision(ctx, rev)
 	res, err := run(actx, j.db, e.Args)
+	// Only the leader voids: a follower's view waits for its store and
+	// applies the entry again, as the leader's did or voided it.
+	for store.IsBusy(err) && !j.leads() {
+		if werr := pause(ctx, busyRetry); werr != nil {
+			return werr
+		}
+		actx = store.WithRevision(ctx, rev)
+		res, err = run(actx, j.db, e.Args)
+	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	if store.IsBusy(err) {
-		if _, verr := j.kv.Create(ctx, voidKeyPrefix+id, []byte(strconv.FormatUint(rev, 10))); verr != nil && !errors.Is(verr, jetstream.ErrKeyExists) {
+		if verr := j.void(ctx, id, rev); verr != nil {
 			return fmt.Errorf("apply entry %d of the store's log: void it: %w", rev, verr)
 		}
 		j.voided[id] = true
@@ -393,6 +418,37 @@ func (j *Journal) apply(ctx context.Context, rev uint64, subject string, data []
 		}
 	}
 	j.deliver(id, outcome{res, err})
+	return nil
+}
+
+// busyRetry is how long a follower's applier waits for its busy store
+// before it applies an entry again.
+const busyRetry = 100 * time.Millisecond
+
+// pause waits d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// void puts the void of the entry id, of revision rev, in the log: created
+// once when the journal is not fenced; fenced, put again with the same
+// value by a leader that voids it again.
+func (j *Journal) void(ctx context.Context, id string, rev uint64) error {
+	value := []byte(strconv.FormatUint(rev, 10))
+	if j.fenced() {
+		_, err := j.put(ctx, voidKeyPrefix+id, value)
+		return err
+	}
+	if _, err := j.kv.Create(ctx, voidKeyPrefix+id, value); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return err
+	}
 	return nil
 }
 
