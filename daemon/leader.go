@@ -90,6 +90,7 @@ type leadership struct {
 
 	mu   sync.Mutex
 	addr string
+	js   jetstream.JetStream // the campaign's, set before started closes
 	kv   jetstream.KeyValue
 }
 
@@ -158,6 +159,9 @@ func (l *leadership) runCampaign(ctx context.Context) error {
 		return fmt.Errorf("answer on %s: %w", spec.ControllerRoleSubject, err)
 	}
 	defer sub.Unsubscribe()
+	l.mu.Lock()
+	l.js = js
+	l.mu.Unlock()
 	l.campaign.Store(c)
 	close(l.started)
 	return c.Run(ctx)
@@ -252,12 +256,9 @@ func (l *leadership) follow(ctx context.Context) error {
 		}
 		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
-	js, err := l.connect(ctx)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	defer js.Conn().Close()
+	l.mu.Lock()
+	js := l.js
+	l.mu.Unlock()
 	srv := &http.Server{Handler: l.followerHandler(ctx, js), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

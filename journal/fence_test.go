@@ -170,11 +170,28 @@ func (c *controller) startJournal(t *testing.T, path string, connect func(contex
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := journal.New(journal.Config{Replicas: 3, Fence: c.fence}, quiet(), db, connect)
+	// The journal's connection is closed as it stops: a consumer's Next
+	// on a connection to a server stopped waits on after Stop.
+	var conn atomic.Pointer[nats.Conn]
+	jconnect := func(ctx context.Context) (jetstream.JetStream, error) {
+		js, err := connect(ctx)
+		if err == nil {
+			conn.Store(js.Conn())
+		}
+		return js, err
+	}
+	j := journal.New(journal.Config{Replicas: 3, Fence: c.fence}, quiet(), db, jconnect)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; db.Close() })
+	t.Cleanup(func() {
+		cancel()
+		if nc := conn.Load(); nc != nil {
+			nc.Close()
+		}
+		<-done
+		db.Close()
+	})
 	select {
 	case <-j.Ready():
 	case err := <-done:
