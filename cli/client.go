@@ -165,7 +165,7 @@ func (o *Operator) request(verb string, req, res any, wait time.Duration) error 
 		return fmt.Errorf("%s: %s: whether the controller carried it out is not known (mesh status says, once it answers)", verb, o.lost)
 	}
 	if errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("%s: no controller answers on the bus at %s", verb, o.bus)
+		return fmt.Errorf("%s: no controller answers on the bus at %s%s", verb, o.bus, o.reachableControllers())
 	}
 	if errors.Is(err, nats.ErrTimeout) {
 		return fmt.Errorf("%s: the controller did not answer within %s (mesh status, and its log, say what it is doing)", verb, wait)

@@ -38,9 +38,9 @@ type ClusterState struct {
 	Password string `json:"password"`
 	// Peers are every controller of the cluster, this one too.
 	Peers []Peer `json:"peers"`
-	// BusOnly marks a controller that joined: until the truth is
-	// replicated, it runs its bus as a peer of the cluster and no
-	// controller, which would answer from an empty store.
+	// BusOnly marks a controller that joined: its journal follows the
+	// log and never begins one (the controller it joined began it), and
+	// it campaigns for the lease only once its view caught up.
 	BusOnly bool `json:"bus_only,omitempty"`
 }
 

@@ -43,6 +43,9 @@ type MeshConfig struct {
 	// Held are the bus's, the HTTP listener's and the resolver's
 	// addresses, bound by the caller to check them.
 	Held Held
+	// LeaseTTL is how long the leader lease of a cluster of controllers
+	// outlives its last renewal; zero is DefaultLeaseTTL.
+	LeaseTTL time.Duration
 	// Pprof, when set, is the loopback address Go's profiles of the
 	// process are served on (--pprof).
 	Pprof string
@@ -113,10 +116,17 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// With two controllers or more, one leads: it alone runs the
+	// controller, and writes the log (leader.go).
+	lead := newLeadership(cluster, cfg.LeaseTTL, log.With("component", "lease"), auth, busConnect(bus, ctlKeys.Full))
 	// The controller's store: read from db, written through the log on
 	// the bus, which db is a view of.
-	truth := journal.New(journal.Config{PutBackMark: filepath.Join(ctlDir, mesh.PutBackFile), Follow: cluster.follows(), Replicas: cluster.replicas(), Clustered: cluster.clustered()},
+	truth := journal.New(journal.Config{PutBackMark: filepath.Join(ctlDir, mesh.PutBackFile),
+		Follow: cluster.follows(), Replicas: cluster.replicas(), Clustered: cluster.clustered(), Fence: fenceOf(lead)},
 		log.With("component", "journal"), db, busConnect(bus, ctlKeys.Full))
+	if lead != nil {
+		lead.truth = truth
+	}
 	signKey, err := mesh.LoadSignKey(ctlDir)
 	if err != nil {
 		return err
@@ -151,7 +161,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the running binary's digest: %w", err)
 	}
-	ctl, err := mesh.New(mesh.Config{
+	ctlPart, ctlAddr, err := controllerPart(mesh.Config{
 		Version:         digest,
 		HTTPListen:      cfg.Addrs.HTTP,
 		Keys:            ctlKeys,
@@ -167,7 +177,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 		Parts:            []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
 		Joins:            joins.controllerJoins(),
 		Replicas:         cluster.replicas(),
-	}, log.With("component", "controller"), mesh.Deps{DB: truth.Store(), CA: auth, Bus: bus})
+	}, log.With("component", "controller"), mesh.Deps{DB: truth.Store(), CA: auth, Bus: bus}, lead, cfg.Held.HTTP)
 	if err != nil {
 		return err
 	}
@@ -177,22 +187,19 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 		prof := newProfiler(cfg.Pprof, log.With("component", "pprof"))
 		parts = append(parts, part{"pprof", prof.Run, prof.ready, nil})
 	}
+	parts = append(parts, part{"bus", bus.Run, bus.Ready(), cfg.Held.Bus})
+	if lead != nil {
+		parts = append(parts, lead.campaignPart())
+	}
 	parts = append(parts, []part{
-		{"bus", bus.Run, bus.Ready(), cfg.Held.Bus},
 		{"journal", truth.Run, truth.Ready(), nil},
 	}...)
 	parts = append(parts, m.peersPart(cluster, bus, ctlKeys, joins)...)
-	parts = append(parts, part{"resolver", dns.Run, dns.Ready(), cfg.Held.DNS})
-	if !cluster.busOnly() {
-		parts = append(parts, part{"controller", ctl.Run, ctl.Ready(), cfg.Held.HTTP})
-	}
-	parts = append(parts, part{"host", ownHost(log, agent), agent.Ready(), nil})
+	parts = append(parts, part{"resolver", dns.Run, dns.Ready(), cfg.Held.DNS}, ctlPart,
+		part{"host", ownHost(log, agent), agent.Ready(), nil})
 	runErr := runInOrder(ctx, log, parts, func() error {
 		addrs := cfg.Addrs
-		addrs.Bus, addrs.DNS = bus.Addr(), dns.Addrs()[0]
-		if !cluster.busOnly() {
-			addrs.HTTP = ctl.HTTPAddr()
-		}
+		addrs.Bus, addrs.HTTP, addrs.DNS = bus.Addr(), ctlAddr(), dns.Addrs()[0]
 		if err := statedir.WriteAddrs(cfg.Dir, addrs); err != nil {
 			return err
 		}

@@ -43,9 +43,13 @@ func (m *Mesh) Run(ctx context.Context) error {
 		}
 		// What was held is bound and let go: each part binds its own
 		// address again.
+		// A run that ended before it was ready bound nothing of its own:
+		// the next binds what the first was given.
 		m.cfg.Held, m.cfg.Resolver.Held = Held{}, nil
-		m.cfg.Addrs.Bus, m.cfg.Addrs.HTTP = m.addrs.Bus, m.addrs.HTTP
-		m.cfg.Resolver.Listen = []string{m.addrs.DNS}
+		if m.addrs.Bus != "" {
+			m.cfg.Addrs.Bus, m.cfg.Addrs.HTTP = m.addrs.Bus, m.addrs.HTTP
+			m.cfg.Resolver.Listen = []string{m.addrs.DNS}
+		}
 		if st != nil {
 			for _, u := range st.BusURLs() {
 				if !slices.Contains(m.cfg.Advertise, u) {
@@ -60,10 +64,6 @@ func (m *Mesh) Run(ctx context.Context) error {
 // follows says whether a controller of this cluster follows the store's
 // log and never begins one: one that joined.
 func (st *ClusterState) follows() bool { return st != nil && st.BusOnly }
-
-// busOnly says whether a controller of this cluster runs its bus, its
-// view of the store and its host, but no controller.
-func (st *ClusterState) busOnly() bool { return st != nil && st.BusOnly }
 
 // clustered says whether the bus runs as a server of a cluster: two
 // peers or more.
@@ -187,10 +187,16 @@ func (p *peerSet) Run(ctx context.Context) error {
 	}
 	defer js.Conn().Close()
 	kv, err := js.KeyValue(ctx, journal.DefaultBucket)
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("open the controllers' peer set: %w", err)
 	}
 	w, err := kv.Watch(ctx, peersKey)
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("watch the controllers' peer set: %w", err)
 	}

@@ -108,7 +108,9 @@ func (m *Mesh) rebuildStore(ctx context.Context, path string, auth *ca.Authority
 		return err
 	}
 	defer db.Close()
-	return catchUp(ctx, log, db, connect)
+	// In a cluster the journal that catches up follows: it never begins
+	// or restarts the log, and waits for the cluster's JetStream.
+	return catchUp(ctx, log, db, connect, journal.Config{Follow: routes != nil, Clustered: routes != nil, Replicas: cluster.replicas()})
 }
 
 // rebuildFrom writes the store at path from the log's newest snapshot.
@@ -140,8 +142,8 @@ func rebuildFrom(ctx context.Context, log *slog.Logger, js jetstream.JetStream, 
 }
 
 // catchUp applies every entry of the log to db, then stops.
-func catchUp(ctx context.Context, log *slog.Logger, db *store.DB, connect func(context.Context) (jetstream.JetStream, error)) error {
-	j := journal.New(journal.Config{}, log, db, connect)
+func catchUp(ctx context.Context, log *slog.Logger, db *store.DB, connect func(context.Context) (jetstream.JetStream, error), cfg journal.Config) error {
+	j := journal.New(cfg, log, db, connect)
 	jctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- j.Run(jctx) }()

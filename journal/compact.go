@@ -82,7 +82,7 @@ func (s *sinceSnapshot) applied(cfg Config, size int, now time.Time) bool {
 // crash part way is safe: until the entry is appended the older
 // snapshot and every entry after it are kept; after, the newest snapshot
 // and every entry after it are; a later compaction removes what is left
-// over.
+// over. A fenced journal compacts only while its controller leads.
 func (j *Journal) compact(ctx context.Context, rev uint64) {
 	if !j.compacting.CompareAndSwap(false, true) {
 		return
@@ -121,11 +121,19 @@ func (j *Journal) compactTo(ctx context.Context, copyPath string, rev uint64, co
 	if err != nil {
 		return "", fmt.Errorf("compact the store's log: %w", err)
 	}
+	// A controller deposed meanwhile leaves the purge to the leader's
+	// next compaction, and the snapshots to it.
+	if !j.leads() {
+		return "", fmt.Errorf("compact the store's log: %w", ErrNotLeading)
+	}
 	if err := j.stream.Purge(ctx, jetstream.WithPurgeSubject(j.cfg.prefix()+">"), jetstream.WithPurgeSequence(rev+1)); err != nil {
 		return "", fmt.Errorf("compact the store's log: purge the entries up to %d: %w", rev, err)
 	}
 	if err := j.purgeVoids(ctx, rev); err != nil {
 		return "", fmt.Errorf("compact the store's log: %w", err)
+	}
+	if !j.leads() {
+		return "", fmt.Errorf("compact the store's log: %w", ErrNotLeading)
 	}
 	if err := j.dropSnapshots(ctx, name); err != nil {
 		return "", fmt.Errorf("compact the store's log: %w", err)

@@ -26,6 +26,16 @@ func (j *Journal) awaitLog(ctx context.Context) error {
 			return err
 		}
 		if !j.cfg.Follow {
+			// Only the leader begins a log: another may have begun it
+			// while this one waited to lead.
+			if err := j.awaitLead(ctx, "beginning the store's log"); err != nil {
+				return err
+			}
+			if _, err := firstEntry(ctx, j.stream, j.cfg); err == nil {
+				return nil
+			} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return err
+			}
 			_, err := j.begin(ctx)
 			return err
 		}

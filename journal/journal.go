@@ -72,6 +72,13 @@ type Config struct {
 	// leader of its own, so opening the log is tried again until ctx
 	// ends.
 	Clustered bool
+	// Fence, when set, is the controllers' leader lease as this one holds
+	// it: the revision of LeaseKey it holds, and whether it leads. Every
+	// write to the log is then an atomic batch the bus stores only while
+	// that revision is the lease's last (lease.Fenced), refused while it
+	// does not lead; the log begins, restarts and compacts only while it
+	// leads. Nil is a controller alone: nothing is fenced.
+	Fence func() (rev uint64, ok bool)
 }
 
 func (c Config) bucket() string {
@@ -131,6 +138,10 @@ type Journal struct {
 	// those running, which Run waits for before it returns.
 	compacting  atomic.Bool
 	compactions sync.WaitGroup
+
+	// appliedRev is the revision the view has applied, as the applier
+	// last recorded it.
+	appliedRev atomic.Uint64
 
 	// voided are the ids of the entries voided in the log: read from the
 	// bucket when Run begins, and added to as the applier voids one.
@@ -220,6 +231,7 @@ func (j *Journal) Run(ctx context.Context) error {
 	if j.since, err = j.held(ctx); err != nil {
 		return err
 	}
+	j.appliedRev.Store(applied)
 	if applied == last {
 		close(j.ready)
 	}
@@ -233,12 +245,16 @@ func (j *Journal) Run(ctx context.Context) error {
 // openLog makes the log's bucket, fit for fenced writes, and its
 // snapshots' object store, or opens them.
 func openLog(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.KeyValue, error) {
+	replicas, err := keptReplicas(ctx, js, "KV_"+cfg.bucket(), cfg.replicas())
+	if err != nil {
+		return nil, fmt.Errorf("open the store's log: %w", err)
+	}
 	kv, err := lease.Bucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.bucket(),
 		Description: "the controller's store: a log of its writes",
 		History:     1,
 		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.replicas(),
+		Replicas:    replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open the store's log: %w", err)
@@ -246,7 +262,7 @@ func openLog(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream
 	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:   cfg.snapshots(),
 		Storage:  jetstream.FileStorage,
-		Replicas: cfg.replicas(),
+		Replicas: replicas,
 	}); err != nil {
 		return nil, fmt.Errorf("open the store's snapshots: %w", err)
 	}
@@ -254,7 +270,7 @@ func openLog(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream
 		Bucket:      cfg.blobs(),
 		Description: "the chunks of the blobs the store's log names",
 		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.replicas(),
+		Replicas:    replicas,
 	}); err != nil {
 		return nil, fmt.Errorf("open the store's blobs: %w", err)
 	}
@@ -341,7 +357,8 @@ func (j *Journal) follow(ctx context.Context, js jetstream.JetStream, applied, l
 			}
 			return err
 		}
-		if now := time.Now(); j.since.applied(j.cfg, len(data), now) && !j.compacting.Load() {
+		j.appliedRev.Store(rev)
+		if now := time.Now(); j.since.applied(j.cfg, len(data), now) && !j.compacting.Load() && j.leads() {
 			j.compact(ctx, rev)
 			j.since = sinceSnapshot{last: now}
 		}
@@ -386,11 +403,20 @@ func (j *Journal) apply(ctx context.Context, rev uint64, subject string, data []
 	}
 	actx := store.WithRevision(ctx, rev)
 	res, err := run(actx, j.db, e.Args)
+	// Only the leader voids: a follower's view waits for its store and
+	// applies the entry again, as the leader's did or voided it.
+	for store.IsBusy(err) && !j.leads() {
+		if werr := pause(ctx, busyRetry); werr != nil {
+			return werr
+		}
+		actx = store.WithRevision(ctx, rev)
+		res, err = run(actx, j.db, e.Args)
+	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	if store.IsBusy(err) {
-		if _, verr := j.kv.Create(ctx, voidKeyPrefix+id, []byte(strconv.FormatUint(rev, 10))); verr != nil && !errors.Is(verr, jetstream.ErrKeyExists) {
+		if verr := j.void(ctx, id, rev); verr != nil {
 			return fmt.Errorf("apply entry %d of the store's log: void it: %w", rev, verr)
 		}
 		j.voided[id] = true
@@ -403,6 +429,37 @@ func (j *Journal) apply(ctx context.Context, rev uint64, subject string, data []
 		}
 	}
 	j.deliver(id, outcome{res, err})
+	return nil
+}
+
+// busyRetry is how long a follower's applier waits for its busy store
+// before it applies an entry again.
+const busyRetry = 100 * time.Millisecond
+
+// pause waits d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// void puts the void of the entry id, of revision rev, in the log: created
+// once when the journal is not fenced; fenced, put again with the same
+// value by a leader that voids it again.
+func (j *Journal) void(ctx context.Context, id string, rev uint64) error {
+	value := []byte(strconv.FormatUint(rev, 10))
+	if j.fenced() {
+		_, err := j.put(ctx, voidKeyPrefix+id, value)
+		return err
+	}
+	if _, err := j.kv.Create(ctx, voidKeyPrefix+id, value); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return err
+	}
 	return nil
 }
 

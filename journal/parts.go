@@ -26,14 +26,11 @@ const (
 // under the entry's key; or, longer than partSize, as parts under the
 // keys id.0, id.1... and the last part under the entry's key, all in one
 // atomic batch, so the log holds every part, consecutive, or none. The
-// entry's revision is that of its last message.
+// entry's revision is that of its last message. A fenced journal's entry
+// is a batch fenced by the lease, even of one message.
 func (j *Journal) appendEntry(ctx context.Context, id string, data []byte) error {
-	if len(data) <= partSize {
+	if len(data) <= partSize && !j.fenced() {
 		_, err := j.kv.Put(ctx, entryKeyPrefix+id, data)
-		return err
-	}
-	batch, err := newID()
-	if err != nil {
 		return err
 	}
 	var msgs []*nats.Msg
@@ -42,20 +39,7 @@ func (j *Journal) appendEntry(ctx context.Context, id string, data []byte) error
 		data = data[partSize:]
 	}
 	msgs = append(msgs, &nats.Msg{Subject: j.cfg.prefix() + id, Data: data})
-	for i, m := range msgs {
-		m.Header = nats.Header{}
-		m.Header.Set(batchIDHeader, batch)
-		m.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
-	}
-	last := msgs[len(msgs)-1]
-	last.Header.Set(batchCommitHeader, "1")
-	nc := j.js.Conn()
-	for _, m := range msgs[:len(msgs)-1] {
-		if err := nc.PublishMsg(m); err != nil {
-			return fmt.Errorf("append part of entry %s: %w", id, err)
-		}
-	}
-	if _, err := j.js.PublishMsg(ctx, last); err != nil {
+	if _, err := j.publish(ctx, msgs...); err != nil {
 		return fmt.Errorf("append entry %s in %d parts: %w", id, len(msgs), err)
 	}
 	return nil

@@ -45,6 +45,9 @@ func (j *Journal) restartIfTruth(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := j.awaitLead(ctx, "beginning a new log from the store"); err != nil {
+		return err
+	}
 	if err := j.restart(ctx); err != nil {
 		return err
 	}

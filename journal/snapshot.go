@@ -42,7 +42,7 @@ const beganKey = "began"
 // names it; begin returns the snapshot's name. A crash part way leaves the log without entries, and the
 // next start begins it again.
 func (j *Journal) begin(ctx context.Context) (string, error) {
-	rev, err := j.kv.Put(ctx, beganKey, []byte(time.Now().UTC().Format(time.RFC3339)))
+	rev, err := j.put(ctx, beganKey, []byte(time.Now().UTC().Format(time.RFC3339)))
 	if err != nil {
 		return "", fmt.Errorf("begin the store's log: %w", err)
 	}
@@ -109,7 +109,7 @@ func (j *Journal) publishSnapshot(ctx context.Context, copyPath string, rev uint
 		return "", fmt.Errorf("keep the store's snapshot: %w", err)
 	}
 	args, _ := json.Marshal(snapshotArgs{Object: name, Revision: rev})
-	if _, err := j.kv.Put(ctx, entryKeyPrefix+snapshotKeyPrefix+id, encodeEntry(snapshotMethod, args)); err != nil {
+	if _, err := j.put(ctx, entryKeyPrefix+snapshotKeyPrefix+id, encodeEntry(snapshotMethod, args)); err != nil {
 		return "", fmt.Errorf("append snapshot %s to the store's log: %w", name, err)
 	}
 	return name, nil

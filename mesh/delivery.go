@@ -27,6 +27,13 @@ import (
 // limit and the republish at the controller's next start, and replicas,
 // the servers that keep it.
 func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes, replicas int) error {
+	// Never fewer servers than keep it now: a controller that has not yet
+	// learnt its cluster grew must not take copies away.
+	if s, err := js.Stream(ctx, spec.DeclarationStream); err == nil {
+		replicas = max(replicas, s.CachedInfo().Config.Replicas)
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("read stream %s: %w", spec.DeclarationStream, err)
+	}
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              spec.DeclarationStream,
 		Subjects:          []string{spec.DeclarationSubject("*"), spec.RosterSubject},

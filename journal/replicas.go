@@ -1,0 +1,24 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// keptReplicas is how many servers keep stream once it is made or
+// updated for want: never fewer than keep it now. A controller that has
+// not yet learnt its cluster grew, and a rebuild run with the defaults,
+// must not take copies of the truth away.
+func keptReplicas(ctx context.Context, js jetstream.JetStream, stream string, want int) (int, error) {
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return want, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read stream %s: %w", stream, err)
+	}
+	return max(s.CachedInfo().Config.Replicas, want), nil
+}
