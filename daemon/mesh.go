@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,10 +51,11 @@ type MeshConfig struct {
 // Mesh runs a controller's machine: store, CA, bus, resolver, controller
 // and its own host.
 type Mesh struct {
-	cfg   MeshConfig
-	log   *slog.Logger
-	ready chan struct{}
-	addrs spec.Addrs // where each part listens, once ready
+	cfg       MeshConfig
+	log       *slog.Logger
+	ready     chan struct{}
+	readyOnce sync.Once
+	addrs     spec.Addrs // where each part listens, once ready
 }
 
 // NewMesh checks cfg; it starts nothing.
@@ -77,13 +79,18 @@ func (m *Mesh) Ready() <-chan struct{} { return m.ready }
 // Ready is closed.
 func (m *Mesh) Addrs() spec.Addrs { return m.addrs }
 
-// Run runs the mesh's parts in start order (CA, store, bus, journal,
+// runOnce runs the mesh's parts in start order (CA, store, bus, journal,
 // resolver, controller, host), each ready before the next starts, until ctx ends;
 // then stops them in reverse, the store last.
-func (m *Mesh) Run(ctx context.Context) error {
+func (m *Mesh) runOnce(ctx context.Context) error {
 	cfg, log := m.cfg, m.log
 	defer func() { release(cfg.Held.Bus); release(cfg.Held.HTTP); release(cfg.Held.DNS) }()
 	ctlDir := statedir.Controller(cfg.Dir)
+	cluster, err := ReadClusterState(cfg.Dir)
+	if err != nil {
+		return err
+	}
+	joins := joinsOf(cluster, cfg.Dir)
 
 	auth, err := ca.Load(filepath.Join(ctlDir, mesh.CADir))
 	if err != nil {
@@ -94,7 +101,7 @@ func (m *Mesh) Run(ctx context.Context) error {
 		return err
 	}
 	dbPath := filepath.Join(ctlDir, mesh.DBFile)
-	if err := m.rebuildStore(ctx, dbPath, auth, ctlKeys); err != nil {
+	if err := m.rebuildStore(ctx, dbPath, auth, ctlKeys, cluster); err != nil {
 		return err
 	}
 	db, err := store.OpenWith(ctx, dbPath, store.Options{BusyTimeout: cfg.StoreBusyTimeout, ViewOfLog: true})
@@ -108,7 +115,7 @@ func (m *Mesh) Run(ctx context.Context) error {
 	}
 	// The controller's store: read from db, written through the log on
 	// the bus, which db is a view of.
-	truth := journal.New(journal.Config{PutBackMark: filepath.Join(ctlDir, mesh.PutBackFile)},
+	truth := journal.New(journal.Config{PutBackMark: filepath.Join(ctlDir, mesh.PutBackFile), Follow: cluster.follows(), Replicas: cluster.replicas()},
 		log.With("component", "journal"), db, busConnect(bus, ctlKeys.Full))
 	signKey, err := mesh.LoadSignKey(ctlDir)
 	if err != nil {
@@ -158,6 +165,8 @@ func (m *Mesh) Run(ctx context.Context) error {
 		// The metrics token outlives a restart: only its hash is kept.
 		MetricsTokenFile: filepath.Join(ctlDir, mesh.MetricsTokenFile),
 		Parts:            []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
+		Joins:            joins.controllerJoins(),
+		Replicas:         cluster.replicas(),
 	}, log.With("component", "controller"), mesh.Deps{DB: truth.Store(), CA: auth, Bus: bus})
 	if err != nil {
 		return err
@@ -171,18 +180,24 @@ func (m *Mesh) Run(ctx context.Context) error {
 	parts = append(parts, []part{
 		{"bus", bus.Run, bus.Ready(), cfg.Held.Bus},
 		{"journal", truth.Run, truth.Ready(), nil},
-		{"resolver", dns.Run, dns.Ready(), cfg.Held.DNS},
-		{"controller", ctl.Run, ctl.Ready(), cfg.Held.HTTP},
-		{"host", ownHost(log, agent), agent.Ready(), nil},
 	}...)
+	parts = append(parts, m.peersPart(cluster, bus, ctlKeys, joins)...)
+	parts = append(parts, part{"resolver", dns.Run, dns.Ready(), cfg.Held.DNS})
+	if !cluster.busOnly() {
+		parts = append(parts, part{"controller", ctl.Run, ctl.Ready(), cfg.Held.HTTP})
+	}
+	parts = append(parts, part{"host", ownHost(log, agent), agent.Ready(), nil})
 	runErr := runInOrder(ctx, log, parts, func() error {
 		addrs := cfg.Addrs
-		addrs.Bus, addrs.HTTP, addrs.DNS = bus.Addr(), ctl.HTTPAddr(), dns.Addrs()[0]
+		addrs.Bus, addrs.DNS = bus.Addr(), dns.Addrs()[0]
+		if !cluster.busOnly() {
+			addrs.HTTP = ctl.HTTPAddr()
+		}
 		if err := statedir.WriteAddrs(cfg.Dir, addrs); err != nil {
 			return err
 		}
 		m.addrs = addrs
-		close(m.ready)
+		m.readyOnce.Do(func() { close(m.ready) })
 		log.Info("mesh ready", "bus", addrs.Bus, "http", addrs.HTTP, "dns", addrs.DNS, "node", agent.Node())
 		return nil
 	})

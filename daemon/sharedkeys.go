@@ -18,10 +18,13 @@ import (
 // joining controller receives them, sealed to its own key (seal.SealTo):
 // the files of D/controller that are keys (the declaration signing key,
 // the at-rest key, the CA whole, its signing key with it) and the
-// cluster's state (the route credentials and the peers).
+// cluster's state (the route credentials and the peers); and the
+// operator's credential, so that mesh's commands run on every
+// controller's machine.
 type SharedKeys struct {
-	Files   []SharedFile `json:"files"`
-	Cluster ClusterState `json:"cluster"`
+	Files    []SharedFile       `json:"files"`
+	Cluster  ClusterState       `json:"cluster"`
+	Operator *statedir.Operator `json:"operator,omitempty"`
 }
 
 // SharedFile is one file of D/controller: its path under it, its mode
@@ -68,6 +71,11 @@ func ReadSharedKeys(dir string, cluster ClusterState) (SharedKeys, error) {
 	})
 	if err != nil {
 		return SharedKeys{}, fmt.Errorf("read the CA's files: %w", err)
+	}
+	if op, err := statedir.ReadOperator(dir); err == nil {
+		keys.Operator = &op
+	} else if _, statErr := os.Stat(filepath.Join(dir, statedir.OperatorCreds)); !errors.Is(statErr, os.ErrNotExist) {
+		return SharedKeys{}, err
 	}
 	return keys, nil
 }

@@ -49,9 +49,12 @@ func busConnect(bus *broker.Server, key nkeys.KeyPair) func(context.Context) (je
 
 // rebuildStore makes the store at path again, when it is missing, from
 // the log on the bus: the snapshot the log began with, then every entry
-// after, applied before anything is served. The bus runs alone for it, on
-// loopback, with the controller's user only.
-func (m *Mesh) rebuildStore(ctx context.Context, path string, auth *ca.Authority, ctlKeys mesh.Keys) error {
+// after, applied before anything is served. The bus runs for it on
+// loopback, with the controller's user only: alone, or as its server of
+// the controllers' cluster, where the log is. A controller that joined
+// waits for the log when the bus holds none yet: the controller it joined
+// begins it.
+func (m *Mesh) rebuildStore(ctx context.Context, path string, auth *ca.Authority, ctlKeys mesh.Keys, cluster *ClusterState) error {
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -64,11 +67,18 @@ func (m *Mesh) rebuildStore(ctx context.Context, path string, auth *ca.Authority
 	if err != nil {
 		return err
 	}
+	var routes *broker.Cluster
+	if cluster != nil {
+		if routes, err = cluster.broker(auth); err != nil {
+			return err
+		}
+	}
 	bus, err := broker.New(broker.Config{
 		Listen:   "127.0.0.1:0",
 		StoreDir: filepath.Join(statedir.Controller(m.cfg.Dir), mesh.JSDir),
 		TLS:      &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		Users:    []broker.User{{NKey: pub, Full: true}},
+		Cluster:  routes,
 	}, log.With("component", "bus"))
 	if err != nil {
 		return err
@@ -90,10 +100,7 @@ func (m *Mesh) rebuildStore(ctx context.Context, path string, auth *ca.Authority
 		return err
 	}
 	defer js.Conn().Close()
-	if err := journal.Rebuild(ctx, js, journal.Config{}, path); err != nil {
-		if errors.Is(err, journal.ErrNoLog) {
-			return fmt.Errorf("%s is missing, and the bus holds no log of the store to rebuild it from", path)
-		}
+	if err := rebuildFrom(ctx, log, js, path, routes != nil); err != nil {
 		return err
 	}
 	db, err := store.Open(ctx, path)
@@ -102,6 +109,34 @@ func (m *Mesh) rebuildStore(ctx context.Context, path string, auth *ca.Authority
 	}
 	defer db.Close()
 	return catchUp(ctx, log, db, connect)
+}
+
+// rebuildFrom writes the store at path from the log's newest snapshot.
+// In a cluster the log may not be there yet (the controller joined
+// begins it) nor the cluster's JetStream ready: it tries again until ctx
+// ends.
+func rebuildFrom(ctx context.Context, log *slog.Logger, js jetstream.JetStream, path string, clustered bool) error {
+	said := false
+	for {
+		err := journal.Rebuild(ctx, js, journal.Config{}, path)
+		switch {
+		case err == nil:
+			return nil
+		case !clustered && errors.Is(err, journal.ErrNoLog):
+			return fmt.Errorf("%s is missing, and the bus holds no log of the store to rebuild it from", path)
+		case !clustered:
+			return err
+		}
+		if !said {
+			log.Info("waiting for the store's log in the controllers' cluster", "why", err)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("rebuild the store: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // catchUp applies every entry of the log to db, then stops.

@@ -25,6 +25,11 @@ type JoinConfig struct {
 	Token   spec.Token
 	Address string // where other nodes reach this one
 	Now     time.Time
+	// Controller, with a controller's token, joins a controller with
+	// the node: Answered then takes the answer, and the node's sealing
+	// key its keys are sealed to, before the host's state is written.
+	Controller *spec.ControllerJoin
+	Answered   func(res spec.EnrolResult, key *seal.NodeKey) error
 }
 
 // Join enrols this machine with the mesh the token names. It checks the
@@ -94,7 +99,7 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	facts := GatherFacts()
 	facts.Node, facts.Time = t.Node, cfg.Now.UTC()
 	req := spec.EnrolRequest{Protocol: spec.Protocol, TokenID: t.ID, Node: t.Node, NKey: nodePub,
-		SealKey: sealKey.Public().String(), WGKey: wgKey.Public(), Address: cfg.Address, Facts: facts}
+		SealKey: sealKey.Public().String(), WGKey: wgKey.Public(), Address: cfg.Address, Facts: facts, Controller: cfg.Controller}
 	if req.Proof, err = enrolKey.Sign(req.ProofBytes()); err != nil {
 		return fmt.Errorf("sign the enrolment request: %w", err)
 	}
@@ -104,6 +109,11 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	}
 	if res.Node != t.Node || res.Mesh != t.Mesh {
 		return fmt.Errorf("join as %q: the controller answered for node %q of mesh %q", t.Node, res.Node, res.Mesh)
+	}
+	if cfg.Answered != nil {
+		if err := cfg.Answered(res, sealKey); err != nil {
+			return fmt.Errorf("join as %q: the controller recorded it, but %w; remove the node (mesh node remove %s) and join again", t.Node, err, t.Node)
+		}
 	}
 	seed, _ := nodeKey.Seed()
 	bus := res.Bus

@@ -63,6 +63,10 @@ type Config struct {
 	// version may not know) are discarded and a new log begins from the
 	// store; then the mark is removed.
 	PutBackMark string
+	// Follow is set for a controller that joined a cluster: it never
+	// begins a log (nor a new one from its store, whatever the mark
+	// says), and while the log holds no entry it waits for one.
+	Follow bool
 }
 
 func (c Config) bucket() string {
@@ -173,17 +177,15 @@ func (j *Journal) Run(ctx context.Context) error {
 		return fmt.Errorf("read the log's stream: %w", err)
 	}
 	j.js, j.kv, j.stream = js, kv, stream
-	if err := j.restartIfTruth(ctx); err != nil {
+	if !j.cfg.Follow {
+		if err := j.restartIfTruth(ctx); err != nil {
+			return err
+		}
+	}
+	if err := j.awaitLog(ctx); err != nil {
 		return err
 	}
 	if j.voided, err = voids(ctx, kv); err != nil {
-		return err
-	}
-	if _, err := firstEntry(ctx, stream, j.cfg); errors.Is(err, jetstream.ErrMsgNotFound) {
-		if _, err := j.begin(ctx); err != nil {
-			return err
-		}
-	} else if err != nil {
 		return err
 	}
 	last, err := lastRevision(ctx, stream, j.cfg)

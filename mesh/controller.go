@@ -77,6 +77,12 @@ type Config struct {
 	// (NewResolverLatency), shown on /metrics; nil when the process runs
 	// no resolver.
 	ResolverLatency prometheus.Histogram
+	// Joins admits controllers into the controllers' cluster; nil for a
+	// controller run without --cluster, which refuses their tokens.
+	Joins ControllerJoins
+	// Replicas is how many servers keep the declaration stream; zero is
+	// one.
+	Replicas int
 }
 
 // Deps are the parts the controller uses.
@@ -224,7 +230,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.overlays = &overlays{base: b, delay: membershipDelay, kick: make(chan struct{}, 1), send: c.sendNames}
 	c.edges = newEdgeStates(b, &c.refused)
 	c.enrolment = &enrolment{base: b, keys: cfg.Keys, busURLs: cfg.BusURLs, node: cfg.Node, signKey: cfg.SignKey, maxNodes: c.maxNodes(),
-		bus: deps.Bus, ca: deps.CA, metrics: &c.metrics, locks: &c.locks, beats: c.beats,
+		joins: cfg.Joins, bus: deps.Bus, ca: deps.CA, metrics: &c.metrics, locks: &c.locks, beats: c.beats,
 		purge:     func(ctx context.Context, node string) error { return purgeDeclarations(ctx, c.js, node) },
 		sendNames: c.sendNames, membershipChanged: c.overlays.changed}
 	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect, usersChanged: c.enrolment.syncUsers}
@@ -490,7 +496,7 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 // force and the last declaration of every node but one being removed when
 // the stream does not hold them.
 func (c *Controller) ensureDelivery(ctx context.Context) error {
-	if err := ensureStream(ctx, c.js, c.maxNodes()); err != nil {
+	if err := ensureStream(ctx, c.js, c.maxNodes(), c.cfg.Replicas); err != nil {
 		return err
 	}
 	if err := ensureEdgeBucket(ctx, c.js); err != nil {

@@ -24,8 +24,9 @@ import (
 // (some 37 KiB and a goroutine each in nats-server), no consumer scanning
 // the stream. The controller reads a node's last declaration by a direct
 // get (AllowDirect) when its host asks. An existing stream takes the
-// limit and the republish at the controller's next start.
-func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes int) error {
+// limit and the republish at the controller's next start, and replicas,
+// the servers that keep it.
+func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes, replicas int) error {
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              spec.DeclarationStream,
 		Subjects:          []string{spec.DeclarationSubject("*"), spec.RosterSubject},
@@ -35,6 +36,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes int) err
 		MaxMsgSize:        max(spec.MaxDeclaration, spec.MaxRoster) + 4096,
 		Discard:           jetstream.DiscardOld,
 		MaxConsumers:      maxNodes,
+		Replicas:          max(replicas, 1),
 		RePublish:         &jetstream.RePublish{Source: ">", Destination: spec.Republished(">")},
 		AllowDirect:       true,
 		// A push's declarations go in atomic batches: one write and one

@@ -39,11 +39,13 @@ type enrolment struct {
 	node     string // the controller's own node, which is never removed
 	signKey  ed25519.PrivateKey
 	maxNodes int
-	bus      *broker.Server
-	ca       *ca.Authority
-	metrics  *metrics
-	locks    *nodeLocks
-	beats    *beats
+	// joins admits controllers; nil without a cluster.
+	joins   ControllerJoins
+	bus     *broker.Server
+	ca      *ca.Authority
+	metrics *metrics
+	locks   *nodeLocks
+	beats   *beats
 	// purge drops what the declaration stream holds for a node.
 	purge func(ctx context.Context, node string) error
 	// sendNames composes the mesh's roster and sends it when it changed:
@@ -159,6 +161,9 @@ func (en *enrolment) createToken(ctx context.Context, req spec.TokenCreateReques
 	if err := en.roomFor(ctx, req.Node); err != nil {
 		return spec.TokenCreateResult{}, err
 	}
+	if req.Controller && en.joins == nil {
+		return spec.TokenCreateResult{}, refusedError("this controller runs without --cluster: run it with --cluster HOST:PORT, then create a controller's token")
+	}
 	m, err := en.db.Mesh(ctx)
 	if err != nil {
 		return spec.TokenCreateResult{}, err
@@ -171,7 +176,7 @@ func (en *enrolment) createToken(ctx context.Context, req spec.TokenCreateReques
 	enrolSeed, _ := enrol.Seed()
 	now := en.now()
 	id := "t" + randomHex(5)
-	t := store.Token{ID: id, Node: req.Node, EnrolNKey: enrolPub, Created: now, Expires: now.Add(ttl).Truncate(time.Second)}
+	t := store.Token{ID: id, Node: req.Node, EnrolNKey: enrolPub, Created: now, Expires: now.Add(ttl).Truncate(time.Second), Controller: req.Controller}
 	if err := en.db.AddToken(ctx, t); err != nil {
 		return spec.TokenCreateResult{}, err
 	}
@@ -181,8 +186,8 @@ func (en *enrolment) createToken(ctx context.Context, req spec.TokenCreateReques
 		return spec.TokenCreateResult{}, fmt.Errorf("put token %s's enrolment user on the bus: %w", id, err)
 	}
 	tok := spec.Token{Mesh: m.Name, ID: id, Node: req.Node, Pin: en.ca.Pin(), Bus: en.busURLs,
-		Secret: string(enrolSeed), Expires: t.Expires.UTC()}
-	en.log.Info("token created", "token", id, "node", req.Node, "expires", t.Expires.UTC())
+		Secret: string(enrolSeed), Expires: t.Expires.UTC(), Controller: req.Controller}
+	en.log.Info("token created", "token", id, "node", req.Node, "expires", t.Expires.UTC(), "controller", req.Controller)
 	return spec.TokenCreateResult{ID: id, Token: tok.Encode(), Expires: t.Expires.UTC()}, nil
 }
 
@@ -223,7 +228,7 @@ func (en *enrolment) roomFor(ctx context.Context, node string) error {
 }
 
 func tokenInfo(t store.Token) spec.TokenInfo {
-	info := spec.TokenInfo{ID: t.ID, Node: t.Node, Created: t.Created.UTC(), Expires: t.Expires.UTC()}
+	info := spec.TokenInfo{ID: t.ID, Node: t.Node, Created: t.Created.UTC(), Expires: t.Expires.UTC(), Controller: t.Controller}
 	if !t.Used.IsZero() {
 		u := t.Used.UTC()
 		info.Used = &u
@@ -389,17 +394,22 @@ func (en *enrolment) enrolAnswering(ctx context.Context, data []byte, answer fun
 			en.releaseEnrolUser(ctx, *held)
 		}
 	}()
-	res, err := en.enrolSteps(ctx, data, &held)
+	var after func()
+	res, err := en.enrolSteps(ctx, data, &held, &after)
 	if answer != nil {
 		answer(res, err)
+	}
+	if after != nil && err == nil {
+		after()
 	}
 	return res, err
 }
 
 // enrolSteps checks the request and the token it proves, and records the
 // node and its credential. Before the store spends the token
-// it holds the token's enrolment user on the bus, and says so in held.
-func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.Token) (spec.EnrolResult, error) {
+// it holds the token's enrolment user on the bus, and says so in held. A
+// controller's join sets after, to run once it was answered.
+func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.Token, after *func()) (spec.EnrolResult, error) {
 	// A host of another protocol is refused for that, whatever else its
 	// request holds.
 	var req spec.EnrolRequest
@@ -436,6 +446,9 @@ func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.T
 		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s expired at %s: ask for a new one (mesh token create %s)", t.ID, t.Expires.UTC().Format(time.RFC3339), t.Node))
 	case req.Node != t.Node:
 		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s is for node %q, not %q", t.ID, t.Node, req.Node))
+	}
+	if err := en.checkControllerJoin(t.ID, t.Controller, req.Controller); err != nil {
+		return spec.EnrolResult{}, err
 	}
 	if _, err := nkeys.FromPublicKey(req.NKey); err != nil || req.NKey[0] != 'U' {
 		return spec.EnrolResult{}, callerError(fmt.Sprintf("enrolment of %q: %q is not a user public key", req.Node, req.NKey))
@@ -500,10 +513,14 @@ func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.T
 	if o, err := en.db.Overlay(ctx); err != nil || o.On() {
 		en.membershipChanged()
 	}
-	return spec.EnrolResult{
+	res := spec.EnrolResult{
 		Mesh: m.Name, Node: req.Node, Bus: en.busURLs,
 		SignKey: base64.StdEncoding.EncodeToString(en.signKey.Public().(ed25519.PublicKey)),
-	}, nil
+	}
+	if err := en.joinController(ctx, req, sealKey, &res, after); err != nil {
+		return spec.EnrolResult{}, err
+	}
+	return res, nil
 }
 
 // holdEnrolUser keeps t's enrolment user on the bus while its host is

@@ -10,6 +10,10 @@ const (
 	APIPrefix = "mesh.api.v1."
 	// EnrolSubject is the one subject a joining host's enrolment user may publish.
 	EnrolSubject = "mesh.enrol"
+	// ClusterPeersSubject carries the controllers' peer set after a
+	// controller joined: only a controller's full user may publish or
+	// subscribe to it.
+	ClusterPeersSubject = "mesh.cluster.peers"
 	// OperatorInbox is the inbox prefix of operator clients (nats.go CustomInboxPrefix).
 	OperatorInbox = "_OPERATOR"
 )

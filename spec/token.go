@@ -25,6 +25,10 @@ type Token struct {
 	// publish mesh.enrol and nothing else.
 	Secret  string    `json:"secret"`
 	Expires time.Time `json:"expires"`
+	// Controller marks a token that enrols a controller of the mesh
+	// with its node (mesh controller --join); Bus is every
+	// controller's bus then.
+	Controller bool `json:"controller,omitempty"`
 }
 
 // Encode renders t as one line of text.
@@ -95,12 +99,29 @@ type EnrolRequest struct {
 	WGKey   string `json:"wg_key"`
 	Address string `json:"address"`
 	Facts   Facts  `json:"facts"`
-	Proof   []byte `json:"proof"`
+	// Controller is set when a controller joins with its node: what
+	// its bus is in the controllers' cluster. The shared keys are
+	// sealed to SealKey.
+	Controller *ControllerJoin `json:"controller,omitempty"`
+	Proof      []byte          `json:"proof"`
+}
+
+// ControllerJoin is what a joining controller's bus is in the
+// controllers' cluster: its server's new name, where its routes
+// listen, and its bus's URL (what hosts dial).
+type ControllerJoin struct {
+	Server string `json:"server"`
+	Route  string `json:"route"`
+	Bus    string `json:"bus"`
 }
 
 // ProofBytes are the bytes an enrolment request's proof signs.
 func (r EnrolRequest) ProofBytes() []byte {
-	return []byte("mesh-enrol\x00" + r.TokenID + "\x00" + r.Node + "\x00" + r.NKey + "\x00" + r.Address + "\x00" + r.SealKey + "\x00" + r.WGKey)
+	b := "mesh-enrol\x00" + r.TokenID + "\x00" + r.Node + "\x00" + r.NKey + "\x00" + r.Address + "\x00" + r.SealKey + "\x00" + r.WGKey
+	if c := r.Controller; c != nil {
+		b += "\x00controller\x00" + c.Server + "\x00" + c.Route + "\x00" + c.Bus
+	}
+	return []byte(b)
 }
 
 // EnrolResult is the controller's answer to a successful enrolment.
@@ -110,12 +131,19 @@ type EnrolResult struct {
 	// SignKey is the controller's ed25519 public key, base64.
 	SignKey string   `json:"sign_key"`
 	Bus     []string `json:"bus"`
+	// Controller is the answer to a controller's join: the keys every
+	// controller shares and the cluster's state, sealed to the
+	// request's SealKey.
+	Controller string `json:"controller,omitempty"`
 }
 
 // TokenCreateRequest asks for a join token for a node not yet in the mesh.
 type TokenCreateRequest struct {
 	Node string        `json:"node"`
 	TTL  time.Duration `json:"ttl"`
+	// Controller asks for a token that enrols a controller with its
+	// node.
+	Controller bool `json:"controller,omitempty"`
 }
 
 // TokenCreateResult carries the token, whose enrolment user is already in
@@ -128,12 +156,13 @@ type TokenCreateResult struct {
 
 // TokenInfo is a token as `mesh token list` shows it: never its secret.
 type TokenInfo struct {
-	ID      string     `json:"id"`
-	Node    string     `json:"node"`
-	Created time.Time  `json:"created"`
-	Expires time.Time  `json:"expires"`
-	Used    *time.Time `json:"used"`
-	Revoked *time.Time `json:"revoked"`
+	ID         string     `json:"id"`
+	Node       string     `json:"node"`
+	Created    time.Time  `json:"created"`
+	Expires    time.Time  `json:"expires"`
+	Used       *time.Time `json:"used"`
+	Revoked    *time.Time `json:"revoked"`
+	Controller bool       `json:"controller,omitempty"`
 }
 
 // TokenListRequest asks for the open tokens.

@@ -18,6 +18,9 @@ type Token struct {
 	Expires   time.Time
 	Used      time.Time // zero if not used
 	Revoked   time.Time // zero if not revoked
+	// Controller marks a token that enrols a controller of the mesh
+	// with its node.
+	Controller bool
 }
 
 // ErrTokenSpent is returned by Enrol when the token was used or revoked
@@ -30,8 +33,8 @@ type tokens struct{ *core }
 // AddToken records a new token.
 func (db *tokens) AddToken(ctx context.Context, t Token) error {
 	err := db.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO tokens (id, node, enrol_nkey, created_at, expires_at) VALUES (?, ?, ?, ?, ?)`,
-			t.ID, t.Node, t.EnrolNKey, formatTime(t.Created), formatTime(t.Expires))
+		_, err := tx.ExecContext(ctx, `INSERT INTO tokens (id, node, enrol_nkey, created_at, expires_at, controller) VALUES (?, ?, ?, ?, ?, ?)`,
+			t.ID, t.Node, t.EnrolNKey, formatTime(t.Created), formatTime(t.Expires), t.Controller)
 		return err
 	})
 	if err != nil {
@@ -40,13 +43,13 @@ func (db *tokens) AddToken(ctx context.Context, t Token) error {
 	return nil
 }
 
-const tokenColumns = `id, node, enrol_nkey, created_at, expires_at, used_at, revoked_at`
+const tokenColumns = `id, node, enrol_nkey, created_at, expires_at, used_at, revoked_at, controller`
 
 func scanToken(row interface{ Scan(...any) error }) (Token, error) {
 	var t Token
 	var created, expires string
 	var used, revoked sql.NullString
-	if err := row.Scan(&t.ID, &t.Node, &t.EnrolNKey, &created, &expires, &used, &revoked); err != nil {
+	if err := row.Scan(&t.ID, &t.Node, &t.EnrolNKey, &created, &expires, &used, &revoked, &t.Controller); err != nil {
 		return Token{}, err
 	}
 	var err error

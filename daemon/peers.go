@@ -1,0 +1,251 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mesh-fleet/mesh/broker"
+	"github.com/mesh-fleet/mesh/mesh"
+	"github.com/mesh-fleet/mesh/seal"
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/statedir"
+)
+
+// ErrRestart ends a run of the mesh whose controllers' peer set changed:
+// Run runs it again, its bus in the new set.
+var ErrRestart = errors.New("the controllers' peer set changed: the mesh starts again in it")
+
+// Run runs the mesh's parts in start order (CA, store, bus, journal,
+// resolver, controller, host), each ready before the next starts, until
+// ctx ends; then stops them in reverse, the store last. When the
+// controllers' peer set changes (a controller joined) it stops them and
+// runs them again, the bus in the new set, on the addresses they bound.
+func (m *Mesh) Run(ctx context.Context) error {
+	for {
+		err := m.runOnce(ctx)
+		if !errors.Is(err, ErrRestart) || ctx.Err() != nil {
+			return err
+		}
+		st, err := ReadClusterState(m.cfg.Dir)
+		if err != nil {
+			return err
+		}
+		// What was held is bound and let go: each part binds its own
+		// address again.
+		m.cfg.Held, m.cfg.Resolver.Held = Held{}, nil
+		m.cfg.Addrs.Bus, m.cfg.Addrs.HTTP = m.addrs.Bus, m.addrs.HTTP
+		m.cfg.Resolver.Listen = []string{m.addrs.DNS}
+		if st != nil {
+			for _, u := range st.BusURLs() {
+				if !slices.Contains(m.cfg.Advertise, u) {
+					m.cfg.Advertise = append(m.cfg.Advertise, u)
+				}
+			}
+		}
+		m.log.Info("the mesh starts again: the controllers' peer set changed")
+	}
+}
+
+// follows says whether a controller of this cluster follows the store's
+// log and never begins one: one that joined.
+func (st *ClusterState) follows() bool { return st != nil && st.BusOnly }
+
+// busOnly says whether a controller of this cluster runs its bus, its
+// view of the store and its host, but no controller.
+func (st *ClusterState) busOnly() bool { return st != nil && st.BusOnly }
+
+// replicas is how many servers keep the store's log and the declaration
+// stream: 3 in a cluster of three controllers or more, else 1.
+func (st *ClusterState) replicas() int {
+	if st != nil && len(st.Peers) >= 3 {
+		return 3
+	}
+	return 1
+}
+
+// joinsOf is what answers controllers' joins in a mesh run with
+// --cluster: nil without.
+func joinsOf(st *ClusterState, dir string) *clusterJoins {
+	if st == nil {
+		return nil
+	}
+	return &clusterJoins{dir: dir, joined: make(chan struct{}, 1)}
+}
+
+// controllerJoins is c for the controller: nil when c is.
+func (c *clusterJoins) controllerJoins() mesh.ControllerJoins {
+	if c == nil {
+		return nil
+	}
+	return c
+}
+
+// clusterJoins adds the controllers that join through this one to the
+// cluster's state in dir.
+type clusterJoins struct {
+	dir    string
+	joined chan struct{} // a controller joined and heard its answer
+	mu     sync.Mutex
+}
+
+func (c *clusterJoins) Check(j spec.ControllerJoin) error {
+	st, err := ReadClusterState(c.dir)
+	if err != nil {
+		return err
+	}
+	return checkJoin(st, j)
+}
+
+// Join adds j's server to the peers and seals the shared keys to it. A
+// controller whose bus ran alone marks its store put back first: its bus
+// runs clustered from its next start, which drops the streams it kept
+// alone, and its journal then begins a new log from the store.
+func (c *clusterJoins) Join(_ context.Context, j spec.ControllerJoin, to seal.NodePublic) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, err := ReadClusterState(c.dir)
+	if err != nil {
+		return "", err
+	}
+	if err := checkJoin(st, j); err != nil {
+		return "", err
+	}
+	alone := len(st.Peers) < 2
+	st.AddPeer(Peer{Server: j.Server, Route: j.Route, Bus: j.Bus})
+	keys, err := ReadSharedKeys(c.dir, *st)
+	if err != nil {
+		return "", err
+	}
+	sealed, err := keys.Seal(to)
+	if err != nil {
+		return "", err
+	}
+	if alone {
+		mark := filepath.Join(statedir.Controller(c.dir), mesh.PutBackFile)
+		if err := os.WriteFile(mark, []byte(time.Now().UTC().Format(time.RFC3339)+" the bus runs clustered\n"), 0o600); err != nil {
+			return "", fmt.Errorf("mark the store to begin a new log: %w", err)
+		}
+	}
+	return sealed, WriteClusterState(c.dir, *st)
+}
+
+func (c *clusterJoins) Joined(spec.ControllerJoin) {
+	select {
+	case c.joined <- struct{}{}:
+	default:
+	}
+}
+
+// peersPart is the part of a mesh run with --cluster that keeps its peer
+// set: none without.
+func (m *Mesh) peersPart(st *ClusterState, bus *broker.Server, keys mesh.Keys, joins *clusterJoins) []part {
+	if st == nil {
+		return nil
+	}
+	p := &peerSet{dir: m.cfg.Dir, bus: bus, keys: keys, joins: joins, log: m.log.With("component", "peers"), ready: make(chan struct{})}
+	return []part{{"peers", p.Run, p.ready, nil}}
+}
+
+// peerSet keeps a controller's peer set while its mesh runs: it tells
+// the other controllers the new set once a controller joined through this
+// one, and takes the set another tells; either way the mesh then starts
+// again (ErrRestart), its bus in the new set. The set is told on a
+// subject only the controllers' own users reach, once: a controller down
+// meanwhile learns it from the next join, or from its operator.
+type peerSet struct {
+	dir   string
+	bus   *broker.Server
+	keys  mesh.Keys
+	joins *clusterJoins
+	log   *slog.Logger
+	ready chan struct{}
+}
+
+func (p *peerSet) Run(ctx context.Context) error {
+	pub, err := p.keys.Full.PublicKey()
+	if err != nil {
+		return fmt.Errorf("the controller's bus key: %w", err)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(p.bus.NATS()), nats.Nkey(pub, p.keys.Full.Sign),
+		nats.Name("controller peers"), nats.Timeout(inProcessTimeout))
+	if err != nil {
+		return fmt.Errorf("connect to the bus for the controllers' peer set: %w", err)
+	}
+	defer nc.Close()
+	msgs := make(chan *nats.Msg, 8)
+	if _, err := nc.ChanSubscribe(spec.ClusterPeersSubject, msgs); err != nil {
+		return fmt.Errorf("listen for the controllers' peer set: %w", err)
+	}
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("listen for the controllers' peer set: %w", err)
+	}
+	close(p.ready)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.joins.joined:
+			return p.tell(nc)
+		case msg := <-msgs:
+			var peers []Peer
+			if err := json.Unmarshal(msg.Data, &peers); err != nil {
+				p.log.Warn("a peer set that does not read was dropped", "err", err)
+				continue
+			}
+			changed, err := takePeers(p.dir, peers)
+			if err != nil {
+				return err
+			}
+			if changed {
+				p.log.Info("the controllers' peer set changed", "peers", len(peers))
+				return ErrRestart
+			}
+		}
+	}
+}
+
+// tell publishes the peer set a join made to the other controllers,
+// then ends the run: ErrRestart.
+func (p *peerSet) tell(nc *nats.Conn) error {
+	st, err := ReadClusterState(p.dir)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(st.Peers)
+	if err != nil {
+		return fmt.Errorf("encode the peer set: %w", err)
+	}
+	if err := nc.Publish(spec.ClusterPeersSubject, body); err != nil {
+		return fmt.Errorf("tell the controllers the peer set: %w", err)
+	}
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("tell the controllers the peer set: %w", err)
+	}
+	p.log.Info("a controller joined: the peer set is told, and the mesh starts again in it", "peers", len(st.Peers))
+	return ErrRestart
+}
+
+// takePeers records peers as the cluster's peer set in dir when it holds
+// this controller and differs from the one kept: whether it did.
+func takePeers(dir string, peers []Peer) (bool, error) {
+	st, err := ReadClusterState(dir)
+	if err != nil || st == nil {
+		return false, err
+	}
+	mine := slices.ContainsFunc(peers, func(p Peer) bool { return p.Server == st.Server })
+	if !mine || slices.Equal(peers, st.Peers) {
+		return false, nil
+	}
+	st.Peers = peers
+	return true, WriteClusterState(dir, *st)
+}
