@@ -47,7 +47,7 @@ const noteModule = `{"name": "note", "version": "1",
 
 // newControllers makes the cluster and its hosts, the module note
 // registered and assigned to every host, not pushed.
-func newControllers(t *testing.T, hosts int) *ctlCluster {
+func newControllers(t testing.TB, hosts int) *ctlCluster {
 	t.Helper()
 	m := newMesh(t, "--cluster", port(t))
 	c := &ctlCluster{dirs: []string{m.dir}, nodes: []string{m.node}, ds: []*daemon{m.d}}
@@ -238,7 +238,7 @@ type seqWatch struct {
 
 // watchSeqs reads the applied sequence of the host kept in dir every
 // 20 ms until the test ends, keeping each change.
-func watchSeqs(t *testing.T, dir string) *seqWatch {
+func watchSeqs(t testing.TB, dir string) *seqWatch {
 	w := &seqWatch{}
 	done := make(chan struct{})
 	stopped := make(chan struct{})
