@@ -65,6 +65,9 @@ func TestCLI(t *testing.T) {
 			// A token that parses, for a mesh no bus serves.
 			env.Setenv("TOKEN", spec.Token{Mesh: "home", ID: "t1", Node: "beta", Pin: "sha256:00", Bus: []string{"nats://127.0.0.1:9"},
 				Secret: "SUAIBDPBAUTWCWBKIO6XHQNINK5FWJW4OHLXC3HQ2KFE4PEJUA44CNHTC4", Expires: time.Now().Add(time.Hour)}.Encode())
+			// And one that joins a controller.
+			env.Setenv("CTLTOKEN", spec.Token{Mesh: "home", ID: "t2", Node: "gamma", Pin: "sha256:00", Bus: []string{"nats://127.0.0.1:9"},
+				Secret: "SUAIBDPBAUTWCWBKIO6XHQNINK5FWJW4OHLXC3HQ2KFE4PEJUA44CNHTC4", Expires: time.Now().Add(time.Hour), Controller: true}.Encode())
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){

@@ -25,11 +25,27 @@ version of mesh the node wants when it is delivered whole, and falls back to
 the last version that was ready when that one exits or is not ready within
 --healthy-within, the store put back as it was before that version ran
 (D/host/versions/launch.json says which). SIGINT and SIGTERM reach the
-child; mesh controller exits when it does, with its status.`,
-		Flags: append(controllerCommandFlags(), healthyWithinFlag(false)),
+child; mesh controller exits when it does, with its status.
+
+With --join TOKEN (from mesh token create --controller NODE on a
+controller of the mesh), --bus, --cluster and --dir a new directory, it
+first joins the mesh as one of its controllers, with its node NODE: the
+controller that answers seals the keys the controllers share to this
+machine and adds its bus to the controllers' cluster; then it runs as
+mesh controller --dir D without the token's flags.
+
+Example of a join:
+   mesh controller --dir /var/lib/mesh --join TOKEN --bus 0.0.0.0:4222 --advertise 192.0.2.11 --cluster 192.0.2.11:6222`,
+		Flags: append(append(controllerCommandFlags(), healthyWithinFlag(false)), controllerJoinFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, "no arguments"); err != nil {
 				return err
+			}
+			if joining(c) {
+				return controllerJoinThenRun(c)
+			}
+			if c.IsSet("address") {
+				return usagef("--address is a join's flag: give it with --join")
 			}
 			if _, err := pprofAddr(c); err != nil {
 				return err

@@ -30,10 +30,16 @@ Example:
    mesh token create --ttl 30m beta
    # then, on beta:  mesh host --dir /var/lib/mesh --join TOKEN
    # or, the token written to a file (a service manager's unit):
-   #                  mesh host --dir /var/lib/mesh --join-file /root/beta.token`,
+   #                  mesh host --dir /var/lib/mesh --join-file /root/beta.token
+
+With --controller, the token joins a controller of the mesh with its node
+(the mesh runs with --cluster): it carries every controller's bus, and
+the machine joins with mesh controller --join TOKEN --bus ADDR --cluster
+HOST:PORT.`,
 				Flags: []cli.Flag{
 					dirFlag(), jsonFlag(),
 					&cli.DurationFlag{Name: "ttl", Value: time.Hour, Usage: "how long the token may be used (1m to 168h)"},
+					&cli.BoolFlag{Name: "controller", Usage: "a token that joins one more controller of the mesh, with its node NODE"},
 				},
 				Action: func(c *cli.Context) error {
 					if err := wantArgs(c, 1, "one argument, the new node's name"); err != nil {
@@ -46,7 +52,7 @@ Example:
 					if ttl := c.Duration("ttl"); ttl < mesh.MinTokenTTL || ttl > mesh.MaxTokenTTL {
 						return usagef("--ttl %s: a token lives from %s to %s; nothing was made", ttl, mesh.MinTokenTTL, mesh.MaxTokenTTL)
 					}
-					res, err := callCmd(c, spec.TokenCreate, spec.TokenCreateRequest{Node: node, TTL: c.Duration("ttl")})
+					res, err := callCmd(c, spec.TokenCreate, spec.TokenCreateRequest{Node: node, TTL: c.Duration("ttl"), Controller: c.Bool("controller")})
 					if err != nil {
 						return err
 					}
@@ -56,7 +62,11 @@ Example:
 					fmt.Fprintln(c.App.Writer, res.Token)
 					fmt.Fprintf(c.App.ErrWriter, "token %s for node %q, single use, expires %s (in %s)\n",
 						res.ID, node, res.Expires.Format(time.RFC3339), time.Until(res.Expires).Round(time.Second))
-					fmt.Fprintf(c.App.ErrWriter, "on %s: mesh host --dir D --join-file FILE, the token written to FILE (or --join TOKEN)\n", node)
+					if c.Bool("controller") {
+						fmt.Fprintf(c.App.ErrWriter, "on %s: mesh controller --dir D --join-file FILE --bus HOST:PORT --cluster HOST:PORT, the token written to FILE (or --join TOKEN)\n", node)
+					} else {
+						fmt.Fprintf(c.App.ErrWriter, "on %s: mesh host --dir D --join-file FILE, the token written to FILE (or --join TOKEN)\n", node)
+					}
 					if tok, err := spec.ParseToken(res.Token); err == nil && onlyLoopback(tok.Bus) {
 						fmt.Fprintf(c.App.ErrWriter, "warning: the token carries only loopback addresses (%s): only this machine can join with it.\n"+
 							"  For another machine, run the controller with --bus 0.0.0.0:PORT --advertise ADDRESS (an address it can reach), then create a token again.\n",
