@@ -55,8 +55,8 @@ func newControllers(t testing.TB, hosts int) *ctlCluster {
 		token := m.token(t, node, "--controller")
 		dir := filepath.Join(t.TempDir(), node)
 		d := start(t, "controller", "--join", token, "--dir", dir, "--bus", port(t), "--http", port(t),
-			"--cluster", port(t), "--dns", port(t), "--dns-upstream", deadUpstream, "--docker", "none")
-		waitReady(t, d, dir)
+			"--cluster", port(t), "--dns", port(t), "--dns-upstream", deadUpstream, "--docker", "none", "--address", "127.0.0.1")
+		waitController(t, d, dir)
 		c.dirs, c.nodes, c.ds = append(c.dirs, dir), append(c.nodes, node), append(c.ds, d)
 	}
 	c.leader(t, 60*time.Second)
@@ -184,7 +184,26 @@ func (c *ctlCluster) kill(t testing.TB, i int) {
 func (c *ctlCluster) restart(t testing.TB, i int) {
 	t.Helper()
 	c.ds[i] = start(t, "controller", "--dir", c.dirs[i])
-	waitReady(t, c.ds[i], c.dirs[i])
+	waitController(t, c.ds[i], c.dirs[i])
+}
+
+// waitController waits until the controller kept in dir wrote where it
+// listens and, when it serves HTTP (a controller that follows may not),
+// its /healthz is ready.
+func waitController(t testing.TB, d *daemon, dir string) {
+	t.Helper()
+	var a spec.Addrs
+	poll.Until(t, 60*time.Second, dir+"/addrs.json written", func() (bool, string) {
+		d.alive(t)
+		body, err := os.ReadFile(filepath.Join(dir, "addrs.json"))
+		if err != nil || json.Unmarshal(body, &a) != nil || a.Bus == "" {
+			return false, fmt.Sprintf("%s %v", body, err)
+		}
+		return true, ""
+	})
+	if a.HTTP != "" {
+		poll.Until(t, 60*time.Second, dir+" /healthz ready", func() (bool, string) { return healthy(a.HTTP) })
+	}
 }
 
 // pushText sets note's text on every host and pushes it through
@@ -393,7 +412,7 @@ func TestControllersKilledTogetherLoseNothing(t *testing.T) {
 		c.ds[i] = start(t, "controller", "--dir", c.dirs[i])
 	}
 	for i := range c.ds {
-		waitReady(t, c.ds[i], c.dirs[i])
+		waitController(t, c.ds[i], c.dirs[i])
 	}
 	lead := c.leader(t, 90*time.Second)
 	for _, i := range []int{lead, (lead + 1) % 3} {
