@@ -85,8 +85,9 @@ type ctlRole struct {
 }
 
 // roles asks every controller reachable through dir's bus what it is,
-// and returns the answers that came within a second, by server name.
-func (c *ctlCluster) roles(t testing.TB, dir string) (map[string]ctlRole, error) {
+// and returns the answers, by server name: once want have answered, or
+// what came within 3 s (an answer reads the lease, within 2 s).
+func (c *ctlCluster) roles(t testing.TB, dir string, want int) (map[string]ctlRole, error) {
 	op, err := operator(t, dir)
 	if err != nil {
 		return nil, err
@@ -102,7 +103,7 @@ func (c *ctlCluster) roles(t testing.TB, dir string) (map[string]ctlRole, error)
 		return nil, err
 	}
 	got := map[string]ctlRole{}
-	for deadline := time.Now().Add(time.Second); len(got) < len(c.dirs); {
+	for deadline := time.Now().Add(3 * time.Second); len(got) < want; {
 		msg, err := sub.NextMsg(time.Until(deadline))
 		if err != nil {
 			break
@@ -143,14 +144,17 @@ func (c *ctlCluster) leader(t testing.TB, within time.Duration) int {
 	t.Helper()
 	found := -1
 	poll.Until(t, within, "one controller leads", func() (bool, string) {
+		up := c.up()
+		for _, i := range up {
+			c.ds[i].alive(t)
+		}
+		rs, err := c.roles(t, c.dirs[up[0]], len(up))
+		if err != nil {
+			return false, err.Error()
+		}
 		found = -1
 		var why []string
-		for _, i := range c.up() {
-			c.ds[i].alive(t)
-			rs, err := c.roles(t, c.dirs[i])
-			if err != nil {
-				return false, err.Error()
-			}
+		for _, i := range up {
 			r := rs[c.server(t, i)]
 			why = append(why, fmt.Sprintf("%s: %+v", c.nodes[i], r))
 			if r.Role == "leader" {
@@ -163,9 +167,9 @@ func (c *ctlCluster) leader(t testing.TB, within time.Duration) int {
 		if found < 0 {
 			return false, strings.Join(why, "; ")
 		}
-		for _, i := range c.up() {
-			if rs, _ := c.roles(t, c.dirs[i]); rs[c.server(t, i)].Leader != c.server(t, found) {
-				return false, fmt.Sprintf("%s leads, %s says %+v", c.nodes[found], c.nodes[i], rs[c.server(t, i)])
+		for _, i := range up {
+			if r := rs[c.server(t, i)]; r.Leader != c.server(t, found) {
+				return false, fmt.Sprintf("%s leads, %s says %+v", c.nodes[found], c.nodes[i], r)
 			}
 		}
 		return true, ""
