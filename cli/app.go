@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/mesh-fleet/mesh/daemon"
 	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/spec"
@@ -75,6 +76,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, host.ErrStandAside) {
 		return spec.ExitStandAside
+	}
+	if errors.Is(err, daemon.ErrRestart) {
+		return spec.ExitRestart
 	}
 	return exitFail
 }

@@ -37,6 +37,12 @@ func (m *Mesh) Run(ctx context.Context) error {
 		if !errors.Is(err, ErrRestart) || ctx.Err() != nil {
 			return err
 		}
+		// The resolver's sockets handed over by a launcher are the
+		// launcher's, bound still: it starts this process again with
+		// them (spec.ExitRestart).
+		if len(m.cfg.Resolver.Held) > 0 {
+			return err
+		}
 		st, err := ReadClusterState(m.cfg.Dir)
 		if err != nil {
 			return err

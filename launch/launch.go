@@ -208,6 +208,10 @@ func (l *Launcher) Run(ctx context.Context) error {
 			return err
 		}
 		switch {
+		case out.code == spec.ExitRestart && ctx.Err() == nil:
+			// Ready or not: the peer set changed while it came up.
+			l.log.Info("the child starts again: the controllers' peer set changed", "version", short(p.digest))
+			continue
 		case out.ready && out.code == spec.ExitStandAside && ctx.Err() == nil:
 			l.log.Info("the child stood aside for the version its node wants", "version", short(p.digest))
 			aside = p.digest

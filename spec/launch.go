@@ -37,6 +37,10 @@ const (
 	// starts the wanted one. Any other exit of a child not yet healthy is
 	// a failure of that version.
 	ExitStandAside = 75
+	// ExitRestart is the child's exit status when the controllers' peer
+	// set changed: the launcher starts the same version again, with the
+	// sockets it holds, and the bus runs in the new set.
+	ExitRestart = 76
 
 	// ReadyFDEnv names the environment variable that carries the number of
 	// the file descriptor on which the child writes one line, "ready\n",
