@@ -80,8 +80,8 @@ type Config struct {
 	// Joins admits controllers into the controllers' cluster; nil for a
 	// controller run without --cluster, which refuses their tokens.
 	Joins ControllerJoins
-	// Replicas is how many servers keep the declaration stream; zero is
-	// one.
+	// Replicas is how many servers keep the declaration stream and the
+	// edges' bucket; zero is one.
 	Replicas int
 }
 
@@ -499,7 +499,7 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 	if err := ensureStream(ctx, c.js, c.maxNodes(), c.cfg.Replicas); err != nil {
 		return err
 	}
-	if err := ensureEdgeBucket(ctx, c.js); err != nil {
+	if err := ensureEdgeBucket(ctx, c.js, c.cfg.Replicas); err != nil {
 		return err
 	}
 	// The roster before the declarations that may name it.

@@ -27,14 +27,11 @@ import (
 // limit and the republish at the controller's next start, and replicas,
 // the servers that keep it.
 func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes, replicas int) error {
-	// Never fewer servers than keep it now: a controller that has not yet
-	// learnt its cluster grew must not take copies away.
-	if s, err := js.Stream(ctx, spec.DeclarationStream); err == nil {
-		replicas = max(replicas, s.CachedInfo().Config.Replicas)
-	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("read stream %s: %w", spec.DeclarationStream, err)
+	replicas, err := keptReplicas(ctx, js, spec.DeclarationStream, replicas)
+	if err != nil {
+		return err
 	}
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              spec.DeclarationStream,
 		Subjects:          []string{spec.DeclarationSubject("*"), spec.RosterSubject},
 		Storage:           jetstream.FileStorage,
@@ -43,7 +40,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, maxNodes, replica
 		MaxMsgSize:        max(spec.MaxDeclaration, spec.MaxRoster) + 4096,
 		Discard:           jetstream.DiscardOld,
 		MaxConsumers:      maxNodes,
-		Replicas:          max(replicas, 1),
+		Replicas:          replicas,
 		RePublish:         &jetstream.RePublish{Source: ">", Destination: spec.Republished(">")},
 		AllowDirect:       true,
 		// A push's declarations go in atomic batches: one write and one

@@ -15,15 +15,19 @@ import (
 )
 
 // ensureEdgeBucket creates the bucket the edges share (spec.EdgeBucket):
-// one value a key (a certificate replaced leaves no copy), on disk, one
-// replica.
-func ensureEdgeBucket(ctx context.Context, js jetstream.JetStream) error {
-	_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+// one value a key (a certificate replaced leaves no copy), on disk, kept
+// by as many servers as the declaration stream.
+func ensureEdgeBucket(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	replicas, err := keptReplicas(ctx, js, "KV_"+spec.EdgeBucket, replicas)
+	if err != nil {
+		return err
+	}
+	_, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      spec.EdgeBucket,
 		Description: "the edges' ACME account, certificates, challenges and locks, each value sealed under the edge storage key",
 		History:     1,
 		Storage:     jetstream.FileStorage,
-		Replicas:    1,
+		Replicas:    replicas,
 	})
 	if err != nil {
 		return fmt.Errorf("create bucket %s: %w", spec.EdgeBucket, err)
