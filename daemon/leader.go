@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,11 +18,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/ca"
 	"github.com/mesh-fleet/mesh/journal"
 	"github.com/mesh-fleet/mesh/lease"
 	"github.com/mesh-fleet/mesh/mesh"
 	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
 )
 
 // DefaultLeaseTTL is how long the controllers' leader lease outlives its
@@ -30,6 +35,14 @@ const DefaultLeaseTTL = 6 * time.Second
 // leadPoll is how often a controller looks at its lease's standing, which
 // also lapses with time alone (lease.State.Leading).
 const leadPoll = 100 * time.Millisecond
+
+// usersEvery is how often a follower brings its bus's users up to its
+// view; leadRetry is how long a leader whose controller failed waits
+// before it starts another.
+const (
+	usersEvery = time.Second
+	leadRetry  = 2 * time.Second
+)
 
 // runner is a controller as leadership runs it: once.
 type runner interface {
@@ -84,14 +97,23 @@ type leadership struct {
 	// it to lead before, it would wait for a log only the leader may
 	// begin.
 	follows bool
+	peers   int // how many controllers the cluster has
+	// syncUsers puts the bus's users as the view has them in force: the
+	// leader's controller does it for its own server, and a follower for
+	// its own, or a node that joined through the leader would be refused
+	// by a follower's server.
+	syncUsers func(context.Context) error
 	// newCtl and listen are set by controllerPart.
 	newCtl ctlMaker
 	listen string
 
 	campaign atomic.Pointer[lease.Campaign]
-	started  chan struct{} // closed once campaign is set
-	ready    chan struct{} // closed once the HTTP address is served
-	once     sync.Once
+	// serving holds while this controller's mesh.Controller serves: a
+	// leader says it leads only then, so an operator told so is served.
+	serving atomic.Bool
+	started chan struct{} // closed once campaign is set
+	ready   chan struct{} // closed once the HTTP address is served
+	once    sync.Once
 
 	mu   sync.Mutex
 	addr string
@@ -110,7 +132,7 @@ func newLeadership(st *ClusterState, ttl time.Duration, log *slog.Logger, auth *
 	if ttl == 0 {
 		ttl = DefaultLeaseTTL
 	}
-	return &leadership{log: log, name: st.Server, ttl: ttl, auth: auth, connect: connect, follows: st.follows(),
+	return &leadership{log: log, name: st.Server, ttl: ttl, auth: auth, connect: connect, follows: st.follows(), peers: len(st.Peers),
 		started: make(chan struct{}), ready: make(chan struct{})}
 }
 
@@ -154,8 +176,8 @@ func (l *leadership) runCampaign(ctx context.Context) error {
 	}
 	sub, err := js.Conn().Subscribe(spec.ControllerRoleSubject, func(m *nats.Msg) {
 		st, _ := c.Leader()
-		role := spec.ControllerRole{Server: l.name, Role: st.Role.String(), Leader: l.leaderName(ctx, js)}
-		if st.Role == lease.Leader && !st.Leading {
+		role := spec.ControllerRole{Server: l.name, Role: st.Role.String(), Leader: l.leaderName(ctx, js), Peers: l.peers}
+		if st.Role == lease.Leader && (!st.Leading || !l.serving.Load()) {
 			role.Role = lease.Candidate.String()
 		}
 		m.Respond(spec.EncodeReply(role, nil))
@@ -278,7 +300,14 @@ func (l *leadership) follow(ctx context.Context) error {
 	l.log.Info("following", "leader", l.leaderName(ctx, js), "http", ln.Addr().String())
 	tick := time.NewTicker(leadPoll)
 	defer tick.Stop()
+	lastSync := time.Time{}
 	for !l.leading() && ctx.Err() == nil {
+		if l.syncUsers != nil && time.Since(lastSync) >= usersEvery {
+			if err := l.syncUsers(ctx); err != nil && ctx.Err() == nil {
+				l.log.Warn("the bus's users were not brought up to the view; tried again soon", "err", err)
+			}
+			lastSync = time.Now()
+		}
 		select {
 		case <-ctx.Done():
 		case <-tick.C:
@@ -349,11 +378,25 @@ func (l *leadership) lead(ctx context.Context) error {
 	select {
 	case <-ctl.Ready():
 		l.served(ctl.HTTPAddr())
+		l.serving.Store(true)
 		err = <-done
+		l.serving.Store(false)
 	case err = <-done:
 	}
 	if lctx.Err() != nil && ctx.Err() == nil {
 		l.log.Warn("no longer leading: the controller stopped", "server", l.name, "err", err)
+		return nil
+	}
+	if err != nil && ctx.Err() == nil {
+		// A cluster in flux (a peer restarting, JetStream electing) fails
+		// a controller's start: this machine follows a moment and leads
+		// again while it holds the lease, rather than taking its bus, and
+		// the fleet's, down.
+		l.log.Error("the controller stopped while leading; it starts again", "server", l.name, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(leadRetry):
+		}
 		return nil
 	}
 	return err
@@ -379,4 +422,26 @@ func listenIPs(addr net.Addr) []net.IP {
 		return []net.IP{ta.IP}
 	}
 	return []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+}
+
+// followerUsers brings the users of bus up to what the view db holds,
+// when they changed: a follower's own server admits the nodes, operators
+// and tokens the leader admitted.
+func followerUsers(db *store.DB, bus *broker.Server, keys mesh.Keys) func(context.Context) error {
+	var last []broker.User
+	return func(ctx context.Context) error {
+		users, err := mesh.Users(ctx, db, keys, time.Now())
+		if err != nil {
+			return err
+		}
+		slices.SortFunc(users, func(a, b broker.User) int { return strings.Compare(a.NKey, b.NKey) })
+		if reflect.DeepEqual(users, last) {
+			return nil
+		}
+		if err := bus.SetUsers(users); err != nil {
+			return err
+		}
+		last = users
+		return nil
+	}
 }

@@ -126,6 +126,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 		log.With("component", "journal"), db, busConnect(bus, ctlKeys.Full))
 	if lead != nil {
 		lead.truth = truth
+		lead.syncUsers = followerUsers(db, bus, ctlKeys)
 	}
 	signKey, err := mesh.LoadSignKey(ctlDir)
 	if err != nil {
