@@ -155,6 +155,16 @@ func (o *Operator) request(verb string, req, res any, wait time.Duration) error 
 	ctx, cancel := context.WithTimeout(o.ctx, wait)
 	defer cancel()
 	msg, err := o.nc.RequestWithContext(ctx, spec.APISubject(verb), body)
+	// No controller served it, so none carried it out: while most of a
+	// cluster's controllers answer, one is about to lead and it is sent
+	// again.
+	var roles []spec.ControllerRole
+	for end := time.Now().Add(min(wait, electionWait)); errors.Is(err, nats.ErrNoResponders) && ctx.Err() == nil; {
+		if roles = o.controllerRoles(); !electing(roles) || time.Now().After(end) {
+			break
+		}
+		msg, err = o.nc.RequestWithContext(ctx, spec.APISubject(verb), body)
+	}
 	if o.ctx.Err() != nil {
 		return fmt.Errorf("%s: interrupted; the controller may still carry it out", verb)
 	}
@@ -165,7 +175,7 @@ func (o *Operator) request(verb string, req, res any, wait time.Duration) error 
 		return fmt.Errorf("%s: %s: whether the controller carried it out is not known (mesh status says, once it answers)", verb, o.lost)
 	}
 	if errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("%s: no controller answers on the bus at %s%s", verb, o.bus, o.reachableControllers())
+		return fmt.Errorf("%s: no controller answers on the bus at %s%s", verb, o.bus, reachable(roles))
 	}
 	if errors.Is(err, nats.ErrTimeout) {
 		return fmt.Errorf("%s: the controller did not answer within %s (mesh status, and its log, say what it is doing)", verb, wait)

@@ -15,4 +15,6 @@ type ControllerRole struct {
 	// Leader is the leader's server name as the lease has it, or empty
 	// when none leads.
 	Leader string `json:"leader,omitempty"`
+	// Peers is how many controllers its cluster has, itself among them.
+	Peers int `json:"peers,omitempty"`
 }
