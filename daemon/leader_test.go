@@ -137,7 +137,6 @@ func (f *fakeController) Run(ctx context.Context) error {
 type testLeader struct {
 	*leadership
 	made atomic.Int32
-	stop func()
 	done chan error
 }
 
