@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -134,6 +135,13 @@ func (c *Cluster) tlsConfig() *tls.Config {
 	}
 }
 
+// routePingEvery and routePingsOut: a route whose peer answers none of
+// three pings a second apart is closed.
+const (
+	routePingEvery = time.Second
+	routePingsOut  = 3
+)
+
 // apply sets c in opts: the server's name, the cluster's routes, their TLS
 // and credentials.
 func (c *Cluster) apply(opts *server.Options) error {
@@ -147,6 +155,12 @@ func (c *Cluster) apply(opts *server.Options) error {
 	opts.Cluster.Password = c.Password
 	opts.Cluster.TLSConfig = c.tlsConfig()
 	opts.Cluster.TLSTimeout = 5
+	// A peer stopped but not closed (a paused process) keeps its routes
+	// open, and the interest of its subscriptions with them: unanswered
+	// pings end them within a TTL of the lease, so requests are not
+	// routed to it for minutes.
+	opts.Cluster.PingInterval = routePingEvery
+	opts.Cluster.MaxPingsOut = routePingsOut
 	// The peer set is static: clients are given the addresses they dial,
 	// never those the routes gossip.
 	opts.Cluster.NoAdvertise = true

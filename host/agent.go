@@ -379,6 +379,11 @@ func (a *Agent) dial(root *x509.Certificate) (*nats.Conn, error) {
 		// host is silent meanwhile. A new connection at once, and the
 		// catch-up sends the last report again.
 		nats.ReconnectOnFlusherError(),
+		// A server stopped but not closed (a paused controller) keeps
+		// the connection open: unanswered pings end it within
+		// busPingEvery × busPingsOut, and the host goes to another.
+		nats.PingInterval(busPingEvery),
+		nats.MaxPingsOutstanding(busPingsOut),
 		nats.IgnoreAuthErrorAbort(), // watchRemoval decides (removed.go)
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {

@@ -23,6 +23,11 @@ const (
 	// answer): the bus's own TLS timeout is 5 s, and a host that gave up
 	// sooner would only try again into the same queue.
 	busTimeout = 5 * time.Second
+	// busPingEvery and busPingsOut end a connection whose server stopped
+	// answering (paused, or cut off) within some 15 s: a fleet of
+	// thousands pings its bus a few hundred times a second.
+	busPingEvery = 5 * time.Second
+	busPingsOut  = 3
 )
 
 // reconnectDelay is the wait before the round-th try (from 1) of every
