@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -212,7 +213,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	if err := db.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close store: %w", err)
 	}
-	return runErr
+	return m.recover(ctx, cluster, runErr)
 }
 
 // newBus makes the bus, not started: its certificate issued by auth for
@@ -257,3 +258,38 @@ func ownHost(log *slog.Logger, agent *host.Agent) func(context.Context) error {
 		return nil
 	}
 }
+
+// recover turns a run of a clustered controller that failed into one run
+// again, after a pause, rather than a process gone: a cluster in flux (a
+// peer restarting, JetStream electing) fails a part for a moment. A view
+// behind its log's compaction is removed first: it is rebuilt from the
+// log as the run begins. A controller alone fails as it always did.
+func (m *Mesh) recover(ctx context.Context, cluster *ClusterState, err error) error {
+	if err == nil || ctx.Err() != nil || errors.Is(err, ErrRestart) {
+		return err
+	}
+	if errors.Is(err, journal.ErrBehind) {
+		path := filepath.Join(statedir.Controller(m.cfg.Dir), mesh.DBFile)
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			if rerr := os.Remove(path + suffix); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				return fmt.Errorf("remove a store behind its log: %w (after: %w)", rerr, err)
+			}
+		}
+		m.log.Warn("the store was behind its log's compaction: it is rebuilt from the log", "err", err)
+		return fmt.Errorf("%w: %w", ErrRestart, err)
+	}
+	if !cluster.clustered() {
+		return err
+	}
+	m.log.Error("a part of the controller failed in its cluster: the mesh starts again", "err", err)
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(failedRunPause):
+	}
+	return fmt.Errorf("%w: %w", ErrRestart, err)
+}
+
+// failedRunPause is how long a clustered controller whose run failed
+// waits before it runs again.
+const failedRunPause = 2 * time.Second

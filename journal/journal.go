@@ -33,6 +33,11 @@ import (
 	"github.com/mesh-fleet/mesh/store"
 )
 
+// ErrBehind is a store behind the log's oldest snapshot: the entries it
+// has yet to apply were compacted away (it was down across a
+// compaction), and only a rebuild from the log brings it up.
+var ErrBehind = errors.New("the store is behind its log")
+
 // DefaultBucket is the KV bucket of the store's log.
 const DefaultBucket = "truth"
 
@@ -226,7 +231,7 @@ func (j *Journal) Run(ctx context.Context) error {
 		return err
 	}
 	if applied < oldest.Revision {
-		return fmt.Errorf("the store has applied revision %d of its log, whose entries up to %d are compacted away: remove the store to rebuild it from the log", applied, oldest.Revision)
+		return fmt.Errorf("the store has applied revision %d of its log, whose entries up to %d are compacted away: remove the store to rebuild it from the log: %w", applied, oldest.Revision, ErrBehind)
 	}
 	if j.since, err = j.held(ctx); err != nil {
 		return err

@@ -48,6 +48,23 @@ func (j *Journal) restartIfTruth(ctx context.Context) error {
 	if err := j.awaitLead(ctx, "beginning a new log from the store"); err != nil {
 		return err
 	}
+	if marked && j.cfg.Fence != nil {
+		// In a cluster the log is kept by every controller: once another
+		// led and wrote entries this store never applied, beginning a
+		// new log from it would lose acknowledged writes. The log wins,
+		// and the store follows it.
+		last, err := lastRevision(ctx, j.stream, j.cfg)
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return err
+		}
+		if err == nil && last > applied {
+			if err := os.Remove(j.cfg.PutBackMark); err != nil {
+				return fmt.Errorf("remove the store's put-back mark: %w", err)
+			}
+			j.log.Warn("the store was put back, but another controller wrote the log since: the log wins", "applied", applied, "log", last)
+			return nil
+		}
+	}
 	if err := j.restart(ctx); err != nil {
 		return err
 	}
