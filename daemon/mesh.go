@@ -178,6 +178,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 		Parts:            []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
 		Joins:            joins.controllerJoins(),
 		Replicas:         cluster.replicas(),
+		Controllers:      cluster.controllers(cfg.Advertise),
 	}, log.With("component", "controller"), mesh.Deps{DB: truth.Store(), CA: auth, Bus: bus}, lead, cfg.Held.HTTP)
 	if err != nil {
 		return err

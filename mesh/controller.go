@@ -83,6 +83,11 @@ type Config struct {
 	// Replicas is how many servers keep the declaration stream and the
 	// edges' bucket; zero is one.
 	Replicas int
+	// Controllers are the bus URLs of every controller of a cluster of
+	// them, which the roster carries to the hosts (spec.Roster's
+	// Controllers); none for a controller alone: the hosts keep the URLs
+	// they enrolled with.
+	Controllers []string
 }
 
 // Deps are the parts the controller uses.
@@ -216,7 +221,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.guard = guard{panics: cfg.Panics, log: log}
 	c.timings = newTimings()
 	b := base{db: deps.DB, now: cfg.Now, log: log, guard: c.guard}
-	c.composer = &composer{db: deps.DB, ca: deps.CA, sealer: &sealer{db: deps.DB, key: cfg.SealKey,
+	c.composer = &composer{db: deps.DB, ca: deps.CA, controllers: controllersOf(cfg.Controllers, log), sealer: &sealer{db: deps.DB, key: cfg.SealKey,
 		edges: &edgeKeyring{db: deps.DB, key: cfg.SealKey, now: cfg.Now}}}
 	c.rosters = &rosters{base: b, signKey: cfg.SignKey, metrics: &c.metrics, js: func() jetstream.JetStream { return c.js }}
 	c.certs = &certs{base: b, ca: deps.CA, composer: c.composer}
@@ -494,7 +499,8 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 
 // ensureDelivery creates the declaration stream, publishes the roster in
 // force and the last declaration of every node but one being removed when
-// the stream does not hold them.
+// the stream does not hold them, and sends the roster again when the
+// controllers' bus URLs it carries changed.
 func (c *Controller) ensureDelivery(ctx context.Context) error {
 	if err := ensureStream(ctx, c.js, c.maxNodes(), c.cfg.Replicas); err != nil {
 		return err
@@ -505,6 +511,9 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 	// The roster before the declarations that may name it.
 	if err := c.rosters.publishRecordedRoster(ctx); err != nil {
 		return err
+	}
+	if err := c.rosters.sendControllers(ctx, c.composer.controllers); err != nil {
+		c.log.Warn("the roster with the controllers' bus URLs was not sent: the next push sends it", "err", err)
 	}
 	nodes, err := c.deps.DB.Nodes(ctx)
 	if err != nil {

@@ -1,0 +1,55 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+
+	"github.com/mesh-fleet/mesh/spec"
+	"github.com/mesh-fleet/mesh/store"
+)
+
+// controllersOf is the controllers' bus URLs the roster carries: given
+// (a cluster of controllers), when they pass spec.CheckControllers; none
+// otherwise, and a list that does not pass is said once here: the hosts
+// then keep the bus addresses they have.
+func controllersOf(given []string, log *slog.Logger) []string {
+	if len(given) == 0 {
+		return nil
+	}
+	if err := spec.CheckControllers(given); err != nil {
+		log.Warn("the roster carries no controllers' bus URLs: the hosts keep those they have", "err", err)
+		return nil
+	}
+	return slices.Clone(given)
+}
+
+// sendControllers sends the roster in force again, its names as they are,
+// when it carries other controllers' bus URLs than controllers: a cluster
+// of controllers that grew tells its hosts when its leader starts, not at
+// the next push. Before any roster was sent there is nothing to send: the
+// first push sends them.
+func (rs *rosters) sendControllers(ctx context.Context, controllers []string) error {
+	last, err := rs.db.LastRoster(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	names, err := rosterOf(last)
+	if err != nil {
+		return err
+	}
+	if slices.Equal(names.Controllers, controllers) {
+		return nil
+	}
+	names.Controllers = controllers
+	ref, sent, err := rs.sendRoster(ctx, names)
+	if err != nil || !sent {
+		return err
+	}
+	rs.log.Info("roster sent with the controllers' bus URLs", "seq", ref.Seq, "controllers", len(controllers))
+	return nil
+}
