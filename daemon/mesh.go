@@ -154,6 +154,9 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	hostCfg.Dir = statedir.Host(cfg.Dir)
 	hostCfg.Names = dns
 	hostCfg.Panics = panics
+	// Its bus is this process's: the roster's controllers are for hosts
+	// that reach the bus over the network.
+	hostCfg.KeepBus = true
 	agent, err := host.New(hostCfg, log.With("component", "host"))
 	if err != nil {
 		return err
