@@ -327,7 +327,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// that waits for the stream's acknowledgements would otherwise wait
 	// them out on a closed connection (nats.go fails no pending ack).
 	loopCtx, stopLoops := context.WithCancel(ctx)
-	waitLoops := goAll(loopCtx, c.auditor.drainAudit, c.beatLine.writeBeats, c.reports.writeReports, c.roller.rollLoop, c.blobs.collectLoop, c.overlays.sendLoop, c.pages.Run)
+	waitLoops := goAll(loopCtx, c.auditor.drainAudit, c.beatLine.writeBeats, c.reports.writeReports, c.roller.rollLoop, c.blobs.collectLoop, c.overlays.sendLoop, c.pages.Run, c.controllersLoop)
 	defer func() { stopLoops(); waitLoops() }()
 
 	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}
@@ -499,8 +499,7 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 
 // ensureDelivery creates the declaration stream, publishes the roster in
 // force and the last declaration of every node but one being removed when
-// the stream does not hold them, and sends the roster again when the
-// controllers' bus URLs it carries changed.
+// the stream does not hold them.
 func (c *Controller) ensureDelivery(ctx context.Context) error {
 	if err := ensureStream(ctx, c.js, c.maxNodes(), c.cfg.Replicas); err != nil {
 		return err
@@ -511,9 +510,6 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 	// The roster before the declarations that may name it.
 	if err := c.rosters.publishRecordedRoster(ctx); err != nil {
 		return err
-	}
-	if err := c.rosters.sendControllers(ctx, c.composer.controllers); err != nil {
-		c.log.Warn("the roster with the controllers' bus URLs was not sent: the next push sends it", "err", err)
 	}
 	nodes, err := c.deps.DB.Nodes(ctx)
 	if err != nil {

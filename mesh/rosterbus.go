@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
@@ -52,4 +53,34 @@ func (rs *rosters) sendControllers(ctx context.Context, controllers []string) er
 	}
 	rs.log.Info("roster sent with the controllers' bus URLs", "seq", ref.Seq, "controllers", len(controllers))
 	return nil
+}
+
+// controllersRetry is how long controllersLoop waits before it tries
+// again.
+const controllersRetry = 5 * time.Second
+
+// controllersLoop sends the roster with the controllers' bus URLs
+// (sendControllers) until it is sent, trying again every
+// controllersRetry: the declaration stream of a cluster that just grew
+// may refuse a publish for a while. Each try first publishes the roster
+// recorded last when the stream lacks it (a try that recorded it and
+// failed to publish it).
+func (c *Controller) controllersLoop(ctx context.Context) {
+	for {
+		c.rosters.mu.Lock()
+		err := c.rosters.publishRecordedRoster(ctx)
+		c.rosters.mu.Unlock()
+		if err == nil {
+			err = c.rosters.sendControllers(ctx, c.composer.controllers)
+		}
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("the roster with the controllers' bus URLs was not sent: it is tried again", "err", err, "in", controllersRetry)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(controllersRetry):
+		}
+	}
 }
