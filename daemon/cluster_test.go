@@ -61,3 +61,23 @@ func TestClusterStateIsKept(t *testing.T) {
 		t.Fatalf("bus URLs %q", got)
 	}
 }
+
+// TestControllersForTheRoster: a controller alone (no cluster, or one of
+// one) gives the roster no controllers' bus URLs; one of a cluster gives
+// its advertised URLs and every peer's, each once.
+func TestControllersForTheRoster(t *testing.T) {
+	var none *ClusterState
+	if got := none.controllers([]string{"nats://192.0.2.1:4222"}); got != nil {
+		t.Fatalf("without a cluster: %q", got)
+	}
+	st := ClusterState{Server: "a", Peers: []Peer{{Server: "a", Bus: "nats://192.0.2.1:4222"}}}
+	if got := st.controllers([]string{"nats://192.0.2.1:4222"}); got != nil {
+		t.Fatalf("a cluster of one: %q", got)
+	}
+	st.AddPeer(Peer{Server: "b", Bus: "nats://192.0.2.2:4222"})
+	st.AddPeer(Peer{Server: "c", Bus: "nats://192.0.2.3:4222"})
+	want := []string{"nats://10.0.0.1:4222", "nats://192.0.2.1:4222", "nats://192.0.2.2:4222", "nats://192.0.2.3:4222"}
+	if got := st.controllers([]string{"nats://10.0.0.1:4222", "nats://192.0.2.1:4222"}); !slices.Equal(got, want) {
+		t.Fatalf("a cluster of three: %q, want %q", got, want)
+	}
+}

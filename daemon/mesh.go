@@ -155,6 +155,9 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	hostCfg.Dir = statedir.Host(cfg.Dir)
 	hostCfg.Names = dns
 	hostCfg.Panics = panics
+	// Its bus is this process's: the roster's controllers are for hosts
+	// that reach the bus over the network.
+	hostCfg.KeepBus = true
 	agent, err := host.New(hostCfg, log.With("component", "host"))
 	if err != nil {
 		return err
@@ -179,6 +182,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 		Parts:            []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
 		Joins:            joins.controllerJoins(),
 		Replicas:         cluster.replicas(),
+		Controllers:      cluster.controllers(cfg.Advertise),
 	}, log.With("component", "controller"), mesh.Deps{DB: truth.Store(), CA: auth, Bus: bus}, lead, cfg.Held.HTTP)
 	if err != nil {
 		return err

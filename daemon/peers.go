@@ -75,6 +75,23 @@ func (st *ClusterState) follows() bool { return st != nil && st.BusOnly }
 // peers or more.
 func (st *ClusterState) clustered() bool { return st != nil && len(st.Peers) >= 2 }
 
+// controllers are the bus URLs the roster carries to the hosts: in a
+// cluster of two or more, this controller's (advertise) and every peer's;
+// none for a controller alone, whose hosts hold its URLs from their
+// tokens.
+func (st *ClusterState) controllers(advertise []string) []string {
+	if !st.clustered() {
+		return nil
+	}
+	urls := slices.Clone(advertise)
+	for _, u := range st.BusURLs() {
+		if !slices.Contains(urls, u) {
+			urls = append(urls, u)
+		}
+	}
+	return urls
+}
+
 // replicas is how many servers keep the store's log and the declaration
 // stream: 3 in a cluster of three controllers or more, else 1.
 func (st *ClusterState) replicas() int {

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,11 @@ type Config struct {
 	ReportRetry time.Duration
 	// Overlay is the host's part in the overlay, as its flags say.
 	Overlay OverlayConfig
+	// KeepBus keeps the bus addresses the host's state holds: the host of
+	// a controller's own machine, in its process, reaches that
+	// controller's bus alone; any other host takes the controllers' bus
+	// URLs the roster carries (takeControllers).
+	KeepBus bool
 	// Rosters, when set, is shared by the hosts of one process (the fleet
 	// benchmark's simulated hosts) so that each roster is held once; nil,
 	// as for every real host: this one holds its own.
@@ -254,6 +260,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			a.roster = cfg.Rosters.share(&heldRoster{doc: doc, raw: st.Roster, digest: spec.ContentDigest(st.Roster)})
 			a.state.Roster = a.roster.raw
 			a.rosterSeq.Store(doc.Seq)
+			// The controllers the kept roster names are dialed, should
+			// state.json have missed them.
+			if urls, err := controllersOf(doc); urls != nil && err == nil && !cfg.KeepBus {
+				a.state.Bus = slices.Clone(urls)
+			}
 		}
 	}
 	// The resolver serves the names kept from the first query it answers,

@@ -58,3 +58,6 @@ func PretendSystem(e *Engine, goos, goarch string) {
 	e.services.goos, e.services.goarch = goos, goarch
 	e.makeAppliers()
 }
+
+// RosterSeqOf is the sequence of the roster a holds.
+func RosterSeqOf(a *Agent) uint64 { return a.rosterSeq.Load() }

@@ -176,7 +176,7 @@ func (a *Agent) takeRosters(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg
 		}
 	}
 	if take != nil {
-		if err := a.keepRoster(take.doc, take.raw, take.sig); err != nil {
+		if err := a.keepRoster(nc, take.doc, take.raw, take.sig); err != nil {
 			// Not kept: the roster is asked for again by the retry.
 			a.log.Error("roster not kept; it will be asked for again", "roster_seq", take.doc.Seq, "err", err)
 			a.askWant = max(a.askWant, take.doc.Seq)
@@ -333,8 +333,9 @@ func (a *Agent) planAsk(issued time.Time, window time.Duration) {
 }
 
 // keepRoster makes doc (raw, signed by sig) the roster held: written to
-// RosterFile first, then served. A write that fails keeps nothing of it.
-func (a *Agent) keepRoster(doc spec.RosterDoc, raw, sig []byte) error {
+// RosterFile first, then served, and its controllers' bus URLs taken for
+// nc (takeControllers). A write that fails keeps nothing of it.
+func (a *Agent) keepRoster(nc *nats.Conn, doc spec.RosterDoc, raw, sig []byte) error {
 	if err := a.writeRoster(a.cfg.Dir, raw, sig); err != nil {
 		return err
 	}
@@ -350,6 +351,7 @@ func (a *Agent) keepRoster(doc spec.RosterDoc, raw, sig []byte) error {
 	// overlay's address needs it there.
 	a.overlay.take(context.Background(), doc.Names)
 	a.edge.take(doc.Names)
+	a.takeControllers(nc, doc)
 	return nil
 }
 
@@ -448,5 +450,5 @@ func (a *Agent) askRoster(ctx context.Context, nc *nats.Conn, want uint64, key e
 	case duplicate:
 		return nil
 	}
-	return a.keepRoster(doc, reply.Body, reply.Sig)
+	return a.keepRoster(nc, doc, reply.Body, reply.Sig)
 }

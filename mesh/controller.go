@@ -83,6 +83,11 @@ type Config struct {
 	// Replicas is how many servers keep the declaration stream and the
 	// edges' bucket; zero is one.
 	Replicas int
+	// Controllers are the bus URLs of every controller of a cluster of
+	// them, which the roster carries to the hosts (spec.Roster's
+	// Controllers); none for a controller alone: the hosts keep the URLs
+	// they enrolled with.
+	Controllers []string
 }
 
 // Deps are the parts the controller uses.
@@ -216,7 +221,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.guard = guard{panics: cfg.Panics, log: log}
 	c.timings = newTimings()
 	b := base{db: deps.DB, now: cfg.Now, log: log, guard: c.guard}
-	c.composer = &composer{db: deps.DB, ca: deps.CA, sealer: &sealer{db: deps.DB, key: cfg.SealKey,
+	c.composer = &composer{db: deps.DB, ca: deps.CA, controllers: controllersOf(cfg.Controllers, log), sealer: &sealer{db: deps.DB, key: cfg.SealKey,
 		edges: &edgeKeyring{db: deps.DB, key: cfg.SealKey, now: cfg.Now}}}
 	c.rosters = &rosters{base: b, signKey: cfg.SignKey, metrics: &c.metrics, js: func() jetstream.JetStream { return c.js }}
 	c.certs = &certs{base: b, ca: deps.CA, composer: c.composer}
@@ -322,7 +327,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// that waits for the stream's acknowledgements would otherwise wait
 	// them out on a closed connection (nats.go fails no pending ack).
 	loopCtx, stopLoops := context.WithCancel(ctx)
-	waitLoops := goAll(loopCtx, c.auditor.drainAudit, c.beatLine.writeBeats, c.reports.writeReports, c.roller.rollLoop, c.blobs.collectLoop, c.overlays.sendLoop, c.pages.Run)
+	waitLoops := goAll(loopCtx, c.auditor.drainAudit, c.beatLine.writeBeats, c.reports.writeReports, c.roller.rollLoop, c.blobs.collectLoop, c.overlays.sendLoop, c.pages.Run, c.controllersLoop)
 	defer func() { stopLoops(); waitLoops() }()
 
 	srv := &http.Server{Handler: c.guardHTTP(c.httpHandler()), ReadHeaderTimeout: 10 * time.Second}

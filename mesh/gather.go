@@ -16,6 +16,9 @@ type composer struct {
 	db     Store
 	ca     *ca.Authority
 	sealer *sealer
+	// controllers are the controllers' bus URLs every roster carries
+	// (controllersOf).
+	controllers []string
 }
 
 // gathered is every node composed: the plans of those that compose, the
@@ -105,6 +108,7 @@ func (cm *composer) gather(ctx context.Context) (gathered, error) {
 			g.roster.Routes[i].Address = ip
 		}
 	}
+	g.roster.Controllers = cm.controllers
 	g.roster.Sort()
 	return g, nil
 }

@@ -137,7 +137,7 @@ func (rs *rosters) publishRoster(ctx context.Context, doc spec.RosterDoc, r stor
 			d := delta
 			d.Base, d.BaseDigest = base.Seq, spec.ContentDigest(base.Body)
 			d.SetNodes, d.DropNodes, d.SetRoutes, d.DropRoutes = spec.Changes(was, doc.Names)
-			d.Overlay = doc.Names.Overlay
+			d.Overlay, d.Controllers = doc.Names.Overlay, doc.Names.Controllers
 			if b, err := json.Marshal(d); err == nil && len(b) < len(r.Body)/2 {
 				body = b
 			}

@@ -24,6 +24,12 @@ type Roster struct {
 	// Overlay is the overlay's range while it is on (spec/overlay.go): the
 	// nodes' and routes' addresses are then overlay addresses.
 	Overlay *RosterOverlay `json:"overlay,omitempty"`
+	// Controllers are the bus URLs of the mesh's controllers while it has
+	// more than one (CheckControllers): a host keeps them as the bus
+	// addresses it reconnects to, so that when its controller's server
+	// stops it reaches another. None: the host keeps the addresses it
+	// has.
+	Controllers []string `json:"controllers,omitempty"`
 }
 
 // RosterNode is NODE.internal.

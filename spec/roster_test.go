@@ -20,6 +20,8 @@ func FuzzDecodeRosterDoc(f *testing.F) {
 	for _, seed := range []string{
 		`{"mesh":"m","roster_seq":3,"issued":"2026-05-01T10:00:00Z","expires":"2026-05-02T10:00:00Z","protocol":3,"names":{"nodes":[{"name":"alpha","address":"10.0.0.1"}],"routes":[{"name":"web.alpha.internal","node":"alpha","address":"10.0.0.1","port":80,"module":"web"},{"name":"www.example.org","node":"alpha","address":"10.0.0.1","port":443,"module":"web","public":true}]}}`,
 		`{"mesh":"m","roster_seq":1,"names":{"nodes":[],"routes":[]}}`,
+		`{"mesh":"m","roster_seq":2,"names":{"nodes":[],"routes":[],"controllers":["nats://192.0.2.1:4222","tls://192.0.2.2:4222"]}}`,
+		`{"mesh":"m","roster_seq":2,"names":{"nodes":[],"routes":[],"controllers":[1]}}`,
 		`{"mesh":"m","roster_seq":1,"names":{"nodes":null,"routes":null}}`,
 		`{"mesh":"m","node":"alpha","seq":2,"roster":{"nodes":[],"routes":[]}}`,
 		`{"mesh":"m","roster_seq":-1}`,

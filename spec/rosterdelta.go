@@ -42,9 +42,12 @@ type RosterDelta struct {
 	DropRoutes []RouteKey    `json:"drop_routes,omitempty"`
 	// Overlay is the overlay's part of the roster the delta makes, whole
 	// (a few bytes): nil, the overlay is off.
-	Overlay       *RosterOverlay `json:"overlay,omitempty"`
-	FullSig       []byte         `json:"full_sig"`
-	FetchWithinMS int64          `json:"fetch_within_ms,omitempty"`
+	Overlay *RosterOverlay `json:"overlay,omitempty"`
+	// Controllers are the controllers' bus URLs of the roster the delta
+	// makes, whole (a few hundred bytes at most): none, it carries none.
+	Controllers   []string `json:"controllers,omitempty"`
+	FullSig       []byte   `json:"full_sig"`
+	FetchWithinMS int64    `json:"fetch_within_ms,omitempty"`
 }
 
 // RouteKey names one route of a roster: its full name and its node.
@@ -128,7 +131,7 @@ func (d RosterDelta) Apply(base Roster) Roster {
 	for _, k := range d.DropRoutes {
 		delete(routes, k)
 	}
-	out := Roster{Nodes: make([]RosterNode, 0, len(nodes)), Routes: make([]RosterRoute, 0, len(routes)), Overlay: d.Overlay}
+	out := Roster{Nodes: make([]RosterNode, 0, len(nodes)), Routes: make([]RosterRoute, 0, len(routes)), Overlay: d.Overlay, Controllers: d.Controllers}
 	for _, n := range nodes {
 		out.Nodes = append(out.Nodes, n)
 	}

@@ -44,6 +44,9 @@ func TestDeltaMakesTheSignedBytes(t *testing.T) {
 		{"a route made public", base, edit(func(r *spec.Roster) { r.Routes[0].Public = true }), 1},
 		{"from nothing", empty, base, 4},
 		{"to nothing", base, empty, 4},
+		{"controllers given", base, edit(func(r *spec.Roster) { r.Controllers = []string{"nats://192.0.2.1:4222", "nats://192.0.2.2:4222"} }), 0},
+		{"a controller joins", edit(func(r *spec.Roster) { r.Controllers = []string{"nats://192.0.2.1:4222"} }),
+			edit(func(r *spec.Roster) { r.Controllers = []string{"nats://192.0.2.1:4222", "nats://192.0.2.2:4222"} }), 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			to := c.to
@@ -53,7 +56,8 @@ func TestDeltaMakesTheSignedBytes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := spec.RosterDelta{Mesh: "m", Seq: 7, Base: 6, Issued: now, Expires: now.Add(time.Hour), Protocol: spec.Protocol}
+			// The controllers travel whole, as the controller sends them.
+			d := spec.RosterDelta{Mesh: "m", Seq: 7, Base: 6, Issued: now, Expires: now.Add(time.Hour), Protocol: spec.Protocol, Controllers: to.Controllers}
 			d.SetNodes, d.DropNodes, d.SetRoutes, d.DropRoutes = spec.Changes(c.from, to)
 			if n := len(d.SetNodes) + len(d.DropNodes) + len(d.SetRoutes) + len(d.DropRoutes); n != c.changes {
 				t.Errorf("%d changes, want %d: %+v", n, c.changes, d)
@@ -105,6 +109,7 @@ func FuzzDecodeRosterDelta(f *testing.F) {
 	for _, seed := range []string{
 		`{"mesh":"m","delta_seq":4,"base_seq":3,"base_digest":"sha256:ab","issued":"2026-05-01T10:00:00Z","expires":"2026-05-02T10:00:00Z","protocol":4,"set_nodes":[{"name":"alpha","address":"10.0.0.1"}],"drop_nodes":["beta"],"set_routes":[{"name":"web.alpha.internal","node":"alpha","address":"10.0.0.1","port":80,"module":"web"}],"drop_routes":[{"name":"web.beta.internal","node":"beta"}],"full_sig":"AAAA","fetch_within_ms":300}`,
 		`{"mesh":"m","delta_seq":1,"base_seq":0,"full_sig":null}`,
+		`{"mesh":"m","delta_seq":5,"base_seq":4,"controllers":["nats://192.0.2.1:4222","nats://192.0.2.2:4222"],"full_sig":"AAAA"}`,
 		`{"mesh":"m","roster_seq":1,"names":{"nodes":[],"routes":[]}}`,
 		`{"mesh":"m","delta_seq":1,"fetch_within_ms":-5}`,
 		`{"mesh":"m","delta_seq":1,"drop_routes":[{"name":1}]}`,
