@@ -203,6 +203,9 @@ func (c *Campaign) attempt(ctx context.Context) {
 			return
 		}
 		rev, err := kv.Create(actx, c.cfg.Key, []byte(c.cfg.Name), jetstream.KeyTTL(c.cfg.TTL))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			rev, err = c.own(actx, kv)
+		}
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyExists) {
 				c.log.Debug("lease: create the key", "key", c.cfg.Key, "err", err)
@@ -220,6 +223,24 @@ func (c *Campaign) attempt(ctx context.Context) {
 		return
 	}
 	c.set(Leader, ack.Sequence, sent)
+}
+
+// own is the key's revision when it holds this campaigner's own name:
+// written by a renewal of its own whose acknowledgement was lost (a
+// loaded bus), or by its process before a restart, since no other
+// campaigner writes its name and one process at a time runs under it.
+// It is taken as created, and renewed next; a key another holds is
+// jetstream.ErrKeyExists.
+func (c *Campaign) own(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
+	e, err := kv.Get(ctx, c.cfg.Key)
+	if err != nil {
+		return 0, err
+	}
+	if string(e.Value()) != c.cfg.Name {
+		return 0, jetstream.ErrKeyExists
+	}
+	c.log.Info("lease: the key holds this campaigner's name: taken again", "key", c.cfg.Key, "revision", e.Revision())
+	return e.Revision(), nil
 }
 
 // bucket is the lease's KV bucket, opened once.

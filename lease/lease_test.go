@@ -252,3 +252,28 @@ func TestLeadsOnlyAfterARenewal(t *testing.T) {
 		t.Fatalf("after its first renewal: %+v, want leading", st)
 	}
 }
+
+// TestOwnNameInTheKeyIsTakenAgain: a campaigner that finds the key
+// holding its own name (its renewal's acknowledgement lost, or its
+// process restarted) leads again at once rather than after the TTL; a
+// key holding another's name is left to it.
+func TestOwnNameInTheKeyIsTakenAgain(t *testing.T) {
+	t.Parallel()
+	b := startBus(t, 1)
+	js := b.js(t, 0)
+	kv := bucket(t, js, 1)
+	ctx := t.Context()
+	// A lease far longer than the test: only taking it again leads.
+	if _, err := kv.Create(ctx, leaseKey, []byte("a"), jetstream.KeyTTL(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	other := campaign(t, js, "b", nil)
+	own := campaign(t, js, "a", nil)
+	poll.Until(t, ttl, "the campaigner named in the key leads", func() (bool, string) {
+		st := own.state()
+		return st.Leading, fmt.Sprintf("%+v", st)
+	})
+	if st := other.state(); st.Role != lease.Follower {
+		t.Fatalf("the campaigner whose name the key does not hold: %+v", st)
+	}
+}
