@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mesh-fleet/mesh/internal/poll"
 )
 
 // idleFor is how long the controllers are left with nothing to do
@@ -179,6 +181,7 @@ func benchFleetChanges(b *testing.B, f *fleet) time.Duration {
 		change, reply = append(change, p.last), append(reply, p.replied)
 		b.Logf("a change to %d hosts: replied %s, the last report %s, load average %s", nodes,
 			p.replied.Round(time.Millisecond), p.last.Round(time.Millisecond), loadAverage())
+		b.StartTimer()
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(ms(quantile(change, 50)), "change-p50-ms")
@@ -209,6 +212,14 @@ func newClusterFleet(b *testing.B, nodes int) *fleet {
 		waitController(b, d, dir)
 		c.dirs, c.nodes, c.ds = append(c.dirs, dir), append(c.nodes, node), append(c.ds, d)
 	}
+	// Settled: the leader runs the mesh's controller (which makes the
+	// declaration stream with the three replicas) once a push succeeds.
+	poll.UntilOK(b, 90*time.Second, "a push through the three controllers", func() error {
+		if _, errOut, code := runMesh(b, "push", "--dir", c.dirs[0], "--wait", "20s"); code != 0 {
+			return fmt.Errorf("exit %d: %s", code, errOut)
+		}
+		return nil
+	})
 	lead := c.leader(b, 60*time.Second)
 	f.dir, f.ctl = c.dirs[lead], c.ds[lead]
 	if a, ok := readAddrsFile(b, f.dir); ok {
