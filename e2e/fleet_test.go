@@ -83,11 +83,21 @@ type motdValues struct {
 func newFleetWith(tb testing.TB, nodes int, motd motdValues) *fleet {
 	tb.Helper()
 	raiseOpenFiles(tb, uint64(4*nodes+4096))
-	f := &fleet{dir: filepath.Join(tb.TempDir(), "ctl"), done: make(chan struct{}, nodes), pprof: port(tb), motd: motd}
+	f := &fleet{dir: filepath.Join(tb.TempDir(), "ctl"), pprof: port(tb), motd: motd}
 	f.ctl = start(tb, "genesis", "--dir", f.dir, "--mesh", "fleet", "--node", "ctl", "--bus", port(tb), "--http", port(tb),
 		"--dns", port(tb), "--dns-upstream", deadUpstream, "--address", "127.0.0.1", "--root", tb.TempDir(),
 		"--docker", "none", "--log-level", "warn", "--pprof", f.pprof)
 	f.addrs = waitReady(tb, f.ctl, f.dir)
+	f.joinHosts(tb, nodes)
+	return f
+}
+
+// joinHosts dials f's controller as the operator, registers module motd
+// and joins nodes simulated hosts, each assigned motd and ready when it
+// returns, stopped when tb ends.
+func (f *fleet) joinHosts(tb testing.TB, nodes int) {
+	tb.Helper()
+	f.done = make(chan struct{}, nodes)
 	op, err := cli.DialOperator(context.Background(), f.dir)
 	if err != nil {
 		tb.Fatal(err)
@@ -171,7 +181,6 @@ func newFleetWith(tb testing.TB, nodes int, motd motdValues) *fleet {
 		fleetCall(tb, f, spec.Assign, spec.AssignRequest{Module: "motd", Node: n})
 	}
 	f.assigned = time.Since(begin)
-	return f
 }
 
 // raiseOpenFiles lifts this process's open-file limit to want, before the
