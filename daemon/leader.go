@@ -363,7 +363,15 @@ func (l *leadership) lead(ctx context.Context) error {
 		if lctx.Err() != nil {
 			return nil
 		}
-		return err
+		// The log unread for a while (its stream electing a leader, a
+		// request sent to a peer cut off) is a cluster in flux too: this
+		// machine follows a moment and tries again while it leads.
+		l.log.Error("the store's log was not read while leading; tried again soon", "server", l.name, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(leadRetry):
+		}
+		return nil
 	}
 	l.mu.Lock()
 	listen := l.listen
