@@ -129,6 +129,12 @@ type controller struct {
 	// stale, when set, is the fence the journal reports instead of the
 	// campaign's: a leader not yet told it was deposed.
 	stale atomic.Pointer[lease.State]
+	// path is the journal's store, once it started; putBack its
+	// put-back mark (empty: none).
+	path, putBack string
+	// stopJournal stops the journal and closes its store, as the test's
+	// end does.
+	stopJournal func()
 }
 
 // fence is the journal's Fence: the campaign's standing, or the stale
@@ -166,6 +172,7 @@ func (c *controller) startCampaign(t *testing.T, js jetstream.JetStream, now fun
 // server may be stopped under it.
 func (c *controller) startJournal(t *testing.T, path string, connect func(context.Context) (jetstream.JetStream, error)) {
 	t.Helper()
+	c.path = path
 	db, err := store.OpenWith(context.Background(), path, store.Options{ViewOfLog: true})
 	if err != nil {
 		t.Fatal(err)
@@ -180,18 +187,23 @@ func (c *controller) startJournal(t *testing.T, path string, connect func(contex
 		}
 		return js, err
 	}
-	j := journal.New(journal.Config{Replicas: 3, Fence: c.fence}, quiet(), db, jconnect)
+	j := journal.New(journal.Config{Replicas: 3, Fence: c.fence, PutBackMark: c.putBack}, quiet(), db, jconnect)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if nc := conn.Load(); nc != nil {
-			nc.Close()
-		}
-		<-done
-		db.Close()
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if nc := conn.Load(); nc != nil {
+				nc.Close()
+			}
+			<-done
+			db.Close()
+		})
+	}
+	c.stopJournal = stop
+	t.Cleanup(stop)
 	select {
 	case <-j.Ready():
 	case err := <-done:
