@@ -44,6 +44,11 @@ func (refusedError) ReplyKind() string { return spec.ReplyRefused }
 // not under the operator's inbox is dropped before anything is done or
 // audited: no one asked for it who could hear the answer.
 func (c *Controller) serveAPI(ctx context.Context, m *nats.Msg, r requester) {
+	// Each controller of a cluster answers who leads on its own
+	// (spec.ControllerRoleSubject): it is no verb of the leader's.
+	if m.Subject == spec.ControllerRoleSubject {
+		return
+	}
 	if !c.allowReply(m, r) {
 		return
 	}

@@ -3,10 +3,12 @@ package mesh
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
@@ -163,4 +165,35 @@ func TestRepliesCarryTheirKind(t *testing.T) {
 	check("malformed blob request", wire, err, spec.ReplyCaller, "malformed blob request")
 	wire, err = ask(beta, spec.NodeSubject("beta", spec.KindBlob), mustJSON(t, spec.BlobRequest{Digest: "sha256:" + strings.Repeat("0", 64)}))
 	check("blob never sent", wire, err, spec.ReplyFailed, "blob sha256:")
+}
+
+// TestRoleQuestionIsNoVerb: the question every controller of a cluster
+// answers on its own (spec.ControllerRoleSubject) is under the API's
+// subjects, but the leader's controller neither answers it as an unknown
+// verb nor audits it.
+func TestRoleQuestionIsNoVerb(t *testing.T) {
+	t.Parallel()
+	c, db := newController(t, &clock{now: time.Now()})
+	op := operatorConn(t, c)
+	if m, err := op.Request(spec.ControllerRoleSubject, nil, 500*time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("the controller answered the role question: %v %s", err, m.Data)
+	}
+	// A verb after it is audited: the audit is written by then.
+	if _, err := op.Request(spec.APISubject(spec.NodeList.Name), []byte(`{}`), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "the verb after the question audited", func() (bool, string) {
+		es, err := db.AuditSince(context.Background(), time.Time{}, 100)
+		if err != nil {
+			return false, err.Error()
+		}
+		var verbs []string
+		for _, e := range es {
+			if strings.Contains(e.Verb, "cluster.role") {
+				t.Fatalf("the role question was audited: %+v", e)
+			}
+			verbs = append(verbs, e.Verb)
+		}
+		return slices.Contains(verbs, spec.NodeList.Name), strings.Join(verbs, ",")
+	})
 }
