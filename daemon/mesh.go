@@ -269,6 +269,9 @@ func ownHost(log *slog.Logger, agent *host.Agent) func(context.Context) error {
 // behind its log's compaction is removed first: it is rebuilt from the
 // log as the run begins. A controller alone fails as it always did.
 func (m *Mesh) recover(ctx context.Context, cluster *ClusterState, err error) error {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil // stopped while it started: a part was cut short
+	}
 	if err == nil || ctx.Err() != nil || errors.Is(err, ErrRestart) {
 		return err
 	}
