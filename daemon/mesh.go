@@ -217,7 +217,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	if err := db.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close store: %w", err)
 	}
-	return m.recover(ctx, cluster, runErr)
+	return runErr
 }
 
 // newBus makes the bus, not started: its certificate issued by auth for

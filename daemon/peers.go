@@ -34,6 +34,14 @@ var ErrRestart = errors.New("the controllers' peer set changed: the mesh starts 
 func (m *Mesh) Run(ctx context.Context) error {
 	for {
 		err := m.runOnce(ctx)
+		if err != nil {
+			// Read again: a run may have grown the peer set.
+			st, rerr := ReadClusterState(m.cfg.Dir)
+			if rerr != nil {
+				return errors.Join(err, rerr)
+			}
+			err = m.recover(ctx, st, err)
+		}
 		if !errors.Is(err, ErrRestart) || ctx.Err() != nil {
 			return err
 		}
