@@ -25,7 +25,9 @@ func TestLauncherHoldsTheResolverAddress(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got string
-			app := &cli.App{Flags: hostCommandFlags(), Action: func(c *cli.Context) error {
+			// HideHelp: urfave/cli applies its one global help flag in every
+			// App.Run, a write that races with TestMainWritesThroughScreens.
+			app := &cli.App{HideHelp: true, Flags: hostCommandFlags(), Action: func(c *cli.Context) error {
 				got = launcherDNS(c, tc.kept)
 				return nil
 			}}
