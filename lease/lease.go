@@ -215,14 +215,47 @@ func (c *Campaign) attempt(ctx context.Context) {
 		c.set(Candidate, rev, sent)
 		return
 	}
-	ack, err := c.deps.JS.PublishMsg(actx, &nats.Msg{Subject: c.subject, Data: []byte(c.cfg.Name)},
-		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(c.cfg.TTL))
+	ack, err := c.renew(actx, rev)
 	if err != nil {
 		c.log.Warn("lease: renewal failed, stepping down", "key", c.cfg.Key, "revision", rev, "err", err)
 		c.set(Follower, 0, time.Time{})
 		return
 	}
 	c.set(Leader, ack.Sequence, sent)
+}
+
+// renewRetry is how long a renewal refused while a fenced write was in
+// flight waits before it is sent again.
+const renewRetry = 20 * time.Millisecond
+
+// renew writes the key again, expecting rev. The bus also refuses it,
+// as a wrong last sequence, while a fenced write that expects the key's
+// revision is in flight (the journal's appends, which do not wait for a
+// renewal): when the key still holds this campaigner's name at rev,
+// nothing else wrote it, and the renewal is sent again until ctx ends.
+func (c *Campaign) renew(ctx context.Context, rev uint64) (*jetstream.PubAck, error) {
+	for {
+		ack, err := c.deps.JS.PublishMsg(ctx, &nats.Msg{Subject: c.subject, Data: []byte(c.cfg.Name)},
+			jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(c.cfg.TTL))
+		var api *jetstream.APIError
+		if err == nil || !errors.As(err, &api) ||
+			(api.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence && api.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return ack, err
+		}
+		kv, kerr := c.bucket(ctx)
+		if kerr != nil {
+			return nil, err
+		}
+		e, gerr := kv.Get(ctx, c.cfg.Key)
+		if gerr != nil || e.Revision() != rev || string(e.Value()) != c.cfg.Name {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(renewRetry):
+		}
+	}
 }
 
 // own is the key's revision when it holds this campaigner's own name:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -276,4 +277,54 @@ func TestOwnNameInTheKeyIsTakenAgain(t *testing.T) {
 	if st := other.state(); st.Role != lease.Follower {
 		t.Fatalf("the campaigner whose name the key does not hold: %+v", st)
 	}
+}
+
+// TestRenewalOutlastsFencedWrites: a leader whose fenced writes are in
+// flight at every moment (as the journal's appends are under load) keeps
+// the lease: the bus refuses a renewal while a write expecting the key's
+// revision is in flight, and the renewal is sent again rather than the
+// leader stepping down.
+func TestRenewalOutlastsFencedWrites(t *testing.T) {
+	t.Parallel()
+	optin.NeedSlow(t, "three servers and a lease renewed under fenced writes")
+	b := startBus(t, 3)
+	js := b.js(t, 0)
+	bucket(t, js, 3)
+	c := campaign(t, js, "a", nil)
+	poll.Until(t, 30*time.Second, "the campaigner leads", func() (bool, string) {
+		st := c.state()
+		return st.Leading, fmt.Sprintf("%+v", st)
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var writers sync.WaitGroup
+	for w := range 8 {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				st := c.state()
+				msg := &nats.Msg{Subject: lease.Subject(bucketName, fmt.Sprintf("w.%d.%d", w, i)), Data: []byte("x")}
+				lease.Fenced(ctx, js, bucketName, leaseKey, st.Revision, msg)
+			}
+		}()
+	}
+	// Every change of the campaigner's standing is looked at, for three
+	// TTLs: none may be a step-down.
+	over := time.After(3 * ttl)
+	for done := false; !done; {
+		st, changed := c.Leader()
+		if st.Role != lease.Leader {
+			cancel()
+			writers.Wait()
+			t.Fatalf("the leader stepped down under its own fenced writes: %+v", st)
+		}
+		select {
+		case <-over:
+			done = true
+		case <-changed:
+		}
+	}
+	cancel()
+	writers.Wait()
 }
