@@ -21,6 +21,7 @@ import (
 
 	"github.com/mesh-fleet/mesh/broker"
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/internal/testport"
 	"github.com/mesh-fleet/mesh/journal"
@@ -159,6 +160,7 @@ func healthz(addr string) string {
 // its own within the TTL, never two at once, and its writes are stored.
 func TestOneControllerLeadsAndFollowersSayWho(t *testing.T) {
 	t.Parallel()
+	optin.NeedSlow(t, "three servers and a leader taken over")
 	_, stops, connect := startRouted(t, 3)
 	poll.UntilOK(t, 60*time.Second, "the log's bucket is made, replicated", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

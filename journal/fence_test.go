@@ -364,6 +364,7 @@ func lastEntry(t *testing.T, js jetstream.JetStream) uint64 {
 // leader.
 func TestDeposedLeaderWriteIsRefused(t *testing.T) {
 	t.Parallel()
+	optin.NeedSlow(t, "three servers and a lease taken over")
 	c, cs, old := fencedControllers(t)
 	if err := audit(cs[old].view, "first"); err != nil {
 		t.Fatalf("the leader's write: %v", err)

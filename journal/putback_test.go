@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
 	"github.com/mesh-fleet/mesh/journal"
 	"github.com/mesh-fleet/mesh/lease"
@@ -66,6 +67,7 @@ func restartMarked(t *testing.T, cl *cluster, c *controller, i int) {
 // journal does.
 func TestPutBackYieldsToALogWrittenSince(t *testing.T) {
 	t.Parallel()
+	optin.NeedSlow(t, "three servers, a journal stopped and put back")
 	c, cs, lead := fencedControllers(t)
 	if err := audit(cs[lead].view, "first"); err != nil {
 		t.Fatal(err)
