@@ -434,14 +434,20 @@ func listenIPs(addr net.Addr) []net.IP {
 
 // followerUsers brings the users of bus up to what the view db holds,
 // when they changed: a follower's own server admits the nodes, operators
-// and tokens the leader admitted.
+// and tokens the leader admitted. A token's enrolment user gone from the
+// view (its token used) is kept enrolGrace more: the joining host may be
+// connected here, waiting for the leader's answer, which a withdrawal
+// would cut off ("the bus closed the connection before the controller
+// answered"); the leader keeps it so on its own server.
 func followerUsers(db *store.DB, bus *broker.Server, keys mesh.Keys) func(context.Context) error {
 	var last []broker.User
+	gone := map[string]time.Time{} // enrolment users left out, since when
 	return func(ctx context.Context) error {
 		users, err := mesh.Users(ctx, db, keys, time.Now())
 		if err != nil {
 			return err
 		}
+		users = keepEnrolments(last, users, gone, time.Now())
 		slices.SortFunc(users, func(a, b broker.User) int { return strings.Compare(a.NKey, b.NKey) })
 		if reflect.DeepEqual(users, last) {
 			return nil
@@ -452,4 +458,40 @@ func followerUsers(db *store.DB, bus *broker.Server, keys mesh.Keys) func(contex
 		last = users
 		return nil
 	}
+}
+
+// keepEnrolments is users with the enrolment users of last they left
+// out, each for enrolGrace from when it was first left out (gone, by
+// key, kept from call to call).
+func keepEnrolments(last, users []broker.User, gone map[string]time.Time, now time.Time) []broker.User {
+	present := map[string]bool{}
+	for _, u := range users {
+		present[u.NKey] = true
+	}
+	for _, u := range last {
+		if present[u.NKey] || !enrolment(u) {
+			continue
+		}
+		if _, ok := gone[u.NKey]; !ok {
+			gone[u.NKey] = now
+		}
+		if now.Sub(gone[u.NKey]) < enrolGrace {
+			users = append(users, u)
+		}
+	}
+	for k := range gone {
+		if present[k] || now.Sub(gone[k]) >= enrolGrace {
+			delete(gone, k)
+		}
+	}
+	return users
+}
+
+// enrolGrace is how long a follower keeps a used token's enrolment user.
+const enrolGrace = 10 * time.Second
+
+// enrolment says whether u is a token's enrolment user: it may publish
+// on the enrolment subject alone.
+func enrolment(u broker.User) bool {
+	return !u.Full && len(u.Publish) == 1 && u.Publish[0] == spec.EnrolSubject
 }
