@@ -38,7 +38,7 @@ func (o *Operator) controllerRoles() []spec.ControllerRole {
 		}
 		var r spec.ControllerRole
 		if spec.DecodeReply(msg.Data, &r) != nil || r.Server == "" {
-			continue // the leader's controller, refusing the subject as a verb
+			continue // not a controller's role: nothing to name
 		}
 		roles = append(roles, r)
 	}

@@ -177,31 +177,7 @@ func (r *partRig) roles(i, want int) (map[string]spec.ControllerRole, error) {
 		return nil, err
 	}
 	defer op.Close()
-	nc := op.Conn()
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(spec.ControllerRoleSubject, inbox, []byte("{}")); err != nil {
-		return nil, err
-	}
-	got := map[string]spec.ControllerRole{}
-	for deadline := time.Now().Add(3 * time.Second); len(got) < want; {
-		msg, err := sub.NextMsg(time.Until(deadline))
-		if err != nil {
-			break
-		}
-		var role spec.ControllerRole
-		if err := spec.DecodeReply(msg.Data, &role); err != nil || role.Server == "" {
-			json.Unmarshal(msg.Data, &role)
-		}
-		if role.Server != "" {
-			got[role.Server] = role
-		}
-	}
-	return got, nil
+	return askRoles(op, want)
 }
 
 // leader waits until one of the controllers of view leads, as every one

@@ -85,6 +85,13 @@ func (c *ctlCluster) roles(t testing.TB, dir string, want int) (map[string]spec.
 		return nil, err
 	}
 	defer op.Close()
+	return askRoles(op, want)
+}
+
+// askRoles asks every controller reachable through op what it is, and
+// returns the answers by server name: once want have answered, or what
+// came within 3 s (an answer reads the lease, within 2 s).
+func askRoles(op *cli.Operator, want int) (map[string]spec.ControllerRole, error) {
 	nc := op.Conn()
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
@@ -102,10 +109,9 @@ func (c *ctlCluster) roles(t testing.TB, dir string, want int) (map[string]spec.
 			break
 		}
 		var r spec.ControllerRole
-		if err := spec.DecodeReply(msg.Data, &r); err != nil || r.Server == "" {
-			json.Unmarshal(msg.Data, &r)
+		if spec.DecodeReply(msg.Data, &r) == nil && r.Server != "" {
+			got[r.Server] = r
 		}
-		got[r.Server] = r
 	}
 	return got, nil
 }
