@@ -146,7 +146,7 @@ func TestControllersStoppedLeaderDoesNotLead(t *testing.T) {
 	seqs = next
 	next = c.pushText(t, lead, "three", 60*time.Second)
 	newer(t, "the push through the controller let run again", seqs, next)
-	c.converged(t, lead, "three", 30*time.Second)
+	c.converged(t, lead, "three", 60*time.Second)
 	seqs = next
 	next = c.pushText(t, other, "four", 60*time.Second)
 	newer(t, "the push through another after", seqs, next)

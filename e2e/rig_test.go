@@ -533,6 +533,16 @@ var operators = struct {
 // lost to a controller's restart is dialled again, once.
 func call[Req, Res any](t testing.TB, dir string, v spec.Verb[Req, Res], req Req) Res {
 	t.Helper()
+	res, err := tryCall(t, dir, v, req)
+	if err != nil {
+		t.Fatalf("%s to the mesh in %s: %v", v.Name, dir, err)
+	}
+	return res
+}
+
+// tryCall is call returning its failure: for a wait on a mesh whose bus
+// may be starting again (a controller in a growing cluster).
+func tryCall[Req, Res any](t testing.TB, dir string, v spec.Verb[Req, Res], req Req) (Res, error) {
 	for try := 0; ; try++ {
 		op, err := operator(t, dir)
 		var res Res
@@ -540,11 +550,8 @@ func call[Req, Res any](t testing.TB, dir string, v spec.Verb[Req, Res], req Req
 			res, err = cli.Call(op, v, req)
 		}
 		var answered *spec.ReplyError
-		if err == nil {
-			return res
-		}
-		if errors.As(err, &answered) || try == 1 {
-			t.Fatalf("%s to the mesh in %s: %v", v.Name, dir, err)
+		if err == nil || errors.As(err, &answered) || try == 1 {
+			return res, err
 		}
 		operators.Lock()
 		if operators.m[dir] == op {
@@ -584,13 +591,25 @@ func operator(t testing.TB, dir string) (*cli.Operator, error) {
 // nodeList is what mesh node list --json says: every node, page by page.
 func nodeList(t testing.TB, dir string) []spec.Node {
 	t.Helper()
+	nodes, err := tryNodeList(t, dir)
+	if err != nil {
+		t.Fatalf("%s to the mesh in %s: %v", spec.NodeList.Name, dir, err)
+	}
+	return nodes
+}
+
+// tryNodeList is nodeList returning its failure.
+func tryNodeList(t testing.TB, dir string) ([]spec.Node, error) {
 	nodes := []spec.Node{}
 	req := spec.NodeListRequest{}
 	for {
-		res := call(t, dir, spec.NodeList, req)
+		res, err := tryCall(t, dir, spec.NodeList, req)
+		if err != nil {
+			return nil, err
+		}
 		nodes = append(nodes, res.Nodes...)
 		if res.Next == "" || res.Next <= req.After {
-			return nodes
+			return nodes, nil
 		}
 		req.After = res.Next
 	}
@@ -605,7 +624,11 @@ func nodeShow(t testing.TB, dir, node string) spec.Node {
 
 // heardAfter says whether node was last heard after after.
 func heardAfter(t testing.TB, dir, node string, after time.Time) (bool, string) {
-	for _, n := range nodeList(t, dir) {
+	nodes, err := tryNodeList(t, dir)
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, n := range nodes {
 		if n.Name == node {
 			return n.LastHeard != nil && n.LastHeard.After(after), fmt.Sprintf("%s last heard %v", node, n.LastHeard)
 		}
