@@ -298,7 +298,7 @@ func TestRenewalOutlastsFencedWrites(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var writers sync.WaitGroup
-	for w := range 8 {
+	for w := range 2 {
 		writers.Add(1)
 		go func() {
 			defer writers.Done()
