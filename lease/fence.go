@@ -36,25 +36,44 @@ func Subject(bucket, key string) string { return "$KV." + bucket + "." + key }
 // Bucket makes the KV bucket cfg describes, or updates it, fit for a lease
 // and fenced writes: keys with a TTL of their own (cfg.LimitMarkerTTL, or
 // a minute if it is zero, is how long the marker of an ended TTL stays)
-// and atomic batches.
+// and atomic batches. A bucket that exists is never updated through
+// nats.go's KV config, which has no field for atomic batches: that would
+// turn them off, however briefly, under a leader writing to it from
+// another server.
 func Bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	if cfg.LimitMarkerTTL == 0 {
 		cfg.LimitMarkerTTL = markerTTL
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("make KV bucket %s: %w", cfg.Bucket, err)
+	name := "KV_" + cfg.Bucket
+	stream, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateKeyValue(ctx, cfg)
+		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return nil, fmt.Errorf("make KV bucket %s: %w", cfg.Bucket, err)
+		}
+		stream, err = js.Stream(ctx, name)
 	}
-	stream, err := js.Stream(ctx, "KV_"+cfg.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("read KV bucket %s's stream: %w", cfg.Bucket, err)
 	}
-	scfg := stream.CachedInfo().Config
-	if !scfg.AllowAtomicPublish {
-		scfg.AllowAtomicPublish = true
-		if _, err := js.UpdateStream(ctx, scfg); err != nil {
-			return nil, fmt.Errorf("allow atomic batches in KV bucket %s: %w", cfg.Bucket, err)
+	have := stream.CachedInfo().Config
+	want := have
+	want.Description = cfg.Description
+	if cfg.Replicas > 0 {
+		want.Replicas = cfg.Replicas
+	}
+	want.AllowMsgTTL = true
+	want.SubjectDeleteMarkerTTL = cfg.LimitMarkerTTL
+	want.AllowAtomicPublish = true
+	if want.Description != have.Description || want.Replicas != have.Replicas ||
+		!have.AllowMsgTTL || have.SubjectDeleteMarkerTTL != want.SubjectDeleteMarkerTTL || !have.AllowAtomicPublish {
+		if _, err := js.UpdateStream(ctx, want); err != nil {
+			return nil, fmt.Errorf("make KV bucket %s fit for fenced writes: %w", cfg.Bucket, err)
 		}
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("open KV bucket %s: %w", cfg.Bucket, err)
 	}
 	return kv, nil
 }

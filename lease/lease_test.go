@@ -328,3 +328,41 @@ func TestRenewalOutlastsFencedWrites(t *testing.T) {
 	cancel()
 	writers.Wait()
 }
+
+// TestBucketOpenedAgainIsNotUpdated: a controller opening the bucket that
+// exists leaves its stream alone. nats.go's KV config has no field for
+// atomic batches, so an update through it turns them off until the next
+// update turns them on: a leader's fenced write on another server between
+// the two failed with "atomic publish is disabled".
+func TestBucketOpenedAgainIsNotUpdated(t *testing.T) {
+	t.Parallel()
+	b := startBus(t, 1)
+	js := b.js(t, 0)
+	bucket(t, js, 1)
+	updates, err := js.Conn().SubscribeSync("$JS.EVENT.ADVISORY.STREAM.UPDATED.KV_" + bucketName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	kv := bucket(t, js, 1)
+	if _, err := kv.Put(context.Background(), "a", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := updates.NextMsg(500 * time.Millisecond); err == nil {
+		t.Fatalf("the bucket opened again updated its stream: %s", m.Data)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, "KV_"+bucketName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.CachedInfo().Config.AllowAtomicPublish {
+		t.Fatal("the bucket does not allow atomic batches")
+	}
+}
