@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/internal/testport"
 	"github.com/mesh-fleet/mesh/launch"
-	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/miekg/dns"
 )
 
@@ -27,13 +27,10 @@ import (
 func TestAttachedAddressAnswersAcrossSwaps(t *testing.T) {
 	t.Parallel()
 	dir := newDir(t)
-	pc, l, err := resolver.Bind("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := pc.LocalAddr().String()
-	pc.Close()
-	l.Close()
+	// A port outside the ephemeral range: the children bind it in turn,
+	// and between two of them the kernel must not hand it to another
+	// test's outgoing connection.
+	at := testport.Addr(t, "127.0.0.1")
 	if err := os.WriteFile(filepath.Join(dir, "attach"), []byte(at+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
