@@ -81,6 +81,7 @@ func controllerJoinThenRun(c *cli.Context) error {
 	}
 	err = daemon.JoinController(c.Context, daemon.ControllerJoin{
 		Dir: dir, Token: tok, Address: address, Addrs: addrs, BusURL: advertise[0], Cluster: c.String("cluster"), Now: time.Now(),
+		Waiting: joinWaiting(log),
 	})
 	if err != nil {
 		return err

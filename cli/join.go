@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -90,7 +91,7 @@ func joinThenRun(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := host.Join(c.Context, host.JoinConfig{Dir: dir, Token: tok, Address: address, Now: time.Now()}); err != nil {
+	if err := host.Join(c.Context, host.JoinConfig{Dir: dir, Token: tok, Address: address, Now: time.Now(), Waiting: joinWaiting(log)}); err != nil {
 		return joinedError(err, stateDir)
 	}
 	log.Info("joined", "mesh", tok.Mesh, "node", tok.Node)
@@ -142,4 +143,11 @@ func withoutJoin(args []string) []string {
 		}
 	}
 	return out
+}
+
+// joinWaiting says on log why a join sends its enrolment again.
+func joinWaiting(log *slog.Logger) func(error) {
+	return func(why error) {
+		log.Warn("the controller cannot answer yet; sending the enrolment again", "why", why)
+	}
 }

@@ -31,6 +31,8 @@ type ControllerJoin struct {
 	// Cluster is where its bus's routes listen (host and fixed port).
 	Cluster string
 	Now     time.Time
+	// Waiting, when given, is told why the enrolment is sent again.
+	Waiting func(why error)
 }
 
 // JoinController enrols the machine of j as a controller of the mesh its
@@ -70,6 +72,7 @@ func JoinController(ctx context.Context, j ControllerJoin) (err error) {
 	err = host.Join(ctx, host.JoinConfig{
 		Dir: statedir.Host(j.Dir), Token: j.Token, Address: j.Address, Now: j.Now,
 		Controller: &spec.ControllerJoin{Server: server, Route: j.Cluster, Bus: j.BusURL},
+		Waiting:    j.Waiting,
 		Answered: func(res spec.EnrolResult, key *seal.NodeKey) error {
 			if res.Controller == "" {
 				return errors.New("its answer holds no keys for a controller")

@@ -30,7 +30,28 @@ type JoinConfig struct {
 	// key its keys are sealed to, before the host's state is written.
 	Controller *spec.ControllerJoin
 	Answered   func(res spec.EnrolResult, key *seal.NodeKey) error
+	// Waiting, when given, is told why the enrolment is sent again: the
+	// controller could not answer for now.
+	Waiting func(why error)
 }
+
+// joinWait bounds how long a join sends its enrolment again while the
+// controller cannot answer for now (none subscribed, one restarting as
+// its cluster grows); answerWait is how long one sending waits for its
+// answer, longer than the controller's own asking again of the bus.
+const (
+	joinWait   = 90 * time.Second
+	answerWait = 25 * time.Second
+)
+
+// errUnanswered is an enrolment sent that nothing answered in time; it
+// may be sent again.
+var errUnanswered = errors.New("no answer from the controller")
+
+// errCutShort is an enrolment whose connection the bus closed before
+// the controller answered: the token was spent or revoked meanwhile, or
+// the bus restarted. A new connection tells which.
+var errCutShort = errors.New("the bus closed the connection before the controller answered")
 
 // Join enrols this machine with the mesh the token names. It checks the
 // bus's certificate chain against the token's pin before it sends anything
@@ -69,17 +90,24 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	// A connection that fails on the way (closed by the bus, a handshake
 	// late on a loaded machine) is not an answer, so try again, briefly. A
 	// refused credential or a root that does not match the pin is an answer.
-	var nc *nats.Conn
-	err = retry.Do(ctx, 4, retry.Linear(100*time.Millisecond), func() error {
-		var err error
-		nc, err = connect()
-		if err != nil && (errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrNoServers) || strings.Contains(err.Error(), "pin")) {
-			return retry.Final(err)
+	dial := func() (*nats.Conn, error) {
+		var nc *nats.Conn
+		err := retry.Do(ctx, 4, retry.Linear(100*time.Millisecond), func() error {
+			var err error
+			nc, err = connect()
+			if err != nil && (errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrNoServers) || strings.Contains(err.Error(), "pin")) {
+				return retry.Final(err)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, joinConnectError(t, err)
 		}
-		return err
-	})
+		return nc, nil
+	}
+	nc, err := dial()
 	if err != nil {
-		return joinConnectError(t, err)
+		return err
 	}
 	defer nc.Close()
 
@@ -103,8 +131,8 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	if req.Proof, err = enrolKey.Sign(req.ProofBytes()); err != nil {
 		return fmt.Errorf("sign the enrolment request: %w", err)
 	}
-	var res spec.EnrolResult
-	if err := enrolAsk(ctx, nc, t, req, &res); err != nil {
+	res, err := enrol(ctx, cfg, nc, dial, req)
+	if err != nil {
 		return fmt.Errorf("join as %q: %w", t.Node, err)
 	}
 	if res.Node != t.Node || res.Mesh != t.Mesh {
@@ -236,6 +264,43 @@ func joinConnectError(t spec.Token, err error) error {
 	}
 }
 
+// enrol sends req on nc, and again on a new connection dial makes while
+// the controller cannot answer for now, until joinWait: the same request,
+// so once a controller recorded one, the token is spent and the next
+// connection is refused for it. It closes every connection.
+func enrol(ctx context.Context, cfg JoinConfig, nc *nats.Conn, dial func() (*nats.Conn, error), req spec.EnrolRequest) (spec.EnrolResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, joinWait)
+	defer cancel()
+	for {
+		if nc == nil {
+			var err error
+			if nc, err = dial(); err != nil {
+				return spec.EnrolResult{}, err
+			}
+		}
+		var res spec.EnrolResult
+		err := enrolAsk(ctx, nc, cfg.Token, req, &res)
+		nc.Close()
+		nc = nil
+		if err == nil {
+			return res, nil
+		}
+		if !errors.Is(err, errNoController) && !errors.Is(err, errUnanswered) && !errors.Is(err, errCutShort) {
+			return spec.EnrolResult{}, err
+		}
+		if cfg.Waiting != nil {
+			cfg.Waiting(err)
+		}
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return spec.EnrolResult{}, fmt.Errorf("%w; asked for %s", err, joinWait)
+		case <-t.C:
+		}
+	}
+}
+
 // enrolAsk sends the enrolment request and decodes the controller's answer
 // into res. The answer is read into a channel the connection fills as it
 // reads: once it has answered, the controller withdraws the used token's
@@ -258,7 +323,7 @@ func enrolAsk(ctx context.Context, nc *nats.Conn, t spec.Token, req spec.EnrolRe
 	if err := nc.PublishRequest(spec.EnrolSubject, inbox, body); err != nil {
 		return fmt.Errorf("send the enrolment request: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, answerWait)
 	defer cancel()
 	var msg *nats.Msg
 	select {
@@ -267,10 +332,10 @@ func enrolAsk(ctx context.Context, nc *nats.Conn, t spec.Token, req spec.EnrolRe
 		select {
 		case msg = <-answers:
 		default:
-			return fmt.Errorf("the bus closed the connection before the controller answered: token %s was used or revoked meanwhile; create a new one with mesh token create %s", t.ID, t.Node)
+			return fmt.Errorf("%w: token %s was used or revoked meanwhile, or the bus restarted", errCutShort, t.ID)
 		}
 	case <-ctx.Done():
-		return fmt.Errorf("no answer from the controller: %w", ctx.Err())
+		return fmt.Errorf("%w in %s: %w", errUnanswered, answerWait, ctx.Err())
 	}
 	if msg.Header.Get("Status") == "503" {
 		return errNoController
