@@ -242,7 +242,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.numbers = &numberer{db: deps.DB, now: cfg.Now, claims: c.claims}
 	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond,
 		unsent: &c.metrics.reportsUnsent, applied: c.timings.apply, dropLog: &c.dropLog, changed: c.changes.kick}
-	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.resendIfExpired, changed: c.changes.kick}
+	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.resendIfExpired, redeliver: c.redeliver, changed: c.changes.kick}
 	c.verbs = verbTable(c.verbRows())
 	c.auditor.verbs = c.verbs
 	reg, err := c.newRegistry()
@@ -558,6 +558,9 @@ type metrics struct {
 	// published, and their bytes (a preview is not one).
 	declarationsSent atomic.Uint64
 	declarationBytes atomic.Uint64
+	// redelivered counts declarations handed again to a node heard not
+	// to apply them (redeliver).
+	redelivered atomic.Uint64
 	// rostersSent and rosterBytes count the roster messages published,
 	// and their bytes.
 	rostersSent atomic.Uint64

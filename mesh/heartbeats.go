@@ -205,6 +205,11 @@ type beatLine struct {
 	claims *claimBook
 	// resend re-sends a node's last declaration if it expired unapplied.
 	resend func(ctx context.Context, hb spec.Heartbeat) error
+	// redeliver hands a node that has not applied its last declaration
+	// the declaration again, as recorded; redelivered is when each node
+	// was last handed one (writeBatch's goroutine alone).
+	redeliver   func(ctx context.Context, hb spec.Heartbeat) error
+	redelivered map[string]time.Time
 	// changed tells the status pages a batch was written.
 	changed func()
 }
@@ -267,13 +272,44 @@ func (bl *beatLine) writeBatch(ctx context.Context) {
 			bl.log.Warn("heartbeat not recorded", "node", hb.Node, "err", err)
 			continue
 		}
-		if d := heads[hb.Node]; d.Seq == 0 || hb.AppliedSeq >= d.Seq || bl.now().Before(d.Expires) {
-			continue // nothing sent, applied, or not expired: as resendIfExpired finds
-		}
-		if err := bl.resend(ctx, hb); err != nil {
-			bl.log.Error("expired declaration not re-sent", "node", hb.Node, "err", err)
+		d := heads[hb.Node]
+		switch {
+		case d.Seq == 0 || hb.AppliedSeq >= d.Seq:
+			delete(bl.redelivered, hb.Node) // nothing sent, or applied
+		case !bl.now().Before(d.Expires):
+			if err := bl.resend(ctx, hb); err != nil {
+				bl.log.Error("expired declaration not re-sent", "node", hb.Node, "err", err)
+			}
+		case bl.redeliverDue(hb.Node, d.Sent):
+			if err := bl.redeliver(ctx, hb); err != nil {
+				bl.log.Error("declaration not handed again", "node", hb.Node, "err", err)
+			}
 		}
 	}
+}
+
+// redeliverAfter is how long a node may be heard not to apply its last
+// declaration before the controller hands it the declaration again, and
+// then how long between two handings. The stream republishes each
+// declaration once, as it stores it; with controllers past one, a route
+// between two servers that drops and comes back loses what crossed it
+// meanwhile, and a host still connected never asks again (it asks when
+// it connects). Longer than a host takes to apply most declarations: one
+// still applying takes what it is handed again as a duplicate.
+const redeliverAfter = 15 * time.Second
+
+// redeliverDue says whether node, whose last declaration was sent at
+// sent, is to be handed it again now, and notes that it is.
+func (bl *beatLine) redeliverDue(node string, sent time.Time) bool {
+	now := bl.now()
+	if now.Sub(sent) < redeliverAfter || now.Sub(bl.redelivered[node]) < redeliverAfter {
+		return false
+	}
+	if bl.redelivered == nil {
+		bl.redelivered = map[string]time.Time{}
+	}
+	bl.redelivered[node] = now
+	return true
 }
 
 // notRecorded keeps what a batch the store refused (err) says, to be

@@ -1,7 +1,9 @@
 package mesh
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
@@ -88,5 +90,77 @@ func TestHeartbeatsResendWhatExpired(t *testing.T) {
 	})
 	if d, err := db.LastDeclaration(ctx, "beta"); err != nil || d.Seq != sent["beta"] {
 		t.Errorf("beta, which applied its declaration, was sent %d (%v)", d.Seq, err)
+	}
+}
+
+// TestHeartbeatsHandAMissedDeclarationAgain: a node heard not to apply
+// its last declaration (the stream's one republish lost on a route) is
+// handed it again as recorded, once it is redeliverAfter old, and then
+// not before as long again; a node that applied it is handed nothing.
+func TestHeartbeatsHandAMissedDeclarationAgain(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	ctx := context.Background()
+	seq, _, err := c.send(ctx, "alpha", content{resources: []spec.Resource{resource("/alpha")}}, resendAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Subscribed after the send: the republish was missed.
+	handed, err := c.nc.SubscribeSync(spec.DeclarationDelivery("alpha"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	beat := func(applied uint64) {
+		t.Helper()
+		at := clk.Now()
+		hb := spec.Heartbeat{Node: "alpha", Time: at, AppliedSeq: applied, Protocol: spec.Protocol, HostVersion: "v"}
+		if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindHeartbeat), mustJSON(t, hb)); err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, 10*time.Second, "the heartbeat is recorded", func() (bool, string) {
+			n, err := db.Node(ctx, "alpha")
+			return err == nil && !n.LastHeard.Before(at) && n.AppliedSeq == applied, fmt.Sprintf("%+v, %v", n, err)
+		})
+	}
+	pending := func() int {
+		t.Helper()
+		if err := c.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		n, _, err := handed.Pending()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	clk.Add(time.Second)
+	beat(0)
+	if n := pending(); n != 0 {
+		t.Fatalf("handed %d declarations 1 s after the send, want none yet", n)
+	}
+	clk.Add(redeliverAfter)
+	beat(0)
+	m, err := handed.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("not handed its declaration again: %v", err)
+	}
+	d, err := db.LastDeclaration(ctx, "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(m.Data, d.Body) || m.Header.Get(spec.SigHeader) != base64.StdEncoding.EncodeToString(d.Sig) || d.Seq != seq {
+		t.Fatalf("handed %s, want declaration %d as recorded and signed", m.Data, seq)
+	}
+	clk.Add(time.Second)
+	beat(0)
+	clk.Add(redeliverAfter)
+	beat(seq)
+	if n := pending(); n != 0 {
+		t.Fatalf("handed %d more declarations: one just handed again, then applied", n)
 	}
 }

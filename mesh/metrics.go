@@ -106,6 +106,7 @@ func (c *Controller) newRegistry() (*prometheus.Registry, error) {
 		{"mesh_csr_refused_total", "Nodes' CSRs refused: a name the node may not hold, a weak key, a CSR that does not parse or verify, an oversized request.", &m.csrRefused},
 		{"mesh_declarations_sent_total", "Declarations published to nodes (previews are not counted).", &m.declarationsSent},
 		{"mesh_declaration_bytes_total", "Bytes of the declarations published: their signed bodies.", &m.declarationBytes},
+		{"mesh_declarations_redelivered_total", "Declarations handed again, as recorded, to a node heard not to apply them 15 s after they were sent.", &m.redelivered},
 		{"mesh_rosters_sent_total", "Roster messages published (once per roster change, to every node).", &m.rostersSent},
 		{"mesh_roster_bytes_total", "Bytes of the roster messages published: their signed bodies.", &m.rosterBytes},
 		{"mesh_blobs_collected_total", "Blobs deleted because no module, node's last declaration or release named them.", &m.blobsCollected},

@@ -35,3 +35,26 @@ func (c *Controller) resendIfExpired(ctx context.Context, hb spec.Heartbeat) err
 	c.log.Info("expired declaration re-sent", "node", hb.Node, "was", d.Seq, "seq", seq)
 	return nil
 }
+
+// redeliver hands hb's node its last recorded declaration again, on its
+// delivery subject, as signed: a host that holds it takes it for a
+// duplicate, one that missed it applies it. Nothing is recorded or
+// numbered anew.
+func (c *Controller) redeliver(ctx context.Context, hb spec.Heartbeat) error {
+	d, err := c.deps.DB.LastDeclaration(ctx, hb.Node)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if hb.AppliedSeq >= d.Seq {
+		return nil
+	}
+	if err := c.nc.PublishMsg(signedMsg(spec.DeclarationDelivery(hb.Node), d.Body, d.Sig)); err != nil {
+		return fmt.Errorf("hand declaration %d to node %q again: %w", d.Seq, hb.Node, err)
+	}
+	c.metrics.redelivered.Add(1)
+	c.log.Info("declaration handed again to a node that has not applied it", "node", hb.Node, "seq", d.Seq, "applied", hb.AppliedSeq)
+	return nil
+}
