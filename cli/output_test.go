@@ -190,6 +190,19 @@ func TestOutputGolden(t *testing.T) {
 				{Provider: "alpha", Consumer: "app-beta", Module: "app", Node: "beta", Grant: "files", MintedAt: at},
 				{Provider: "gamma", Consumer: "app-delta", Module: "app", Node: "delta", Grant: "files", MintedAt: at, Orphaned: true}}})
 		},
+		"token-list": func(b *bytes.Buffer) error {
+			if err := printTokens(b, nil, at); err != nil {
+				return err
+			}
+			used, revoked := at.Add(-time.Minute), at.Add(-2*time.Minute)
+			return printTokens(b, []spec.TokenInfo{
+				{ID: "t0123456789", Node: "beta", Created: at.Add(-time.Hour), Expires: at.Add(time.Hour)},
+				{ID: "t1123456789", Node: "ctl2", Created: at.Add(-time.Hour), Expires: at.Add(time.Hour), Controller: true},
+				{ID: "t2123456789", Node: "gamma", Created: at.Add(-time.Hour), Expires: at.Add(time.Hour), Used: &used},
+				{ID: "t3123456789", Node: "delta", Created: at.Add(-time.Hour), Expires: at.Add(time.Hour), Revoked: &revoked},
+				{ID: "t4123456789", Node: "ep\x1bsilon", Created: at.Add(-2 * time.Hour), Expires: at.Add(-time.Hour)},
+			}, at)
+		},
 		"grant-rotate": func(b *bytes.Buffer) error {
 			printRotated(b, spec.GrantRotateRequest{Module: "app", Node: "beta"}, spec.GrantRotateResult{Grants: []string{"files"}, Changed: []string{"alpha", "beta"}})
 			return nil
@@ -224,7 +237,7 @@ func TestOutputGolden(t *testing.T) {
 		want[f.Name] = f.Data
 	}
 	var files []txtar.File
-	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "node-show-waiting", "status-clear", "status-not-clear", "status-rolling", "status-public", "push-report", "push-dry-run", "push-refused", "assign", "grant-list", "grant-rotate", "ca-domain-list", "ca-certs", "release-list", "release-roll"}
+	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "node-show-waiting", "status-clear", "status-not-clear", "status-rolling", "status-public", "push-report", "push-dry-run", "push-refused", "assign", "grant-list", "grant-rotate", "token-list", "ca-domain-list", "ca-certs", "release-list", "release-roll"}
 	if len(order) != len(cases) {
 		t.Fatalf("%d cases and %d names in their order: a case left out of the order is never checked", len(cases), len(order))
 	}

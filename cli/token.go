@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"text/tabwriter"
@@ -93,12 +94,7 @@ HOST:PORT.`,
 					if c.Bool("json") {
 						return printJSON(c.App.Writer, res.Tokens)
 					}
-					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "ID\tNODE\tCREATED\tEXPIRES\tSTATE")
-					for _, t := range res.Tokens {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Node, t.Created.Format(time.RFC3339), t.Expires.Format(time.RFC3339), tokenState(t))
-					}
-					return tw.Flush()
+					return printTokens(c.App.Writer, res.Tokens, time.Now())
 				},
 			},
 			{
@@ -123,13 +119,32 @@ HOST:PORT.`,
 	}
 }
 
-func tokenState(t spec.TokenInfo) string {
+// printTokens prints tokens as a table, their state as of now: what each
+// enrols (a host, or a controller with its node) beside its node.
+func printTokens(w io.Writer, tokens []spec.TokenInfo, now time.Time) error {
+	if len(tokens) == 0 {
+		fmt.Fprintln(w, "no tokens (mesh token create NODE makes one; --all lists the used, revoked and expired too)")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNODE\tENROLS\tCREATED\tEXPIRES\tSTATE")
+	for _, t := range tokens {
+		kind := "host"
+		if t.Controller {
+			kind = "controller"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", shown(t.ID), shown(t.Node), kind, t.Created.Format(time.RFC3339), t.Expires.Format(time.RFC3339), tokenState(t, now))
+	}
+	return tw.Flush()
+}
+
+func tokenState(t spec.TokenInfo, now time.Time) string {
 	switch {
 	case t.Used != nil:
 		return "used " + t.Used.Format(time.RFC3339)
 	case t.Revoked != nil:
 		return "revoked " + t.Revoked.Format(time.RFC3339)
-	case !time.Now().Before(t.Expires):
+	case !now.Before(t.Expires):
 		return "expired"
 	default:
 		return "open"
