@@ -346,10 +346,17 @@ func TestControllersLeaderKilledAnotherPushes(t *testing.T) {
 	t.Parallel()
 	optin.NeedSlow(t, "three controllers, their leader killed and a push through another")
 	c := newControllers(t, 2)
+	// A domain declared through the leader: the intermediate it issues
+	// is the one the next leader signs with, and hands in the CA chain
+	// of every declaration (another would make the killed leader's own
+	// node due, and the push after the kill wait for it).
+	lead := c.leader(t, 30*time.Second)
+	mustRun(t, "ca", "domain", "add", "--dir", c.dirs[lead], "example.org")
+	declared := caDomains(t, c.dirs[lead])
 	seqs := c.pushText(t, 0, "one", 60*time.Second)
 	c.converged(t, 0, "one", 30*time.Second)
 
-	lead := c.leader(t, 30*time.Second)
+	lead = c.leader(t, 30*time.Second)
 	other := (lead + 1) % 3
 	killed := time.Now()
 	c.kill(t, lead)
@@ -358,6 +365,9 @@ func TestControllersLeaderKilledAnotherPushes(t *testing.T) {
 	newer(t, "the push after the leader was killed", seqs, next)
 	c.converged(t, other, "two", 30*time.Second)
 	c.checkSeqs(t)
+	if now := caDomains(t, c.dirs[other]); now.Intermediate != declared.Intermediate || len(now.Domains) != 1 || !now.Domains[0].Signed {
+		t.Errorf("the next leader's CA: %+v; want intermediate %s signing example.org, as the killed leader issued", now, declared.Intermediate)
+	}
 
 	c.restart(t, lead)
 	c.leader(t, 60*time.Second)
@@ -491,4 +501,14 @@ func viewOf(t testing.TB, dir string) string {
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
+}
+
+// caDomains is mesh ca domain list --json through dir's controller.
+func caDomains(t testing.TB, dir string) spec.CADomainListResult {
+	t.Helper()
+	var res spec.CADomainListResult
+	if err := json.Unmarshal([]byte(mustRun(t, "ca", "domain", "list", "--dir", dir, "--json")), &res); err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

@@ -11,6 +11,11 @@ import (
 // key and the releases.
 type caWrites struct{ j *Journal }
 
+type intermediateArgs struct {
+	Intermediate store.Intermediate
+	Domain       string
+}
+
 type nameAtArgs struct {
 	Name string
 	At   time.Time
@@ -22,6 +27,9 @@ var (
 	}}
 	addCADomain = op[nameAtArgs, none]{"AddCADomain", func(ctx context.Context, db *store.DB, a nameAtArgs) (none, error) {
 		return none{}, db.AddCADomain(ctx, a.Name, a.At)
+	}}
+	setIntermediate = op[intermediateArgs, none]{"SetIntermediate", func(ctx context.Context, db *store.DB, a intermediateArgs) (none, error) {
+		return none{}, db.SetIntermediate(ctx, a.Intermediate, a.Domain)
 	}}
 	recordCert = op[store.Cert, none]{"RecordCert", func(ctx context.Context, db *store.DB, c store.Cert) (none, error) {
 		return none{}, db.RecordCert(ctx, c)
@@ -36,7 +44,7 @@ func meshOps() []func() (string, applyFunc) {
 }
 
 func caOps() []func() (string, applyFunc) {
-	return []func() (string, applyFunc){addCADomain.apply, recordCert.apply, publishRelease.apply}
+	return []func() (string, applyFunc){addCADomain.apply, setIntermediate.apply, recordCert.apply, publishRelease.apply}
 }
 
 // meshWrites are the writes of the mesh itself.
@@ -51,6 +59,12 @@ func (w meshWrites) KeepEdgeStorageKey(ctx context.Context, sealed string, at ti
 // AddCADomain adds the CA's domain name.
 func (w caWrites) AddCADomain(ctx context.Context, name string, at time.Time) error {
 	_, err := addCADomain.call(ctx, w.j, nameAtArgs{name, at})
+	return err
+}
+
+// SetIntermediate makes in the intermediate that signs, with domain.
+func (w caWrites) SetIntermediate(ctx context.Context, in store.Intermediate, domain string) error {
+	_, err := setIntermediate.call(ctx, w.j, intermediateArgs{in, domain})
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 )
@@ -76,11 +77,14 @@ func (cs *certs) addCADomain(ctx context.Context, req spec.CADomainAddRequest) (
 	if err != nil {
 		return spec.CADomainAddResult{}, fmt.Errorf("add domain %s: %w", req.Domain, err)
 	}
-	if !recorded {
-		if err := cs.db.AddCADomain(ctx, req.Domain, now); err != nil {
-			p.Discard()
-			return spec.CADomainAddResult{}, fmt.Errorf("add domain %s: %w", req.Domain, err)
-		}
+	// The domain and the intermediate that signs under it are recorded in
+	// one write, the key sealed: every controller takes it from the
+	// store (adopt).
+	in := store.Intermediate{Serial: p.Serial(), CertPEM: string(p.CertPEM()),
+		KeySealed: cs.key.SealText(string(p.KeyPEM()), intermediatePlace), Set: now}
+	if err := cs.db.SetIntermediate(ctx, in, req.Domain); err != nil {
+		p.Discard()
+		return spec.CADomainAddResult{}, fmt.Errorf("add domain %s: %w", req.Domain, err)
 	}
 	if err := p.Commit(); err != nil {
 		p.Discard()
@@ -93,6 +97,36 @@ func (cs *certs) addCADomain(ctx context.Context, req spec.CADomainAddRequest) (
 		return spec.CADomainAddResult{}, err
 	}
 	return spec.CADomainAddResult{Domains: list.Domains, Intermediate: list.Intermediate}, nil
+}
+
+// intermediatePlace is where the intermediate's key is kept sealed: its
+// sealed text opens there only.
+var intermediatePlace = seal.Place("CA intermediate key")
+
+// adopt makes the intermediate the store keeps the one that signs, when
+// the CA's directory holds another: one issued by the controller that led
+// before, or one a crash left recorded and not in place. None kept
+// (genesis's signs) changes nothing.
+func (cs *certs) adopt(ctx context.Context) error {
+	in, err := cs.db.Intermediate(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if in.Serial == ca.SerialOf(cs.ca.Intermediate()) {
+		return nil
+	}
+	key, err := cs.key.OpenText(in.KeySealed, intermediatePlace)
+	if err != nil {
+		return fmt.Errorf("open the key of the CA's intermediate %s: %w (is D/controller/%s the key that sealed it?)", in.Serial, err, SealKeyFile)
+	}
+	if err := cs.ca.Adopt([]byte(in.CertPEM), []byte(key)); err != nil {
+		return err
+	}
+	cs.log.Info("the CA's intermediate taken from the store", "intermediate", in.Serial, "permitted", cs.ca.Permitted())
+	return nil
 }
 
 // listCADomains lists the declared domains and what the current
@@ -159,7 +193,9 @@ func expiringCerts(latest []store.NameCert, held map[string]bool, now time.Time)
 // names each node may hold one for.
 type certs struct {
 	base
-	ca       *ca.Authority
+	ca *ca.Authority
+	// key seals the intermediate's key in the store.
+	key      *seal.RestKey
 	composer *composer
 	// mu makes one change of the CA's domains at a time.
 	mu sync.Mutex

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mesh-fleet/mesh/ca"
+	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/store"
 	"github.com/nats-io/nats.go"
@@ -188,11 +190,11 @@ type domainRecordFailing struct {
 	fail atomic.Bool
 }
 
-func (s *domainRecordFailing) AddCADomain(ctx context.Context, name string, at time.Time) error {
+func (s *domainRecordFailing) SetIntermediate(ctx context.Context, in store.Intermediate, domain string) error {
 	if s.fail.Load() {
 		return errors.New("record CA domain: disk I/O error")
 	}
-	return s.DB.AddCADomain(ctx, name, at)
+	return s.DB.SetIntermediate(ctx, in, domain)
 }
 
 // TestCADomainAddHalfWay: an add that fails before the domain is recorded
@@ -248,6 +250,55 @@ func TestCADomainAddHalfWay(t *testing.T) {
 	}
 	if _, err := c.certs.addCADomain(ctx, spec.CADomainAddRequest{Domain: "example.org"}); spec.KindOf(err) != spec.ReplyRefused {
 		t.Errorf("a third add: %v, want refused as a duplicate", err)
+	}
+}
+
+// TestCADomainAddIsTakenByTheNextLeader: the intermediate a domain's add
+// issues is kept in the store, its key sealed, and a controller whose CA
+// directory was copied before the add (another controller's, handed at
+// its join) signs with it once it starts: under the same constraints.
+// Opened with another at-rest key it is refused, naming the key's file,
+// and the CA is left as it was.
+func TestCADomainAddIsTakenByTheNextLeader(t *testing.T) {
+	t.Parallel()
+	c, db := newController(t, &clock{now: time.Now()})
+	ctx := context.Background()
+	copyDir := filepath.Join(t.TempDir(), "ca")
+	if out, err := exec.Command("cp", "-a", c.deps.CA.Dir(), copyDir).CombinedOutput(); err != nil {
+		t.Fatalf("copy the CA: %v: %s", err, out)
+	}
+	if _, err := c.certs.addCADomain(ctx, spec.CADomainAddRequest{Domain: "example.org"}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := db.Intermediate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Serial != ca.SerialOf(c.deps.CA.Intermediate()) || strings.Contains(in.KeySealed, "PRIVATE KEY") {
+		t.Fatalf("the store keeps intermediate %s (key %.40q); want %s, its key sealed", in.Serial, in.KeySealed, ca.SerialOf(c.deps.CA.Intermediate()))
+	}
+	other, err := ca.Load(copyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	was := other.Intermediate()
+	wrong, err := seal.CreateRestKey(filepath.Join(t.TempDir(), "rest.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := &certs{base: c.certs.base, ca: other, key: wrong}
+	if err := next.adopt(ctx); err == nil || !strings.Contains(err.Error(), SealKeyFile) {
+		t.Fatalf("adopt under another at-rest key: %v, want it refused naming %s", err, SealKeyFile)
+	}
+	if !other.Intermediate().Equal(was) {
+		t.Fatal("a refused adopt changed the intermediate")
+	}
+	next.key = c.certs.key
+	if err := next.adopt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !other.Intermediate().Equal(c.deps.CA.Intermediate()) || !slices.Contains(other.Permitted(), "example.org") {
+		t.Fatalf("the next leader signs under %s permitting %q; want %s with example.org", ca.SerialOf(other.Intermediate()), other.Permitted(), in.Serial)
 	}
 }
 

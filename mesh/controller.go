@@ -224,7 +224,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.composer = &composer{db: deps.DB, ca: deps.CA, controllers: controllersOf(cfg.Controllers, log), sealer: &sealer{db: deps.DB, key: cfg.SealKey,
 		edges: &edgeKeyring{db: deps.DB, key: cfg.SealKey, now: cfg.Now}}}
 	c.rosters = &rosters{base: b, signKey: cfg.SignKey, metrics: &c.metrics, js: func() jetstream.JetStream { return c.js }}
-	c.certs = &certs{base: b, ca: deps.CA, composer: c.composer}
+	c.certs = &certs{base: b, ca: deps.CA, key: cfg.SealKey, composer: c.composer}
 	c.auditor = &auditor{base: b, kick: make(chan struct{}, 1)}
 	c.watches = &watches{now: cfg.Now, log: log, byNode: map[string][]*watcher{},
 		publish: func(subject string, body []byte) error { return c.serving.Publish(subject, body) }}
@@ -273,6 +273,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.enrolment.mu.Lock()
 	c.enrolment.users = byKey(c.deps.Bus.Users())
 	c.enrolment.mu.Unlock()
+	// The intermediate that signs is the store's: another controller may
+	// have issued it while this one followed.
+	if err := c.certs.adopt(ctx); err != nil {
+		return err
+	}
 	l, err := net.Listen("tcp", c.cfg.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("bind http address %s: %w", c.cfg.HTTPListen, err)

@@ -136,8 +136,9 @@ type ReportStore interface {
 
 // CAStore keeps the CA's domains and the certificates it issued.
 type CAStore interface {
-	AddCADomain(ctx context.Context, name string, at time.Time) error
 	CADomains(ctx context.Context) ([]store.CADomain, error)
+	SetIntermediate(ctx context.Context, in store.Intermediate, domain string) error
+	Intermediate(ctx context.Context) (store.Intermediate, error)
 	RecordCert(ctx context.Context, c store.Cert) error
 	Certs(ctx context.Context, after int64, limit int) ([]store.Cert, error)
 	LatestCerts(ctx context.Context) ([]store.NameCert, error)

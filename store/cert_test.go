@@ -80,3 +80,36 @@ func TestCerts(t *testing.T) {
 		t.Errorf("LatestCerts = %v, want %v", got, want)
 	}
 }
+
+// TestIntermediate: none is kept until one is set; a set records the
+// domain with it, once, and a later set replaces the intermediate.
+func TestIntermediate(t *testing.T) {
+	t.Parallel()
+	db, _ := openTemp(t)
+	ctx := context.Background()
+	at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	if _, err := db.Intermediate(ctx); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("before any set: %v, want ErrNotFound", err)
+	}
+	first := store.Intermediate{Serial: "0a", CertPEM: "cert a", KeySealed: "sealed a", Set: at}
+	second := store.Intermediate{Serial: "0b", CertPEM: "cert b", KeySealed: "sealed b", Set: at.Add(time.Hour)}
+	for _, in := range []store.Intermediate{first, second} {
+		if err := db.SetIntermediate(ctx, in, "example.org"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.Intermediate(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Serial != in.Serial || got.CertPEM != in.CertPEM || got.KeySealed != in.KeySealed || !got.Set.Equal(in.Set) {
+			t.Fatalf("kept %+v, want %+v", got, in)
+		}
+	}
+	ds, err := db.CADomains(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 || ds[0].Name != "example.org" || !ds[0].Added.Equal(at) {
+		t.Fatalf("domains %v: want example.org once, as first recorded", ds)
+	}
+}
