@@ -179,6 +179,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 		Node:            agent.Node(),
 		// The metrics token outlives a restart: only its hash is kept.
 		MetricsTokenFile: filepath.Join(ctlDir, mesh.MetricsTokenFile),
+		CrashFile:        filepath.Join(ctlDir, mesh.CrashFile),
 		Parts:            []mesh.Part{{Name: "bus", Ready: bus.Ready()}, {Name: "resolver", Ready: dns.Ready()}, {Name: "host", Ready: agent.Ready()}},
 		Joins:            joins.controllerJoins(),
 		Replicas:         cluster.replicas(),

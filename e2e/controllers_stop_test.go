@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"github.com/mesh-fleet/mesh/cli"
 	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/mesh"
 )
 
 // The controllers' failures a process meets: its leader stopped past its
@@ -164,29 +166,23 @@ func (w *seqWatch) last() uint64 {
 	return w.seqs[len(w.seqs)-1]
 }
 
-// TestControllersLeaderKilledMidPush: the leader killed with SIGKILL
-// while a push through another controller is under way, at several
-// points of it; each time, run again with no flag, a leader chosen and
-// another push done, no host is sent a sequence it applied before or
-// applies one below another, and every host converges to the last text
-// pushed.
+// TestControllersLeaderKilledMidPush: the leader dies as by kill -9 at
+// each point of a push through another controller (mesh.CrashFile names
+// the point): its declarations numbered, not recorded; recorded, not
+// published; published, before the reports. Run again with no flag, a
+// leader chosen: what was recorded reaches
+// the hosts with no other push (the new leader sends what they have not
+// applied), what was not is carried by the next push; no host is sent a
+// sequence it applied before or applies one below another, and every
+// host converges to the last text pushed.
 func TestControllersLeaderKilledMidPush(t *testing.T) {
 	t.Parallel()
-	optin.NeedSlow(t, "three controllers, their leader killed while a push is under way")
+	optin.NeedSlow(t, "three controllers, their leader killed at each point of a push")
 	c := newControllers(t, 2)
 	seqs := c.pushText(t, 0, "zero", 60*time.Second)
 	c.converged(t, 0, "zero", 30*time.Second)
 
-	// Where the kill lands: a delay after the push starts (the verb on
-	// its way, the log written, the declarations sent), or once a host
-	// applied it, the other maybe not yet. Each point is likely, not
-	// certain: nothing in the binary holds a push for the test, and the
-	// push's steps take milliseconds.
-	points := []struct {
-		delay   time.Duration
-		applied bool
-	}{{0, false}, {50 * time.Millisecond, false}, {0, true}}
-	for k, p := range points {
+	for k, point := range []string{mesh.CrashBeforeRecord, mesh.CrashBeforePublish, mesh.CrashBeforeReports} {
 		lead := c.leader(t, 60*time.Second)
 		other := (lead + 1) % 3
 		text := fmt.Sprintf("round%d", k+1)
@@ -197,35 +193,36 @@ func TestControllersLeaderKilledMidPush(t *testing.T) {
 		for _, h := range c.hosts {
 			applied[h.node] = h.seqs.last()
 		}
+		crash := filepath.Join(c.dirs[lead], "controller", mesh.CrashFile)
+		if err := os.WriteFile(crash, []byte(point+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		// The push is a process of its own, ended after 10 s: the CLI waits
-		// minutes for an answer the killed leader took with it.
+		// minutes for an answer the dead leader took with it.
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		cmd := exec.CommandContext(ctx, meshBin, "push", "--dir", c.dirs[other], "--json", "--wait", "5s")
 		cmd.Env = meshEnv
-		pushed := make(chan []byte, 1)
-		go func() {
-			out, _ := cmd.CombinedOutput()
-			pushed <- out
-		}()
-		if p.applied {
-			poll.Until(t, 30*time.Second, "a host applied the push", func() (bool, string) {
-				for _, h := range c.hosts {
-					if h.seqs.last() > applied[h.node] {
-						return true, ""
-					}
-				}
-				return false, fmt.Sprintf("applied before: %v", applied)
-			})
-		} else {
-			// The point of the push to kill at, not a wait for a state.
-			time.Sleep(p.delay)
-		}
-		c.kill(t, lead)
-		c.restart(t, lead)
-		out := <-pushed
+		out, _ := cmd.CombinedOutput()
 		cancel()
-		t.Logf("round %d (kill after %s, once applied %t): the push in flight: %s",
-			k+1, p.delay, p.applied, strings.Join(strings.Fields(string(out)), " "))
+		poll.Until(t, 30*time.Second, c.nodes[lead]+" died at "+point, func() (bool, string) {
+			_, err := os.Stat(crash)
+			return errors.Is(err, os.ErrNotExist), fmt.Sprintf("%s is still there: %v", crash, err)
+		})
+		t.Logf("round %d (%s): the push in flight: %s", k+1, point, strings.Join(strings.Fields(string(out)), " "))
+		// Its process ends: genesis's, or the launcher's, which ends with a
+		// ready child that died (systemd would start it again).
+		c.ds[lead].exited(t, 30*time.Second)
+		c.ds[lead] = nil
+		c.restart(t, lead)
+		if point != mesh.CrashBeforeRecord {
+			// Recorded: the hosts get it with no other push.
+			c.converged(t, other, text, 60*time.Second)
+			for _, h := range c.hosts {
+				if got := h.seqs.last(); got <= applied[h.node] {
+					t.Errorf("round %d (%s): %s applied %d, not above the %d it held", k+1, point, h.node, got, applied[h.node])
+				}
+			}
+		}
 		for _, h := range c.hosts {
 			applied[h.node] = h.seqs.last()
 		}

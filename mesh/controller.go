@@ -69,6 +69,9 @@ type Config struct {
 	// (mesh ui token --metrics), which a listener off loopback asks for;
 	// empty: kept in memory only.
 	MetricsTokenFile string
+	// CrashFile is where a test names the point of a push at which the
+	// controller dies as by kill -9 (crash.go); empty: it never does.
+	CrashFile string
 	// Panics counts the panics recovered in the process (mesh_panics_total):
 	// the controller's own and, when main shares it, its host's. Nil: the
 	// controller counts its own.

@@ -171,6 +171,7 @@ func (c *Controller) sendDue(ctx context.Context, items []sendItem, due []int, h
 	if len(records) == 0 {
 		return
 	}
+	c.crashAt(CrashBeforeRecord)
 	failed, err := c.deps.DB.RecordDeclarations(ctx, records)
 	if err != nil {
 		for k, i := range recorded {
@@ -188,10 +189,13 @@ func (c *Controller) sendDue(ctx context.Context, items []sendItem, due []int, h
 		msgs = append(msgs, signedMsg(spec.DeclarationSubject(d.Node), d.Body, d.Sig))
 		published = append(published, k)
 	}
+	c.crashAt(CrashBeforePublish)
 	// Recorded as sent, they are published whatever happens to the
 	// caller's context: a push that stops never leaves a recorded
 	// declaration unsent, nor one sent that it does not list.
-	for j, err := range c.publish(context.WithoutCancel(ctx), msgs) {
+	errs := c.publish(context.WithoutCancel(ctx), msgs)
+	c.crashAt(CrashBeforeReports)
+	for j, err := range errs {
 		d := records[published[j]]
 		i := recorded[published[j]]
 		if err != nil {
