@@ -183,3 +183,35 @@ func busCluster(dir string, auth *ca.Authority) (*broker.Cluster, error) {
 	}
 	return st.broker(auth)
 }
+
+// dropStandalone removes what the bus kept while it ran alone, in its
+// JetStream directory jsDir, before its first run in a cluster: the
+// cluster's meta layer knows none of those streams, deletes them as
+// orphans only some 30 s after the server starts, and until then a
+// stream of the same name cannot be made, so the controller that leads
+// waits that long to serve. It drops them only when the put-back mark
+// is there (the journal then begins a new log from the store's view,
+// which holds every acknowledged write; the leader sends the hosts what
+// they have not applied) and the directory holds no meta group (it never
+// ran clustered). The edges' shared bucket goes with them, as the orphans'
+// cleanup took it.
+func dropStandalone(st *ClusterState, jsDir, putBack string) (bool, error) {
+	if !st.clustered() {
+		return false, nil
+	}
+	if _, err := os.Stat(putBack); err != nil {
+		return false, nil
+	}
+	js := filepath.Join(jsDir, "jetstream")
+	if _, err := os.Stat(js); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	metas, err := filepath.Glob(filepath.Join(js, "*", "_js_", "_meta_"))
+	if err != nil || len(metas) > 0 {
+		return false, err
+	}
+	if err := os.RemoveAll(js); err != nil {
+		return false, fmt.Errorf("drop the streams the bus kept alone: %w", err)
+	}
+	return true, nil
+}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -79,5 +80,55 @@ func TestControllersForTheRoster(t *testing.T) {
 	want := []string{"nats://10.0.0.1:4222", "nats://192.0.2.1:4222", "nats://192.0.2.2:4222", "nats://192.0.2.3:4222"}
 	if got := st.controllers([]string{"nats://10.0.0.1:4222", "nats://192.0.2.1:4222"}); !slices.Equal(got, want) {
 		t.Fatalf("a cluster of three: %q, want %q", got, want)
+	}
+}
+
+// TestDropStandalone: the streams a bus kept alone are dropped before its
+// first run in a cluster, when the put-back mark says the log begins
+// again from the store; never for a bus alone, without the mark, or one
+// that ran clustered (its meta group kept).
+func TestDropStandalone(t *testing.T) {
+	t.Parallel()
+	two := &ClusterState{Server: "c-1", Peers: []Peer{{Server: "c-1"}, {Server: "c-2"}}}
+	one := &ClusterState{Server: "c-1", Peers: []Peer{{Server: "c-1"}}}
+	for _, tc := range []struct {
+		name       string
+		st         *ClusterState
+		mark, meta bool
+		dropped    bool
+	}{
+		{"first run in a cluster", two, true, false, true},
+		{"no put-back mark", two, false, false, false},
+		{"ran clustered before", two, true, true, false},
+		{"alone", one, true, false, false},
+		{"no cluster", nil, true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			stream := filepath.Join(dir, "js", "jetstream", "MESH", "streams", "DECLARATIONS", "msgs")
+			if err := os.MkdirAll(stream, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if tc.meta {
+				if err := os.MkdirAll(filepath.Join(dir, "js", "jetstream", "SYS", "_js_", "_meta_"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mark := filepath.Join(dir, "mesh.db.put-back")
+			if tc.mark {
+				if err := os.WriteFile(mark, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dropped, err := dropStandalone(tc.st, filepath.Join(dir, "js"), mark)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, statErr := os.Stat(stream)
+			if dropped != tc.dropped || errors.Is(statErr, os.ErrNotExist) != tc.dropped {
+				t.Fatalf("dropped %t, the stream's directory: %v; want dropped %t", dropped, statErr, tc.dropped)
+			}
+		})
 	}
 }

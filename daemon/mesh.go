@@ -104,6 +104,11 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if dropped, err := dropStandalone(cluster, filepath.Join(ctlDir, mesh.JSDir), filepath.Join(ctlDir, mesh.PutBackFile)); err != nil {
+		return err
+	} else if dropped {
+		log.Info("the streams the bus kept alone are dropped: it runs in a cluster now, and the store's log begins again from the store")
+	}
 	dbPath := filepath.Join(ctlDir, mesh.DBFile)
 	if err := m.rebuildStore(ctx, dbPath, auth, ctlKeys, cluster); err != nil {
 		return err
