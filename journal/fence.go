@@ -20,9 +20,9 @@ const LeaseKey = "leader"
 // not lead.
 var ErrNotLeading = errors.New("this controller does not lead")
 
-// fenceWait is how long a fenced write refused waits for the lease's
-// revision to move on (a renewal in flight as it was sent) before it
-// gives up; fencePoll is how often it looks.
+// fenceWait is how long a fenced write refused is sent again (a renewal
+// of the lease in flight as it was sent) before it gives up; fencePoll
+// is the pause between two sends.
 const (
 	fenceWait = 2 * time.Second
 	fencePoll = 20 * time.Millisecond
@@ -42,18 +42,24 @@ func (j *Journal) leads() bool {
 }
 
 // publish writes msgs, subjects of the log's bucket, as one atomic batch:
-// fenced by the lease when the config has a Fence. A fenced batch the bus
-// refuses because the lease's revision moved on under it (the leader's
-// own renewal) is sent again with the new revision; one refused while the
-// controller does not lead, or because another took the lease, fails
-// (lease.ErrFenced, or ErrNotLeading when it never went out).
+// fenced by the lease when the config has a Fence. Fenced batches go one
+// at a time: in a cluster the bus refuses a message that expects the
+// lease key's revision while another that expects it is in flight (as a
+// wrong last sequence, the fence's own refusal), so concurrent fenced
+// batches refused each other. A refused batch is sent again, with the
+// lease's revision as it is then, while the controller leads and for up
+// to fenceWait: the lease's own renewal in flight refuses it too. One
+// refused while the controller does not lead, or still refused after
+// fenceWait (another took the lease), fails (lease.ErrFenced, or
+// ErrNotLeading when it never went out).
 func (j *Journal) publish(ctx context.Context, msgs ...*nats.Msg) (*jetstream.PubAck, error) {
 	if !j.fenced() {
 		return j.batch(ctx, msgs)
 	}
+	j.fenceMu.Lock()
+	defer j.fenceMu.Unlock()
 	var refused error
 	deadline := time.Now().Add(fenceWait)
-	var last uint64
 	for {
 		rev, ok := j.cfg.Fence()
 		if !ok {
@@ -62,14 +68,11 @@ func (j *Journal) publish(ctx context.Context, msgs ...*nats.Msg) (*jetstream.Pu
 			}
 			return nil, fmt.Errorf("%w: %s", ErrNotLeading, j.leaderNamed(ctx))
 		}
-		if rev != last {
-			last = rev
-			ack, err := lease.Fenced(ctx, j.js, j.cfg.bucket(), LeaseKey, rev, msgs...)
-			if !errors.Is(err, lease.ErrFenced) {
-				return ack, err
-			}
-			refused = err
+		ack, err := lease.Fenced(ctx, j.js, j.cfg.bucket(), LeaseKey, rev, msgs...)
+		if !errors.Is(err, lease.ErrFenced) {
+			return ack, err
 		}
+		refused = err
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%w (%s)", refused, j.leaderNamed(ctx))
 		}

@@ -490,3 +490,43 @@ func TestClockSkewDoesNotChangeTheLeader(t *testing.T) {
 		t.Fatalf("the leader's write: %v", err)
 	}
 }
+
+// TestConcurrentFencedWritesAllLand: the leader's writers write at once,
+// eight of them, through a log kept by three servers. Each write lands:
+// the bus refuses a fenced batch while another that expects the lease's
+// revision is in flight, as it refuses a deposed leader's, and the
+// journal sends its batches one at a time and again when the lease's
+// renewal crossed one.
+func TestConcurrentFencedWritesAllLand(t *testing.T) {
+	t.Parallel()
+	optin.NeedSlow(t, "three servers and a lease")
+	_, cs, lead := fencedControllers(t)
+	const writers, each = 8, 25
+	errs := make(chan error, writers*each)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				if err := audit(cs[lead].view, fmt.Sprintf("w%d-%d", w, i)); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	var failed []string
+	for err := range errs {
+		failed = append(failed, err.Error())
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d writes failed, the first: %s", len(failed), writers*each, failed[0])
+	}
+	got, err := cs[lead].view.AuditSince(context.Background(), time.Time{}, 2*writers*each)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != writers*each {
+		t.Fatalf("the audit holds %d entries, want %d", len(got), writers*each)
+	}
+}

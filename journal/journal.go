@@ -162,6 +162,9 @@ type Journal struct {
 	// writers put, by object, until their entry is applied.
 	chunksMu sync.Mutex
 	chunks   map[string][]byte
+
+	// fenceMu makes one fenced batch in flight at a time (publish).
+	fenceMu sync.Mutex
 }
 
 // New is a journal keeping db's writes in the log cfg names, on the bus
