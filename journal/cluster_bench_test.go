@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,7 +102,9 @@ func startBuses(t testing.TB, n int, syncInterval time.Duration) func(context.Co
 // server syncing every write (a single controller), one syncing every
 // two minutes (nats-server's own default, which a cluster refuses), and
 // three servers syncing every write with the log on all three (a
-// clustered controller, the writer on the first server). It logs each
+// clustered controller, the writer on the first server), and the same
+// with each write fenced by the lease (the leader of three, as a
+// clustered controller writes). It logs each
 // rate's ratio to the single controller's.
 func BenchmarkJournalWriteReplicas(b *testing.B) {
 	cases := []struct {
@@ -113,9 +116,16 @@ func BenchmarkJournalWriteReplicas(b *testing.B) {
 		{"servers=1/sync=always/R1", 1, 0, 1},
 		{"servers=1/sync=2m/R1", 1, 2 * time.Minute, 1},
 		{"servers=3/sync=always/R3", 3, 0, 3},
+		{"servers=3/sync=always/R3/fenced", 3, 0, 3},
 	}
 	views := make([]*journal.View, len(cases))
 	for i, c := range cases {
+		if strings.HasSuffix(c.name, "/fenced") {
+			// The leader's journal: every write a batch fenced by the lease.
+			_, cs, lead := fencedControllers(b)
+			views[i] = cs[lead].view
+			continue
+		}
 		connect := startBuses(b, c.servers, c.sync)
 		views[i], _ = runningWith(b, filepath.Join(b.TempDir(), "mesh.db"), connect, journal.Config{Replicas: c.replicas})
 	}

@@ -42,7 +42,7 @@ type cluster struct {
 
 // startCluster starts n servers and waits until each routes to every
 // other.
-func startCluster(t *testing.T, n int) *cluster {
+func startCluster(t testing.TB, n int) *cluster {
 	t.Helper()
 	auth, err := ca.Create(t.TempDir(), "test", time.Now())
 	if err != nil {
@@ -96,7 +96,7 @@ func startCluster(t *testing.T, n int) *cluster {
 }
 
 // connect is how a journal or a campaign reaches server i, and only it.
-func (c *cluster) connect(t *testing.T, i int) func(context.Context) (jetstream.JetStream, error) {
+func (c *cluster) connect(t testing.TB, i int) func(context.Context) (jetstream.JetStream, error) {
 	return func(context.Context) (jetstream.JetStream, error) {
 		pub, _ := c.key.PublicKey()
 		nc, err := nats.Connect("nats://"+c.srvs[i].Addr(), nats.Nkey(pub, c.key.Sign),
@@ -110,7 +110,7 @@ func (c *cluster) connect(t *testing.T, i int) func(context.Context) (jetstream.
 	}
 }
 
-func (c *cluster) js(t *testing.T, i int) jetstream.JetStream {
+func (c *cluster) js(t testing.TB, i int) jetstream.JetStream {
 	t.Helper()
 	js, err := c.connect(t, i)(context.Background())
 	if err != nil {
@@ -153,7 +153,7 @@ func (c *controller) state() lease.State {
 }
 
 // startCampaign starts c's campaign through js, its clock now.
-func (c *controller) startCampaign(t *testing.T, js jetstream.JetStream, now func() time.Time) {
+func (c *controller) startCampaign(t testing.TB, js jetstream.JetStream, now func() time.Time) {
 	t.Helper()
 	camp, err := lease.New(lease.Config{Bucket: journal.DefaultBucket, Key: journal.LeaseKey, Name: c.name, TTL: leaseTTL}, quiet(),
 		lease.Deps{JS: js, Now: now, Pause: c.paused.wait})
@@ -170,7 +170,7 @@ func (c *controller) startCampaign(t *testing.T, js jetstream.JetStream, now fun
 // startJournal runs c's journal on the store at path through connect,
 // and waits until it is ready. Its Run's error is not the test's: its
 // server may be stopped under it.
-func (c *controller) startJournal(t *testing.T, path string, connect func(context.Context) (jetstream.JetStream, error)) {
+func (c *controller) startJournal(t testing.TB, path string, connect func(context.Context) (jetstream.JetStream, error)) {
 	t.Helper()
 	c.path = path
 	db, err := store.OpenWith(context.Background(), path, store.Options{ViewOfLog: true})
@@ -262,7 +262,7 @@ func (p *pauser) isHeld() bool {
 // clocks of their campaigns nows (nil: time.Now); the first to lead
 // begins the log, and the others' views are rebuilt from it. It returns
 // them and the leader's index.
-func fencedControllers(t *testing.T, nows ...func() time.Time) (*cluster, []*controller, int) {
+func fencedControllers(t testing.TB, nows ...func() time.Time) (*cluster, []*controller, int) {
 	t.Helper()
 	c := startCluster(t, 3)
 	poll.UntilOK(t, 60*time.Second, "the log's bucket is made, replicated", func() error {
@@ -298,7 +298,7 @@ func fencedControllers(t *testing.T, nows ...func() time.Time) (*cluster, []*con
 
 // waitLeading waits until one of cs but not leads, failing t if two ever
 // lead at once, and returns its index.
-func waitLeading(t *testing.T, within time.Duration, what string, cs []*controller, not int) int {
+func waitLeading(t testing.TB, within time.Duration, what string, cs []*controller, not int) int {
 	t.Helper()
 	found := -1
 	poll.Until(t, within, what, func() (bool, string) {
@@ -328,7 +328,7 @@ func audit(v *journal.View, verb string) error {
 }
 
 // audited are the verbs v's audit holds, in order.
-func audited(t *testing.T, v *journal.View) []string {
+func audited(t testing.TB, v *journal.View) []string {
 	t.Helper()
 	got, err := v.AuditSince(context.Background(), time.Time{}, 100)
 	if err != nil {
@@ -342,7 +342,7 @@ func audited(t *testing.T, v *journal.View) []string {
 }
 
 // lastEntry is the revision of the log's last entry, through js.
-func lastEntry(t *testing.T, js jetstream.JetStream) uint64 {
+func lastEntry(t testing.TB, js jetstream.JetStream) uint64 {
 	t.Helper()
 	ctx := context.Background()
 	s, err := js.Stream(ctx, "KV_"+journal.DefaultBucket)
