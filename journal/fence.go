@@ -42,22 +42,22 @@ func (j *Journal) leads() bool {
 }
 
 // publish writes msgs, subjects of the log's bucket, as one atomic batch:
-// fenced by the lease when the config has a Fence. Fenced batches go one
-// at a time: in a cluster the bus refuses a message that expects the
-// lease key's revision while another that expects it is in flight (as a
-// wrong last sequence, the fence's own refusal), so concurrent fenced
-// batches refused each other. A refused batch is sent again, with the
-// lease's revision as it is then, while the controller leads and for up
-// to fenceWait: the lease's own renewal in flight refuses it too. One
-// refused while the controller does not lead, or still refused after
-// fenceWait (another took the lease), fails (lease.ErrFenced, or
-// ErrNotLeading when it never went out).
+// fenced by the lease when the config has a Fence (fencegroup.go). It
+// returns the acknowledgement of the last of msgs.
 func (j *Journal) publish(ctx context.Context, msgs ...*nats.Msg) (*jetstream.PubAck, error) {
 	if !j.fenced() {
 		return j.batch(ctx, msgs)
 	}
-	j.fenceMu.Lock()
-	defer j.fenceMu.Unlock()
+	return j.fencedPublish(ctx, msgs)
+}
+
+// sendFenced sends msgs as one batch fenced by the lease. A refused batch
+// is sent again, with the lease's revision as it is then, while the
+// controller leads and for up to fenceWait: the lease's own renewal in
+// flight refuses it too. One refused while the controller does not lead,
+// or still refused after fenceWait (another took the lease), fails
+// (lease.ErrFenced, or ErrNotLeading when it never went out).
+func (j *Journal) sendFenced(ctx context.Context, msgs []*nats.Msg) (*jetstream.PubAck, error) {
 	var refused error
 	deadline := time.Now().Add(fenceWait)
 	for {

@@ -163,8 +163,8 @@ type Journal struct {
 	chunksMu sync.Mutex
 	chunks   map[string][]byte
 
-	// fenceMu makes one fenced batch in flight at a time (publish).
-	fenceMu sync.Mutex
+	// fenced are the fenced writes waiting to be sent (fencegroup.go).
+	fenceQ fenceQueue
 }
 
 // New is a journal keeping db's writes in the log cfg names, on the bus
