@@ -245,7 +245,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.numbers = &numberer{db: deps.DB, now: cfg.Now, claims: c.claims}
 	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond,
 		unsent: &c.metrics.reportsUnsent, applied: c.timings.apply, dropLog: &c.dropLog, changed: c.changes.kick}
-	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.resendIfExpired, redeliver: c.redeliver, changed: c.changes.kick}
+	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.resendIfExpired, redeliver: c.redeliver, rosterSeq: c.deps.DB.LastRosterSeq, redeliverRoster: c.rosters.redeliver, changed: c.changes.kick}
 	c.verbs = verbTable(c.verbRows())
 	c.auditor.verbs = c.verbs
 	reg, err := c.newRegistry()
@@ -573,6 +573,9 @@ type metrics struct {
 	// and their bytes.
 	rostersSent atomic.Uint64
 	rosterBytes atomic.Uint64
+	// rostersRedelivered counts the roster in force announced again to
+	// hosts heard not to hold it (rosters.redeliver).
+	rostersRedelivered atomic.Uint64
 }
 
 // countSent counts a declaration of size bytes published.

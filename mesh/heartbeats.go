@@ -210,6 +210,12 @@ type beatLine struct {
 	// was last handed one (writeBatch's goroutine alone).
 	redeliver   func(ctx context.Context, hb spec.Heartbeat) error
 	redelivered map[string]time.Time
+	// rosterSeq is the roster in force's sequence; redeliverRoster
+	// announces it again; rosterLag is what writeBatch's goroutine keeps
+	// of hosts heard not to hold it.
+	rosterSeq       func(ctx context.Context) (uint64, error)
+	redeliverRoster func(ctx context.Context) error
+	rosterLag       rosterLag
 	// changed tells the status pages a batch was written.
 	changed func()
 }
@@ -285,6 +291,48 @@ func (bl *beatLine) writeBatch(ctx context.Context) {
 				bl.log.Error("declaration not handed again", "node", hb.Node, "err", err)
 			}
 		}
+	}
+	bl.checkRoster(ctx, kept)
+}
+
+// rosterLag is the roster in force that hosts were heard not to hold:
+// since when, and when it was last announced again for them.
+type rosterLag struct {
+	seq           uint64
+	since, handed time.Time
+}
+
+// checkRoster announces the roster in force again when a heartbeat of
+// kept says its host holds an older one redeliverAfter after that was
+// first heard, and then not before as long again: like a declaration, a
+// roster message the stream republished once may be lost on a route
+// between controllers' servers, and a host still connected never asks.
+// One announcement reaches every host, so there is one for all of them.
+func (bl *beatLine) checkRoster(ctx context.Context, kept []spec.Heartbeat) {
+	if bl.rosterSeq == nil || len(kept) == 0 {
+		return
+	}
+	least := kept[0].RosterSeq
+	for _, hb := range kept[1:] {
+		least = min(least, hb.RosterSeq)
+	}
+	// A batch holds the heartbeats that came since the last: one where
+	// every host holds the roster says nothing of the others.
+	last, err := bl.rosterSeq(ctx)
+	if err != nil || last == 0 || least >= last {
+		return
+	}
+	now := bl.now()
+	if bl.rosterLag.seq != last {
+		bl.rosterLag = rosterLag{seq: last, since: now}
+		return
+	}
+	if now.Sub(bl.rosterLag.since) < redeliverAfter || now.Sub(bl.rosterLag.handed) < redeliverAfter {
+		return
+	}
+	bl.rosterLag.handed = now
+	if err := bl.redeliverRoster(ctx); err != nil {
+		bl.log.Error("roster not announced again", "seq", last, "err", err)
 	}
 }
 

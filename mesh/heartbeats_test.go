@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -162,5 +163,80 @@ func TestHeartbeatsHandAMissedDeclarationAgain(t *testing.T) {
 	beat(seq)
 	if n := pending(); n != 0 {
 		t.Fatalf("handed %d more declarations: one just handed again, then applied", n)
+	}
+}
+
+// TestHeartbeatsAnnounceAMissedRosterAgain: a host heard to hold an older
+// roster than the one in force 15 s after that was first heard has the
+// roster in force announced again on RosterDelivery, without a base, so
+// that it asks for it whole; then not again within 15 s; the stream
+// keeps one message of it.
+func TestHeartbeatsAnnounceAMissedRosterAgain(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	c, db := newController(t, clk)
+	meshOf(t, c, db)
+	ctx := context.Background()
+	if _, err := c.push(ctx, spec.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	last, err := db.LastRosterSeq(ctx)
+	if err != nil || last == 0 {
+		t.Fatalf("no roster in force after a push: %d, %v", last, err)
+	}
+	announced, err := c.nc.SubscribeSync(spec.RosterDelivery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	beat := func(roster uint64) {
+		t.Helper()
+		at := clk.Now()
+		hb := spec.Heartbeat{Node: "beta", Time: at, RosterSeq: roster, Protocol: spec.Protocol, HostVersion: "v"}
+		if err := c.nc.Publish(spec.NodeSubject("beta", spec.KindHeartbeat), mustJSON(t, hb)); err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, 10*time.Second, "the heartbeat is recorded", func() (bool, string) {
+			n, err := db.Node(ctx, "beta")
+			return err == nil && !n.LastHeard.Before(at) && n.RosterSeq == roster, fmt.Sprintf("%+v, %v", n, err)
+		})
+	}
+	pending := func() int {
+		t.Helper()
+		if err := c.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		n, _, err := announced.Pending()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	beat(last - 1)
+	clk.Add(redeliverAfter - time.Second)
+	beat(last - 1)
+	if n := pending(); n != 0 {
+		t.Fatalf("announced %d times before the lag was 15 s old", n)
+	}
+	clk.Add(2 * time.Second)
+	beat(last - 1)
+	m, err := announced.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("the roster in force was not announced again: %v", err)
+	}
+	var delta spec.RosterDelta
+	if err := json.Unmarshal(m.Data, &delta); err != nil || delta.Seq != last || delta.Base != 0 || m.Header.Get(spec.RosterDeltaHeader) == "" {
+		t.Fatalf("announced %s (%v): want roster %d without a base", m.Data, err, last)
+	}
+	clk.Add(time.Second)
+	beat(last - 1)
+	beat(last)
+	if n := pending(); n != 0 {
+		t.Fatalf("announced %d more times within 15 s", n)
+	}
+	if got := onSubject(t, c, spec.RosterSubject); got != 1 {
+		t.Fatalf("the stream holds %d roster messages, want the one push's", got)
 	}
 }

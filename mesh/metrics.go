@@ -108,6 +108,7 @@ func (c *Controller) newRegistry() (*prometheus.Registry, error) {
 		{"mesh_declaration_bytes_total", "Bytes of the declarations published: their signed bodies.", &m.declarationBytes},
 		{"mesh_declarations_redelivered_total", "Declarations handed again, as recorded, to a node heard not to apply them 15 s after they were sent.", &m.redelivered},
 		{"mesh_rosters_sent_total", "Roster messages published (once per roster change, to every node).", &m.rostersSent},
+		{"mesh_rosters_redelivered_total", "The roster in force announced again to every host, when a host was heard 15 s not to hold it.", &m.rostersRedelivered},
 		{"mesh_roster_bytes_total", "Bytes of the roster messages published: their signed bodies.", &m.rosterBytes},
 		{"mesh_blobs_collected_total", "Blobs deleted because no module, node's last declaration or release named them.", &m.blobsCollected},
 		{"mesh_blob_bytes_collected_total", "Bytes of the blobs collected.", &m.blobBytesCollected},

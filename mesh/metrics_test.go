@@ -80,7 +80,7 @@ func TestMetricsKeepTheirNames(t *testing.T) {
 		"mesh_heartbeats_total 1", "mesh_heartbeats_excess_total 0", "mesh_reports_total 0", "mesh_reports_unsent_total 0",
 		"mesh_fallbacks_refused_total 0", "mesh_api_calls_total 0", "mesh_enrol_requests_total 0", "mesh_api_errors_total 0",
 		"mesh_replies_refused_total 0", "mesh_certs_issued_total 0", "mesh_csr_refused_total 0",
-		"mesh_declarations_sent_total ", "mesh_declaration_bytes_total ", "mesh_declarations_redelivered_total 0", "mesh_rosters_sent_total ", "mesh_roster_bytes_total ",
+		"mesh_declarations_sent_total ", "mesh_declaration_bytes_total ", "mesh_declarations_redelivered_total 0", "mesh_rosters_redelivered_total 0", "mesh_rosters_sent_total ", "mesh_roster_bytes_total ",
 		"mesh_blobs_collected_total 0", "mesh_blob_bytes_collected_total 0", "mesh_audit_queued 0", "mesh_panics_total 0",
 		"go_goroutines ", "process_resident_memory_bytes ",
 		"mesh_push_duration_seconds_count 0", "mesh_apply_duration_seconds_count 0",

@@ -128,7 +128,22 @@ func (rs *rosters) publishRoster(ctx context.Context, doc spec.RosterDoc, r stor
 	if err != nil {
 		return fmt.Errorf("count the nodes a roster goes to: %w", err)
 	}
-	within := time.Duration(float64(len(r.Body)) * float64(nodes) / rosterFetchRate * float64(time.Second))
+	msg, err := rs.deltaMsg(doc, r, base, nodes)
+	if err != nil {
+		return err
+	}
+	if _, err := rs.js().PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish the delta of roster %d: %w", doc.Seq, err)
+	}
+	rs.metrics.countRoster(len(msg.Data))
+	return nil
+}
+
+// deltaMsg is the signed message that announces roster r (doc, as
+// recorded) on RosterSubject, a delta from base when it is smaller than
+// half the roster; asking fetchers hosts fetch it whole within a window.
+func (rs *rosters) deltaMsg(doc spec.RosterDoc, r store.Roster, base *store.Roster, fetchers int) (*nats.Msg, error) {
+	within := time.Duration(float64(len(r.Body)) * float64(fetchers) / rosterFetchRate * float64(time.Second))
 	delta := spec.RosterDelta{Mesh: doc.Mesh, Seq: doc.Seq, Issued: doc.Issued, Expires: doc.Expires, Protocol: doc.Protocol,
 		FullSig: r.Sig, FetchWithinMS: min(within, maxFetchWithin).Milliseconds()}
 	var body []byte
@@ -144,16 +159,42 @@ func (rs *rosters) publishRoster(ctx context.Context, doc spec.RosterDoc, r stor
 		}
 	}
 	if body == nil {
+		var err error
 		if body, err = json.Marshal(delta); err != nil {
-			return fmt.Errorf("encode the delta of roster %d: %w", doc.Seq, err)
+			return nil, fmt.Errorf("encode the delta of roster %d: %w", doc.Seq, err)
 		}
 	}
 	msg := signedMsg(spec.RosterSubject, body, ed25519.Sign(rs.signKey, body))
 	msg.Header.Set(spec.RosterDeltaHeader, "1")
-	if _, err := rs.js().PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("publish the delta of roster %d: %w", doc.Seq, err)
+	return msg, nil
+}
+
+// redeliver announces the roster in force again, without a base, on
+// RosterDelivery, where every host hears it: one that holds it takes a
+// duplicate, one that missed it asks for it whole at once (the window is
+// one host's). Nothing is recorded or numbered anew.
+func (rs *rosters) redeliver(ctx context.Context) error {
+	r, err := rs.db.LastRoster(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
 	}
-	rs.metrics.countRoster(len(body))
+	if err != nil {
+		return err
+	}
+	var doc spec.RosterDoc
+	if err := spec.Decode(r.Body, &doc); err != nil {
+		return fmt.Errorf("read the recorded roster %d: %w", r.Seq, err)
+	}
+	msg, err := rs.deltaMsg(doc, r, nil, 1)
+	if err != nil {
+		return err
+	}
+	msg.Subject = spec.RosterDelivery
+	if err := rs.js().Conn().PublishMsg(msg); err != nil {
+		return fmt.Errorf("announce roster %d again: %w", r.Seq, err)
+	}
+	rs.metrics.rostersRedelivered.Add(1)
+	rs.log.Info("roster announced again to hosts heard not to hold it", "seq", r.Seq)
 	return nil
 }
 
