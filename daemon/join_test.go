@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
@@ -33,6 +36,7 @@ import (
 type controllerRig struct {
 	dir  string
 	bus  string
+	m    *Mesh
 	stop func()
 }
 
@@ -52,7 +56,7 @@ func runRig(t *testing.T, dir, bus string) *controllerRig {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
-	r := &controllerRig{dir: dir, bus: bus}
+	r := &controllerRig{dir: dir, bus: bus, m: m}
 	stopped := false
 	r.stop = func() {
 		if stopped {
@@ -197,7 +201,15 @@ func TestThreeControllersFormedByJoins(t *testing.T) {
 	if _, err := KeepClusterListen(dirA, "home", routeA, "nats://"+busA); err != nil {
 		t.Fatal(err)
 	}
-	runRig(t, dirA, busA)
+	a := runRig(t, dirA, busA)
+	select {
+	case <-a.m.Ready():
+	case <-time.After(time.Minute):
+		t.Fatal("the genesis controller was not ready within a minute")
+	}
+	// The genesis machine's resolver answers throughout the two joins,
+	// each of which starts its mesh again in the grown peer set.
+	stopAsking := askAll(t, a.m.Addrs().DNS)
 
 	tokB := controllerToken(t, dirA, busA, "beta")
 	dirB, busB, _, err := joinRig(t, tokB)
@@ -216,6 +228,14 @@ func TestThreeControllersFormedByJoins(t *testing.T) {
 			peers := peersOf(t, dir)
 			return len(peers) == 3, strings.Join(peers, ",")
 		})
+	}
+	poll.Until(t, time.Minute, "the genesis controller runs in the peer set of three", func() (bool, string) {
+		_, err := operatorCall(t.Context(), dirA, busA, spec.TokenList, spec.TokenListRequest{})
+		return err == nil, fmt.Sprint(err)
+	})
+	asked, failed := stopAsking()
+	if len(failed) > 0 {
+		t.Errorf("%d of %d questions to the genesis machine's resolver went unanswered across the joins; the first: %s", len(failed), asked, failed[0])
 	}
 
 	// A write through the controller is in all three views.
@@ -279,4 +299,42 @@ func TestThreeControllersFormedByJoins(t *testing.T) {
 	if got := peersOf(t, dirA); !reflect.DeepEqual(got, peers) {
 		t.Fatalf("a refused join changed the peers: %v, were %v", got, peers)
 	}
+}
+
+// askAll asks the resolver at addr for a name every 20 ms until stop is
+// called, which returns how many questions were asked and the ones that
+// got no answer (any answer counts, NXDOMAIN included).
+func askAll(t *testing.T, addr string) (stop func() (int, []string)) {
+	t.Helper()
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	var asked int
+	var failed []string
+	go func() {
+		defer close(done)
+		c := &dns.Client{Net: "udp", Timeout: 2 * time.Second}
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+			q := new(dns.Msg)
+			q.SetQuestion("alpha.internal.", dns.TypeA)
+			_, _, err := c.Exchange(q, addr)
+			asked++
+			if err != nil {
+				failed = append(failed, err.Error())
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() (int, []string) {
+		once.Do(func() { close(quit); <-done })
+		return asked, failed
+	}
+	t.Cleanup(func() { stop() })
+	return stop
 }

@@ -60,6 +60,8 @@ type Mesh struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 	addrs     spec.Addrs // where each part listens, once ready
+	// dns is the machine's resolver, kept across runs (dns.go).
+	dns *machineDNS
 }
 
 // NewMesh checks cfg; it starts nothing.
@@ -145,14 +147,11 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	if created {
 		log.Info("at-rest key made for a mesh that had none", "path", filepath.Join(ctlDir, mesh.SealKeyFile))
 	}
-	// The resolver's answers are timed on the controller's /metrics: the
-	// machine's only HTTP listener.
-	latency := mesh.NewResolverLatency()
-	cfg.Resolver.Latency = latency
-	dns, err := resolver.New(cfg.Resolver, log.With("component", "resolver"))
+	machine, dnsPart, err := m.resolver(cfg, cfg.Held.DNS)
 	if err != nil {
 		return err
 	}
+	dns, latency := machine.srv, machine.latency
 	// One count of recovered panics for the process: /metrics shows the
 	// host's with the controller's.
 	panics := new(atomic.Uint64)
@@ -207,7 +206,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 		{"journal", truth.Run, truth.Ready(), nil},
 	}...)
 	parts = append(parts, m.peersPart(cluster, bus, ctlKeys, joins)...)
-	parts = append(parts, part{"resolver", dns.Run, dns.Ready(), cfg.Held.DNS}, ctlPart,
+	parts = append(parts, dnsPart, ctlPart,
 		part{"host", ownHost(log, agent), agent.Ready(), nil})
 	runErr := runInOrder(ctx, log, parts, func() error {
 		addrs := cfg.Addrs

@@ -31,7 +31,12 @@ var ErrRestart = errors.New("the controllers' peer set changed: the mesh starts 
 // ctx ends; then stops them in reverse, the store last. When the
 // controllers' peer set changes (a controller joined) it stops them and
 // runs them again, the bus in the new set, on the addresses they bound.
-func (m *Mesh) Run(ctx context.Context) error {
+func (m *Mesh) Run(ctx context.Context) (err error) {
+	defer func() {
+		if derr := m.stopDNS(); derr != nil && err == nil && ctx.Err() == nil {
+			err = fmt.Errorf("resolver: %w", derr)
+		}
+	}()
 	for {
 		err := m.runOnce(ctx)
 		if err != nil {
