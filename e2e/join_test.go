@@ -145,7 +145,10 @@ func TestBadTokensAreRefusedAndLeaveNothing(t *testing.T) {
 			attempts := m.metric(t, "mesh_enrol_requests_total")
 			parent := t.TempDir()
 			dir := filepath.Join(parent, "host")
-			_, errOut, code := runMesh(t, "host", "--dir", dir, "--join", c.token, "--address", "127.0.0.9")
+			// On a port of the test's: a token good enough to reach the
+			// controller has the host bind its resolver first, and the
+			// default port may be another run's.
+			_, errOut, code := runMesh(t, "host", "--dir", dir, "--join", c.token, "--address", "127.0.0.9", "--dns", port(t), "--dns-upstream", deadUpstream)
 			if code == 0 {
 				t.Fatal("the join succeeded")
 			}

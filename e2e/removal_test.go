@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,7 +88,9 @@ func TestRemovedNodeJoinedAgainStartsFromNothing(t *testing.T) {
 // removed and how to join again, and exits with code 3, both while it runs
 // and when it is started again. Each case has a mesh of its own and they
 // run at once: each waits some seconds for the host to tell the bus's
-// refusals from a failure that passes.
+// refusals from a failure that passes. The cases run in this test's own
+// turn, not as parallel subtests, which would wait for a turn behind every
+// test released before them and end the package's run.
 func TestRemovedHostExitsSayingSo(t *testing.T) {
 	t.Parallel()
 	wantRemoved := func(t *testing.T, d *daemon) {
@@ -101,42 +104,46 @@ func TestRemovedHostExitsSayingSo(t *testing.T) {
 			}
 		}
 	}
-	t.Run("running", func(t *testing.T) {
-		t.Parallel()
-		m := newMesh(t)
-		_, h := m.join(t, "beta")
+	var cases sync.WaitGroup
+	defer cases.Wait()
+	cases.Go(func() {
+		t.Run("running", func(t *testing.T) {
+			m := newMesh(t)
+			_, h := m.join(t, "beta")
 
-		// The controller's own node is refused: its host runs in the
-		// controller's process.
-		if _, errOut, code := runMesh(t, "node", "remove", "--dir", m.dir, "alpha"); code != 1 || !strings.Contains(errOut, "this controller's own machine") {
-			t.Fatalf("removing the controller's own node: exit %d: %s", code, errOut)
-		}
+			// The controller's own node is refused: its host runs in the
+			// controller's process.
+			if _, errOut, code := runMesh(t, "node", "remove", "--dir", m.dir, "alpha"); code != 1 || !strings.Contains(errOut, "this controller's own machine") {
+				t.Fatalf("removing the controller's own node: exit %d: %s", code, errOut)
+			}
 
-		removed := time.Now()
-		mustRun(t, "node", "remove", "--dir", m.dir, "beta")
-		wantRemoved(t, h)
-		t.Logf("the removed host exited %s after the removal", time.Since(removed).Round(100*time.Millisecond))
-		if got := m.nodeNames(t); got != "alpha" {
-			t.Errorf("nodes after the removal: %s", got)
-		}
+			removed := time.Now()
+			mustRun(t, "node", "remove", "--dir", m.dir, "beta")
+			wantRemoved(t, h)
+			t.Logf("the removed host exited %s after the removal", time.Since(removed).Round(100*time.Millisecond))
+			if got := m.nodeNames(t); got != "alpha" {
+				t.Errorf("nodes after the removal: %s", got)
+			}
+		})
 	})
 	// Started again after the removal, it connects for the first time with
 	// a credential the bus refuses: it says so too, rather than waiting for
 	// ever.
-	t.Run("started again", func(t *testing.T) {
-		t.Parallel()
-		m := newMesh(t)
-		hostDir, h := m.join(t, "beta")
-		h.stop(t)
-		mustRun(t, "node", "remove", "--dir", m.dir, "beta")
-		again := start(t, "host", "--dir", hostDir, "--dns", port(t), "--dns-upstream", deadUpstream)
-		wantRemoved(t, again)
-		if strings.Contains(again.out.String(), "host running") {
-			t.Errorf("the removed host said it runs:\n%s", again.out.String())
-		}
-		if got := m.nodeNames(t); got != "alpha" {
-			t.Errorf("nodes after the removal: %s", got)
-		}
+	cases.Go(func() {
+		t.Run("started again", func(t *testing.T) {
+			m := newMesh(t)
+			hostDir, h := m.join(t, "beta")
+			h.stop(t)
+			mustRun(t, "node", "remove", "--dir", m.dir, "beta")
+			again := start(t, "host", "--dir", hostDir, "--dns", port(t), "--dns-upstream", deadUpstream)
+			wantRemoved(t, again)
+			if strings.Contains(again.out.String(), "host running") {
+				t.Errorf("the removed host said it runs:\n%s", again.out.String())
+			}
+			if got := m.nodeNames(t); got != "alpha" {
+				t.Errorf("nodes after the removal: %s", got)
+			}
+		})
 	})
 }
 

@@ -29,6 +29,11 @@ import (
 // edgeRoster is a roster in which node alpha serves each of backends
 // (public name to backend URL) as route NAME's first label, on port the
 // backend's.
+//
+// Each test's public names are its own: certmagic keeps the challenges
+// being solved by name, for the whole process, and the edge tests run in
+// parallel, so two tests solving one name would answer each other's
+// challenges.
 func edgeRoster(t *testing.T, backends map[string]string) spec.Roster {
 	t.Helper()
 	var r spec.Roster
@@ -65,6 +70,7 @@ func curl(root string, port int, name, url string, args ...string) (string, erro
 // name the roster does not hold fails the handshake; the edge's keys are
 // kept 0600; removing the resource closes the listeners.
 func TestEdgeServesPublicNamesWithACME(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is not installed: install it (.ci/run does); the test verifies the edge's chains with it")
 	}

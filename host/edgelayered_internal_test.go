@@ -238,6 +238,7 @@ func TestEdgeKeepsServingWhenTheBusIsGone(t *testing.T) {
 // back, those are copied up to the bucket, and locks are the bucket's
 // again.
 func TestEdgeLayeredStorage(t *testing.T) {
+	t.Parallel()
 	b := startEdgeBus(t, map[string]bool{"alpha": true, "beta": true})
 	key := edgeKey(t)
 	dir := filepath.Join(t.TempDir(), EdgeDir)

@@ -51,6 +51,7 @@ func servedSerial(root, addr, name string) (string, error) {
 // certificate (the same serial). Nothing in the bucket holds a key in the
 // clear.
 func TestEdgesShareOneCertificate(t *testing.T) {
+	t.Parallel()
 	addrs := [2][2]string{}
 	for i := range addrs {
 		addrs[i] = [2]string{testport.Addr(t, "127.0.0.1"), testport.Addr(t, "127.0.0.1")}
@@ -78,7 +79,7 @@ func TestEdgesShareOneCertificate(t *testing.T) {
 
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "page") }))
 	t.Cleanup(page.Close)
-	names := []string{"one.example.test", "two.example.test"}
+	names := []string{"shared-one.example.test", "shared-two.example.test"}
 	backends := map[string]string{}
 	for _, n := range names {
 		backends[n] = page.URL

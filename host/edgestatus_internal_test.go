@@ -82,6 +82,7 @@ func TestEdgeEventsRetry(t *testing.T) {
 // a minute later, and a renewal forced of the name obtained before fails
 // the same way while that name is still served, its certificate valid.
 func TestEdgeStateReportsCertificatesAndFailures(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is not installed: install it (.ci/run does); the test verifies the edge's chains with it")
 	}
@@ -90,7 +91,7 @@ func TestEdgeStateReportsCertificatesAndFailures(t *testing.T) {
 	pb := pebbletest.Start(t, httpPort, httpsPort)
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "page") }))
 	t.Cleanup(backend.Close)
-	backends := map[string]string{"one.example.test": backend.URL}
+	backends := map[string]string{"status-one.example.test": backend.URL}
 
 	logs := &lockedBuffer{}
 	t.Cleanup(func() {
@@ -144,9 +145,9 @@ func TestEdgeStateReportsCertificatesAndFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	var one spec.EdgeName
-	poll.Until(t, 60*time.Second, "one.example.test reported valid", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "status-one.example.test reported valid", func() (bool, string) {
 		st, _ := last()
-		one = nameIn(st, "one.example.test")
+		one = nameIn(st, "status-one.example.test")
 		return st.Edge == "edge" && st.Node == "alpha" && one.State == spec.EdgeValid && st.Check() == nil, fmt.Sprintf("%+v", st)
 	})
 	if d := time.Until(one.NotAfter); d < 80*24*time.Hour || one.Error != "" {
@@ -160,21 +161,21 @@ func TestEdgeStateReportsCertificatesAndFailures(t *testing.T) {
 	reconnects.Add(1)
 	poll.Until(t, 5*time.Second, "the report sent again on reconnection", func() (bool, string) {
 		st, again := last()
-		return again == n+1 && nameIn(st, "one.example.test").State == spec.EdgeValid, fmt.Sprintf("%d sent, then %d", n, again)
+		return again == n+1 && nameIn(st, "status-one.example.test").State == spec.EdgeValid, fmt.Sprintf("%d sent, then %d", n, again)
 	})
 
 	// Pebble's issuing root is not the root of its TLS: every ACME
 	// request fails to verify.
 	e.ACMERoots = pb.Root
-	backends["two.example.test"] = backend.URL
+	backends["status-two.example.test"] = backend.URL
 	g.take(edgeRoster(t, backends))
 	if err := g.configure(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
 	var two spec.EdgeName
-	poll.Until(t, 30*time.Second, "two.example.test reported failed", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "status-two.example.test reported failed", func() (bool, string) {
 		st, _ := last()
-		two, one = nameIn(st, "two.example.test"), nameIn(st, "one.example.test")
+		two, one = nameIn(st, "status-two.example.test"), nameIn(st, "status-one.example.test")
 		return two.State == spec.EdgeFailed && one.State == spec.EdgeValid, fmt.Sprintf("%+v", st)
 	})
 	if !strings.Contains(two.Error, "certificate") || two.ErrorAt.IsZero() || two.Retry.Sub(two.ErrorAt) != time.Minute || !two.NotAfter.IsZero() {
@@ -186,18 +187,18 @@ func TestEdgeStateReportsCertificatesAndFailures(t *testing.T) {
 	g.mu.Unlock()
 	renewing, stopRenewing := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); s.magic.RenewCertAsync(renewing, "one.example.test", true) }()
+	go func() { defer close(done); s.magic.RenewCertAsync(renewing, "status-one.example.test", true) }()
 	t.Cleanup(func() { stopRenewing(); <-done })
-	poll.Until(t, 30*time.Second, "one.example.test's renewal reported failed", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "status-one.example.test's renewal reported failed", func() (bool, string) {
 		st, _ := last()
-		one = nameIn(st, "one.example.test")
+		one = nameIn(st, "status-one.example.test")
 		return one.Error != "", fmt.Sprintf("%+v", st)
 	})
 	if one.State != spec.EdgeValid || time.Until(one.NotAfter) < 80*24*time.Hour || one.Retry.Sub(one.ErrorAt) != time.Minute {
 		t.Errorf("a renewal failed: %+v, want still valid with its expiry, the error and a retry", one)
 	}
-	url := fmt.Sprintf("https://one.example.test:%d/", httpsPort)
-	if out, err := curl(pb.Root, httpsPort, "one.example.test", url); err != nil || !strings.Contains(out, "page") {
-		t.Errorf("one.example.test while its CA fails: %q (%v), want it served", out, err)
+	url := fmt.Sprintf("https://status-one.example.test:%d/", httpsPort)
+	if out, err := curl(pb.Root, httpsPort, "status-one.example.test", url); err != nil || !strings.Contains(out, "page") {
+		t.Errorf("status-one.example.test while its CA fails: %q (%v), want it served", out, err)
 	}
 }

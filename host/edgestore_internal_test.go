@@ -161,6 +161,7 @@ func (b *edgeBus) openStore(t *testing.T, node string, key []byte) *edgeStore {
 // never in the clear, and a value moved to another key does not open;
 // another edge with the same key reads what one stored.
 func TestEdgeStoreKeepsValuesSealed(t *testing.T) {
+	t.Parallel()
 	b := startEdgeBus(t, map[string]bool{"alpha": true, "beta": true})
 	key := edgeKey(t)
 	s, other := b.openStore(t, "alpha", key), b.openStore(t, "beta", key)
@@ -270,6 +271,7 @@ func (b *edgeBus) kvOf(t *testing.T) jetstream.KeyValue {
 // ends with its context; a lock left by a holder gone is taken over once
 // stale.
 func TestEdgeStoreLocks(t *testing.T) {
+	t.Parallel()
 	b := startEdgeBus(t, map[string]bool{"alpha": true, "beta": true})
 	key := edgeKey(t)
 	one, two := b.openStore(t, "alpha", key), b.openStore(t, "beta", key)
@@ -360,6 +362,7 @@ func TestEdgeStoreLocks(t *testing.T) {
 // is denied each (a permissions violation), both at the bucket's API and
 // at its subjects.
 func TestEdgeBucketDeniedToOtherNodes(t *testing.T) {
+	t.Parallel()
 	b := startEdgeBus(t, map[string]bool{"alpha": true, "gamma": false})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
