@@ -51,6 +51,11 @@ type User struct {
 	Full      bool
 	Publish   []string
 	Subscribe []string
+	// System puts the user in the bus's system account, with every
+	// right there: the cluster's own operations (a server's removal from
+	// JetStream's meta group) are asked from it. Only a controller's
+	// process holds one, in memory.
+	System bool
 }
 
 // Server is the embedded bus.
@@ -162,7 +167,12 @@ func (s *Server) Run(ctx context.Context) error {
 		ns.Shutdown()
 		return fmt.Errorf("start bus: the %s account: %w", Account, err)
 	}
-	s.gate.start(ns, acc)
+	sys, err := ns.LookupAccount(systemAccount)
+	if err != nil {
+		ns.Shutdown()
+		return fmt.Errorf("start bus: the %s account: %w", systemAccount, err)
+	}
+	s.gate.start(ns, acc, sys)
 	ns.SetLoggerV2(logger{s.log}, false, false, false)
 	go ns.Start()
 	if !ns.ReadyForConnections(30 * time.Second) {
@@ -314,9 +324,12 @@ func (s *Server) options(host string, port int) (*server.Options, error) {
 	return opts, nil
 }
 
+// systemAccount is the bus's system account: only a System user is in it.
+const systemAccount = "SYS"
+
 // configText is the bus's accounts as nats-server reads them: JetStream
 // with every write synced (or synced every syncInterval when it is not
-// zero), a system account no user holds, and the mesh account with
+// zero), a system account only a System user is in, and the mesh account with
 // JetStream enabled. No user is in it: the gate admits them.
 func configText(storeDir string, syncInterval time.Duration) string {
 	sync := "always"
@@ -325,8 +338,8 @@ func configText(storeDir string, syncInterval time.Duration) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n  sync_interval: %s\n}\n", strconv.Quote(storeDir), sync)
-	b.WriteString("system_account: SYS\n")
-	b.WriteString("accounts {\n  SYS {\n    users: []\n  }\n")
+	fmt.Fprintf(&b, "system_account: %s\n", systemAccount)
+	fmt.Fprintf(&b, "accounts {\n  %s {\n    users: []\n  }\n", systemAccount)
 	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n    users: []\n  }\n}\n", Account)
 	return b.String()
 }

@@ -28,6 +28,8 @@ type gate struct {
 	// force. A nkey in both is admitted as users says.
 	standing map[string]*admitted
 	acc      *server.Account
+	// sys is the system account, a System user's.
+	sys *server.Account
 }
 
 // admitted is one user in force: what a connection of it is given, and the
@@ -46,15 +48,15 @@ const pruneAt = 8
 
 // start ties the gate to its server and the mesh account, before the server
 // accepts a connection.
-func (g *gate) start(ns *server.Server, acc *server.Account) {
+func (g *gate) start(ns *server.Server, acc, sys *server.Account) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.ns, g.acc = ns, acc
+	g.ns, g.acc, g.sys = ns, acc, sys
 	for _, a := range g.users {
-		a.perms.Account = acc
+		a.perms.Account = g.accountOf(a.u)
 	}
 	for _, a := range g.standing {
-		a.perms.Account = acc
+		a.perms.Account = g.accountOf(a.u)
 	}
 }
 
@@ -78,7 +80,7 @@ func (g *gate) table(users []User) (map[string]*admitted, []uint64, error) {
 		if err := u.check(); err != nil {
 			return nil, nil, err
 		}
-		next[u.NKey] = &admitted{u: u, perms: &server.User{Username: u.NKey, Account: g.acc, Permissions: permissions(u)}, conns: map[uint64]struct{}{}}
+		next[u.NKey] = &admitted{u: u, perms: &server.User{Username: u.NKey, Account: g.accountOf(u), Permissions: permissions(u)}, conns: map[uint64]struct{}{}}
 	}
 	var drop []uint64
 	for key, old := range g.users {
@@ -124,7 +126,7 @@ func (g *gate) add(u User) ([]uint64, *server.Server, error) {
 	if g.users == nil {
 		g.users = map[string]*admitted{}
 	}
-	g.users[u.NKey] = &admitted{u: u, perms: &server.User{Username: u.NKey, Account: g.acc, Permissions: permissions(u)}, conns: map[uint64]struct{}{}}
+	g.users[u.NKey] = &admitted{u: u, perms: &server.User{Username: u.NKey, Account: g.accountOf(u), Permissions: permissions(u)}, conns: map[uint64]struct{}{}}
 	return old.recorded(), g.ns, nil
 }
 
@@ -156,7 +158,7 @@ func (g *gate) stand(u User) ([]uint64, *server.Server, error) {
 	if g.standing == nil {
 		g.standing = map[string]*admitted{}
 	}
-	g.standing[u.NKey] = &admitted{u: u, perms: &server.User{Username: u.NKey, Account: g.acc, Permissions: permissions(u)}, conns: map[uint64]struct{}{}}
+	g.standing[u.NKey] = &admitted{u: u, perms: &server.User{Username: u.NKey, Account: g.accountOf(u), Permissions: permissions(u)}, conns: map[uint64]struct{}{}}
 	return old.recorded(), g.ns, nil
 }
 
@@ -195,15 +197,24 @@ func (g *gate) list() []User {
 }
 
 func same(a, b User) bool {
-	return a.Full == b.Full && slices.Equal(a.Publish, b.Publish) && slices.Equal(a.Subscribe, b.Subscribe)
+	return a.Full == b.Full && a.System == b.System && slices.Equal(a.Publish, b.Publish) && slices.Equal(a.Subscribe, b.Subscribe)
 }
 
 // permissions are what u may do in the mesh account: nil (anything) for a
 // full user, else exactly its lists. An empty list allows nothing: an
 // empty allow list would read as "allow all" to nats-server, so it is a
 // deny of every subject instead.
+// accountOf is the account u's connections are in: the system account
+// for a System user, the mesh's for any other.
+func (g *gate) accountOf(u User) *server.Account {
+	if u.System {
+		return g.sys
+	}
+	return g.acc
+}
+
 func permissions(u User) *server.Permissions {
-	if u.Full {
+	if u.Full || u.System {
 		return nil
 	}
 	return &server.Permissions{Publish: subjects(u.Publish), Subscribe: subjects(u.Subscribe)}

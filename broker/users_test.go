@@ -475,3 +475,28 @@ func TestOneUserChangeEqualsRecomposition(t *testing.T) {
 		t.Fatalf("a new connection of the withdrawn node: %v, want an authorization violation", err)
 	}
 }
+
+// TestSystemUserIsInTheSystemAccount: a System user's connection is in
+// the bus's system account, where the servers answer their own requests
+// ($SYS.REQ.SERVER.PING); a full user of the mesh's account gets no
+// answer there.
+func TestSystemUserIsInTheSystemAccount(t *testing.T) {
+	t.Parallel()
+	sys, sysPub := newUser(t)
+	ctl, ctlPub := newUser(t)
+	b := startBus(t, []broker.User{{NKey: sysPub, System: true}, {NKey: ctlPub, Full: true}})
+	for _, tc := range []struct {
+		name    string
+		kp      nkeys.KeyPair
+		answers bool
+	}{{"system", sys, true}, {"full", ctl, false}} {
+		nc, err := b.connect(t, tc.kp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = nc.Request("$SYS.REQ.SERVER.PING", nil, 5*time.Second)
+		if answered := err == nil; answered != tc.answers {
+			t.Errorf("the %s user's server ping: %v; want answered %t", tc.name, err, tc.answers)
+		}
+	}
+}

@@ -190,6 +190,16 @@ func TestOutputGolden(t *testing.T) {
 				{Provider: "alpha", Consumer: "app-beta", Module: "app", Node: "beta", Grant: "files", MintedAt: at},
 				{Provider: "gamma", Consumer: "app-delta", Module: "app", Node: "delta", Grant: "files", MintedAt: at, Orphaned: true}}})
 		},
+		"cluster-show": func(b *bytes.Buffer) error {
+			if err := printRoles(b, nil); err != nil {
+				return err
+			}
+			return printRoles(b, []spec.ControllerRole{
+				{Server: "c-1a2b3c4d", Role: "leader", Leader: "c-1a2b3c4d", Peers: 3},
+				{Server: "c-5e6f7a8b", Role: "follower", Leader: "c-1a2b3c4d", Peers: 3},
+				{Server: "c-9c0d1e2f", Role: "candidate", Peers: 3},
+			})
+		},
 		"token-list": func(b *bytes.Buffer) error {
 			if err := printTokens(b, nil, at); err != nil {
 				return err
@@ -237,7 +247,7 @@ func TestOutputGolden(t *testing.T) {
 		want[f.Name] = f.Data
 	}
 	var files []txtar.File
-	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "node-show-waiting", "status-clear", "status-not-clear", "status-rolling", "status-public", "push-report", "push-dry-run", "push-refused", "assign", "grant-list", "grant-rotate", "token-list", "ca-domain-list", "ca-certs", "release-list", "release-roll"}
+	order := []string{"node-list", "node-show", "node-show-never", "node-show-older", "node-show-waiting", "status-clear", "status-not-clear", "status-rolling", "status-public", "push-report", "push-dry-run", "push-refused", "assign", "grant-list", "grant-rotate", "token-list", "cluster-show", "ca-domain-list", "ca-certs", "release-list", "release-roll"}
 	if len(order) != len(cases) {
 		t.Fatalf("%d cases and %d names in their order: a case left out of the order is never checked", len(cases), len(order))
 	}

@@ -42,14 +42,19 @@ type ClusterState struct {
 	// log and never begins one (the controller it joined began it), and
 	// it campaigns for the lease only once its view caught up.
 	BusOnly bool `json:"bus_only,omitempty"`
+	// Removed are the servers removed from the cluster (mesh cluster
+	// remove): never a peer again, whatever an older peer set says.
+	Removed []string `json:"removed,omitempty"`
 }
 
 // Peer is one controller of the cluster: its server's name, its routes'
-// address and its bus's URL (what hosts dial).
+// address and its bus's URL (what hosts dial), and its node's name when
+// it joined.
 type Peer struct {
 	Server string `json:"server"`
 	Route  string `json:"route"`
 	Bus    string `json:"bus"`
+	Node   string `json:"node,omitempty"`
 }
 
 // NewClusterState is the cluster of one server a mesh named meshName

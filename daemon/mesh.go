@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,6 +97,9 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if cluster != nil && slices.Contains(cluster.Removed, cluster.Server) {
+		return ErrRemoved
+	}
 	joins := joinsOf(cluster, cfg.Dir)
 
 	auth, err := ca.Load(filepath.Join(ctlDir, mesh.CADir))
@@ -123,6 +127,9 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	bus, err := m.newBus(ctx, db, auth, ctlKeys)
 	if err != nil {
 		return err
+	}
+	if joins != nil {
+		joins.bus = bus
 	}
 	// With two controllers or more, one leads: it alone runs the
 	// controller, and writes the log (leader.go).
@@ -277,7 +284,7 @@ func (m *Mesh) recover(ctx context.Context, cluster *ClusterState, err error) er
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return nil // stopped while it started: a part was cut short
 	}
-	if err == nil || ctx.Err() != nil || errors.Is(err, ErrRestart) {
+	if err == nil || ctx.Err() != nil || errors.Is(err, ErrRestart) || errors.Is(err, ErrRemoved) {
 		return err
 	}
 	if errors.Is(err, journal.ErrBehind) {

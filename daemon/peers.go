@@ -134,7 +134,9 @@ func (c *clusterJoins) controllerJoins() mesh.ControllerJoins {
 // clusterJoins adds the controllers that join through this one to the
 // cluster's state in dir.
 type clusterJoins struct {
-	dir    string
+	dir string
+	// bus is the run's bus, once made: a removal asks its JetStream.
+	bus    *broker.Server
 	joined chan struct{} // a controller joined and heard its answer
 	mu     sync.Mutex
 }
@@ -151,7 +153,7 @@ func (c *clusterJoins) Check(j spec.ControllerJoin) error {
 // controller whose bus ran alone marks its store put back first: its bus
 // runs clustered from its next start, which drops the streams it kept
 // alone, and its journal then begins a new log from the store.
-func (c *clusterJoins) Join(_ context.Context, j spec.ControllerJoin, to seal.NodePublic) (string, error) {
+func (c *clusterJoins) Join(_ context.Context, node string, j spec.ControllerJoin, to seal.NodePublic) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st, err := ReadClusterState(c.dir)
@@ -162,7 +164,7 @@ func (c *clusterJoins) Join(_ context.Context, j spec.ControllerJoin, to seal.No
 		return "", err
 	}
 	alone := len(st.Peers) < 2
-	st.AddPeer(Peer{Server: j.Server, Route: j.Route, Bus: j.Bus})
+	st.AddPeer(Peer{Server: j.Server, Route: j.Route, Bus: j.Bus, Node: node})
 	keys, err := ReadSharedKeys(c.dir, *st)
 	if err != nil {
 		return "", err
@@ -229,7 +231,7 @@ func (p *peerSet) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open the controllers' peer set: %w", err)
 	}
-	w, err := kv.Watch(ctx, peersKey)
+	w, err := kv.WatchFiltered(ctx, []string{peersKey, removedKey})
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -246,6 +248,22 @@ func (p *peerSet) Run(ctx context.Context) error {
 			return p.tell(ctx, kv)
 		case e := <-w.Updates():
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			if e.Key() == removedKey {
+				var removed []string
+				if err := json.Unmarshal(e.Value(), &removed); err != nil {
+					p.log.Warn("a list of removed controllers that does not read was left", "err", err)
+					continue
+				}
+				changed, err := takeRemoved(p.dir, removed)
+				if err != nil {
+					return err
+				}
+				if changed {
+					p.log.Info("a controller was removed from the peer set: the mesh starts again without it", "removed", removed)
+					return ErrRestart
+				}
 				continue
 			}
 			var peers []Peer
@@ -279,8 +297,53 @@ func (p *peerSet) tell(ctx context.Context, kv jetstream.KeyValue) error {
 	if _, err := kv.Put(ctx, peersKey, body); err != nil {
 		p.log.Warn("the peer set was not put for the other controllers: they learn it from the next join", "err", err)
 	}
-	p.log.Info("a controller joined: the mesh starts again in the new peer set", "peers", len(st.Peers))
+	if len(st.Removed) > 0 {
+		removed, err := json.Marshal(st.Removed)
+		if err != nil {
+			return fmt.Errorf("encode the removed controllers: %w", err)
+		}
+		if _, err := kv.Put(ctx, removedKey, removed); err != nil {
+			p.log.Warn("the removed controllers were not put for the other controllers: they learn them from the next change", "err", err)
+		}
+	}
+	p.log.Info("the peer set changed: the mesh starts again in it", "peers", len(st.Peers))
 	return ErrRestart
+}
+
+// removedKey is the key of the log's bucket that holds the servers
+// removed from the cluster: a list that only grows.
+const removedKey = "peers-removed"
+
+// ErrRemoved is a controller removed from its cluster (mesh cluster
+// remove): it does not run again.
+var ErrRemoved = errors.New("this controller was removed from its cluster (mesh cluster remove): it does not run again; to make the machine a controller again, remove its directory and join it with a new token")
+
+// takeRemoved records removed among the cluster's removed servers in
+// dir, and drops them from its peers: whether the peer set changed. This
+// controller among them is ErrRemoved, recorded first.
+func takeRemoved(dir string, removed []string) (bool, error) {
+	st, err := ReadClusterState(dir)
+	if err != nil || st == nil {
+		return false, err
+	}
+	n := len(st.Peers)
+	added := false
+	for _, r := range removed {
+		if !slices.Contains(st.Removed, r) {
+			st.Removed, added = append(st.Removed, r), true
+		}
+	}
+	st.Peers = slices.DeleteFunc(st.Peers, func(p Peer) bool { return slices.Contains(st.Removed, p.Server) })
+	if !added && len(st.Peers) == n {
+		return false, nil
+	}
+	if err := WriteClusterState(dir, *st); err != nil {
+		return false, err
+	}
+	if slices.Contains(st.Removed, st.Server) {
+		return false, ErrRemoved
+	}
+	return len(st.Peers) != n, nil
 }
 
 // takePeers records peers as the cluster's peer set in dir when it holds
@@ -290,6 +353,7 @@ func takePeers(dir string, peers []Peer) (bool, error) {
 	if err != nil || st == nil {
 		return false, err
 	}
+	peers = slices.DeleteFunc(slices.Clone(peers), func(p Peer) bool { return slices.Contains(st.Removed, p.Server) })
 	has := func(server string) bool {
 		return slices.ContainsFunc(peers, func(p Peer) bool { return p.Server == server })
 	}

@@ -309,7 +309,7 @@ func runMesh(t testing.TB, args ...string) (string, string, int) {
 // process race on.
 var operatorCommands = map[string]bool{
 	"assign": true, "audit": true, "ca": true, "module": true, "node": true,
-	"push": true, "release": true, "status": true, "token": true, "unassign": true,
+	"push": true, "release": true, "status": true, "token": true, "unassign": true, "cluster": true,
 }
 
 // runBinary runs the binary under test with args and returns its stdout,

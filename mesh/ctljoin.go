@@ -14,13 +14,31 @@ type ControllerJoins interface {
 	// Check refuses j before anything is spent: a server name or a
 	// route address the cluster holds already, or no cluster.
 	Check(j spec.ControllerJoin) error
-	// Join adds j's server to the cluster's peers and returns the keys
-	// every controller shares, with the cluster's state, sealed to to.
-	Join(ctx context.Context, j spec.ControllerJoin, to seal.NodePublic) (string, error)
+	// Join adds j's server, node's, to the cluster's peers and returns
+	// the keys every controller shares, with the cluster's state, sealed
+	// to to.
+	Join(ctx context.Context, node string, j spec.ControllerJoin, to seal.NodePublic) (string, error)
 	// Joined is called once the joining controller was answered: the
 	// other controllers learn the new peer set, and this one's bus
 	// starts again in it.
 	Joined(j spec.ControllerJoin)
+	// Remove drops the controller named (its server's name or its
+	// node's) from the cluster: from JetStream's groups, then from the
+	// peer set, which every controller learns, each starting again in
+	// it. Its errors carry their reply's kind.
+	Remove(ctx context.Context, name string) (spec.ControllerRemoveResult, error)
+}
+
+// removeController is the verb cluster.remove: a controller leaves the
+// cluster's peer set, by an explicit call only.
+func (c *Controller) removeController(ctx context.Context, req spec.ControllerRemoveRequest) (spec.ControllerRemoveResult, error) {
+	if c.cfg.Joins == nil {
+		return spec.ControllerRemoveResult{}, refusedError("this mesh runs one controller, not a cluster (it was not started with --cluster): there is no controller to remove")
+	}
+	if req.Name == "" {
+		return spec.ControllerRemoveResult{}, callerError("name the controller to remove: its server's name (c-..., as mesh status or a refusal names it) or its node's")
+	}
+	return c.cfg.Joins.Remove(ctx, req.Name)
 }
 
 // checkControllerJoin refuses a request whose kind is not its token's: a
@@ -49,7 +67,7 @@ func (en *enrolment) joinController(ctx context.Context, req spec.EnrolRequest, 
 	if req.Controller == nil {
 		return nil
 	}
-	sealed, err := en.joins.Join(ctx, *req.Controller, to)
+	sealed, err := en.joins.Join(ctx, req.Node, *req.Controller, to)
 	if err != nil {
 		return fmt.Errorf("node %q recorded, but its controller is not in the cluster: %w; remove the node (mesh node remove %s) and join again", req.Node, err, req.Node)
 	}

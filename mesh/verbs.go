@@ -27,6 +27,7 @@ func (c *Controller) verbRows() []row {
 		verb(spec.TokenCreate, c.enrolment.createToken, redactNone),
 		verb(spec.TokenList, c.enrolment.listTokens, redactNone),
 		verb(spec.TokenRevoke, c.enrolment.revokeToken, redactNone),
+		verb(spec.ClusterRemove, c.removeController, redactNone),
 		verb(spec.ModuleRegister, c.modules.registerModules, redactModules),
 		verb(spec.ModuleList, c.modules.listModules, redactNone),
 		verb(spec.ModuleShow, c.modules.showModule, redactNone),

@@ -18,3 +18,18 @@ type ControllerRole struct {
 	// Peers is how many controllers its cluster has, itself among them.
 	Peers int `json:"peers,omitempty"`
 }
+
+// ControllerRemoveRequest removes the controller Name names (its cluster
+// server's name, or its node's) from the controllers' peer set.
+type ControllerRemoveRequest struct {
+	Name string `json:"name"`
+}
+
+// ControllerRemoveResult is the peer set after a removal: the server
+// removed, its node (which stays a host of the mesh until removed as a
+// node), and the servers left.
+type ControllerRemoveResult struct {
+	Server string   `json:"server"`
+	Node   string   `json:"node,omitempty"`
+	Peers  []string `json:"peers"`
+}

@@ -39,6 +39,9 @@ var (
 	TokenCreate = Verb[TokenCreateRequest, TokenCreateResult]{"token.create", DefaultVerbTimeout}
 	TokenList   = Verb[TokenListRequest, TokenListResult]{"token.list", DefaultVerbTimeout}
 	TokenRevoke = Verb[TokenRevokeRequest, Empty]{"token.revoke", DefaultVerbTimeout}
+	// ClusterRemove waits for JetStream to drop the server from its
+	// groups, which a cluster in flux takes a while to.
+	ClusterRemove = Verb[ControllerRemoveRequest, ControllerRemoveResult]{"cluster.remove", DefaultVerbTimeout}
 
 	ModuleRegister = Verb[ModuleRegisterRequest, ModuleRegisterResult]{"module.register", 2 * time.Minute}
 	ModuleList     = Verb[ModuleListRequest, ModuleListResult]{"module.list", DefaultVerbTimeout}
@@ -85,6 +88,7 @@ var verbs = []VerbInfo{
 	TokenCreate.Info(),
 	TokenList.Info(),
 	TokenRevoke.Info(),
+	ClusterRemove.Info(),
 	ModuleRegister.Info(),
 	ModuleList.Info(),
 	ModuleShow.Info(),

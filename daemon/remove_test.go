@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-fleet/mesh/internal/optin"
+	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/mesh-fleet/mesh/internal/testport"
+	"github.com/mesh-fleet/mesh/spec"
+)
+
+// TestRemovedControllerIsReplaced: of three controllers, one is stopped
+// for good and removed by its node's name: JetStream drops its server
+// and the two left run without it. The leader cannot remove itself, nor
+// can the cluster go below two. A fourth joins in its place, and then,
+// with another of the first three stopped, the two left still take a
+// write: the fourth holds the truth's replicas and counts in JetStream's
+// majority, and the removed server no longer does.
+func TestRemovedControllerIsReplaced(t *testing.T) {
+	optin.NeedSlow(t, "four controllers on real clustered buses, one removed")
+	dirA := filepath.Join(t.TempDir(), "mesh")
+	busA, routeA := testport.Addr(t, "127.0.0.1"), testport.Addr(t, "127.0.0.1")
+	if err := Create(t.Context(), Genesis{Dir: dirA, Mesh: "home", Node: "alpha", Address: "127.0.0.1", Bus: busA}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := KeepClusterListen(dirA, "home", routeA, "nats://"+busA); err != nil {
+		t.Fatal(err)
+	}
+	runRig(t, dirA, busA)
+	join := func(node string) (*controllerRig, string) {
+		t.Helper()
+		tok := controllerToken(t, dirA, busA, node)
+		dir, bus, _, err := joinRig(t, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runRig(t, dir, bus), dir
+	}
+	b, dirB := join("beta")
+	c, dirC := join("gamma")
+	for _, dir := range []string{dirA, dirB, dirC} {
+		poll.Until(t, time.Minute, "three peers in "+dir, func() (bool, string) {
+			peers := peersOf(t, dir)
+			return len(peers) == 3, strings.Join(peers, ",")
+		})
+	}
+	gamma := serverOf(t, dirC)
+	c.stop()
+
+	var res spec.ControllerRemoveResult
+	poll.UntilOK(t, 90*time.Second, "gamma removed", func() error {
+		var err error
+		res, err = operatorCall(t.Context(), dirA, busA, spec.ClusterRemove, spec.ControllerRemoveRequest{Name: "gamma"})
+		return err
+	})
+	if res.Server != gamma || res.Node != "gamma" || len(res.Peers) != 2 {
+		t.Fatalf("the removal answered %+v, want server %s, node gamma, two peers left", res, gamma)
+	}
+	for _, dir := range []string{dirA, dirB} {
+		poll.Until(t, time.Minute, "two peers in "+dir, func() (bool, string) {
+			peers := peersOf(t, dir)
+			return len(peers) == 2 && !slices.Contains(peers, gamma), strings.Join(peers, ",")
+		})
+	}
+	// Two left: neither can go.
+	_, err := callWhenServed(t, dirA, busA, spec.ControllerRemoveRequest{Name: "beta"})
+	if spec.KindOf(err) != spec.ReplyRefused || !strings.Contains(err.Error(), "join another first") {
+		t.Fatalf("removing one of two: %v, want it refused", err)
+	}
+	_, err = callWhenServed(t, dirA, busA, spec.ControllerRemoveRequest{Name: "nosuch"})
+	if spec.KindOf(err) != spec.ReplyNotFound {
+		t.Fatalf("removing a controller the cluster does not have: %v, want not found", err)
+	}
+
+	d, dirD := join("delta")
+	for _, dir := range []string{dirA, dirB, dirD} {
+		poll.Until(t, time.Minute, "three peers in "+dir, func() (bool, string) {
+			peers := peersOf(t, dir)
+			return len(peers) == 3 && !slices.Contains(peers, gamma), strings.Join(peers, ",")
+		})
+	}
+	// The fourth holds the truth's replicas once the cluster placed them.
+	// Delta runs, and a write through the three lands: the cluster placed
+	// the truth's replicas on it.
+	select {
+	case <-d.m.Ready():
+	case <-time.After(2 * time.Minute):
+		t.Fatal("delta was not ready within 2 minutes")
+	}
+	poll.UntilOK(t, 2*time.Minute, "a write with the three up", func() error {
+		_, err := operatorCall(t.Context(), dirA, busA, spec.TokenCreate, spec.TokenCreateRequest{Node: "zeta", TTL: time.Hour})
+		return err
+	})
+	for _, stream := range []string{"KV_truth", spec.DeclarationStream} {
+		poll.Until(t, 2*time.Minute, stream+" kept by delta", func() (bool, string) {
+			return storesStream(dirD, stream), ""
+		})
+	}
+	b.stop()
+	poll.UntilOK(t, 2*time.Minute, "a write with alpha and delta up", func() error {
+		_, err := operatorCall(t.Context(), dirA, busA, spec.TokenCreate, spec.TokenCreateRequest{Node: "epsilon", TTL: time.Hour})
+		return err
+	})
+}
+
+// serverOf is the cluster server name of the controller kept in dir.
+func serverOf(t *testing.T, dir string) string {
+	t.Helper()
+	st, err := ReadClusterState(dir)
+	if err != nil || st == nil {
+		t.Fatalf("cluster state of %s: %v", dir, err)
+	}
+	return st.Server
+}
+
+// callWhenServed calls cluster.remove until a controller serves it (an
+// answer, whatever it says), and returns its answer.
+func callWhenServed(t *testing.T, dir, bus string, req spec.ControllerRemoveRequest) (spec.ControllerRemoveResult, error) {
+	t.Helper()
+	var res spec.ControllerRemoveResult
+	var err error
+	poll.Until(t, 90*time.Second, "cluster.remove served", func() (bool, string) {
+		res, err = operatorCall(t.Context(), dir, bus, spec.ClusterRemove, req)
+		return spec.KindOf(err) != spec.ReplyFailed || err == nil, fmt.Sprint(err)
+	})
+	return res, err
+}
