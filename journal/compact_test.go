@@ -77,11 +77,15 @@ func logState(t *testing.T, js jetstream.JetStream, bucket string) jetstream.Str
 // snapshotNames are the objects of the log's snapshots.
 func snapshotNames(t *testing.T, js jetstream.JetStream, bucket string) []string {
 	t.Helper()
-	obs, err := js.ObjectStore(context.Background(), bucket+"-snapshots")
+	// Bounded: a list whose consumer the bus never feeds waits for ever
+	// on a context without a deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	obs, err := js.ObjectStore(ctx, bucket+"-snapshots")
 	if err != nil {
 		t.Fatal(err)
 	}
-	infos, err := obs.List(context.Background())
+	infos, err := obs.List(ctx)
 	if err != nil && err != jetstream.ErrNoObjectsFound {
 		t.Fatal(err)
 	}
