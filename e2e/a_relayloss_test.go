@@ -1,9 +1,10 @@
 package e2e
 
-// This file's name sorts first on purpose: go test releases the parallel
-// tests of a package in source order, sixteen at a time, and the one here
-// waits out three minutes of a lost path. Started first, it runs beside
-// the others instead of after most of them.
+// This file's name sorts first on purpose: go test releases the first
+// parallel test of a package first, sixteen at a time (the rest as they
+// are released, not in source order), and the one here waits out three
+// minutes of a lost path. Started first, it runs beside the others
+// instead of after most of them.
 
 import (
 	"encoding/json"
