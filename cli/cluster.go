@@ -108,8 +108,9 @@ func clusterCommand() *cli.Command {
 gives it, or its node's) leaves JetStream's cluster and the peer set; the
 others start again without it, and a controller that joins later takes
 its copies of the mesh's truth. Its node stays a host of the mesh until
-mesh node remove NODE. The leader cannot remove itself, and a cluster
-keeps three controllers or two: join the replacement after.
+mesh node remove NODE. The leader cannot remove itself (stop it; another
+leads within seconds), and a cluster of two is not made one: join the
+replacement after the removal.
 
 Example:
    mesh cluster remove ctl3
