@@ -32,7 +32,8 @@ const (
 	exitFail  = 1 // the command ran and failed
 	exitUsage = 2 // the command was called wrongly; nothing was done
 	// exitRemoved: mesh host stopped because its node was removed from the
-	// mesh (the bus refuses its credential); starting it again cannot help.
+	// mesh (the bus refuses its credential), or mesh controller because it
+	// was removed from its cluster; starting it again cannot help.
 	exitRemoved = 3
 )
 
@@ -71,7 +72,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &re) && re.CalledWrongly() {
 		return exitUsage
 	}
-	if errors.Is(err, host.ErrRemoved) {
+	if errors.Is(err, host.ErrRemoved) || errors.Is(err, daemon.ErrRemoved) {
 		return exitRemoved
 	}
 	if errors.Is(err, host.ErrStandAside) {

@@ -53,6 +53,15 @@ Example of a join:
 			if c.Int("memory-limit") < 0 {
 				return usagef("--memory-limit %d: give a size in MiB, or 0 for none", c.Int("memory-limit"))
 			}
+			// A controller removed from its cluster does not run again: said
+			// here, not by a child that fails before it is ready (which the
+			// launcher would take for a bad version).
+			if err := absDir(c); err != nil {
+				return err
+			}
+			if err := daemon.CheckNotRemoved(c.String("dir")); err != nil {
+				return err
+			}
 			return launchCommand(c, launch.Controller)
 		},
 	}

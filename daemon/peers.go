@@ -318,6 +318,19 @@ const removedKey = "peers-removed"
 // remove): it does not run again.
 var ErrRemoved = errors.New("this controller was removed from its cluster (mesh cluster remove): it does not run again; to make the machine a controller again, remove its directory and join it with a new token")
 
+// CheckNotRemoved is ErrRemoved when the controller kept in dir was
+// removed from its cluster, as far as it learnt.
+func CheckNotRemoved(dir string) error {
+	st, err := ReadClusterState(dir)
+	if err != nil || st == nil {
+		return err
+	}
+	if slices.Contains(st.Removed, st.Server) {
+		return ErrRemoved
+	}
+	return nil
+}
+
 // takeRemoved records removed among the cluster's removed servers in
 // dir, and drops them from its peers: whether the peer set changed. This
 // controller among them is ErrRemoved, recorded first.
