@@ -25,8 +25,8 @@ const ClusterFile = "cluster.json"
 
 // ClusterState is what a controller keeps of its cluster: its own
 // server's name, the route credentials every server shares, and the
-// peers, itself among them. The peer set is static: it grows by an
-// explicit join only.
+// peers, itself among them. The peer set changes by an explicit join
+// or removal only.
 type ClusterState struct {
 	// Name is the cluster's name: the mesh's.
 	Name string `json:"name"`

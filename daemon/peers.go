@@ -204,11 +204,13 @@ func (m *Mesh) peersPart(st *ClusterState, bus *broker.Server, keys mesh.Keys, j
 const peersKey = "peers"
 
 // peerSet keeps a controller's peer set while its mesh runs: it puts the
-// new set in the store's log's bucket once a controller joined through
-// this one, and takes a set that grew there, one that holds this
-// controller (a controller down meanwhile takes it at its next start);
-// either way the mesh then starts again (ErrRestart), its bus in the new
-// set. The set only grows: peers leave by an explicit command.
+// new set (and the servers removed) in the store's log's bucket once a
+// controller joined or was removed through this one, and takes a set
+// that grew there, one that holds this controller, and the servers
+// removed there (a controller down meanwhile takes them at its next
+// start); either way the mesh then starts again (ErrRestart), its bus in
+// the new set. A peer set read there only grows the one kept: a server
+// leaves by the list of the removed alone.
 type peerSet struct {
 	dir   string
 	bus   *broker.Server
