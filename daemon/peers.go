@@ -233,6 +233,11 @@ func (p *peerSet) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open the controllers' peer set: %w", err)
 	}
+	// A change this controller made and did not put there (its run
+	// ended before it could) is put now.
+	if err := p.putIfNewer(ctx, kv); err != nil && ctx.Err() == nil {
+		p.log.Warn("the peer set kept here was not put for the other controllers", "err", err)
+	}
 	w, err := kv.WatchFiltered(ctx, []string{peersKey, removedKey})
 	if ctx.Err() != nil {
 		return nil
@@ -247,6 +252,17 @@ func (p *peerSet) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-p.joins.joined:
+			// The answer to the join (or the removal) may still be on its
+			// way over a route to the asker's server: the bus stopping at
+			// once would drop it, and a joiner whose answer is lost finds
+			// its token spent.
+			t := time.NewTimer(answerGrace)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
 			return p.tell(ctx, kv)
 		case e := <-w.Updates():
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
@@ -311,6 +327,70 @@ func (p *peerSet) tell(ctx context.Context, kv jetstream.KeyValue) error {
 	p.log.Info("the peer set changed: the mesh starts again in it", "peers", len(st.Peers))
 	return ErrRestart
 }
+
+// putIfNewer puts this controller's peer set in the bucket when it holds
+// every peer the bucket's does and more, and its removed servers when the
+// bucket lacks some: what a join or a removal through it changed.
+func (p *peerSet) putIfNewer(ctx context.Context, kv jetstream.KeyValue) error {
+	st, err := ReadClusterState(p.dir)
+	if err != nil || st == nil {
+		return err
+	}
+	var kept []Peer
+	if e, err := kv.Get(ctx, peersKey); err == nil {
+		if err := json.Unmarshal(e.Value(), &kept); err != nil {
+			return fmt.Errorf("read the peer set kept in the bucket: %w", err)
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return err
+	}
+	grown := len(st.Peers) > len(kept)
+	for _, q := range kept {
+		if !slices.Contains(st.Removed, q.Server) && !slices.ContainsFunc(st.Peers, func(p Peer) bool { return p.Server == q.Server }) {
+			grown = false
+		}
+	}
+	if grown {
+		body, err := json.Marshal(st.Peers)
+		if err != nil {
+			return err
+		}
+		if _, err := kv.Put(ctx, peersKey, body); err != nil {
+			return err
+		}
+	}
+	if len(st.Removed) == 0 {
+		return nil
+	}
+	var removed []string
+	if e, err := kv.Get(ctx, removedKey); err == nil {
+		if err := json.Unmarshal(e.Value(), &removed); err != nil {
+			return fmt.Errorf("read the removed controllers kept in the bucket: %w", err)
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return err
+	}
+	union := slices.Clone(removed)
+	for _, r := range st.Removed {
+		if !slices.Contains(union, r) {
+			union = append(union, r)
+		}
+	}
+	if len(union) == len(removed) {
+		return nil
+	}
+	body, err := json.Marshal(union)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Put(ctx, removedKey, body)
+	return err
+}
+
+// answerGrace is how long a controller whose peer set it changed goes on
+// before it starts again in the new set, for its answer to cross the
+// cluster's routes.
+const answerGrace = 2 * time.Second
 
 // removedKey is the key of the log's bucket that holds the servers
 // removed from the cluster: a list that only grows.

@@ -48,6 +48,9 @@ const (
 // may be sent again.
 var errUnanswered = errors.New("no answer from the controller")
 
+// errTokenRefused is a token whose secret the bus refused at connect.
+var errTokenRefused = errors.New("the bus refused token")
+
 // errCutShort is an enrolment whose connection the bus closed before
 // the controller answered: the token was spent or revoked meanwhile, or
 // the bus restarted. A new connection tells which.
@@ -258,7 +261,7 @@ func joinConnectError(t spec.Token, err error) error {
 	case strings.Contains(msg, "no root with pin"), strings.Contains(msg, "pinned root"):
 		return fmt.Errorf("the bus at %s is not the mesh this token was made for: %w; nothing was sent", strings.Join(t.Bus, ","), err)
 	case errors.Is(err, nats.ErrAuthorization), strings.Contains(strings.ToLower(msg), "authorization"):
-		return fmt.Errorf("the bus refused token %s: it was already used, or revoked, or it expired (or it is forged): create a new one with mesh token create %s", t.ID, t.Node)
+		return fmt.Errorf("%w %s: it was already used, or revoked, or it expired (or it is forged): create a new one with mesh token create %s", errTokenRefused, t.ID, t.Node)
 	default:
 		return fmt.Errorf("reach the bus at %s: %w", strings.Join(t.Bus, ","), err)
 	}
@@ -271,13 +274,18 @@ func joinConnectError(t spec.Token, err error) error {
 func enrol(ctx context.Context, cfg JoinConfig, nc *nats.Conn, dial func() (*nats.Conn, error), req spec.EnrolRequest) (spec.EnrolResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, joinWait)
 	defer cancel()
+	sent := false
 	for {
 		if nc == nil {
 			var err error
 			if nc, err = dial(); err != nil {
+				if sent && errors.Is(err, errTokenRefused) {
+					return spec.EnrolResult{}, fmt.Errorf("%w; an enrolment of this join was sent and its answer lost, so the controller may have recorded it: mesh node show %s tells; to join again, mesh node remove %s and create a new token", err, cfg.Token.Node, cfg.Token.Node)
+				}
 				return spec.EnrolResult{}, err
 			}
 		}
+		sent = true
 		var res spec.EnrolResult
 		err := enrolAsk(ctx, nc, cfg.Token, req, &res)
 		nc.Close()
