@@ -63,7 +63,14 @@ func newControllers(t testing.TB, hosts int) *ctlCluster {
 	mod := filepath.Join(t.TempDir(), "note")
 	os.MkdirAll(mod, 0o755)
 	os.WriteFile(filepath.Join(mod, "module.json"), []byte(noteModule), 0o644)
-	mustRun(t, "module", "register", "--dir", m.dir, mod)
+	// A controller that answered a join starts again in the grown peer
+	// set a moment after: a call cut short by it is made again.
+	poll.UntilOK(t, 60*time.Second, "module note registered", func() error {
+		if _, errOut, code := runMesh(t, "module", "register", "--dir", m.dir, mod); code != 0 {
+			return fmt.Errorf("exit %d: %s", code, errOut)
+		}
+		return nil
+	})
 	for i := range hosts {
 		node := fmt.Sprintf("h%d", i+1)
 		root := t.TempDir()
