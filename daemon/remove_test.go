@@ -49,11 +49,23 @@ func TestRemovedControllerIsReplaced(t *testing.T) {
 			return len(peers) == 3, strings.Join(peers, ",")
 		})
 	}
+	// Gamma runs, and a write through the three lands, before it stops:
+	// one stopped while it still catches up leaves the streams it was
+	// placed on short of a majority for a while.
+	select {
+	case <-c.m.Ready():
+	case <-time.After(2 * time.Minute):
+		t.Fatal("gamma was not ready within 2 minutes")
+	}
+	poll.UntilOK(t, 2*time.Minute, "a write with the three up", func() error {
+		_, err := operatorCall(t.Context(), dirA, busA, spec.TokenCreate, spec.TokenCreateRequest{Node: "eta", TTL: time.Hour})
+		return err
+	})
 	gamma := serverOf(t, dirC)
 	c.stop()
 
 	var res spec.ControllerRemoveResult
-	poll.UntilOK(t, 90*time.Second, "gamma removed", func() error {
+	poll.UntilOK(t, 3*time.Minute, "gamma removed", func() error {
 		var err error
 		res, err = operatorCall(t.Context(), dirA, busA, spec.ClusterRemove, spec.ControllerRemoveRequest{Name: "gamma"})
 		return err
