@@ -134,6 +134,9 @@ func KeepClusterListen(dir, meshName, listen, busURL string) (ClusterState, erro
 	return *st, WriteClusterState(dir, *st)
 }
 
+// removedSelf says whether this controller was removed from its cluster.
+func (st *ClusterState) removedSelf() bool { return slices.Contains(st.Removed, st.Server) }
+
 // AddPeer records p among the peers, replacing the peer of its name.
 func (st *ClusterState) AddPeer(p Peer) {
 	st.Peers = slices.DeleteFunc(st.Peers, func(q Peer) bool { return q.Server == p.Server })

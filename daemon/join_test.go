@@ -133,6 +133,21 @@ func joinRig(t *testing.T, tok spec.Token) (dir, bus, route string, err error) {
 	return dir, bus, route, err
 }
 
+// genesisRig makes the mesh home of node alpha with --cluster and runs
+// it: its directory, its bus, and the rig.
+func genesisRig(t *testing.T) (dir, bus string, r *controllerRig) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "mesh")
+	bus, route := testport.Addr(t, "127.0.0.1"), testport.Addr(t, "127.0.0.1")
+	if err := Create(t.Context(), Genesis{Dir: dir, Mesh: "home", Node: "alpha", Address: "127.0.0.1", Bus: bus}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := KeepClusterListen(dir, "home", route, "nats://"+bus); err != nil {
+		t.Fatal(err)
+	}
+	return dir, bus, runRig(t, dir, bus)
+}
+
 // peersOf are the servers the cluster's state of dir holds.
 func peersOf(t *testing.T, dir string) []string {
 	t.Helper()
@@ -193,15 +208,7 @@ func viewOf(t *testing.T, dir string) (tokens []store.Token, nodes []string, err
 // changes no controller's peers.
 func TestThreeControllersFormedByJoins(t *testing.T) {
 	optin.NeedSlow(t, "three controllers on real clustered buses")
-	dirA := filepath.Join(t.TempDir(), "mesh")
-	busA, routeA := testport.Addr(t, "127.0.0.1"), testport.Addr(t, "127.0.0.1")
-	if err := Create(t.Context(), Genesis{Dir: dirA, Mesh: "home", Node: "alpha", Address: "127.0.0.1", Bus: busA}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := KeepClusterListen(dirA, "home", routeA, "nats://"+busA); err != nil {
-		t.Fatal(err)
-	}
-	a := runRig(t, dirA, busA)
+	dirA, busA, a := genesisRig(t)
 	select {
 	case <-a.m.Ready():
 	case <-time.After(time.Minute):

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,7 +96,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if cluster != nil && slices.Contains(cluster.Removed, cluster.Server) {
+	if cluster != nil && cluster.removedSelf() {
 		return ErrRemoved
 	}
 	joins := joinsOf(cluster, cfg.Dir)

@@ -407,7 +407,7 @@ func CheckNotRemoved(dir string) error {
 	if err != nil || st == nil {
 		return err
 	}
-	if slices.Contains(st.Removed, st.Server) {
+	if st.removedSelf() {
 		return ErrRemoved
 	}
 	return nil
@@ -435,7 +435,7 @@ func takeRemoved(dir string, removed []string) (bool, error) {
 	if err := WriteClusterState(dir, *st); err != nil {
 		return false, err
 	}
-	if slices.Contains(st.Removed, st.Server) {
+	if st.removedSelf() {
 		return false, ErrRemoved
 	}
 	return len(st.Peers) != n, nil

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/mesh-fleet/mesh/internal/optin"
 	"github.com/mesh-fleet/mesh/internal/poll"
-	"github.com/mesh-fleet/mesh/internal/testport"
 	"github.com/mesh-fleet/mesh/spec"
 )
 
@@ -23,15 +21,7 @@ import (
 // majority, and the removed server no longer does.
 func TestRemovedControllerIsReplaced(t *testing.T) {
 	optin.NeedSlow(t, "four controllers on real clustered buses, one removed")
-	dirA := filepath.Join(t.TempDir(), "mesh")
-	busA, routeA := testport.Addr(t, "127.0.0.1"), testport.Addr(t, "127.0.0.1")
-	if err := Create(t.Context(), Genesis{Dir: dirA, Mesh: "home", Node: "alpha", Address: "127.0.0.1", Bus: busA}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := KeepClusterListen(dirA, "home", routeA, "nats://"+busA); err != nil {
-		t.Fatal(err)
-	}
-	runRig(t, dirA, busA)
+	dirA, busA, _ := genesisRig(t)
 	join := func(node string) (*controllerRig, string) {
 		t.Helper()
 		tok := controllerToken(t, dirA, busA, node)
