@@ -187,6 +187,10 @@ func serveControllerCommand() *cli.Command {
 			if err != nil {
 				return fromFileHint(err, fromFile, dir)
 			}
+			busy, err := storeBusyTimeout(c)
+			if err != nil {
+				return err
+			}
 			if subnetChanged(changes) {
 				if err := daemon.CheckSubnetMove(c.Context, dir, hostCfg); err != nil {
 					return err
@@ -194,7 +198,7 @@ func serveControllerCommand() *cli.Command {
 			}
 			m, err := daemon.NewMesh(daemon.MeshConfig{
 				Dir: dir, Addrs: addrs, Advertise: advertise, Host: hostCfg, Resolver: dnsCfg,
-				StoreBusyTimeout: c.Duration("store-busy-timeout"), CertLifetime: lifetime, Held: held, Pprof: prof,
+				StoreBusyTimeout: busy, CertLifetime: lifetime, Held: held, Pprof: prof,
 			}, log)
 			if err != nil {
 				return err

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/resolver"
@@ -40,7 +39,7 @@ version delivered waits until mesh host or mesh controller runs.`,
 // the launcher's flag, kept in D/config.yaml by its child.
 func healthyWithinFlag(hidden bool) cli.Flag {
 	return &cli.DurationFlag{Name: "healthy-within", Value: launch.DefaultHealthyWithin, Hidden: hidden,
-		Usage: "how long a version of mesh has to be ready (its parts up, its first heartbeat sent) before the launcher falls back to the last good one"}
+		Usage: "how long a version of mesh has to be ready (its parts up, its first heartbeat sent) before the launcher falls back to the last good one (" + healthyWithinBounds.String() + ")"}
 }
 
 // readyPipe is the descriptor a launcher handed this process
@@ -135,19 +134,21 @@ func launchCommand(c *cli.Context, mode string, skip ...string) error {
 	}
 	dir := c.String("dir")
 	kept, _ := statedir.ReadConfig(dir)
+	fromFile := false
 	for _, name := range []string{"healthy-within", "log-level"} {
 		if v := kept[name]; !c.IsSet(name) && len(v) == 1 {
 			if err := c.Set(name, v[0]); err != nil {
 				return usagef("%s: %s %q: %v", dir, name, v[0], err)
 			}
+			fromFile = true
 		}
 	}
 	log, err := newLogger(c)
 	if err != nil {
-		return err
+		return fromFileHint(err, fromFile, dir)
 	}
 	if err := checkHealthyWithin(c); err != nil {
-		return err
+		return fromFileHint(err, fromFile, dir)
 	}
 	l, err := launch.New(launch.Config{Dir: dir, Mode: mode, Args: givenFlags(c, append(skip, "dir")...), DNS: launcherDNS(c, kept),
 		HealthyWithin: c.Duration("healthy-within"), Stdout: rawOf(c.App.Writer), Stderr: rawOf(c.App.ErrWriter)}, log.With("component", "launcher"))
@@ -167,14 +168,6 @@ func launcherDNS(c *cli.Context, kept map[string][]string) string {
 		return v[0]
 	}
 	return c.String("dns")
-}
-
-// checkHealthyWithin refuses a launcher's --healthy-within under a second.
-func checkHealthyWithin(c *cli.Context) error {
-	if c.Duration("healthy-within") < time.Second {
-		return usagef("--healthy-within %s is shorter than a second: give how long a version has to be ready (1m0s)", c.Duration("healthy-within"))
-	}
-	return nil
 }
 
 // givenFlags are the flags c was given, as arguments, but those in skip.
