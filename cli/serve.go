@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
@@ -127,7 +128,8 @@ func claimDNS(c *cli.Context) (string, io.Closer, []resolver.Held, error) {
 // launchCommand runs the launcher for mode on c's --dir: the flags c was
 // given (those a child of mode takes) go to the children until one is
 // ready. --healthy-within and --log-level not given come from
-// D/config.yaml; a file that cannot be read is the child's to refuse.
+// D/config.yaml. Every flag, given or kept, is checked as the child checks
+// it before any child starts (checkChildFlags).
 func launchCommand(c *cli.Context, mode string, skip ...string) error {
 	if err := absDir(c); err != nil {
 		return err
@@ -150,12 +152,45 @@ func launchCommand(c *cli.Context, mode string, skip ...string) error {
 	if err := checkHealthyWithin(c); err != nil {
 		return fromFileHint(err, fromFile, dir)
 	}
-	l, err := launch.New(launch.Config{Dir: dir, Mode: mode, Args: givenFlags(c, append(skip, "dir")...), DNS: launcherDNS(c, kept),
+	// The children's flags are those given, taken before the check below
+	// fills c with D/config.yaml's.
+	args, dns := givenFlags(c, append(skip, "dir")...), launcherDNS(c, kept)
+	if err := checkChildFlags(c, mode, dir); err != nil {
+		return err
+	}
+	l, err := launch.New(launch.Config{Dir: dir, Mode: mode, Args: args, DNS: dns,
 		HealthyWithin: c.Duration("healthy-within"), Stdout: rawOf(c.App.Writer), Stderr: rawOf(c.App.ErrWriter)}, log.With("component", "launcher"))
 	if err != nil {
 		return err
 	}
 	return l.Run(c.Context)
+}
+
+// checkChildFlags refuses, in a launcher, what its child of mode would
+// refuse of its flags and D/config.yaml, with the child's own check,
+// before any child starts: a child that fails to start is taken for a bad
+// version, and a version delivered would be marked bad for the operator's
+// mistake.
+func checkChildFlags(c *cli.Context, mode, dir string) error {
+	var cfg host.Config
+	switch mode {
+	case launch.Host:
+		hs, err := checkHostFlags(c, dir)
+		if err != nil {
+			return err
+		}
+		cfg = hs.cfg
+	case launch.Controller:
+		cs, err := checkControllerFlags(c, dir)
+		if err != nil {
+			return err
+		}
+		cfg = cs.host
+	}
+	if cfg.Docker != nil {
+		cfg.Docker.Close()
+	}
+	return nil
 }
 
 // launcherDNS is the resolver address the launcher holds and hands to each
