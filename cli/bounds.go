@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/mesh-fleet/mesh/mesh"
+	"github.com/mesh-fleet/mesh/spec"
 	"github.com/urfave/cli/v2"
 )
 
@@ -20,6 +22,19 @@ var (
 	heartbeatBounds      = durationBounds{100 * time.Millisecond, 10 * time.Minute}
 	reconcileBounds      = durationBounds{100 * time.Millisecond, 24 * time.Hour}
 	certRenewCheckBounds = durationBounds{time.Second, 24 * time.Hour}
+	// A leaf the controller signs lives at most a year: far inside the
+	// intermediate that signs it (ca.IntermediateLifetime), which a leaf
+	// cannot outlive and still verify, and no longer than a public CA's
+	// leaf may. At least a minute, time to renew it in.
+	certLifetimeBounds = durationBounds{mesh.MinCertLifetime, 365 * 24 * time.Hour}
+	// A version has at least a second to be ready, and at most as long as
+	// a roll gives a node: one not ready within a day is not coming up,
+	// and a longer wait keeps it running with no fall-back.
+	healthyWithinBounds = durationBounds{time.Second, spec.MaxHealthyWithin}
+	// A store write waits for another writer's lock from 10ms (below that
+	// any concurrent write fails) to a minute (longer, and the heartbeats
+	// and verbs queued behind it outwait their callers).
+	storeBusyBounds = durationBounds{10 * time.Millisecond, time.Minute}
 )
 
 // durationBounds are the shortest and the longest a duration flag takes.
@@ -33,6 +48,38 @@ func (b durationBounds) check(flag string, d time.Duration) error {
 		return usagef("--%s %s is not between %s and %s", flag, d, b.min, b.max)
 	}
 	return nil
+}
+
+// certLifetime is --cert-lifetime, checked.
+func certLifetime(c *cli.Context) (time.Duration, error) {
+	d := c.Duration("cert-lifetime")
+	if d < certLifetimeBounds.min {
+		return 0, usagef("--cert-lifetime %s is shorter than %s: a certificate must outlive the time it takes to renew it", d, certLifetimeBounds.min)
+	}
+	if err := certLifetimeBounds.check("cert-lifetime", d); err != nil {
+		return 0, usagef("%v: a leaf lives at most a year, well inside the intermediate that signs it", err)
+	}
+	return d, nil
+}
+
+// checkHealthyWithin refuses a launcher's --healthy-within outside
+// healthyWithinBounds.
+func checkHealthyWithin(c *cli.Context) error {
+	d := c.Duration("healthy-within")
+	if d < healthyWithinBounds.min {
+		return usagef("--healthy-within %s is shorter than a second: give how long a version has to be ready (1m0s)", d)
+	}
+	return healthyWithinBounds.check("healthy-within", d)
+}
+
+// storeBusyTimeout is --store-busy-timeout, checked when given; zero,
+// when not, is the store's default.
+func storeBusyTimeout(c *cli.Context) (time.Duration, error) {
+	if !c.IsSet("store-busy-timeout") {
+		return 0, nil
+	}
+	d := c.Duration("store-busy-timeout")
+	return d, storeBusyBounds.check("store-busy-timeout", d)
 }
 
 // Subnet bounds: a node's container network is IPv4, in a private range

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/mesh-fleet/mesh/daemon"
+	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/mesh"
 	"github.com/mesh-fleet/mesh/resolver"
@@ -136,14 +138,11 @@ func serveControllerCommand() *cli.Command {
 					return err
 				}
 			}
-			kc, changes, fromFile, err := mergeConfig(c, dir)
+			cs, err := checkControllerFlags(c, dir)
 			if err != nil {
 				return err
 			}
-			log, err := newLogger(c)
-			if err != nil {
-				return fromFileHint(err, fromFile, dir)
-			}
+			kc, changes, log := cs.kept, cs.changes, cs.log
 			if err := applyMemoryLimit(c, log); err != nil {
 				return err
 			}
@@ -155,19 +154,10 @@ func serveControllerCommand() *cli.Command {
 			if addrs.DNS, held.DNS, handed, err = claimDNS(c); err != nil {
 				return err
 			}
-			if err := absRoot(c); err != nil {
-				return fromFileHint(err, fromFile, dir)
-			}
 			kc["dns"], kc["root"] = []string{addrs.DNS}, []string{c.String("root")}
-			dnsCfg, err := resolverConfig(c, addrs.DNS)
-			if err != nil {
-				return fromFileHint(err, fromFile, dir)
-			}
+			dnsCfg, _ := resolverConfig(c, addrs.DNS)
 			dnsCfg.Held, dnsCfg.HandOver = launch.ChildDNS(handed)
-			hostCfg, err := hostConfig(c)
-			if err != nil {
-				return fromFileHint(err, fromFile, dir)
-			}
+			hostCfg := cs.host
 			pipe, err := readyPipe()
 			if err != nil {
 				return err
@@ -175,17 +165,13 @@ func serveControllerCommand() *cli.Command {
 			hostCfg.Launched = pipe != nil
 			advertise, err := busURLs(addrs.Bus, c.StringSlice("advertise"))
 			if err != nil {
-				return fromFileHint(err, fromFile, dir)
+				return fromFileHint(err, cs.fromFile, dir)
 			}
 			if err := checkClusterFlag(c); err != nil {
-				return fromFileHint(err, fromFile, dir)
+				return fromFileHint(err, cs.fromFile, dir)
 			}
 			if advertise, err = keepCluster(c, dir, advertise); err != nil {
 				return err
-			}
-			lifetime, err := certLifetime(c)
-			if err != nil {
-				return fromFileHint(err, fromFile, dir)
 			}
 			if subnetChanged(changes) {
 				if err := daemon.CheckSubnetMove(c.Context, dir, hostCfg); err != nil {
@@ -194,7 +180,7 @@ func serveControllerCommand() *cli.Command {
 			}
 			m, err := daemon.NewMesh(daemon.MeshConfig{
 				Dir: dir, Addrs: addrs, Advertise: advertise, Host: hostCfg, Resolver: dnsCfg,
-				StoreBusyTimeout: c.Duration("store-busy-timeout"), CertLifetime: lifetime, Held: held, Pprof: prof,
+				StoreBusyTimeout: cs.busy, CertLifetime: cs.lifetime, Held: held, Pprof: prof,
 			}, log)
 			if err != nil {
 				return err
@@ -210,6 +196,52 @@ func serveControllerCommand() *cli.Command {
 			return m.Run(c.Context)
 		},
 	}
+}
+
+// controllerStart is what a controller's flags and D/config.yaml come to,
+// checked.
+type controllerStart struct {
+	kept     statedir.Config
+	changes  []configChange
+	fromFile bool
+	log      *slog.Logger
+	host     host.Config
+	lifetime time.Duration
+	busy     time.Duration
+}
+
+// checkControllerFlags merges c's flags with D/config.yaml and checks
+// every one a controller runs with that binds nothing, before anything is
+// written: a bad one is refused by name (from the file, saying so). The
+// launcher runs it too, so that its child never fails for one.
+func checkControllerFlags(c *cli.Context, dir string) (controllerStart, error) {
+	kc, changes, fromFile, err := mergeConfig(c, dir)
+	if err != nil {
+		return controllerStart{}, err
+	}
+	cs := controllerStart{kept: kc, changes: changes, fromFile: fromFile}
+	if cs.log, err = newLogger(c); err != nil {
+		return cs, fromFileHint(err, fromFile, dir)
+	}
+	if err := absRoot(c); err != nil {
+		return cs, fromFileHint(err, fromFile, dir)
+	}
+	if _, err := resolverConfig(c, c.String("dns")); err != nil {
+		return cs, fromFileHint(err, fromFile, dir)
+	}
+	if cs.host, err = hostConfig(c); err != nil {
+		return cs, fromFileHint(err, fromFile, dir)
+	}
+	if _, err := busURLs(c.String("bus"), c.StringSlice("advertise")); err != nil {
+		return cs, fromFileHint(err, fromFile, dir)
+	}
+	if cs.lifetime, err = certLifetime(c); err != nil {
+		return cs, fromFileHint(err, fromFile, dir)
+	}
+	if cs.busy, err = storeBusyTimeout(c); err != nil {
+		return cs, err
+	}
+	return cs, nil
 }
 
 // rebind takes --bus and --http at a controller's start: each is bound to

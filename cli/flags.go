@@ -109,22 +109,13 @@ func advertiseFlag() cli.Flag {
 // are valid: a controller's flag, kept in D/config.yaml.
 func certLifetimeFlag() cli.Flag {
 	return &cli.DurationFlag{Name: "cert-lifetime", Value: mesh.DefaultCertLifetime,
-		Usage: "how long a certificate the controller signs for a node is valid (at least " + mesh.MinCertLifetime.String() + ")"}
-}
-
-// certLifetime is --cert-lifetime, checked.
-func certLifetime(c *cli.Context) (time.Duration, error) {
-	d := c.Duration("cert-lifetime")
-	if d < mesh.MinCertLifetime {
-		return 0, usagef("--cert-lifetime %s is shorter than %s: a certificate must outlive the time it takes to renew it", d, mesh.MinCertLifetime)
-	}
-	return d, nil
+		Usage: "how long a certificate the controller signs for a node is valid (" + certLifetimeBounds.String() + ")"}
 }
 
 // storeBusyFlag is how long the controller's store writes wait for a lock:
 // hidden, for tests that hold the lock on purpose.
 func storeBusyFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "store-busy-timeout", Hidden: true, Usage: "how long a store write waits for another writer's lock before it fails (default 5s)"}
+	return &cli.DurationFlag{Name: "store-busy-timeout", Hidden: true, Usage: "how long a store write waits for another writer's lock before it fails (default 5s; " + storeBusyBounds.String() + ")"}
 }
 
 // busURLs are what join tokens carry: each --advertise address (with the

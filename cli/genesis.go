@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"syscall"
-	"time"
 
 	"github.com/mesh-fleet/mesh/daemon"
 	"github.com/mesh-fleet/mesh/host"
@@ -138,12 +137,16 @@ Example:
 			if err != nil {
 				return err
 			}
-			if c.Duration("healthy-within") < time.Second {
-				return usagef("--healthy-within %s is shorter than a second: give how long a version has to be ready (1m0s)", c.Duration("healthy-within"))
+			if err := checkHealthyWithin(c); err != nil {
+				return err
+			}
+			busy, err := storeBusyTimeout(c)
+			if err != nil {
+				return err
 			}
 			m, err := daemon.NewMesh(daemon.MeshConfig{
 				Dir: dir, Addrs: spec.Addrs{Bus: busAddr, HTTP: httpAddr, DNS: dnsAddr}, Advertise: advertise,
-				Host: hostCfg, Resolver: dnsCfg, StoreBusyTimeout: c.Duration("store-busy-timeout"), CertLifetime: lifetime, Held: held, Pprof: prof,
+				Host: hostCfg, Resolver: dnsCfg, StoreBusyTimeout: busy, CertLifetime: lifetime, Held: held, Pprof: prof,
 			}, log)
 			if err != nil {
 				return err

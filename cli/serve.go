@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
+	"github.com/mesh-fleet/mesh/host"
 	"github.com/mesh-fleet/mesh/launch"
 	"github.com/mesh-fleet/mesh/resolver"
 	"github.com/mesh-fleet/mesh/spec"
@@ -40,7 +40,7 @@ version delivered waits until mesh host or mesh controller runs.`,
 // the launcher's flag, kept in D/config.yaml by its child.
 func healthyWithinFlag(hidden bool) cli.Flag {
 	return &cli.DurationFlag{Name: "healthy-within", Value: launch.DefaultHealthyWithin, Hidden: hidden,
-		Usage: "how long a version of mesh has to be ready (its parts up, its first heartbeat sent) before the launcher falls back to the last good one"}
+		Usage: "how long a version of mesh has to be ready (its parts up, its first heartbeat sent) before the launcher falls back to the last good one (" + healthyWithinBounds.String() + ")"}
 }
 
 // readyPipe is the descriptor a launcher handed this process
@@ -128,33 +128,69 @@ func claimDNS(c *cli.Context) (string, io.Closer, []resolver.Held, error) {
 // launchCommand runs the launcher for mode on c's --dir: the flags c was
 // given (those a child of mode takes) go to the children until one is
 // ready. --healthy-within and --log-level not given come from
-// D/config.yaml; a file that cannot be read is the child's to refuse.
+// D/config.yaml. Every flag, given or kept, is checked as the child checks
+// it before any child starts (checkChildFlags).
 func launchCommand(c *cli.Context, mode string, skip ...string) error {
 	if err := absDir(c); err != nil {
 		return err
 	}
 	dir := c.String("dir")
 	kept, _ := statedir.ReadConfig(dir)
+	fromFile := false
 	for _, name := range []string{"healthy-within", "log-level"} {
 		if v := kept[name]; !c.IsSet(name) && len(v) == 1 {
 			if err := c.Set(name, v[0]); err != nil {
 				return usagef("%s: %s %q: %v", dir, name, v[0], err)
 			}
+			fromFile = true
 		}
 	}
 	log, err := newLogger(c)
 	if err != nil {
-		return err
+		return fromFileHint(err, fromFile, dir)
 	}
 	if err := checkHealthyWithin(c); err != nil {
+		return fromFileHint(err, fromFile, dir)
+	}
+	// The children's flags are those given, taken before the check below
+	// fills c with D/config.yaml's.
+	args, dns := givenFlags(c, append(skip, "dir")...), launcherDNS(c, kept)
+	if err := checkChildFlags(c, mode, dir); err != nil {
 		return err
 	}
-	l, err := launch.New(launch.Config{Dir: dir, Mode: mode, Args: givenFlags(c, append(skip, "dir")...), DNS: launcherDNS(c, kept),
+	l, err := launch.New(launch.Config{Dir: dir, Mode: mode, Args: args, DNS: dns,
 		HealthyWithin: c.Duration("healthy-within"), Stdout: rawOf(c.App.Writer), Stderr: rawOf(c.App.ErrWriter)}, log.With("component", "launcher"))
 	if err != nil {
 		return err
 	}
 	return l.Run(c.Context)
+}
+
+// checkChildFlags refuses, in a launcher, what its child of mode would
+// refuse of its flags and D/config.yaml, with the child's own check,
+// before any child starts: a child that fails to start is taken for a bad
+// version, and a version delivered would be marked bad for the operator's
+// mistake.
+func checkChildFlags(c *cli.Context, mode, dir string) error {
+	var cfg host.Config
+	switch mode {
+	case launch.Host:
+		hs, err := checkHostFlags(c, dir)
+		if err != nil {
+			return err
+		}
+		cfg = hs.cfg
+	case launch.Controller:
+		cs, err := checkControllerFlags(c, dir)
+		if err != nil {
+			return err
+		}
+		cfg = cs.host
+	}
+	if cfg.Docker != nil {
+		cfg.Docker.Close()
+	}
+	return nil
 }
 
 // launcherDNS is the resolver address the launcher holds and hands to each
@@ -167,14 +203,6 @@ func launcherDNS(c *cli.Context, kept map[string][]string) string {
 		return v[0]
 	}
 	return c.String("dns")
-}
-
-// checkHealthyWithin refuses a launcher's --healthy-within under a second.
-func checkHealthyWithin(c *cli.Context) error {
-	if c.Duration("healthy-within") < time.Second {
-		return usagef("--healthy-within %s is shorter than a second: give how long a version has to be ready (1m0s)", c.Duration("healthy-within"))
-	}
-	return nil
 }
 
 // givenFlags are the flags c was given, as arguments, but those in skip.

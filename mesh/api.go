@@ -110,7 +110,7 @@ func (c *Controller) showNode(ctx context.Context, req spec.NodeShowRequest) (sp
 	if err != nil {
 		return spec.NodeShowResult{}, err
 	}
-	v := nodeView(n, c.cfg.Now())
+	v := c.nodeView(n, c.cfg.Now())
 	if err := c.addDelivery(ctx, &v); err != nil {
 		return spec.NodeShowResult{}, err
 	}
@@ -151,8 +151,10 @@ func (c *Controller) addDelivery(ctx context.Context, v *spec.Node) error {
 	return nil
 }
 
-// nodeView is a stored node as the operator sees it.
-func nodeView(n store.Node, now time.Time) spec.Node {
+// nodeView is a stored node as the operator sees it, heard as status
+// hears it (beats.lastHeard).
+func (c *Controller) nodeView(n store.Node, now time.Time) spec.Node {
+	n = c.beats.lastHeard(n)
 	v := spec.Node{
 		Name:          n.Name,
 		Address:       n.Address,
@@ -194,7 +196,7 @@ func (c *Controller) listNodes(ctx context.Context, req spec.NodeListRequest) (s
 		if n.Name <= req.After {
 			continue
 		}
-		v := nodeView(n, now)
+		v := c.nodeView(n, now)
 		if err := c.addDelivery(ctx, &v); err != nil {
 			return spec.NodeListResult{}, err
 		}

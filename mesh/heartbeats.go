@@ -147,6 +147,17 @@ func (b *beats) heardOf(node string) (heardBeat, bool) {
 	return h, ok
 }
 
+// lastHeard is n with when it was last heard and how often it said it beats
+// as the later of the store's record and this controller's memory, which
+// holds what the store could not take. Status, node list and node show
+// each read a node's liveness through it.
+func (b *beats) lastHeard(n store.Node) store.Node {
+	if h, ok := b.heardOf(n.Name); ok && h.at.After(n.LastHeard) {
+		n.LastHeard, n.Heartbeat = h.at, h.interval
+	}
+	return n
+}
+
 // putBack holds again the heartbeats of held whose node sent none since,
 // and wakes the writer: a batch the store refused is tried again, with
 // what came since, until the store takes it.

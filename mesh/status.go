@@ -192,15 +192,11 @@ func (p *statusPass) node(ctx context.Context, n store.Node) error {
 	return nil
 }
 
-// heard is what n's heartbeats say: when it was last heard (the later of
-// the store's record and this controller's memory, which holds what the
-// store could not take), its version, the roster it holds and its
-// protocol.
+// heard is what n's heartbeats say: when it was last heard (beats.lastHeard),
+// its version, the roster it holds and its protocol.
 func (p *statusPass) heard(n store.Node, st *spec.NodeStatus) {
-	if h, ok := p.c.beats.heardOf(n.Name); ok && h.at.After(n.LastHeard) {
-		n.LastHeard, n.Heartbeat = h.at, h.interval
-		st.HeartbeatMS = h.interval.Milliseconds()
-	}
+	n = p.c.beats.lastHeard(n)
+	st.HeartbeatMS = n.Heartbeat.Milliseconds()
 	if n.LastHeard.IsZero() {
 		st.Heard, st.State = "never", "never heard"
 		p.problem("%s has never been heard", n.Name)

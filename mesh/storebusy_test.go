@@ -133,6 +133,29 @@ func TestStoreBusyIsNotSilentNodes(t *testing.T) {
 	if n, err := db.Node(ctx, "alpha"); err != nil || n.LastHeard.Equal(clk.Now()) {
 		t.Fatalf("alpha's heartbeat recorded while the store was held: %v %v", n.LastHeard, err)
 	}
+	// Node list, node show and the pages hear alpha as status does: a
+	// push's roster wait, which reads node list, does not call it silent.
+	list, err := c.listNodes(ctx, spec.NodeListRequest{})
+	if err != nil {
+		t.Fatalf("node list while the store is held: %v", err)
+	}
+	show, err := c.showNode(ctx, spec.NodeShowRequest{Name: "alpha"})
+	if err != nil {
+		t.Fatalf("node show while the store is held: %v", err)
+	}
+	pages, err := View{c}.Nodes(ctx)
+	if err != nil {
+		t.Fatalf("the pages' nodes while the store is held: %v", err)
+	}
+	for _, v := range []struct {
+		verb  string
+		nodes []spec.Node
+	}{{"node list", list.Nodes}, {"node show", []spec.Node{show.Node}}, {"the pages", pages}} {
+		if len(v.nodes) != 1 || v.nodes[0].LastHeard == nil || !v.nodes[0].LastHeard.Equal(clk.Now()) || v.nodes[0].HeardAgo != "0s" || v.nodes[0].HeartbeatMS != 1000 ||
+			clk.Now().Sub(*v.nodes[0].LastHeard) > time.Duration(v.nodes[0].SilentAfterMS)*time.Millisecond {
+			t.Fatalf("%s while the store is held: %+v, want alpha heard now, beating every second", v.verb, v.nodes)
+		}
+	}
 
 	// A push while the store is held fails on it, and is audited so.
 	op := operatorConn(t, c)

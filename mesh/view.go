@@ -20,7 +20,7 @@ func (v View) Status(ctx context.Context) (spec.StatusResult, error) {
 	return v.c.status(ctx, spec.StatusRequest{})
 }
 
-// Nodes is every node as mesh node list shows it (nodeView), without
+// Nodes is every node as mesh node list shows it (Controller.nodeView), without
 // what was last sent to each and its last report: status says those, and
 // reading them is two reads of the store a node.
 func (v View) Nodes(ctx context.Context) ([]spec.Node, error) {
@@ -31,7 +31,7 @@ func (v View) Nodes(ctx context.Context) ([]spec.Node, error) {
 	now := v.c.cfg.Now()
 	out := make([]spec.Node, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, nodeView(n, now))
+		out = append(out, v.c.nodeView(n, now))
 	}
 	return out, nil
 }
