@@ -68,24 +68,11 @@ func TestGrantExamplesOnTwoHosts(t *testing.T) {
 		}
 	}
 
-	// The credentials are plain only where declared: in the provider's
-	// file and the clients' secret files (on the tmpfs under host/run),
-	// not in the controller's store, stream or any host's state, nor in
-	// docker inspect of a client.
-	for _, dir := range []string{m.dir, m.betaDir} {
-		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !d.Type().IsRegular() {
-				return nil
-			}
-			if strings.Contains(p, "/host/run/secrets/") {
-				return nil // a client's secret file, on the tmpfs it is declared to
-			}
-			if b, err := os.ReadFile(p); err == nil && (bytes.Contains(b, []byte(credA)) || bytes.Contains(b, []byte(credB))) {
-				t.Errorf("%s holds a credential", p)
-			}
-			return nil
-		})
-	}
+	// The credentials are only where declared: in the provider's file
+	// and the clients' secret files (on the tmpfs under host/run), not in
+	// docker inspect of a client, nor, plain or base64, in the
+	// controller's store, stream or any host's state, a daemon's output
+	// or the audit.
 	for _, node := range []string{m.a, m.b} {
 		res, ok := m.container(t, node, "authclient")
 		if !ok {
@@ -95,6 +82,7 @@ func TestGrantExamplesOnTwoHosts(t *testing.T) {
 			t.Errorf("docker inspect of %s's client holds a credential (%v)", node, err)
 		}
 	}
+	m.credentialsOnlyWhereDeclared(t, credA, credB)
 
 	// Unassigned, beta's line leaves the provider's file, and its
 	// credential is refused once the provider has reloaded.
@@ -123,6 +111,58 @@ func TestGrantExamplesOnTwoHosts(t *testing.T) {
 		t.Error("a rotated credential kept the client's container")
 	}
 	fetched(m.rootA, rotated)
+	m.credentialsOnlyWhereDeclared(t, credA, credB, newA)
+}
+
+// credentialsOnlyWhereDeclared fails the test where a credential is found,
+// plain or base64 (encodedForms), outside its declared destinations: in
+// a file of the controller's directory (its store, write-ahead log,
+// JetStream files, snapshots; alpha's state under host/) or of beta's
+// state directory, save a client's secret file on the tmpfs under
+// host/run/secrets; in either daemon's output; in the audit.
+func (m *containerMesh) credentialsOnlyWhereDeclared(t *testing.T, creds ...string) {
+	t.Helper()
+	var forms [][]byte
+	for _, c := range creds {
+		forms = append(forms, encodedForms(c)...)
+	}
+	seen := 0 // files read, so that a walk of nothing fails
+	for _, dir := range []string{m.dir, m.betaDir} {
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !d.Type().IsRegular() {
+				return nil
+			}
+			if strings.Contains(p, "/host/run/secrets/") {
+				return nil // a client's secret file, on the tmpfs it is declared to
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return nil
+			}
+			seen++
+			if holdsAny(b, forms) {
+				t.Errorf("%s holds a credential", p)
+			}
+			return nil
+		})
+	}
+	for _, f := range []string{"controller/mesh.db", "controller/js"} {
+		if _, err := os.Stat(filepath.Join(m.dir, f)); err != nil {
+			t.Errorf("the controller's %s: %v: the search reads the wrong directory", f, err)
+		}
+	}
+	if seen == 0 {
+		t.Error("no file read in the controller's and beta's directories")
+	}
+	audit, _, code := runMesh(t, "audit", "--dir", m.dir, "--json")
+	if code != 0 || !strings.Contains(audit, "authclient") {
+		t.Errorf("mesh audit --json: exit %d, authclient's assignment not in it:\n%s", code, audit)
+	}
+	for what, out := range map[string]string{"the controller's output": m.d.out.String(), "beta's output": m.beta.out.String(), "the audit": audit} {
+		if holdsAny([]byte(out), forms) {
+			t.Errorf("%s holds a credential", what)
+		}
+	}
 }
 
 // grantedUsers is the credential of each consumer in the file alpha's

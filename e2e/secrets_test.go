@@ -39,16 +39,7 @@ func TestSecretOnlyWhereDeclared(t *testing.T) {
 	if info, err := os.Stat(dest); err != nil || info.Mode().Perm() != 0o600 {
 		t.Fatalf("the declared file: %v %v, want mode 0600", info.Mode(), err)
 	}
-	forms := [][]byte{[]byte(secret), []byte(base64.StdEncoding.EncodeToString([]byte(secret))),
-		[]byte(base64.StdEncoding.EncodeToString([]byte("token=" + secret + "\n")))}
-	holds := func(b []byte) bool {
-		for _, f := range forms {
-			if bytes.Contains(b, f) {
-				return true
-			}
-		}
-		return false
-	}
+	holds := func(b []byte) bool { return holdsAny(b, encodedForms(secret)) }
 	for _, dir := range []string{m.dir, betaDir} {
 		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
@@ -88,4 +79,42 @@ func TestSecretOnlyWhereDeclared(t *testing.T) {
 	if got, err := os.ReadFile(dest); err != nil || string(got) != "token="+secret+"-2\n" {
 		t.Fatalf("after a restart, the declared file holds %q, %v", got, err)
 	}
+}
+
+// encodedForms are the forms a secret value may be found in: plain, and
+// base64 in the standard and URL alphabets (JSON writes bytes in the
+// standard one) at each of the three offsets the value may start at in
+// the bytes encoded, each cut to the characters the value alone fixes,
+// so that it is found inside the encoding of a longer text holding it.
+func encodedForms(value string) [][]byte {
+	forms := [][]byte{[]byte(value)}
+	for k := 0; k < 3; k++ {
+		b := append(make([]byte, k), value...)
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+			s := enc.EncodeToString(b)
+			// The first group holds the k bytes before the value; the
+			// last, unless full, the bytes after it.
+			start, end := 0, len(s)
+			if k > 0 {
+				start = 4
+			}
+			if len(b)%3 != 0 {
+				end -= 4
+			}
+			if end-start >= 8 {
+				forms = append(forms, []byte(s[start:end]))
+			}
+		}
+	}
+	return forms
+}
+
+// holdsAny says whether b holds any of forms.
+func holdsAny(b []byte, forms [][]byte) bool {
+	for _, f := range forms {
+		if bytes.Contains(b, f) {
+			return true
+		}
+	}
+	return false
 }

@@ -11,8 +11,10 @@ import (
 // grantSettings are the settings a's module is given on node: those
 // assigned, and those its grants fill (the consumer's name, its
 // credential, the provider's address). A grant it consumes but holds no
-// credential for, or a filled setting also given, is the node's own
-// failure.
+// credential for, one no registered module provides any more, or a
+// filled setting also given, is the node's own failure: the push names
+// the node and sends it nothing, so it keeps the declaration it last
+// received, its credentials with it (invariant 1).
 func grantSettings(node string, m spec.Module, a Assigned) (map[string]string, error) {
 	if len(m.Consumes) == 0 {
 		return a.Settings, nil

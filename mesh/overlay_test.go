@@ -202,8 +202,9 @@ func TestOverlayReadFailureSendsNoRoster(t *testing.T) {
 	if _, err := c.overlays.enable(ctx, spec.OverlayEnableRequest{CIDR: "10.88.0.0/16"}); err != nil {
 		t.Fatal(err)
 	}
-	_, seq := rosterInForce(t, db)
 	for _, read := range []string{"nodes", "overlay"} {
+		// Enabled again, every node has a new address: a new roster.
+		_, seq := rosterInForce(t, db)
 		rf.mu.Lock()
 		rf.fail = read
 		rf.mu.Unlock()

@@ -40,7 +40,9 @@ func (e *OverlayOnError) Error() string {
 }
 
 // overlays are the overlay's range, the addresses given from it and
-// released, and what the hosts report of their overlay.
+// released, and what the hosts report of their overlay. The overlay's row
+// stays while the overlay is off, its range empty, so that its counter
+// (next_host) keeps rising across a disable and an enable.
 type overlays struct{ *core }
 
 // Overlay is the overlay's range while it is on, the zero Overlay while
@@ -59,6 +61,9 @@ func readOverlay(ctx context.Context, q querier) (Overlay, error) {
 	if err != nil {
 		return Overlay{}, fmt.Errorf("read the overlay: %w", err)
 	}
+	if !o.On() {
+		return Overlay{}, nil
+	}
 	if o.Enabled, err = parseTime(enabled); err != nil {
 		return Overlay{}, fmt.Errorf("read the overlay: enabled_at: %w", err)
 	}
@@ -67,9 +72,11 @@ func readOverlay(ctx context.Context, q querier) (Overlay, error) {
 
 // EnableOverlay turns the overlay on with range cidr and gives every node
 // with a WireGuard key and no address one, in one transaction; it returns
-// how many were given one. On already with cidr, it only gives the nodes
-// that lack one theirs; on with another range, it refuses with an
-// *OverlayOnError and changes nothing.
+// how many were given one. The counter goes on from where it was and the
+// addresses released stay released, so no address given before a disable
+// goes out again while a host may hold it. On already with cidr, it only
+// gives the nodes that lack one theirs; on with another range, it refuses
+// with an *OverlayOnError and changes nothing.
 func (db *overlays) EnableOverlay(ctx context.Context, cidr netip.Prefix, at time.Time) (given int, err error) {
 	err = db.tx(ctx, func(tx *sql.Tx) error {
 		o, err := readOverlay(ctx, tx)
@@ -80,10 +87,8 @@ func (db *overlays) EnableOverlay(ctx context.Context, cidr netip.Prefix, at tim
 		case o.On() && o.CIDR != cidr.String():
 			return &OverlayOnError{CIDR: o.CIDR}
 		case !o.On():
-			if _, err := tx.ExecContext(ctx, `INSERT INTO overlay (id, cidr, enabled_at, next_host) VALUES (1, ?, ?, 1)`, cidr.String(), formatTime(at)); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, `DELETE FROM overlay_released`); err != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO overlay (id, cidr, enabled_at, next_host) VALUES (1, ?, ?, 1)
+				ON CONFLICT (id) DO UPDATE SET cidr = excluded.cidr, enabled_at = excluded.enabled_at`, cidr.String(), formatTime(at)); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, `UPDATE nodes SET overlay_ip = '' WHERE overlay_ip != ''`); err != nil {
@@ -94,7 +99,9 @@ func (db *overlays) EnableOverlay(ctx context.Context, cidr netip.Prefix, at tim
 		if err != nil {
 			return err
 		}
-		given, err = allocateOverlay(ctx, tx, names...)
+		// These nodes are not joining: each may hold a roster from
+		// before a release.
+		given, err = allocate(ctx, tx, names, nil)
 		return err
 	})
 	if err != nil {
@@ -122,12 +129,14 @@ func keyedWithout(ctx context.Context, tx *sql.Tx) ([]string, error) {
 	return names, rows.Err()
 }
 
-// DisableOverlay turns the overlay off: its range, every node's address
-// and the released addresses go, in one transaction. It says whether the
-// overlay was on.
+// DisableOverlay turns the overlay off: its range and every node's
+// address go, in one transaction. Each address is released with the
+// roster in force, as a removal releases one, since a host that has not
+// taken the next roster still holds it; the counter stays. It says
+// whether the overlay was on.
 func (db *overlays) DisableOverlay(ctx context.Context) (was bool, err error) {
 	err = db.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM overlay`)
+		res, err := tx.ExecContext(ctx, `UPDATE overlay SET cidr = '' WHERE id = 1 AND cidr != ''`)
 		if err != nil {
 			return err
 		}
@@ -136,10 +145,15 @@ func (db *overlays) DisableOverlay(ctx context.Context) (was bool, err error) {
 			return err
 		}
 		was = n > 0
-		if _, err := tx.ExecContext(ctx, `UPDATE nodes SET overlay_ip = '' WHERE overlay_ip != ''`); err != nil {
+		// Released when the roster in force was sent (the overlay's
+		// enable time when none was): the last time a host was told it.
+		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO overlay_released (ip, roster_seq, released_at)
+			SELECT overlay_ip, (SELECT coalesce(max(seq), 0) FROM rosters),
+				coalesce((SELECT sent_at FROM rosters ORDER BY seq DESC LIMIT 1), (SELECT enabled_at FROM overlay WHERE id = 1))
+			FROM nodes WHERE overlay_ip != ''`); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `DELETE FROM overlay_released`)
+		_, err = tx.ExecContext(ctx, `UPDATE nodes SET overlay_ip = '' WHERE overlay_ip != ''`)
 		return err
 	})
 	if err != nil {
@@ -155,8 +169,15 @@ func (db *overlays) DisableOverlay(ctx context.Context) (was bool, err error) {
 // range's end it wraps. An address a removal released is given again
 // only when the counter reaches it after wrapping AND every node holds a
 // roster issued after the release: no host may still hold it as the
-// removed node's. Called in the transaction that records the nodes.
+// removed node's. names are joining: they hold no roster yet. Called in
+// the transaction that records the nodes.
 func allocateOverlay(ctx context.Context, tx *sql.Tx, names ...string) (int, error) {
+	return allocate(ctx, tx, names, names)
+}
+
+// allocate is allocateOverlay for names, of which joining hold no roster
+// yet (the others' rosters count in the wait for a released address).
+func allocate(ctx context.Context, tx *sql.Tx, names, joining []string) (int, error) {
 	var cidr string
 	var next int64
 	err := tx.QueryRowContext(ctx, `SELECT cidr, next_host FROM overlay WHERE id = 1`).Scan(&cidr, &next)
@@ -166,11 +187,14 @@ func allocateOverlay(ctx context.Context, tx *sql.Tx, names ...string) (int, err
 	if err != nil {
 		return 0, fmt.Errorf("read the overlay: %w", err)
 	}
+	if cidr == "" {
+		return 0, nil // off
+	}
 	p, err := netip.ParsePrefix(cidr)
 	if err != nil || !p.Addr().Is4() {
 		return 0, fmt.Errorf("overlay range %q: not an IPv4 network", cidr)
 	}
-	blocked, err := overlayBlocked(ctx, tx, names)
+	blocked, err := overlayBlocked(ctx, tx, joining)
 	if err != nil {
 		return 0, err
 	}
@@ -223,6 +247,9 @@ func allocateOverlay(ctx context.Context, tx *sql.Tx, names ...string) (int, err
 // above the one in force at the release). The nodes being given one
 // (joining) hold no roster yet, and none from before the release.
 func overlayBlocked(ctx context.Context, tx *sql.Tx, joining []string) (map[string]bool, error) {
+	if joining == nil {
+		joining = []string{} // JSON null would be one NULL: NOT IN it matches no node
+	}
 	list, err := json.Marshal(joining)
 	if err != nil {
 		return nil, fmt.Errorf("read the overlay addresses in use: %w", err)

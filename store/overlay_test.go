@@ -229,3 +229,69 @@ func TestRecordOverlayStateSaysWhenTheRosterChanges(t *testing.T) {
 		t.Fatalf("a report of no node: %v, want ErrNotFound", err)
 	}
 }
+
+// TestOverlayAddressesStayUnusedAcrossDisable: after overlay disable
+// and enable, the counter goes on from where it was, so no node is given
+// an address a host may still hold from before the disable; once the
+// counter wraps, those addresses wait, as a removed node's do, until
+// every node holds a roster issued after the disable.
+func TestOverlayAddressesStayUnusedAcrossDisable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := openTemp(t)
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	cidr := netip.MustParsePrefix("10.88.0.0/28") // hosts .1 to .14
+	nodes := []string{"alpha", "beta", "gamma"}
+	for i, n := range nodes {
+		if err := db.AddNode(ctx, store.Node{Name: n, Address: "192.0.2.1", NKey: "U" + n, WGKey: wgKey(i), Joined: at.Add(time.Duration(i) * time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.EnableOverlay(ctx, cidr, at); err != nil {
+		t.Fatal(err)
+	}
+	before := overlayIPs(t, db)
+	if err := db.RecordRoster(ctx, store.Roster{Seq: 5, Body: []byte("{}"), Sig: []byte("s"), Content: "sha256:x", Sent: at, Expires: at.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if was, err := db.DisableOverlay(ctx); err != nil || !was {
+		t.Fatalf("disable: %v, %v", was, err)
+	}
+	if given, err := db.EnableOverlay(ctx, cidr, at.Add(time.Hour)); err != nil || given != 3 {
+		t.Fatalf("enable again: %d given, %v; want 3", given, err)
+	}
+	want := map[string]string{"alpha": "10.88.0.4", "beta": "10.88.0.5", "gamma": "10.88.0.6"}
+	if ips := overlayIPs(t, db); fmt.Sprint(ips) != fmt.Sprint(want) {
+		t.Fatalf("after disable and enable: addresses %v, want %v (before the disable: %v)", ips, want, before)
+	}
+	if o, err := db.Overlay(ctx); err != nil || o.CIDR != cidr.String() || !o.Enabled.Equal(at.Add(time.Hour)) {
+		t.Fatalf("the overlay enabled again: %+v, %v", o, err)
+	}
+	// .7 to .14 go to eight more nodes; then the counter wraps, and the
+	// addresses held before the disable wait for every node's roster.
+	for i := 7; i <= 14; i++ {
+		n := fmt.Sprintf("n%02d", i)
+		if err := db.AddNode(ctx, store.Node{Name: n, Address: "192.0.2.1", NKey: "U" + n, WGKey: wgKey(i), Joined: at.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	late := store.Node{Name: "late", Address: "192.0.2.1", NKey: "Ulate", WGKey: wgKey(20), Joined: at.Add(time.Hour)}
+	if err := db.AddNode(ctx, late); err == nil || !strings.Contains(err.Error(), "is full") {
+		t.Fatalf("a node while a host may hold the addresses from before the disable: %v, want the range full", err)
+	}
+	ns, err := db.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ns {
+		if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: n.Name, RosterSeq: 6}, at.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.AddNode(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	if ip := overlayIPs(t, db)["late"]; ip != "10.88.0.1" {
+		t.Fatalf("late, every node holding a roster after the disable: %q, want 10.88.0.1", ip)
+	}
+}
