@@ -89,9 +89,8 @@ type Agent struct {
 	// host keeps none (seal.NodeKeyFile), and then a sealed file fails
 	// saying so.
 	sealKey *seal.NodeKey
-	// edge serves the held roster's public names while an edge resource
-	// configures it.
-	edge *edge
+	// kinds are what the kinds keep running beside the agent (kindRun).
+	kinds kindRuns
 	// overlay is the overlay's interface, as the held roster says; nil
 	// when the host keeps no WireGuard key.
 	overlay *overlayRun
@@ -240,7 +239,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, sealKey: sealKey, overlay: ov, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
 		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState, writeRoster: WriteRoster}
 	a.healing.most = cfg.ReconcileEvery
-	a.edge = newEdge(filepath.Join(cfg.Dir, EdgeDir), st.CARoot, log)
+	a.kinds = newKindRuns(kindHost{dir: cfg.Dir, node: st.Node, caRoot: st.CARoot, log: log})
 	a.reports = &reporter{node: st.Node, log: log, retry: cfg.ReportRetry, arm: a.arm}
 	a.watch = &engineWatch{docker: cfg.Docker, node: st.Node, subnet: cfg.Subnet, every: cfg.HeartbeatEvery, log: log, safely: a.safely, kicks: make(chan struct{}, 1)}
 	a.appliedSeq.Store(st.AppliedSeq)
@@ -318,23 +317,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.safely("overlay", func() { a.overlay.take(ctx, a.roster.doc.Names) })
 	}
 	defer a.overlay.stop()
-	// The edge serves the kept roster's public names once the kept
-	// declaration configures it, and stops with the run.
+	// What the kinds run beside the agent takes the kept roster before
+	// the bus is reached, and stops with the run.
 	if a.roster != nil {
-		a.edge.take(a.roster.doc.Names)
+		a.kinds.roster(a.roster.doc.Names)
 	}
-	defer a.edge.stop()
+	defer a.kinds.stop()
 	nc, err := a.dial(root)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	go a.safely("edge state", func() { newEdgeReporter(a.edge, a.state.Node, nc).run(ctx) })
 	removed, stopWatching := a.watchRemoval(nc)
 	defer stopWatching()
 	certs := a.wire(nc, root)
 	defer certs.stop()
-	a.safely("edge", func() { a.serveKeptEdge(ctx) })
+	a.kinds.wired(ctx, kindBus{nc: nc, sealKey: a.sealKey, kept: a.held.resources(), safely: a.safely})
 	in, err := a.subscribe(nc)
 	defer in.unsubscribe()
 	if err != nil {
@@ -432,7 +430,6 @@ func (a *Agent) wire(nc *nats.Conn, root *x509.Certificate) *certs {
 		renewCheck: a.cfg.CertRenewCheck, sign: busSigner(nc, a.state.Node), held: a.Intermediates}, a.log)
 	a.engine = NewEngine(a.services(nc, certs))
 	a.engine.Panicked = a.panicked
-	a.edge.share(nc, a.sealKey)
 	return certs
 }
 
@@ -624,7 +621,7 @@ func (a *Agent) sendFacts(ctx context.Context, nc *nats.Conn) {
 // services are what the host offers the kinds it holds, over nc, with
 // certs its certificate manager.
 func (a *Agent) services(nc *nats.Conn, certs *certs) Services {
-	return Services{
+	s := Services{
 		Root:     a.cfg.Root,
 		Blobs:    busBlobs{nc: nc, node: a.state.Node},
 		Docker:   a.cfg.Docker,
@@ -638,8 +635,9 @@ func (a *Agent) services(nc *nats.Conn, certs *certs) Services {
 		Runtime:  filepath.Join(a.cfg.Dir, RuntimeDir),
 		Overlay:  a.overlay.address,
 		certs:    certs,
-		edge:     a.edge,
 	}
+	a.kinds.provide(&s)
+	return s
 }
 
 // loadSealKey is the sealing key kept in dir, nil when there is none; a

@@ -79,6 +79,9 @@ type hostKind struct {
 	// (trust_installed, certificates): an apply that moves one has them
 	// sent again at once (Agent.factsMoved).
 	facts bool
+	// run, when set, makes what the kind keeps running beside the agent
+	// (kindRun): one an agent, made with it.
+	run func(kindHost) kindRun
 }
 
 // hostKinds are the kinds the host holds, by name.

@@ -9,7 +9,7 @@ import (
 )
 
 func init() {
-	registerKind(hostKind{name: spec.KindEdge,
+	registerKind(hostKind{name: spec.KindEdge, run: newEdgeRun,
 		applier: func(s *Services) Applier { return edgeApplier{edge: s.edge} }})
 }
 

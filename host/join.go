@@ -76,63 +76,20 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	if err != nil {
 		return fmt.Errorf("malformed token: its secret: %w", err)
 	}
-	enrolPub, _ := enrolKey.PublicKey()
-
-	var root *x509.Certificate
-	connect := func() (*nats.Conn, error) {
-		return nats.Connect(strings.Join(t.Bus, ","),
-			nats.Name("enrol "+t.Node),
-			nats.Nkey(enrolPub, enrolKey.Sign),
-			nats.Secure(ca.PinnedTLS(t.Pin, spec.BusTLSName, func(c *x509.Certificate) { root = c })),
-			nats.TLSHandshakeFirst(),
-			nats.CustomInboxPrefix(spec.EnrolInbox(t.ID)),
-			nats.NoReconnect(),
-			nats.Timeout(10*time.Second),
-		)
-	}
-	// A connection that fails on the way (closed by the bus, a handshake
-	// late on a loaded machine) is not an answer, so try again, briefly. A
-	// refused credential or a root that does not match the pin is an answer.
-	dial := func() (*nats.Conn, error) {
-		var nc *nats.Conn
-		err := retry.Do(ctx, 4, retry.Linear(100*time.Millisecond), func() error {
-			var err error
-			nc, err = connect()
-			if err != nil && (errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrNoServers) || strings.Contains(err.Error(), "pin")) {
-				return retry.Final(err)
-			}
-			return err
-		})
-		if err != nil {
-			return nil, joinConnectError(t, err)
-		}
-		return nc, nil
-	}
+	bus := &tokenBus{token: t, key: enrolKey}
+	dial := func() (*nats.Conn, error) { return bus.dial(ctx) }
 	nc, err := dial()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-
-	nodeKey, err := nkeys.CreateUser()
-	if err != nil {
-		return fmt.Errorf("generate the node's key: %w", err)
-	}
-	nodePub, _ := nodeKey.PublicKey()
-	sealKey, err := seal.GenerateNodeKey()
+	keys, err := newJoinKeys()
 	if err != nil {
 		return err
 	}
-	wgKey, err := seal.GenerateWGKey()
+	req, err := keys.request(cfg, enrolKey)
 	if err != nil {
 		return err
-	}
-	facts := GatherFacts()
-	facts.Node, facts.Time = t.Node, cfg.Now.UTC()
-	req := spec.EnrolRequest{Protocol: spec.Protocol, TokenID: t.ID, Node: t.Node, NKey: nodePub,
-		SealKey: sealKey.Public().String(), WGKey: wgKey.Public(), Address: cfg.Address, Facts: facts, Controller: cfg.Controller}
-	if req.Proof, err = enrolKey.Sign(req.ProofBytes()); err != nil {
-		return fmt.Errorf("sign the enrolment request: %w", err)
 	}
 	res, err := enrol(ctx, cfg, nc, dial, req)
 	if err != nil {
@@ -141,24 +98,122 @@ func Join(ctx context.Context, cfg JoinConfig) error {
 	if res.Node != t.Node || res.Mesh != t.Mesh {
 		return fmt.Errorf("join as %q: the controller answered for node %q of mesh %q", t.Node, res.Node, res.Mesh)
 	}
+	return keepJoin(cfg, res, keys, bus.root)
+}
+
+// tokenBus reaches the bus a token names, as the token's enrolment user.
+type tokenBus struct {
+	token spec.Token
+	key   nkeys.KeyPair // the token's enrolment key
+	// root is the mesh's root the last connection's certificate chain
+	// led to, checked against the token's pin.
+	root *x509.Certificate
+}
+
+// connect connects once, over TLS checked against the token's pin before
+// anything is sent (TLS is the first thing on the wire).
+func (b *tokenBus) connect() (*nats.Conn, error) {
+	t := b.token
+	pub, _ := b.key.PublicKey()
+	return nats.Connect(strings.Join(t.Bus, ","),
+		nats.Name("enrol "+t.Node),
+		nats.Nkey(pub, b.key.Sign),
+		nats.Secure(ca.PinnedTLS(t.Pin, spec.BusTLSName, func(c *x509.Certificate) { b.root = c })),
+		nats.TLSHandshakeFirst(),
+		nats.CustomInboxPrefix(spec.EnrolInbox(t.ID)),
+		nats.NoReconnect(),
+		nats.Timeout(10*time.Second),
+	)
+}
+
+// dial connects. A connection that fails on the way (closed by the bus, a
+// handshake late on a loaded machine) is not an answer, so it tries
+// again, briefly. A refused credential or a root that does not match the
+// pin is an answer.
+func (b *tokenBus) dial(ctx context.Context) (*nats.Conn, error) {
+	var nc *nats.Conn
+	err := retry.Do(ctx, 4, retry.Linear(100*time.Millisecond), func() error {
+		var err error
+		nc, err = b.connect()
+		if err != nil && (errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrNoServers) || strings.Contains(err.Error(), "pin")) {
+			return retry.Final(err)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, joinConnectError(b.token, err)
+	}
+	return nc, nil
+}
+
+// joinKeys are the keys a join makes: the node's credential, its sealing
+// key and its WireGuard key. Only their public halves are sent.
+type joinKeys struct {
+	node nkeys.KeyPair
+	seal *seal.NodeKey
+	wg   *seal.WGKey
+}
+
+// newJoinKeys generates a join's keys.
+func newJoinKeys() (joinKeys, error) {
+	node, err := nkeys.CreateUser()
+	if err != nil {
+		return joinKeys{}, fmt.Errorf("generate the node's key: %w", err)
+	}
+	sk, err := seal.GenerateNodeKey()
+	if err != nil {
+		return joinKeys{}, err
+	}
+	wg, err := seal.GenerateWGKey()
+	if err != nil {
+		return joinKeys{}, err
+	}
+	return joinKeys{node: node, seal: sk, wg: wg}, nil
+}
+
+// request is the enrolment request of a join with cfg, the keys' public
+// halves and the machine's facts, proved by the token's enrolment key.
+func (k joinKeys) request(cfg JoinConfig, enrolKey nkeys.KeyPair) (spec.EnrolRequest, error) {
+	t := cfg.Token
+	nodePub, _ := k.node.PublicKey()
+	facts := GatherFacts()
+	facts.Node, facts.Time = t.Node, cfg.Now.UTC()
+	req := spec.EnrolRequest{Protocol: spec.Protocol, TokenID: t.ID, Node: t.Node, NKey: nodePub,
+		SealKey: k.seal.Public().String(), WGKey: k.wg.Public(), Address: cfg.Address, Facts: facts, Controller: cfg.Controller}
+	var err error
+	if req.Proof, err = enrolKey.Sign(req.ProofBytes()); err != nil {
+		return spec.EnrolRequest{}, fmt.Errorf("sign the enrolment request: %w", err)
+	}
+	return req, nil
+}
+
+// keepJoin hands the controller's answer res on (cfg.Answered), then
+// writes the host's sealing key, WireGuard key, state and credential,
+// with root the mesh's root the bus led to. A failure leaves none of the
+// keys behind.
+func keepJoin(cfg JoinConfig, res spec.EnrolResult, keys joinKeys, root *x509.Certificate) error {
+	t := cfg.Token
+	recorded := func(err error) error {
+		return fmt.Errorf("join as %q: the controller recorded it, but %w; remove the node (mesh node remove %s) and join again", t.Node, err, t.Node)
+	}
 	if cfg.Answered != nil {
-		if err := cfg.Answered(res, sealKey); err != nil {
-			return fmt.Errorf("join as %q: the controller recorded it, but %w; remove the node (mesh node remove %s) and join again", t.Node, err, t.Node)
+		if err := cfg.Answered(res, keys.seal); err != nil {
+			return recorded(err)
 		}
 	}
-	seed, _ := nodeKey.Seed()
+	seed, _ := keys.node.Seed()
 	bus := res.Bus
 	if len(bus) == 0 {
 		bus = t.Bus
 	}
-	if err := KeepSealKey(cfg.Dir, sealKey); err != nil {
-		return fmt.Errorf("join as %q: the controller recorded it, but %w; remove the node (mesh node remove %s) and join again", t.Node, err, t.Node)
+	if err := KeepSealKey(cfg.Dir, keys.seal); err != nil {
+		return recorded(err)
 	}
-	if err := keepWGKey(cfg.Dir, wgKey); err != nil {
+	if err := keepWGKey(cfg.Dir, keys.wg); err != nil {
 		os.Remove(filepath.Join(cfg.Dir, seal.NodeKeyFile))
-		return fmt.Errorf("join as %q: the controller recorded it, but %w; remove the node (mesh node remove %s) and join again", t.Node, err, t.Node)
+		return recorded(err)
 	}
-	err = Init(cfg.Dir, State{
+	err := Init(cfg.Dir, State{
 		Mesh: res.Mesh, Node: res.Node, Address: cfg.Address, Bus: bus,
 		CAPin: t.Pin, CARoot: string(ca.RootPEM(root)), SignKey: res.SignKey,
 	}, seed)

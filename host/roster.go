@@ -350,7 +350,7 @@ func (a *Agent) keepRoster(nc *nats.Conn, doc spec.RosterDoc, raw, sig []byte) e
 	// that names this roster is applied: a container published on the
 	// overlay's address needs it there.
 	a.overlay.take(context.Background(), doc.Names)
-	a.edge.take(doc.Names)
+	a.kinds.roster(doc.Names)
 	a.takeControllers(nc, doc)
 	return nil
 }

@@ -12,7 +12,8 @@ import (
 // NewEngine, whose appliers each take what their kind needs of them (see
 // hostKind.applier). A service left zero is one the host does not have: a
 // kind that needs it fails saying so. A kind that needs a new service adds
-// a field here.
+// a field here; one whose service runs beside the agent fills it from its
+// kindRun (provide).
 type Services struct {
 	// Root is where declared paths resolve: "/" in production.
 	Root string
