@@ -128,6 +128,8 @@ type Controller struct {
 	js      jetstream.JetStream
 	serving *nats.Conn // serves requests and progress; may publish only to inboxes
 
+	// sender numbers, signs, records and publishes declarations (send.go).
+	sender  *sender
 	locks   nodeLocks // per node: sequences are taken under them
 	rosters *rosters
 	// refused are the nodes whose hosts speak another protocol.
@@ -232,9 +234,12 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.watches = &watches{now: cfg.Now, log: log, byNode: map[string][]*watcher{},
 		publish: func(subject string, body []byte) error { return c.serving.Publish(subject, body) }}
 	c.claims = &claimBook{db: deps.DB, log: log, byNode: map[string]claim{}}
+	c.numbers = &numberer{db: deps.DB, now: cfg.Now, claims: c.claims}
+	c.sender = &sender{base: b, signKey: cfg.SignKey, locks: &c.locks, claims: c.claims, numbers: c.numbers, metrics: &c.metrics, crashFile: cfg.CrashFile,
+		nc: func() *nats.Conn { return c.nc }, js: func() jetstream.JetStream { return c.js }}
 	c.blobs = &blobs{base: b, metrics: &c.metrics, collectKick: make(chan struct{}, 1)}
 	c.roller = newRoller(b, cfg.Node, cfg.RollTicks)
-	c.roller.gather, c.roller.rosterOnce, c.roller.contentNow, c.roller.send = c.composer.gather, c.rosters.rosterOnce, c.rosters.contentNow, c.send
+	c.roller.gather, c.roller.rosterOnce, c.roller.contentNow, c.roller.send = c.composer.gather, c.rosters.rosterOnce, c.rosters.contentNow, c.sender.send
 	c.overlays = &overlays{base: b, delay: membershipDelay, kick: make(chan struct{}, 1), send: c.sendNames}
 	c.edges = newEdgeStates(b, &c.refused)
 	c.enrolment = &enrolment{base: b, keys: cfg.Keys, busURLs: cfg.BusURLs, node: cfg.Node, signKey: cfg.SignKey, maxNodes: c.maxNodes(),
@@ -242,10 +247,9 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 		purge:     func(ctx context.Context, node string) error { return purgeDeclarations(ctx, c.js, node) },
 		sendNames: c.sendNames, membershipChanged: c.overlays.changed}
 	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect, usersChanged: c.enrolment.syncUsers}
-	c.numbers = &numberer{db: deps.DB, now: cfg.Now, claims: c.claims}
 	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond,
 		unsent: &c.metrics.reportsUnsent, applied: c.timings.apply, dropLog: &c.dropLog, changed: c.changes.kick}
-	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.resendIfExpired, redeliver: c.redeliver, rosterSeq: c.deps.DB.LastRosterSeq, redeliverRoster: c.rosters.redeliver, changed: c.changes.kick}
+	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.sender.resendIfExpired, redeliver: c.sender.redeliver, rosterSeq: c.deps.DB.LastRosterSeq, redeliverRoster: c.rosters.redeliver, changed: c.changes.kick}
 	c.verbs = verbTable(c.verbRows())
 	c.auditor.verbs = c.verbs
 	reg, err := c.newRegistry()
@@ -528,7 +532,7 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 		if !n.Removing.IsZero() {
 			continue
 		}
-		if err := c.publishRecorded(ctx, n); err != nil {
+		if err := c.sender.publishRecorded(ctx, n); err != nil {
 			return err
 		}
 	}
