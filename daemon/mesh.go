@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/mesh-fleet/mesh/mesh"
 	binary "github.com/mesh-fleet/mesh/release"
 	"github.com/mesh-fleet/mesh/resolver"
+	"github.com/mesh-fleet/mesh/seal"
 	"github.com/mesh-fleet/mesh/spec"
 	"github.com/mesh-fleet/mesh/statedir"
 	"github.com/mesh-fleet/mesh/store"
@@ -109,16 +111,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if dropped, err := dropStandalone(cluster, filepath.Join(ctlDir, mesh.JSDir), filepath.Join(ctlDir, mesh.PutBackFile)); err != nil {
-		return err
-	} else if dropped {
-		log.Info("the streams the bus kept alone are dropped: it runs in a cluster now, and the store's log begins again from the store")
-	}
-	dbPath := filepath.Join(ctlDir, mesh.DBFile)
-	if err := m.rebuildStore(ctx, dbPath, auth, ctlKeys, cluster); err != nil {
-		return err
-	}
-	db, err := store.OpenWith(ctx, dbPath, store.Options{BusyTimeout: cfg.StoreBusyTimeout, ViewOfLog: true})
+	db, err := m.openStore(ctx, cluster, auth, ctlKeys)
 	if err != nil {
 		return err
 	}
@@ -130,28 +123,10 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	if joins != nil {
 		joins.bus = bus
 	}
-	// With two controllers or more, one leads: it alone runs the
-	// controller, and writes the log (leader.go).
-	lead := newLeadership(cluster, cfg.LeaseTTL, log.With("component", "lease"), auth, busConnect(bus, ctlKeys.Full))
-	// The controller's store: read from db, written through the log on
-	// the bus, which db is a view of.
-	truth := journal.New(journal.Config{PutBackMark: filepath.Join(ctlDir, mesh.PutBackFile),
-		Follow: cluster.follows(), Replicas: cluster.replicas(), Clustered: cluster.clustered(), Fence: fenceOf(lead)},
-		log.With("component", "journal"), db, busConnect(bus, ctlKeys.Full))
-	if lead != nil {
-		lead.truth = truth
-		lead.syncUsers = followerUsers(db, bus, ctlKeys)
-	}
-	signKey, err := mesh.LoadSignKey(ctlDir)
+	lead, truth := m.truth(cluster, db, bus, auth, ctlKeys)
+	signKey, sealKey, err := m.controllerKeys(ctx, db)
 	if err != nil {
 		return err
-	}
-	sealKey, created, err := mesh.LoadSealKey(ctx, ctlDir, db)
-	if err != nil {
-		return err
-	}
-	if created {
-		log.Info("at-rest key made for a mesh that had none", "path", filepath.Join(ctlDir, mesh.SealKeyFile))
 	}
 	machine, dnsPart, err := m.resolver(cfg, cfg.Held.DNS)
 	if err != nil {
@@ -161,14 +136,7 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 	// One count of recovered panics for the process: /metrics shows the
 	// host's with the controller's.
 	panics := new(atomic.Uint64)
-	hostCfg := cfg.Host
-	hostCfg.Dir = statedir.Host(cfg.Dir)
-	hostCfg.Names = dns
-	hostCfg.Panics = panics
-	// Its bus is this process's: the roster's controllers are for hosts
-	// that reach the bus over the network.
-	hostCfg.KeepBus = true
-	agent, err := host.New(hostCfg, log.With("component", "host"))
+	agent, err := m.ownAgent(dns, panics)
 	if err != nil {
 		return err
 	}
@@ -199,36 +167,109 @@ func (m *Mesh) runOnce(ctx context.Context) error {
 		return err
 	}
 
-	var parts []part
-	if cfg.Pprof != "" {
-		prof := newProfiler(cfg.Pprof, log.With("component", "pprof"))
-		parts = append(parts, part{"pprof", prof.Run, prof.ready, nil})
-	}
-	parts = append(parts, part{"bus", bus.Run, bus.Ready(), cfg.Held.Bus})
+	parts := append(m.pprofParts(), part{"bus", bus.Run, bus.Ready(), cfg.Held.Bus})
 	if lead != nil {
 		parts = append(parts, lead.campaignPart())
 	}
-	parts = append(parts, []part{
-		{"journal", truth.Run, truth.Ready(), nil},
-	}...)
+	parts = append(parts, part{"journal", truth.Run, truth.Ready(), nil})
 	parts = append(parts, m.peersPart(cluster, bus, ctlKeys, joins)...)
-	parts = append(parts, dnsPart, ctlPart,
-		part{"host", ownHost(log, agent), agent.Ready(), nil})
+	parts = append(parts, dnsPart, ctlPart, part{"host", ownHost(log, agent), agent.Ready(), nil})
 	runErr := runInOrder(ctx, log, parts, func() error {
 		addrs := cfg.Addrs
 		addrs.Bus, addrs.HTTP, addrs.DNS = bus.Addr(), ctlAddr(), dns.Addrs()[0]
-		if err := statedir.WriteAddrs(cfg.Dir, addrs); err != nil {
-			return err
-		}
-		m.addrs = addrs
-		m.readyOnce.Do(func() { close(m.ready) })
-		log.Info("mesh ready", "bus", addrs.Bus, "http", addrs.HTTP, "dns", addrs.DNS, "node", agent.Node())
-		return nil
+		return m.started(addrs, agent.Node())
 	})
 	if err := db.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close store: %w", err)
 	}
 	return runErr
+}
+
+// openStore opens the controller's store, the view of its log on the bus:
+// the streams a bus kept alone are dropped once it runs in a cluster, and
+// a store with no view of the log is rebuilt first (rebuildStore).
+func (m *Mesh) openStore(ctx context.Context, cluster *ClusterState, auth *ca.Authority, ctlKeys mesh.Keys) (*store.DB, error) {
+	ctlDir := statedir.Controller(m.cfg.Dir)
+	if dropped, err := dropStandalone(cluster, filepath.Join(ctlDir, mesh.JSDir), filepath.Join(ctlDir, mesh.PutBackFile)); err != nil {
+		return nil, err
+	} else if dropped {
+		m.log.Info("the streams the bus kept alone are dropped: it runs in a cluster now, and the store's log begins again from the store")
+	}
+	dbPath := filepath.Join(ctlDir, mesh.DBFile)
+	if err := m.rebuildStore(ctx, dbPath, auth, ctlKeys, cluster); err != nil {
+		return nil, err
+	}
+	return store.OpenWith(ctx, dbPath, store.Options{BusyTimeout: m.cfg.StoreBusyTimeout, ViewOfLog: true})
+}
+
+// truth is the controller's store, read from db and written through the
+// log on the bus, which db is a view of; and, with two controllers or
+// more, the leadership that says which one of them runs the controller
+// and writes the log (leader.go), nil for a controller alone.
+func (m *Mesh) truth(cluster *ClusterState, db *store.DB, bus *broker.Server, auth *ca.Authority, ctlKeys mesh.Keys) (*leadership, *journal.Journal) {
+	log, ctlDir := m.log, statedir.Controller(m.cfg.Dir)
+	lead := newLeadership(cluster, m.cfg.LeaseTTL, log.With("component", "lease"), auth, busConnect(bus, ctlKeys.Full))
+	truth := journal.New(journal.Config{PutBackMark: filepath.Join(ctlDir, mesh.PutBackFile),
+		Follow: cluster.follows(), Replicas: cluster.replicas(), Clustered: cluster.clustered(), Fence: fenceOf(lead)},
+		log.With("component", "journal"), db, busConnect(bus, ctlKeys.Full))
+	if lead != nil {
+		lead.truth = truth
+		lead.syncUsers = followerUsers(db, bus, ctlKeys)
+	}
+	return lead, truth
+}
+
+// controllerKeys are the controller's signing key and its at-rest key,
+// the latter made when the mesh had none (LoadSealKey).
+func (m *Mesh) controllerKeys(ctx context.Context, db *store.DB) (ed25519.PrivateKey, *seal.RestKey, error) {
+	ctlDir := statedir.Controller(m.cfg.Dir)
+	signKey, err := mesh.LoadSignKey(ctlDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	sealKey, created, err := mesh.LoadSealKey(ctx, ctlDir, db)
+	if err != nil {
+		return nil, nil, err
+	}
+	if created {
+		m.log.Info("at-rest key made for a mesh that had none", "path", filepath.Join(ctlDir, mesh.SealKeyFile))
+	}
+	return signKey, sealKey, nil
+}
+
+// ownAgent is the host of the controller's machine: its names are the
+// machine's resolver's, and its panics counted with the controller's.
+func (m *Mesh) ownAgent(dns *resolver.Server, panics *atomic.Uint64) (*host.Agent, error) {
+	hostCfg := m.cfg.Host
+	hostCfg.Dir = statedir.Host(m.cfg.Dir)
+	hostCfg.Names = dns
+	hostCfg.Panics = panics
+	// Its bus is this process's: the roster's controllers are for hosts
+	// that reach the bus over the network.
+	hostCfg.KeepBus = true
+	return host.New(hostCfg, m.log.With("component", "host"))
+}
+
+// pprofParts is the part that serves Go's profiles of the process, when
+// the configuration asks for it (--pprof); none otherwise.
+func (m *Mesh) pprofParts() []part {
+	if m.cfg.Pprof == "" {
+		return nil
+	}
+	prof := newProfiler(m.cfg.Pprof, m.log.With("component", "pprof"))
+	return []part{{"pprof", prof.Run, prof.ready, nil}}
+}
+
+// started writes where each part listens to D/addrs.json, and says the
+// mesh is ready.
+func (m *Mesh) started(addrs spec.Addrs, node string) error {
+	if err := statedir.WriteAddrs(m.cfg.Dir, addrs); err != nil {
+		return err
+	}
+	m.addrs = addrs
+	m.readyOnce.Do(func() { close(m.ready) })
+	m.log.Info("mesh ready", "bus", addrs.Bus, "http", addrs.HTTP, "dns", addrs.DNS, "node", node)
+	return nil
 }
 
 // newBus makes the bus, not started: its certificate issued by auth for

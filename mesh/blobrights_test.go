@@ -38,7 +38,7 @@ func TestBlobRightIsTheDeclarationsBlobs(t *testing.T) {
 		Spec: &spec.FileSpec{Path: "/srv/big", Mode: 0o644, Blob: true, Size: int64(len(big)), Digest: spec.ContentDigest(big)}}
 	ctr := spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m",
 		Spec: &spec.ContainerSpec{Name: "web", Image: "w:1", Archive: &spec.ImageArchive{Size: int64(len(archive)), Digest: spec.ContentDigest(archive)}}}
-	if _, _, err := c.send(ctx, "beta", content{resources: []spec.Resource{inline, blob, ctr, spec.NodeNetwork("beta")}}, resendAll); err != nil {
+	if _, _, err := c.sender.send(ctx, "beta", content{resources: []spec.Resource{inline, blob, ctr, spec.NodeNetwork("beta")}}, resendAll); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := db.LastDeclaration(ctx, "beta"); !bytes.Contains(d.Body, []byte(`"digest":"`+spec.ContentDigest(small)+`"`)) {
@@ -87,7 +87,7 @@ func TestBlobRightIsTheDeclarationsBlobs(t *testing.T) {
 	}
 
 	// The next declaration drops the blob: it may not be fetched any more.
-	if _, _, err := c.send(ctx, "beta", content{resources: []spec.Resource{inline}}, resendAll); err != nil {
+	if _, _, err := c.sender.send(ctx, "beta", content{resources: []spec.Resource{inline}}, resendAll); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.blobs.mayFetch(ctx, "beta", spec.ContentDigest(big)); err == nil {

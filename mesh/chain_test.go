@@ -79,11 +79,11 @@ func TestDeclarationCarriesTheChain(t *testing.T) {
 	// A declaration sent before the replacement and expired unapplied is
 	// re-sent as it was sent: with the old chain.
 	sent := lastOnStream(t, c, "alpha")
-	if _, _, err := c.send(ctx, "alpha", contentOf(sent), resendAll); err != nil {
+	if _, _, err := c.sender.send(ctx, "alpha", contentOf(sent), resendAll); err != nil {
 		t.Fatal(err)
 	}
 	clk.Add(spec.DefaultExpiry + time.Minute)
-	if err := c.resendIfExpired(ctx, spec.Heartbeat{Node: "alpha", AppliedSeq: 1}); err != nil {
+	if err := c.sender.resendIfExpired(ctx, spec.Heartbeat{Node: "alpha", AppliedSeq: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if d := lastOnStream(t, c, "alpha"); d.Seq != 3 {

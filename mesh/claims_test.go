@@ -24,7 +24,7 @@ func TestClaimsAboveWhatWasSent(t *testing.T) {
 	c, db := newController(t, clk)
 	ctx := context.Background()
 	for range 3 {
-		if _, _, err := c.send(ctx, "alpha", content{resources: nil}, resendAll); err != nil {
+		if _, _, err := c.sender.send(ctx, "alpha", content{resources: nil}, resendAll); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -60,7 +60,7 @@ func TestClaimsAboveWhatWasSent(t *testing.T) {
 	}
 	wantNext := func(want uint64) {
 		t.Helper()
-		seq, _, err := c.send(ctx, "alpha", content{resources: nil}, resendAll)
+		seq, _, err := c.sender.send(ctx, "alpha", content{resources: nil}, resendAll)
 		if err != nil || seq != want {
 			t.Fatalf("next declaration: %d %v, want %d", seq, err, want)
 		}

@@ -128,6 +128,8 @@ type Controller struct {
 	js      jetstream.JetStream
 	serving *nats.Conn // serves requests and progress; may publish only to inboxes
 
+	// sender numbers, signs, records and publishes declarations (send.go).
+	sender  *sender
 	locks   nodeLocks // per node: sequences are taken under them
 	rosters *rosters
 	// refused are the nodes whose hosts speak another protocol.
@@ -232,9 +234,12 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 	c.watches = &watches{now: cfg.Now, log: log, byNode: map[string][]*watcher{},
 		publish: func(subject string, body []byte) error { return c.serving.Publish(subject, body) }}
 	c.claims = &claimBook{db: deps.DB, log: log, byNode: map[string]claim{}}
+	c.numbers = &numberer{db: deps.DB, now: cfg.Now, claims: c.claims}
+	c.sender = &sender{base: b, signKey: cfg.SignKey, locks: &c.locks, claims: c.claims, numbers: c.numbers, metrics: &c.metrics, crashFile: cfg.CrashFile,
+		nc: func() *nats.Conn { return c.nc }, js: func() jetstream.JetStream { return c.js }}
 	c.blobs = &blobs{base: b, metrics: &c.metrics, collectKick: make(chan struct{}, 1)}
 	c.roller = newRoller(b, cfg.Node, cfg.RollTicks)
-	c.roller.gather, c.roller.rosterOnce, c.roller.contentNow, c.roller.send = c.composer.gather, c.rosters.rosterOnce, c.rosters.contentNow, c.send
+	c.roller.gather, c.roller.rosterOnce, c.roller.contentNow, c.roller.send = c.composer.gather, c.rosters.rosterOnce, c.rosters.contentNow, c.sender.send
 	c.overlays = &overlays{base: b, delay: membershipDelay, kick: make(chan struct{}, 1), send: c.sendNames}
 	c.edges = newEdgeStates(b, &c.refused)
 	c.enrolment = &enrolment{base: b, keys: cfg.Keys, busURLs: cfg.BusURLs, node: cfg.Node, signKey: cfg.SignKey, maxNodes: c.maxNodes(),
@@ -242,10 +247,9 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 		purge:     func(ctx context.Context, node string) error { return purgeDeclarations(ctx, c.js, node) },
 		sendNames: c.sendNames, membershipChanged: c.overlays.changed}
 	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect, usersChanged: c.enrolment.syncUsers}
-	c.numbers = &numberer{db: deps.DB, now: cfg.Now, claims: c.claims}
 	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond,
 		unsent: &c.metrics.reportsUnsent, applied: c.timings.apply, dropLog: &c.dropLog, changed: c.changes.kick}
-	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.resendIfExpired, redeliver: c.redeliver, rosterSeq: c.deps.DB.LastRosterSeq, redeliverRoster: c.rosters.redeliver, changed: c.changes.kick}
+	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.sender.resendIfExpired, redeliver: c.sender.redeliver, rosterSeq: c.deps.DB.LastRosterSeq, redeliverRoster: c.rosters.redeliver, changed: c.changes.kick}
 	c.verbs = verbTable(c.verbRows())
 	c.auditor.verbs = c.verbs
 	reg, err := c.newRegistry()
@@ -281,55 +285,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.certs.adopt(ctx); err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", c.cfg.HTTPListen)
+	l, err := c.listen()
 	if err != nil {
-		return fmt.Errorf("bind http address %s: %w", c.cfg.HTTPListen, err)
+		return err
 	}
-	// Off loopback the listener serves TLS with a mesh certificate, and
-	// its pages need a session (ui.go).
-	if !c.ui.gate.Open() {
-		tc, err := listenerTLS(c.cfg.HTTPListen, c.cfg.Node, c.deps.CA)
-		if err != nil {
-			l.Close()
-			return err
-		}
-		l = tls.NewListener(l, tc)
-	}
-	nc, err := c.connect(c.cfg.Keys.Full, "controller")
+	nc, serving, err := c.start(ctx)
 	if err != nil {
 		l.Close()
 		return err
 	}
 	defer nc.Close()
-	c.nc = nc
-	serving, err := c.connect(c.cfg.Keys.Serve, "controller serving")
-	if err != nil {
-		l.Close()
-		return err
-	}
 	defer serving.Close()
-	c.serving = serving
-	if c.js, err = jetstream.New(nc); err != nil {
-		l.Close()
-		return fmt.Errorf("controller JetStream: %w", err)
-	}
-	if err := c.ensureDelivery(ctx); err != nil {
-		l.Close()
-		return err
-	}
-	// A store written before secret settings were sealed is sealed
-	// before anything is served: no plain secret stays in it.
-	if n, err := c.sealed.sealPlain(ctx, nil); err != nil {
-		l.Close()
-		return fmt.Errorf("seal the store's secret settings: %w", err)
-	} else if n > 0 {
-		c.log.Info("secret settings sealed", "assignments", n)
-	}
-
-	if err := c.subscribe(ctx, serving); err != nil {
-		l.Close()
-		return err
-	}
 
 	// The loops end before the connections they publish on close: a send
 	// that waits for the stream's acknowledgements would otherwise wait
@@ -347,19 +313,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	close(c.ready)
 	c.log.Info("controller ready", "http", l.Addr().String())
 
-	// Expired tokens' enrolment users leave the bus within a sweep.
-	sweep := time.NewTicker(15 * time.Second)
-	defer sweep.Stop()
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case err := <-httpDone:
-			return fmt.Errorf("http listener: %w", err)
-		case <-sweep.C:
-			c.sweep(ctx)
-		}
+	if err := c.sweepUntil(ctx, httpDone); err != nil {
+		return err
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -375,6 +330,81 @@ loop:
 	waitLoops()
 	nc.Drain()
 	return nil
+}
+
+// listen binds the HTTP listener: off loopback it serves TLS with a mesh
+// certificate, and its pages need a session (ui.go).
+func (c *Controller) listen() (net.Listener, error) {
+	l, err := net.Listen("tcp", c.cfg.HTTPListen)
+	if err != nil {
+		return nil, fmt.Errorf("bind http address %s: %w", c.cfg.HTTPListen, err)
+	}
+	if c.ui.gate.Open() {
+		return l, nil
+	}
+	tc, err := listenerTLS(c.cfg.HTTPListen, c.cfg.Node, c.deps.CA)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return tls.NewListener(l, tc), nil
+}
+
+// start opens the controller's two bus connections, readies the
+// declaration stream, seals the store's plain secret settings and
+// subscribes to every subject the controller answers. On an error it
+// leaves no connection open.
+func (c *Controller) start(ctx context.Context) (nc, serving *nats.Conn, err error) {
+	if nc, err = c.connect(c.cfg.Keys.Full, "controller"); err != nil {
+		return nil, nil, err
+	}
+	c.nc = nc
+	if serving, err = c.connect(c.cfg.Keys.Serve, "controller serving"); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	c.serving = serving
+	defer func() {
+		if err != nil {
+			serving.Close()
+			nc.Close()
+		}
+	}()
+	if c.js, err = jetstream.New(nc); err != nil {
+		return nil, nil, fmt.Errorf("controller JetStream: %w", err)
+	}
+	if err := c.ensureDelivery(ctx); err != nil {
+		return nil, nil, err
+	}
+	// A store written before secret settings were sealed is sealed
+	// before anything is served: no plain secret stays in it.
+	if n, err := c.sealed.sealPlain(ctx, nil); err != nil {
+		return nil, nil, fmt.Errorf("seal the store's secret settings: %w", err)
+	} else if n > 0 {
+		c.log.Info("secret settings sealed", "assignments", n)
+	}
+	if err := c.subscribe(ctx, serving); err != nil {
+		return nil, nil, err
+	}
+	return nc, serving, nil
+}
+
+// sweepUntil sweeps every 15 s until ctx ends, so that expired tokens'
+// enrolment users leave the bus within a sweep; it returns the HTTP
+// listener's error if that stops first.
+func (c *Controller) sweepUntil(ctx context.Context, httpDone <-chan error) error {
+	sweep := time.NewTicker(15 * time.Second)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-httpDone:
+			return fmt.Errorf("http listener: %w", err)
+		case <-sweep.C:
+			c.sweep(ctx)
+		}
+	}
 }
 
 // subscribe has serving take every subject the controller answers.
@@ -528,7 +558,7 @@ func (c *Controller) ensureDelivery(ctx context.Context) error {
 		if !n.Removing.IsZero() {
 			continue
 		}
-		if err := c.publishRecorded(ctx, n); err != nil {
+		if err := c.sender.publishRecorded(ctx, n); err != nil {
 			return err
 		}
 	}

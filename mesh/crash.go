@@ -23,16 +23,16 @@ const (
 
 // crashAt kills this process with SIGKILL when the crash file names
 // point: nothing after point runs, no deferred call, no flush.
-func (c *Controller) crashAt(point string) {
-	if c.cfg.CrashFile == "" {
+func (s *sender) crashAt(point string) {
+	if s.crashFile == "" {
 		return
 	}
-	body, err := os.ReadFile(c.cfg.CrashFile)
+	body, err := os.ReadFile(s.crashFile)
 	if err != nil || strings.TrimSpace(string(body)) != point {
 		return
 	}
-	os.Remove(c.cfg.CrashFile)
-	c.log.Warn("the controller dies here, as its crash file says", "point", point, "file", c.cfg.CrashFile)
+	os.Remove(s.crashFile)
+	s.log.Warn("the controller dies here, as its crash file says", "point", point, "file", s.crashFile)
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal ends the process
 }

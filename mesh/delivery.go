@@ -73,8 +73,8 @@ func purgeDeclarations(ctx context.Context, js jetstream.JetStream, node string)
 // that declaration as sent, and the host would never get it. The bytes and
 // the signature are the ones recorded, so a host that has it already takes
 // it as a duplicate.
-func (c *Controller) publishRecorded(ctx context.Context, n store.Node) error {
-	d, err := c.deps.DB.LastDeclaration(ctx, n.Name)
+func (s *sender) publishRecorded(ctx context.Context, n store.Node) error {
+	d, err := s.db.LastDeclaration(ctx, n.Name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -84,7 +84,7 @@ func (c *Controller) publishRecorded(ctx context.Context, n store.Node) error {
 	if n.AppliedSeq >= d.Seq {
 		return nil
 	}
-	stream, err := c.js.Stream(ctx, spec.DeclarationStream)
+	stream, err := s.js().Stream(ctx, spec.DeclarationStream)
 	if err != nil {
 		return fmt.Errorf("read stream %s: %w", spec.DeclarationStream, err)
 	}
@@ -101,11 +101,11 @@ func (c *Controller) publishRecorded(ctx context.Context, n store.Node) error {
 			return nil
 		}
 	}
-	if _, err := c.js.PublishMsg(ctx, signedMsg(spec.DeclarationSubject(n.Name), d.Body, d.Sig)); err != nil {
+	if _, err := s.js().PublishMsg(ctx, signedMsg(spec.DeclarationSubject(n.Name), d.Body, d.Sig)); err != nil {
 		return fmt.Errorf("publish the recorded declaration %d of node %q: %w", d.Seq, n.Name, err)
 	}
-	c.metrics.countSent(len(d.Body))
-	c.log.Info("declaration recorded but not published before a stop: published now", "node", n.Name, "seq", d.Seq)
+	s.metrics.countSent(len(d.Body))
+	s.log.Info("declaration recorded but not published before a stop: published now", "node", n.Name, "seq", d.Seq)
 	return nil
 }
 

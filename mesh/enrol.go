@@ -410,52 +410,14 @@ func (en *enrolment) enrolAnswering(ctx context.Context, data []byte, answer fun
 // it holds the token's enrolment user on the bus, and says so in held. A
 // controller's join sets after, to run once it was answered.
 func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.Token, after *func()) (spec.EnrolResult, error) {
-	// A host of another protocol is refused for that, whatever else its
-	// request holds.
-	var req spec.EnrolRequest
-	if err := spec.Decode(data, &req); err != nil {
-		if p := spec.PeekProtocol(data); p != 0 && p != spec.Protocol {
-			return spec.EnrolResult{}, refusedError(spec.JoinRefusal(p))
-		}
-		return spec.EnrolResult{}, callerError("malformed enrolment request: " + err.Error())
-	}
-	if req.Protocol != spec.Protocol {
-		return spec.EnrolResult{}, refusedError(spec.JoinRefusal(req.Protocol))
-	}
-	t, err := en.db.Token(ctx, req.TokenID)
-	if errors.Is(err, store.ErrNotFound) {
-		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %q is not one this mesh made: it is forged or from another mesh", req.TokenID))
-	}
+	req, t, err := en.provenRequest(ctx, data)
 	if err != nil {
 		return spec.EnrolResult{}, err
-	}
-	enrolKey, err := nkeys.FromPublicKey(t.EnrolNKey)
-	if err != nil {
-		return spec.EnrolResult{}, fmt.Errorf("token %s's enrolment key: %w", t.ID, err)
-	}
-	if err := enrolKey.Verify(req.ProofBytes(), req.Proof); err != nil {
-		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s: the request is not signed by its secret: the token is forged", t.ID))
 	}
 	now := en.now()
-	switch {
-	case !t.Revoked.IsZero():
-		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s was revoked at %s: ask for a new one (mesh token create %s)", t.ID, t.Revoked.UTC().Format(time.RFC3339), t.Node))
-	case !t.Used.IsZero():
-		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s was already used at %s: a token joins one host once", t.ID, t.Used.UTC().Format(time.RFC3339)))
-	case !now.Before(t.Expires):
-		return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s expired at %s: ask for a new one (mesh token create %s)", t.ID, t.Expires.UTC().Format(time.RFC3339), t.Node))
-	case req.Node != t.Node:
-		return spec.EnrolResult{}, callerError(fmt.Sprintf("token %s is for node %q, not %q", t.ID, t.Node, req.Node))
-	}
-	if err := en.checkControllerJoin(t.ID, t.Controller, req.Controller); err != nil {
-		return spec.EnrolResult{}, err
-	}
-	if _, err := nkeys.FromPublicKey(req.NKey); err != nil || req.NKey[0] != 'U' {
-		return spec.EnrolResult{}, callerError(fmt.Sprintf("enrolment of %q: %q is not a user public key", req.Node, req.NKey))
-	}
-	sealKey, err := seal.ParseNodePublic(req.SealKey)
+	sealKey, err := en.checkRequest(req, t, now)
 	if err != nil {
-		return spec.EnrolResult{}, callerError(fmt.Sprintf("enrolment of %q: seal_key: %v", req.Node, err))
+		return spec.EnrolResult{}, err
 	}
 	// The name starts from nothing: no declaration the stream kept for an
 	// earlier node of that name (one removed before removals purged) is
@@ -474,33 +436,8 @@ func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.T
 	// and goes as soon as it has, whatever the outcome.
 	en.holdEnrolUser(t)
 	*held = &t
-	if req.WGKey == "" {
-		return spec.EnrolResult{}, callerError(fmt.Sprintf("enrolment of %q: no wireguard key: every host of this version makes one at join", req.Node))
-	}
-	if err := spec.CheckWGKey(req.WGKey); err != nil {
-		return spec.EnrolResult{}, callerError(fmt.Sprintf("enrolment of %q: wg_key: %v", req.Node, err))
-	}
-	if err := en.db.Enrol(ctx, t.ID, store.Node{Name: req.Node, Address: req.Address, NKey: req.NKey, SealKey: sealKey.String(), WGKey: req.WGKey, Joined: now}); err != nil {
-		if errors.Is(err, store.ErrTokenSpent) {
-			return spec.EnrolResult{}, refusedError(fmt.Sprintf("token %s was used or revoked a moment ago", t.ID))
-		}
+	if err := en.record(ctx, req, t, sealKey, now); err != nil {
 		return spec.EnrolResult{}, err
-	}
-	facts := req.Facts
-	facts.Node = req.Node
-	if err := facts.Check(); err != nil {
-		en.log.Warn("facts sent at enrolment refused: no machine has them", "node", req.Node, "err", err)
-	} else if err := en.db.RecordFacts(ctx, facts, now); err != nil {
-		en.log.Warn("facts sent at enrolment not recorded", "node", req.Node, "err", err)
-	}
-	// The node's credential is in force before the host hears it joined,
-	// with the edges' bucket if an edge was assigned to it beforehand.
-	edges, err := edgeNodes(ctx, en.db)
-	if err != nil {
-		return spec.EnrolResult{}, fmt.Errorf("node %q recorded, but its credential is not on the bus: %w", req.Node, err)
-	}
-	if err := en.addUser(nodeUser(req.Node, req.NKey, edges[req.Node])); err != nil {
-		return spec.EnrolResult{}, fmt.Errorf("node %q recorded, but its credential is not on the bus: %w", req.Node, err)
 	}
 	m, err := en.db.Mesh(ctx)
 	if err != nil {
@@ -521,6 +458,99 @@ func (en *enrolment) enrolSteps(ctx context.Context, data []byte, held **store.T
 		return spec.EnrolResult{}, err
 	}
 	return res, nil
+}
+
+// provenRequest decodes an enrolment request and reads the token it names,
+// which must be this mesh's and whose secret must have signed it. A host
+// of another protocol is refused for that, whatever else its request
+// holds.
+func (en *enrolment) provenRequest(ctx context.Context, data []byte) (spec.EnrolRequest, store.Token, error) {
+	var req spec.EnrolRequest
+	if err := spec.Decode(data, &req); err != nil {
+		if p := spec.PeekProtocol(data); p != 0 && p != spec.Protocol {
+			return req, store.Token{}, refusedError(spec.JoinRefusal(p))
+		}
+		return req, store.Token{}, callerError("malformed enrolment request: " + err.Error())
+	}
+	if req.Protocol != spec.Protocol {
+		return req, store.Token{}, refusedError(spec.JoinRefusal(req.Protocol))
+	}
+	t, err := en.db.Token(ctx, req.TokenID)
+	if errors.Is(err, store.ErrNotFound) {
+		return req, t, refusedError(fmt.Sprintf("token %q is not one this mesh made: it is forged or from another mesh", req.TokenID))
+	}
+	if err != nil {
+		return req, t, err
+	}
+	enrolKey, err := nkeys.FromPublicKey(t.EnrolNKey)
+	if err != nil {
+		return req, t, fmt.Errorf("token %s's enrolment key: %w", t.ID, err)
+	}
+	if err := enrolKey.Verify(req.ProofBytes(), req.Proof); err != nil {
+		return req, t, refusedError(fmt.Sprintf("token %s: the request is not signed by its secret: the token is forged", t.ID))
+	}
+	return req, t, nil
+}
+
+// checkRequest says whether token t, at now, still joins the node req
+// names, and whether req's keys are well formed; it returns the node's
+// sealing key.
+func (en *enrolment) checkRequest(req spec.EnrolRequest, t store.Token, now time.Time) (seal.NodePublic, error) {
+	switch {
+	case !t.Revoked.IsZero():
+		return seal.NodePublic{}, refusedError(fmt.Sprintf("token %s was revoked at %s: ask for a new one (mesh token create %s)", t.ID, t.Revoked.UTC().Format(time.RFC3339), t.Node))
+	case !t.Used.IsZero():
+		return seal.NodePublic{}, refusedError(fmt.Sprintf("token %s was already used at %s: a token joins one host once", t.ID, t.Used.UTC().Format(time.RFC3339)))
+	case !now.Before(t.Expires):
+		return seal.NodePublic{}, refusedError(fmt.Sprintf("token %s expired at %s: ask for a new one (mesh token create %s)", t.ID, t.Expires.UTC().Format(time.RFC3339), t.Node))
+	case req.Node != t.Node:
+		return seal.NodePublic{}, callerError(fmt.Sprintf("token %s is for node %q, not %q", t.ID, t.Node, req.Node))
+	}
+	if err := en.checkControllerJoin(t.ID, t.Controller, req.Controller); err != nil {
+		return seal.NodePublic{}, err
+	}
+	if _, err := nkeys.FromPublicKey(req.NKey); err != nil || req.NKey[0] != 'U' {
+		return seal.NodePublic{}, callerError(fmt.Sprintf("enrolment of %q: %q is not a user public key", req.Node, req.NKey))
+	}
+	sealKey, err := seal.ParseNodePublic(req.SealKey)
+	if err != nil {
+		return seal.NodePublic{}, callerError(fmt.Sprintf("enrolment of %q: seal_key: %v", req.Node, err))
+	}
+	return sealKey, nil
+}
+
+// record spends token t on the node req asks for, records the node and the
+// facts its host sent, and puts the node's credential on the bus (with
+// the edges' bucket if an edge was assigned to it beforehand), so it is in
+// force before the host hears it joined.
+func (en *enrolment) record(ctx context.Context, req spec.EnrolRequest, t store.Token, sealKey seal.NodePublic, now time.Time) error {
+	if req.WGKey == "" {
+		return callerError(fmt.Sprintf("enrolment of %q: no wireguard key: every host of this version makes one at join", req.Node))
+	}
+	if err := spec.CheckWGKey(req.WGKey); err != nil {
+		return callerError(fmt.Sprintf("enrolment of %q: wg_key: %v", req.Node, err))
+	}
+	if err := en.db.Enrol(ctx, t.ID, store.Node{Name: req.Node, Address: req.Address, NKey: req.NKey, SealKey: sealKey.String(), WGKey: req.WGKey, Joined: now}); err != nil {
+		if errors.Is(err, store.ErrTokenSpent) {
+			return refusedError(fmt.Sprintf("token %s was used or revoked a moment ago", t.ID))
+		}
+		return err
+	}
+	facts := req.Facts
+	facts.Node = req.Node
+	if err := facts.Check(); err != nil {
+		en.log.Warn("facts sent at enrolment refused: no machine has them", "node", req.Node, "err", err)
+	} else if err := en.db.RecordFacts(ctx, facts, now); err != nil {
+		en.log.Warn("facts sent at enrolment not recorded", "node", req.Node, "err", err)
+	}
+	edges, err := edgeNodes(ctx, en.db)
+	if err != nil {
+		return fmt.Errorf("node %q recorded, but its credential is not on the bus: %w", req.Node, err)
+	}
+	if err := en.addUser(nodeUser(req.Node, req.NKey, edges[req.Node])); err != nil {
+		return fmt.Errorf("node %q recorded, but its credential is not on the bus: %w", req.Node, err)
+	}
+	return nil
 }
 
 // holdEnrolUser keeps t's enrolment user on the bus while its host is

@@ -185,29 +185,72 @@ func LoadSignKey(dir string) (ed25519.PrivateKey, error) {
 	return priv, nil
 }
 
+// SealKeyStore is what LoadSealKey reads of the store: every place it
+// keeps text sealed under the at-rest key.
+type SealKeyStore interface {
+	Assignments(ctx context.Context) ([]store.Assignment, error)
+	Grants(ctx context.Context) ([]store.Grant, error)
+	EdgeStorageKey(ctx context.Context) (string, error)
+	Intermediate(ctx context.Context) (store.Intermediate, error)
+}
+
 // LoadSealKey reads the controller's at-rest key from dir. A directory
 // made before values were sealed has none: one is made, unless db holds
-// sealed values already (the key that sealed them is lost, and a new one
+// any sealed value already (the key that sealed it is lost, and a new one
 // would open none of them), which is refused, saying what to do. created
 // says a key was made.
-func LoadSealKey(ctx context.Context, dir string, db AssignmentStore) (key *seal.RestKey, created bool, err error) {
+func LoadSealKey(ctx context.Context, dir string, db SealKeyStore) (key *seal.RestKey, created bool, err error) {
 	path := filepath.Join(dir, SealKeyFile)
 	key, err = seal.LoadRestKey(path)
 	if !errors.Is(err, os.ErrNotExist) {
 		return key, false, err
 	}
-	as, err := db.Assignments(ctx)
+	what, err := sealedValue(ctx, db)
 	if err != nil {
 		return nil, false, fmt.Errorf("look for sealed values before making %s: %w", path, err)
+	}
+	if what != "" {
+		return nil, false, fmt.Errorf("%s is missing, but %s was sealed under it: put the controller's seal.key back from its backup", path, what)
+	}
+	key, err = seal.CreateRestKey(path)
+	return key, err == nil, err
+}
+
+// sealedValue names the first value db keeps sealed under the at-rest key:
+// a secret setting, a grant's credential, the edge storage key or the
+// key of the CA's intermediate; empty when it keeps none.
+func sealedValue(ctx context.Context, db SealKeyStore) (string, error) {
+	as, err := db.Assignments(ctx)
+	if err != nil {
+		return "", err
 	}
 	for _, a := range as {
 		for name, v := range a.Settings {
 			if seal.IsSealedText(v) {
-				return nil, false, fmt.Errorf("%s is missing, but setting %q of module %s on node %s was sealed under it: put the controller's seal.key back from its backup",
-					path, name, a.Module, a.Node)
+				return fmt.Sprintf("setting %q of module %s on node %s", name, a.Module, a.Node), nil
 			}
 		}
 	}
-	key, err = seal.CreateRestKey(path)
-	return key, err == nil, err
+	gs, err := db.Grants(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, g := range gs {
+		if seal.IsSealedText(g.Credential) {
+			return fmt.Sprintf("the credential of grant %q of module %s on node %s", g.Grant, g.Module, g.Node), nil
+		}
+	}
+	switch text, err := db.EdgeStorageKey(ctx); {
+	case err == nil && seal.IsSealedText(text):
+		return "the edge storage key", nil
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return "", err
+	}
+	switch in, err := db.Intermediate(ctx); {
+	case err == nil && seal.IsSealedText(in.KeySealed):
+		return fmt.Sprintf("the key of the CA's intermediate %s", in.Serial), nil
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return "", err
+	}
+	return "", nil
 }

@@ -67,7 +67,7 @@ func TestHeartbeatsResendWhatExpired(t *testing.T) {
 	}
 	sent := map[string]uint64{}
 	for _, n := range []string{"alpha", "beta"} {
-		seq, _, err := c.send(ctx, n, content{resources: []spec.Resource{resource("/" + n)}}, resendAll)
+		seq, _, err := c.sender.send(ctx, n, content{resources: []spec.Resource{resource("/" + n)}}, resendAll)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +103,7 @@ func TestHeartbeatsHandAMissedDeclarationAgain(t *testing.T) {
 	clk := &clock{now: time.Now()}
 	c, db := newController(t, clk)
 	ctx := context.Background()
-	seq, _, err := c.send(ctx, "alpha", content{resources: []spec.Resource{resource("/alpha")}}, resendAll)
+	seq, _, err := c.sender.send(ctx, "alpha", content{resources: []spec.Resource{resource("/alpha")}}, resendAll)
 	if err != nil {
 		t.Fatal(err)
 	}

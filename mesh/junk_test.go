@@ -22,7 +22,7 @@ func TestJunkReportSetsNothing(t *testing.T) {
 	c, db := newController(t, clk)
 	ctx := context.Background()
 	for range 2 {
-		if _, _, err := c.send(ctx, "alpha", content{resources: nil}, resendAll); err != nil {
+		if _, _, err := c.sender.send(ctx, "alpha", content{resources: nil}, resendAll); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -39,3 +39,29 @@ func TestAssignNamesTheRule(t *testing.T) {
 		t.Fatalf("assignments after refusals: %v %v", as, err)
 	}
 }
+
+// TestRegisterRefusesSecretInEnv: a module sent straight over the bus,
+// never through a CLI's manifest parser, with a secret setting in a
+// container's environment is refused by module register, naming the
+// container's secrets and the image's _FILE variable, and nothing is
+// registered: the plain value would be composed into env otherwise.
+func TestRegisterRefusesSecretInEnv(t *testing.T) {
+	t.Parallel()
+	c, db := newController(t, &clock{now: time.Now()})
+	ctx := context.Background()
+	mod := spec.Module{Name: "app", Version: "1", Settings: []spec.Setting{{Name: "db_password", Type: spec.TypeString, Secret: true}},
+		Resources: spec.Resources{{Name: spec.ResourceName("app", spec.KindContainer, "app"), Kind: spec.KindContainer, Module: "app",
+			Spec: &spec.ContainerSpec{Name: "app", Image: "example/app:1", Env: map[string]string{"DB_PASSWORD": "${db_password}"}}}}}
+	_, err := c.call(ctx, spec.ModuleRegister.Name, mustJSON(t, spec.ModuleRegisterRequest{Modules: []spec.Module{mod}}))
+	if err == nil || spec.KindOf(err) != spec.ReplyCaller {
+		t.Fatalf("register with a secret in env: %v, want the caller's error", err)
+	}
+	for _, want := range []string{"${db_password} is a secret setting", `"secrets": [{"setting": "db_password"`, "DB_PASSWORD_FILE=/run/secrets/db_password", "nothing was registered"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("register with a secret in env: %v, want it to say %q", err, want)
+		}
+	}
+	if ms, err := db.Modules(ctx); err != nil || len(ms) != 0 {
+		t.Fatalf("modules after the refusal: %v %v", ms, err)
+	}
+}

@@ -182,7 +182,7 @@ func TestReportBeforeAnyPush(t *testing.T) {
 	// Sent before this start (a report of a sequence never sent is
 	// dropped): send records and publishes without a push's watchers.
 	for range 3 {
-		if _, _, err := c.send(context.Background(), "alpha", content{resources: nil}, resendAll); err != nil {
+		if _, _, err := c.sender.send(context.Background(), "alpha", content{resources: nil}, resendAll); err != nil {
 			t.Fatal(err)
 		}
 	}

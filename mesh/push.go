@@ -90,7 +90,7 @@ func (c *Controller) push(ctx context.Context, req spec.PushRequest) (spec.PushR
 	if req.Force {
 		which = resendAll
 	}
-	results := c.sendCaught(ctx, items, which)
+	results := c.sender.sendCaught(ctx, items, which)
 	for k, r := range results {
 		it, pn := items[k], &res.Nodes[listed[k]]
 		switch {
@@ -142,14 +142,14 @@ func (c *Controller) pushTargets(ctx context.Context, named []string) (map[strin
 
 // sendCaught is sendAll, with a panic answered as every node's failure
 // that has no result yet.
-func (c *Controller) sendCaught(ctx context.Context, items []sendItem, which resend) (results []sendResult) {
-	defer c.guard.catch("push", func(err error) {
+func (s *sender) sendCaught(ctx context.Context, items []sendItem, which resend) (results []sendResult) {
+	defer s.guard.catch("push", func(err error) {
 		results = make([]sendResult, len(items))
 		for k := range results {
 			results[k].err = err
 		}
 	})
-	return c.sendAll(ctx, items, which)
+	return s.sendAll(ctx, items, which)
 }
 
 // previewAll sends each item's node a preview, pushParallel at once, and
@@ -165,7 +165,7 @@ func (c *Controller) previewAll(ctx context.Context, res spec.PushResult, items 
 			defer func() { <-slots; wg.Done() }()
 			defer c.guard.catch("preview to node "+it.node, func(err error) { pn.Seq, pn.Error = 0, err.Error() })
 			w := c.watches.watch(it.node, res.ID, progress, true)
-			seq, err := c.preview(ctx, it.node, it.ct)
+			seq, err := c.sender.preview(ctx, it.node, it.ct)
 			if err != nil {
 				c.watches.unwatch(it.node, w)
 				pn.Error = err.Error()
@@ -193,8 +193,8 @@ func reasonSuffix(reason string) string {
 // preview signs a dry-run declaration for node and sends it to the node's
 // preview subject. It is numbered as the next send would be, but nothing of
 // it is stored: the host answers with what it would change.
-func (c *Controller) preview(ctx context.Context, node string, ct content) (uint64, error) {
-	decl, err := c.numbers.next(ctx, node, 10*time.Minute)
+func (s *sender) preview(ctx context.Context, node string, ct content) (uint64, error) {
+	decl, err := s.numbers.next(ctx, node, 10*time.Minute)
 	if err != nil {
 		return 0, err
 	}
@@ -203,7 +203,7 @@ func (c *Controller) preview(ctx context.Context, node string, ct content) (uint
 	if err != nil {
 		return 0, fmt.Errorf("encode preview of node %q: %w", node, err)
 	}
-	if err := c.nc.PublishMsg(signedMsg(spec.PreviewSubject(node), body, ed25519.Sign(c.cfg.SignKey, body))); err != nil {
+	if err := s.nc().PublishMsg(signedMsg(spec.PreviewSubject(node), body, ed25519.Sign(s.signKey, body))); err != nil {
 		return 0, fmt.Errorf("send preview to node %q: %w", node, err)
 	}
 	return decl.Seq, nil

@@ -44,7 +44,7 @@ func TestSequence(t *testing.T) {
 	c, db := newController(t, clk)
 	ctx := context.Background()
 	for want := uint64(1); want <= 3; want++ {
-		seq, _, err := c.send(ctx, "alpha", content{resources: []spec.Resource{resource("/a")}}, resendAll)
+		seq, _, err := c.sender.send(ctx, "alpha", content{resources: []spec.Resource{resource("/a")}}, resendAll)
 		if err != nil || seq != want {
 			t.Fatalf("send %d: seq %d, err %v", want, seq, err)
 		}
@@ -54,7 +54,7 @@ func TestSequence(t *testing.T) {
 	if err := db.RecordHeartbeat(ctx, spec.Heartbeat{Node: "alpha", AppliedSeq: 40, Protocol: spec.Protocol}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if seq, _, err := c.send(ctx, "alpha", content{resources: nil}, resendAll); err != nil || seq != 41 {
+	if seq, _, err := c.sender.send(ctx, "alpha", content{resources: nil}, resendAll); err != nil || seq != 41 {
 		t.Fatalf("after a report of 40: seq %d, err %v", seq, err)
 	}
 	if d := lastOnStream(t, c, "alpha"); d.Seq != 41 || d.Node != "alpha" {
@@ -71,7 +71,7 @@ func TestExpiredIsResentAsSent(t *testing.T) {
 	c, db := newController(t, clk)
 	ctx := context.Background()
 	sent := []spec.Resource{resource("/as-sent")}
-	seq, _, err := c.send(ctx, "alpha", content{resources: sent}, resendAll)
+	seq, _, err := c.sender.send(ctx, "alpha", content{resources: sent}, resendAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,14 +87,14 @@ func TestExpiredIsResentAsSent(t *testing.T) {
 	hb := spec.Heartbeat{Node: "alpha", AppliedSeq: 0, Protocol: spec.Protocol}
 
 	// Not expired yet: nothing is sent.
-	if err := c.resendIfExpired(ctx, hb); err != nil {
+	if err := c.sender.resendIfExpired(ctx, hb); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := db.LastDeclaration(ctx, "alpha"); d.Seq != seq {
 		t.Fatalf("re-sent before expiry: last %d", d.Seq)
 	}
 	clk.Add(spec.DefaultExpiry + time.Minute)
-	if err := c.resendIfExpired(ctx, hb); err != nil {
+	if err := c.sender.resendIfExpired(ctx, hb); err != nil {
 		t.Fatal(err)
 	}
 	d := lastOnStream(t, c, "alpha")
@@ -107,7 +107,7 @@ func TestExpiredIsResentAsSent(t *testing.T) {
 	// A host that applied it is not re-sent anything.
 	hb.AppliedSeq = seq + 1
 	clk.Add(spec.DefaultExpiry + time.Minute)
-	if err := c.resendIfExpired(ctx, hb); err != nil {
+	if err := c.sender.resendIfExpired(ctx, hb); err != nil {
 		t.Fatal(err)
 	}
 	if last, _ := db.LastDeclaration(ctx, "alpha"); last.Seq != seq+1 {

@@ -82,7 +82,7 @@ func TestRemovalFailedHalfWayIsFinishedByRunningItAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if _, _, err := c.send(ctx, "beta", content{resources: mod.Resources}, resendAll); err != nil {
+		if _, _, err := c.sender.send(ctx, "beta", content{resources: mod.Resources}, resendAll); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -175,7 +175,7 @@ func TestJoinedAgainStartsFromNothing(t *testing.T) {
 	if n := onStream(t, c, "gamma"); n != 0 {
 		t.Fatalf("the stream keeps %d declarations of the earlier gamma after the new one joined", n)
 	}
-	if seq, _, err := c.send(ctx, "gamma", content{resources: nil}, resendAll); err != nil || seq != 1 {
+	if seq, _, err := c.sender.send(ctx, "gamma", content{resources: nil}, resendAll); err != nil || seq != 1 {
 		t.Fatalf("first declaration of the new gamma: seq %d, err %v", seq, err)
 	}
 }

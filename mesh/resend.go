@@ -12,15 +12,15 @@ import (
 // resendIfExpired re-sends the last sent content to a host that has not
 // applied it and whose copy expired: re-signed under a new sequence, never
 // recomposed (that would push changes nobody pushed).
-func (c *Controller) resendIfExpired(ctx context.Context, hb spec.Heartbeat) error {
-	d, err := c.deps.DB.LastDeclaration(ctx, hb.Node)
+func (s *sender) resendIfExpired(ctx context.Context, hb spec.Heartbeat) error {
+	d, err := s.db.LastDeclaration(ctx, hb.Node)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	now := c.cfg.Now()
+	now := s.now()
 	if hb.AppliedSeq >= d.Seq || now.Before(d.Expires) {
 		return nil
 	}
@@ -28,11 +28,11 @@ func (c *Controller) resendIfExpired(ctx context.Context, hb spec.Heartbeat) err
 	if err := spec.Decode(d.Body, &decl); err != nil {
 		return fmt.Errorf("read last declaration of node %q: %w", hb.Node, err)
 	}
-	seq, _, err := c.send(ctx, hb.Node, contentOf(decl), resendAll)
+	seq, _, err := s.send(ctx, hb.Node, contentOf(decl), resendAll)
 	if err != nil {
 		return err
 	}
-	c.log.Info("expired declaration re-sent", "node", hb.Node, "was", d.Seq, "seq", seq)
+	s.log.Info("expired declaration re-sent", "node", hb.Node, "was", d.Seq, "seq", seq)
 	return nil
 }
 
@@ -40,8 +40,8 @@ func (c *Controller) resendIfExpired(ctx context.Context, hb spec.Heartbeat) err
 // delivery subject, as signed: a host that holds it takes it for a
 // duplicate, one that missed it applies it. Nothing is recorded or
 // numbered anew.
-func (c *Controller) redeliver(ctx context.Context, hb spec.Heartbeat) error {
-	d, err := c.deps.DB.LastDeclaration(ctx, hb.Node)
+func (s *sender) redeliver(ctx context.Context, hb spec.Heartbeat) error {
+	d, err := s.db.LastDeclaration(ctx, hb.Node)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -51,10 +51,10 @@ func (c *Controller) redeliver(ctx context.Context, hb spec.Heartbeat) error {
 	if hb.AppliedSeq >= d.Seq {
 		return nil
 	}
-	if err := c.nc.PublishMsg(signedMsg(spec.DeclarationDelivery(hb.Node), d.Body, d.Sig)); err != nil {
+	if err := s.nc().PublishMsg(signedMsg(spec.DeclarationDelivery(hb.Node), d.Body, d.Sig)); err != nil {
 		return fmt.Errorf("hand declaration %d to node %q again: %w", d.Seq, hb.Node, err)
 	}
-	c.metrics.redelivered.Add(1)
-	c.log.Info("declaration handed again to a node that has not applied it", "node", hb.Node, "seq", d.Seq, "applied", hb.AppliedSeq)
+	s.metrics.redelivered.Add(1)
+	s.log.Info("declaration handed again to a node that has not applied it", "node", hb.Node, "seq", d.Seq, "applied", hb.AppliedSeq)
 	return nil
 }

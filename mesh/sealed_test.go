@@ -246,3 +246,65 @@ func TestLoadSealKeyForAnOlderMesh(t *testing.T) {
 		t.Errorf("a key was made where the lost one belongs: %v", err)
 	}
 }
+
+// TestLoadSealKeyRefusesAnySealedValue: with the at-rest key missing, a
+// store that keeps no sealed setting but another value sealed under the
+// lost key (a grant's credential, the CA intermediate's key) is refused
+// too, naming the file, the value and what to do, and no key is made.
+func TestLoadSealKeyRefusesAnySealedValue(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		keep func(ctx context.Context, c *Controller, db *store.DB) error
+		want string
+	}{
+		{"grant", func(ctx context.Context, c *Controller, db *store.DB) error {
+			// A grant goes with its consumer's assignment: one of no
+			// settings.
+			if _, err := db.RegisterModules(ctx, []spec.Module{dirModule("app", "/srv/app")}, time.Now()); err != nil {
+				return err
+			}
+			if err := db.Assign(ctx, "app", "alpha", nil, time.Now()); err != nil {
+				return err
+			}
+			return c.sealed.PutGrants(ctx, []store.Grant{{Module: "app", Node: "alpha", Grant: "db", Provider: "alpha", Credential: "s3cret", MintedAt: time.Now()}})
+		}, `the credential of grant "db" of module app on node alpha`},
+		{"intermediate", func(ctx context.Context, c *Controller, db *store.DB) error {
+			return db.SetIntermediate(ctx, store.Intermediate{Serial: "1f", CertPEM: "cert",
+				KeySealed: c.cfg.SealKey.SealText("key", intermediatePlace), Set: time.Now()}, "")
+		}, "the key of the CA's intermediate 1f"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, db := newController(t, &clock{now: time.Now()})
+			ctx := context.Background()
+			dir, _ := controllerDirs.Load(c)
+			ctlDir := dir.(string)
+			keyPath := filepath.Join(ctlDir, SealKeyFile)
+			if err := tc.keep(ctx, c, db); err != nil {
+				t.Fatal(err)
+			}
+			as, err := db.Assignments(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range as {
+				if len(a.Settings) != 0 {
+					t.Fatalf("assignment %+v holds settings; want none", a)
+				}
+			}
+			if err := os.Remove(keyPath); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = LoadSealKey(ctx, ctlDir, db)
+			for _, want := range []string{keyPath + " is missing", tc.want, "put the controller's seal.key back from its backup"} {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("a store with a sealed %s and no key: %v, want a refusal saying %q", tc.name, err, want)
+				}
+			}
+			if _, err := os.Stat(keyPath); !os.IsNotExist(err) {
+				t.Errorf("a key was made where the lost one belongs: %v", err)
+			}
+		})
+	}
+}

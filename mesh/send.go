@@ -15,6 +15,25 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// sender numbers, signs, records and publishes nodes' declarations, and
+// hands them again to hosts that missed them (resend.go): the one way a
+// declaration reaches the stream.
+type sender struct {
+	base
+	signKey ed25519.PrivateKey
+	locks   *nodeLocks // per node: sequences are taken under them
+	claims  *claimBook
+	numbers *numberer
+	metrics *metrics
+	// crashFile names the point of a push at which the process dies
+	// (crash.go); empty: it never does.
+	crashFile string
+	// nc and js are the controller's full-power connection and its
+	// JetStream, both set once Run connects.
+	nc func() *nats.Conn
+	js func() jetstream.JetStream
+}
+
 // sendItem is what one node is to be sent: its declaration's content.
 type sendItem struct {
 	node string
@@ -31,8 +50,8 @@ type sendResult struct {
 
 // send numbers, signs, records and publishes a declaration of ct to node,
 // under the node's lock: sendAll for one node.
-func (c *Controller) send(ctx context.Context, node string, ct content, which resend) (seq uint64, unchanged bool, err error) {
-	r := c.sendAll(ctx, []sendItem{{node: node, ct: ct}}, which)[0]
+func (s *sender) send(ctx context.Context, node string, ct content, which resend) (seq uint64, unchanged bool, err error) {
+	r := s.sendAll(ctx, []sendItem{{node: node, ct: ct}}, which)[0]
 	return r.seq, r.unchanged, r.err
 }
 
@@ -69,7 +88,7 @@ const (
 // removed, its declaration is over the cap, its sequence is not above the
 // last recorded) is its result alone; a failure of the reads or of the
 // transaction is every node's, and nothing was sent.
-func (c *Controller) sendAll(ctx context.Context, items []sendItem, which resend) []sendResult {
+func (s *sender) sendAll(ctx context.Context, items []sendItem, which resend) []sendResult {
 	out := make([]sendResult, len(items))
 	var names []string
 	first := map[string]int{} // the first item of each node; a later one takes its result
@@ -80,24 +99,24 @@ func (c *Controller) sendAll(ctx context.Context, items []sendItem, which resend
 		}
 	}
 	slices.Sort(names)
-	defer c.locks.lockAll(names)()
+	defer s.locks.lockAll(names)()
 	fail := func(err error) []sendResult {
 		for i := range out {
 			out[i].err = err
 		}
 		return out
 	}
-	heads, err := c.deps.DB.DeclarationHeads(ctx, names)
+	heads, err := s.db.DeclarationHeads(ctx, names)
 	if err != nil {
 		return fail(err)
 	}
-	nodes, err := c.deps.DB.NodesNamed(ctx, names)
+	nodes, err := s.db.NodesNamed(ctx, names)
 	if err != nil {
 		return fail(err)
 	}
 	var failed map[string]uint64
 	if which == resendFailed {
-		if failed, err = c.deps.DB.FailedReports(ctx); err != nil {
+		if failed, err = s.db.FailedReports(ctx); err != nil {
 			return fail(err)
 		}
 	}
@@ -112,7 +131,7 @@ func (c *Controller) sendAll(ctx context.Context, items []sendItem, which resend
 			out[i].err = callerError(fmt.Sprintf("node %q was removed: nothing was sent to it", name))
 		case !n.Removing.IsZero():
 			out[i].err = callerError(removingError(name))
-		case which != resendAll && !(lastFailed && seq >= heads[name].Seq) && c.holds(heads[name], n, items[i].ct):
+		case which != resendAll && !(lastFailed && seq >= heads[name].Seq) && s.holds(heads[name], n, items[i].ct):
 			out[i] = sendResult{seq: heads[name].Seq, unchanged: true}
 		default:
 			due = append(due, i)
@@ -120,7 +139,7 @@ func (c *Controller) sendAll(ctx context.Context, items []sendItem, which resend
 	}
 	slices.Sort(due)
 	if len(due) > 0 {
-		c.sendDue(ctx, items, due, heads, nodes, out)
+		s.sendDue(ctx, items, due, heads, nodes, out)
 	}
 	for i, it := range items {
 		if j := first[it.node]; j != i {
@@ -135,15 +154,15 @@ func (c *Controller) sendAll(ctx context.Context, items []sendItem, which resend
 
 // sendDue numbers, signs, records and publishes the declarations of
 // items[due], the caller holding their nodes' locks, into out.
-func (c *Controller) sendDue(ctx context.Context, items []sendItem, due []int, heads map[string]store.Declaration, nodes map[string]store.Node, out []sendResult) {
-	m, err := c.deps.DB.Mesh(ctx)
+func (s *sender) sendDue(ctx context.Context, items []sendItem, due []int, heads map[string]store.Declaration, nodes map[string]store.Node, out []sendResult) {
+	m, err := s.db.Mesh(ctx)
 	if err != nil {
 		for _, i := range due {
 			out[i].err = err
 		}
 		return
 	}
-	now := c.cfg.Now().UTC()
+	now := s.now().UTC()
 	var records []store.Declaration
 	var recorded []int // the item of each record
 	for _, i := range due {
@@ -152,7 +171,7 @@ func (c *Controller) sendDue(ctx context.Context, items []sendItem, due []int, h
 		// Numbered max(last sent, last applied, what it claims above the
 		// last sent) + 1, so a restored store never wedges a host (a claim
 		// far above the last sent is not believed: see weigh).
-		decl := spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, believedApplied(n.AppliedSeq, last), c.claims.ahead(node)) + 1,
+		decl := spec.Declaration{Mesh: m.Name, Node: node, Seq: max(last, believedApplied(n.AppliedSeq, last), s.claims.ahead(node)) + 1,
 			Issued: now, Expires: now.Add(spec.DefaultExpiry), Protocol: spec.Protocol,
 			Resources: ct.resources, RosterRef: ct.ref, CAChain: ct.chain}
 		body, err := json.Marshal(decl)
@@ -164,15 +183,15 @@ func (c *Controller) sendDue(ctx context.Context, items []sendItem, due []int, h
 			out[i].err = err
 			continue
 		}
-		records = append(records, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: ed25519.Sign(c.cfg.SignKey, body),
+		records = append(records, store.Declaration{Node: node, Seq: decl.Seq, Body: body, Sig: ed25519.Sign(s.signKey, body),
 			Content: ct.digest(), Sent: decl.Issued, Expires: decl.Expires})
 		recorded = append(recorded, i)
 	}
 	if len(records) == 0 {
 		return
 	}
-	c.crashAt(CrashBeforeRecord)
-	failed, err := c.deps.DB.RecordDeclarations(ctx, records)
+	s.crashAt(CrashBeforeRecord)
+	failed, err := s.db.RecordDeclarations(ctx, records)
 	if err != nil {
 		for k, i := range recorded {
 			out[i].err = fmt.Errorf("record declaration %d of node %q: %w", records[k].Seq, records[k].Node, err)
@@ -189,12 +208,12 @@ func (c *Controller) sendDue(ctx context.Context, items []sendItem, due []int, h
 		msgs = append(msgs, signedMsg(spec.DeclarationSubject(d.Node), d.Body, d.Sig))
 		published = append(published, k)
 	}
-	c.crashAt(CrashBeforePublish)
+	s.crashAt(CrashBeforePublish)
 	// Recorded as sent, they are published whatever happens to the
 	// caller's context: a push that stops never leaves a recorded
 	// declaration unsent, nor one sent that it does not list.
-	errs := c.publish(context.WithoutCancel(ctx), msgs)
-	c.crashAt(CrashBeforeReports)
+	errs := s.publish(context.WithoutCancel(ctx), msgs)
+	s.crashAt(CrashBeforeReports)
 	for j, err := range errs {
 		d := records[published[j]]
 		i := recorded[published[j]]
@@ -202,8 +221,8 @@ func (c *Controller) sendDue(ctx context.Context, items []sendItem, due []int, h
 			out[i].err = fmt.Errorf("publish declaration %d of node %q: %w", d.Seq, d.Node, err)
 			continue
 		}
-		c.metrics.countSent(len(d.Body))
-		c.log.Info("declaration sent", "node", d.Node, "seq", d.Seq, "resources", len(items[i].ct.resources))
+		s.metrics.countSent(len(d.Body))
+		s.log.Info("declaration sent", "node", d.Node, "seq", d.Seq, "resources", len(items[i].ct.resources))
 		out[i].seq = d.Seq
 	}
 }
@@ -241,7 +260,7 @@ const (
 // stream does not take whole is published message by message (publishAll).
 // The server hands each message to the consumers as it writes it, before
 // the commit's answer.
-func (c *Controller) publish(ctx context.Context, msgs []*nats.Msg) []error {
+func (s *sender) publish(ctx context.Context, msgs []*nats.Msg) []error {
 	errs := make([]error, len(msgs))
 	sizes := make([]int, len(msgs))
 	for i, m := range msgs {
@@ -251,14 +270,14 @@ func (c *Controller) publish(ctx context.Context, msgs []*nats.Msg) []error {
 	for _, to := range batchEnds(sizes, atomicBatch, atomicBatchBytes) {
 		part := msgs[from:to]
 		if len(part) > 1 {
-			err := c.publishAtomic(ctx, part)
+			err := s.publishAtomic(ctx, part)
 			if err == nil {
 				from = to
 				continue
 			}
-			c.log.Warn("declarations not published as one batch: published one by one", "declarations", len(part), "err", err)
+			s.log.Warn("declarations not published as one batch: published one by one", "declarations", len(part), "err", err)
 		}
-		copy(errs[from:], c.publishAll(ctx, part))
+		copy(errs[from:], s.publishAll(ctx, part))
 		from = to
 	}
 	return errs
@@ -286,7 +305,7 @@ func batchEnds(sizes []int, n, maxBytes int) []int {
 // says whether it stored them all (it stores all or none). An error says
 // the stream did not answer that it took them: it may hold none, or, when
 // the answer was lost, all.
-func (c *Controller) publishAtomic(ctx context.Context, msgs []*nats.Msg) error {
+func (s *sender) publishAtomic(ctx context.Context, msgs []*nats.Msg) error {
 	id := "decl-" + randomHex(12)
 	var commit *nats.Msg
 	for i, m := range msgs {
@@ -302,13 +321,13 @@ func (c *Controller) publishAtomic(ctx context.Context, msgs []*nats.Msg) error 
 			commit = b
 			break
 		}
-		if err := c.nc.PublishMsg(b); err != nil {
+		if err := s.nc().PublishMsg(b); err != nil {
 			return fmt.Errorf("publish message %d of batch %s: %w", i+1, id, err)
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, publishWait)
 	defer cancel()
-	reply, err := c.nc.RequestMsgWithContext(rctx, commit)
+	reply, err := s.nc().RequestMsgWithContext(rctx, commit)
 	if err != nil {
 		return fmt.Errorf("commit batch %s of %d: %w", id, len(msgs), err)
 	}
@@ -341,7 +360,7 @@ func (c *Controller) publishAtomic(ctx context.Context, msgs []*nats.Msg) error 
 // and waited for alone (as a single publish is, asking again while the
 // stream has no responder); after one of those fails too, the others keep
 // their first error. ctx bounds nothing: the caller recorded them as sent.
-func (c *Controller) publishAll(ctx context.Context, msgs []*nats.Msg) []error {
+func (s *sender) publishAll(ctx context.Context, msgs []*nats.Msg) []error {
 	errs := make([]error, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	wctx, cancel := context.WithTimeout(ctx, publishWait)
@@ -363,7 +382,7 @@ func (c *Controller) publishAll(ctx context.Context, msgs []*nats.Msg) []error {
 		if i >= publishWindow {
 			wait(i - publishWindow)
 		}
-		f, err := c.js.PublishMsgAsync(m)
+		f, err := s.js().PublishMsgAsync(m)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -377,7 +396,7 @@ func (c *Controller) publishAll(ctx context.Context, msgs []*nats.Msg) []error {
 		if err == nil {
 			continue
 		}
-		if _, again := c.js.PublishMsg(ctx, msgs[i]); again != nil {
+		if _, again := s.js().PublishMsg(ctx, msgs[i]); again != nil {
 			errs[i] = fmt.Errorf("%w; published again: %w", err, again)
 			break
 		}
@@ -389,10 +408,10 @@ func (c *Controller) publishAll(ctx context.Context, msgs []*nats.Msg) []error {
 // holds says whether last, node n's last declaration (the zero one when
 // none was sent), holds ct and n has it or will (it applied it, or it is
 // in the stream unexpired).
-func (c *Controller) holds(last store.Declaration, n store.Node, ct content) bool {
+func (s *sender) holds(last store.Declaration, n store.Node, ct content) bool {
 	if last.Seq == 0 || differs(ct, last) {
 		return false
 	}
 	// Never applied, and expired: it would be refused.
-	return n.AppliedSeq >= last.Seq || c.cfg.Now().Before(last.Expires)
+	return n.AppliedSeq >= last.Seq || s.now().Before(last.Expires)
 }

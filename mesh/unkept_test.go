@@ -21,7 +21,7 @@ func TestUnkeptDeclarationIsShown(t *testing.T) {
 	t.Parallel()
 	c, db := newController(t, &clock{now: time.Now()})
 	ctx := context.Background()
-	if _, _, err := c.send(ctx, "alpha", content{resources: []spec.Resource{resource("/a")}}, resendAll); err != nil {
+	if _, _, err := c.sender.send(ctx, "alpha", content{resources: []spec.Resource{resource("/a")}}, resendAll); err != nil {
 		t.Fatal(err)
 	}
 	report := func(r spec.Report) {

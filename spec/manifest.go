@@ -164,6 +164,26 @@ func checkSecretUse(field, kind, f, s string, settings []Setting) error {
 	return nil
 }
 
+// secretField refuses a secret setting in field f of a resource of kind
+// (checkSecretUse) unless f is a file's content; it says whether that
+// content holds one, which makes it sealed to its node.
+func secretField(field, kind, f, s string, settings []Setting) (content bool, err error) {
+	if kind == KindFile && f == "content" {
+		return UsesSecret(s, settings), nil
+	}
+	return false, checkSecretUse(field+"."+f, kind, f, s, settings)
+}
+
+// checkSecretFields refuses a secret setting in any field of s, a
+// resource of kind, but a file's content (secretField).
+func checkSecretFields(field, kind string, s Spec, settings []Setting) error {
+	_, err := s.Fill(func(f, v string) (string, error) {
+		_, err := secretField(field, kind, f, v, settings)
+		return v, err
+	})
+	return err
+}
+
 // ParseManifest reads a module.json, refusing unknown fields and anything
 // not well formed, naming the field.
 func ParseManifest(data []byte) (Manifest, error) {
@@ -222,11 +242,9 @@ func ParseManifest(data []byte) (Manifest, error) {
 			if err := checkReferences(field+"."+f, s, m.Settings); err != nil {
 				return s, err
 			}
-			if kind.Name == KindFile && f == "content" {
-				secret = secret || UsesSecret(s, m.Settings)
-				return s, nil
-			}
-			return s, checkSecretUse(field+"."+f, kind.Name, f, s, m.Settings)
+			content, err := secretField(field, kind.Name, f, s, m.Settings)
+			secret = secret || content
+			return s, err
 		}); err != nil {
 			return Manifest{}, err
 		}
@@ -303,6 +321,11 @@ func (m Module) Check() error {
 		if err := rt.Check(); err != nil {
 			return fmt.Errorf("module %q: %w", m.Name, err)
 		}
+		for j, p := range rt.Public {
+			if err := checkSecretUse(fmt.Sprintf("route %s.public[%d]", rt.Name, j), "", "", p, m.Settings); err != nil {
+				return fmt.Errorf("module %q: %w", m.Name, err)
+			}
+		}
 	}
 	if err := checkGrants(m.Settings, m.Routes, m.Provides, m.Consumes); err != nil {
 		return fmt.Errorf("module %q: %w", m.Name, err)
@@ -321,6 +344,11 @@ func (m Module) Check() error {
 		}
 		if c, ok := r.Spec.(*ContainerSpec); ok && err == nil {
 			err = c.checkSecretSettings("resource "+r.Name, m.Settings)
+		}
+		// A secret setting only where it travels sealed: the controller
+		// refuses what a CLI's ParseManifest would have, whoever sent it.
+		if err == nil {
+			err = checkSecretFields("resource "+r.Name, r.Kind, r.Spec, m.Settings)
 		}
 		if err != nil {
 			return fmt.Errorf("module %q: %w", m.Name, err)

@@ -62,6 +62,53 @@ func TestSecretOnlyInAFilesContent(t *testing.T) {
 	}
 }
 
+// TestModuleCheckRefusesSecretUse: Module.Check, what the controller
+// checks of a module however it was sent, refuses a secret setting where
+// ParseManifest does (a path, a container's environment or command, a
+// public name), naming the field, and takes one in a file's content.
+func TestModuleCheckRefusesSecretUse(t *testing.T) {
+	t.Parallel()
+	settings := []spec.Setting{{Name: "token", Type: spec.TypeString, Secret: true}}
+	module := func(s spec.Spec, routes ...spec.Route) spec.Module {
+		return spec.Module{Name: "m", Version: "1", Settings: settings, Routes: routes,
+			Resources: spec.Resources{{Name: spec.ResourceName("m", s.Kind(), s.Target()), Kind: s.Kind(), Module: "m", Spec: s}}}
+	}
+	fileOf := func(path, content string) *spec.FileSpec {
+		return &spec.FileSpec{Path: path, Mode: 0o600, Content: []byte(content), Secret: true, Size: int64(len(content)), Digest: spec.ContentDigest([]byte(content))}
+	}
+	file := fileOf("/etc/t", "${token}")
+	for _, tc := range []struct {
+		name    string
+		module  spec.Module
+		refused []string // what the refusal names; none: taken
+	}{
+		{"content", module(file), nil},
+		{"path", module(fileOf("/etc/${token}", "x")), []string{".path", "${token} is a secret setting", "only in a file's content"}},
+		{"env", module(&spec.ContainerSpec{Name: "c", Image: "i:1", Env: map[string]string{"TOKEN": "${token}"}}), []string{`env["TOKEN"]`, `"secrets": [{"setting": "token", "target": "/run/secrets/token"}]`, "TOKEN_FILE=/run/secrets/token"}},
+		{"command", module(&spec.ContainerSpec{Name: "c", Image: "i:1", Command: []string{"run", "${token}"}}), []string{"command[1]", "only in a file's content"}},
+		{"public name", module(file, spec.Route{Name: "r", Port: 80, Public: []string{"${token}.example.org"}}), []string{"public[0]", "${token} is a secret setting"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.module.Check()
+			if len(tc.refused) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("taken, want refused")
+			}
+			for _, want := range tc.refused {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("refused with %q, want it to name %q", err, want)
+				}
+			}
+		})
+	}
+}
+
 // TestSealedFileCheck: a sealed file holds no inline content and no blob,
 // is secret, and has a keyed digest; a secret file is never a blob.
 func TestSealedFileCheck(t *testing.T) {
