@@ -104,13 +104,13 @@ func simulate(t *testing.T, c *Controller, db *store.DB, clk *clock, old string,
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	poll.Until(t, 10*time.Second, "every simulated host to be heard", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "every simulated host to be heard", func() error {
 		for node := range behave {
 			if n, err := db.Node(context.Background(), node); err != nil || n.HostVersion != old {
-				return false, node
+				return errors.New(node)
 			}
 		}
-		return true, ""
+		return nil
 	})
 	return h
 }
@@ -197,10 +197,13 @@ func roll(t *testing.T, op *nats.Conn, verb string, req any) (spec.Roll, error) 
 func waitRoll(t *testing.T, op *nats.Conn) spec.Roll {
 	t.Helper()
 	var r spec.Roll
-	poll.Until(t, 20*time.Second, "the roll to finish or halt", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the roll to finish or halt", func() error {
 		var err error
 		r, err = roll(t, op, spec.RollShow.Name, spec.ReleaseRollShowRequest{})
-		return err == nil && r.Finished(), r.State
+		if err == nil && r.Finished() {
+			return nil
+		}
+		return errors.New(r.State)
 	})
 	return r
 }
@@ -456,8 +459,11 @@ func TestRollHaltsAtFallback(t *testing.T) {
 	if rv := aborted.Reverted; len(rv) != 1 || rv[0].Node != "beta" || rv[0].Error != "" || rv[0].Seq == 0 || rv[0].Unchanged {
 		t.Errorf("reverted %+v, want beta sent a declaration", rv)
 	}
-	poll.Until(t, 10*time.Second, "beta's declaration to carry no binary", func() (bool, string) {
-		return hosts.carried("beta") == "", hosts.carried("beta")
+	poll.Until(t, 10*time.Second, "beta's declaration to carry no binary", func() error {
+		if hosts.carried("beta") == "" {
+			return nil
+		}
+		return errors.New(hosts.carried("beta"))
 	})
 	if p := strings.Join(statusOf(t, c).Problems, "\n"); strings.Contains(p, "gave up on") || strings.Contains(p, "pending") {
 		t.Errorf("after the abort, status still says:\n%s", p)
@@ -487,8 +493,11 @@ func TestRollDeadline(t *testing.T) {
 	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"alpha", "beta"}, HealthyWithinMS: 5000}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
-		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
+	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() error {
+		if hosts.carried("beta") == rel.Digest {
+			return nil
+		}
+		return errors.New(hosts.carried("beta"))
 	})
 	// beta's host reports that it could not take the binary.
 	sentTo, _ := db.LastDeclaration(context.Background(), "beta")
@@ -497,9 +506,12 @@ func TestRollDeadline(t *testing.T) {
 	if err := c.nc.Publish(spec.NodeSubject("beta", spec.KindReport), mustJSON(t, failed)); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "beta's report to be kept", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "beta's report to be kept", func() error {
 		r, err := db.LastReport(context.Background(), "beta")
-		return err == nil && r.Seq == sentTo.Seq, fmt.Sprint(err)
+		if err == nil && r.Seq == sentTo.Seq {
+			return nil
+		}
+		return errors.New(fmt.Sprint(err))
 	})
 	clk.Add(6 * time.Second)
 	r := waitRoll(t, op)
@@ -622,8 +634,11 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
-		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
+	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() error {
+		if hosts.carried("beta") == rel.Digest {
+			return nil
+		}
+		return errors.New(hosts.carried("beta"))
 	})
 	sent, _ := db.LastDeclaration(context.Background(), "beta")
 
@@ -663,8 +678,11 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 	if err := callAPI(t, op, spec.RollAbort.Name, spec.ReleaseRollAbortRequest{}, &aborted); err != nil || len(aborted.Reverted) != 1 {
 		t.Fatalf("abort: %+v %v", aborted, err)
 	}
-	poll.Until(t, 10*time.Second, "beta's declaration to carry v5 again", func() (bool, string) {
-		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
+	poll.Until(t, 10*time.Second, "beta's declaration to carry v5 again", func() error {
+		if hosts.carried("beta") == rel.Digest {
+			return nil
+		}
+		return errors.New(hosts.carried("beta"))
 	})
 }
 
@@ -685,8 +703,11 @@ func TestRollDeadlinePassedWhileDown(t *testing.T) {
 	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"beta"}}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
-		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
+	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() error {
+		if hosts.carried("beta") == rel.Digest {
+			return nil
+		}
+		return errors.New(hosts.carried("beta"))
 	})
 	stop, _ := controllerStops.Load(c)
 	stop.(func())()
