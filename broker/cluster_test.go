@@ -143,9 +143,12 @@ func (c *testCluster) waitRouted(t *testing.T) {
 	t.Helper()
 	for i, m := range c.members {
 		want := slices.DeleteFunc(c.names(), func(n string) bool { return n == m.cfg.Cluster.ServerName })
-		poll.Until(t, 30*time.Second, fmt.Sprintf("server %d routes to every other", i), func() (bool, string) {
+		poll.Until(t, 30*time.Second, fmt.Sprintf("server %d routes to every other", i), func() error {
 			got := m.srv.Peers()
-			return slices.Equal(got, want), fmt.Sprintf("routes to %q, want %q", got, want)
+			if slices.Equal(got, want) {
+				return nil
+			}
+			return fmt.Errorf("routes to %q, want %q", got, want)
 		})
 	}
 }
@@ -214,7 +217,7 @@ func TestClusterKeepsAcknowledgedWrites(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	c.startAll(t)
 	js := c.js(t, 0)
-	poll.UntilOK(t, 60*time.Second, "a stream of three replicas is created", func() error {
+	poll.Until(t, 60*time.Second, "a stream of three replicas is created", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3})
@@ -224,7 +227,7 @@ func TestClusterKeepsAcknowledgedWrites(t *testing.T) {
 	n := 0
 	write := func(what string) {
 		t.Helper()
-		poll.UntilOK(t, 60*time.Second, what, func() error {
+		poll.Until(t, 60*time.Second, what, func() error {
 			n++
 			data := fmt.Sprintf("m%d", n)
 			ack, err := publish(js, "t.x", data, 5*time.Second)
@@ -253,7 +256,7 @@ func TestClusterKeepsAcknowledgedWrites(t *testing.T) {
 	c.startAll(t)
 	js = c.js(t, 1)
 	var stream jetstream.Stream
-	poll.UntilOK(t, 60*time.Second, "the stream is served after the restart", func() error {
+	poll.Until(t, 60*time.Second, "the stream is served after the restart", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		s, err := js.Stream(ctx, "T")
@@ -314,11 +317,13 @@ func TestClusterRefusesAForeignPeer(t *testing.T) {
 			}
 			for i, m := range c.members[:2] {
 				other := fmt.Sprintf("c%d", 1-i)
-				poll.Until(t, 30*time.Second, fmt.Sprintf("server %d routes to %s and refuses the stranger", i, other), func() (bool, string) {
+				poll.Until(t, 30*time.Second, fmt.Sprintf("server %d routes to %s and refuses the stranger", i, other), func() error {
 					peers := m.srv.Peers()
 					refused := strings.Contains(m.logs.String(), tc.refusal)
-					return slices.Equal(peers, []string{other}) && refused,
-						fmt.Sprintf("routes to %q; refusal %q logged: %v", peers, tc.refusal, refused)
+					if slices.Equal(peers, []string{other}) && refused {
+						return nil
+					}
+					return fmt.Errorf("routes to %q; refusal %q logged: %v", peers, tc.refusal, refused)
 				})
 			}
 			for i, m := range c.members {
@@ -328,9 +333,12 @@ func TestClusterRefusesAForeignPeer(t *testing.T) {
 			}
 			// The stranger dials again and again; each route it opens is
 			// listed on its side until the mesh's server refuses it.
-			poll.Until(t, 10*time.Second, "the stranger holds no route", func() (bool, string) {
+			poll.Until(t, 10*time.Second, "the stranger holds no route", func() error {
 				peers := c.members[2].srv.Peers()
-				return len(peers) == 0, fmt.Sprintf("routes to %q", peers)
+				if len(peers) == 0 {
+					return nil
+				}
+				return fmt.Errorf("routes to %q", peers)
 			})
 		})
 	}

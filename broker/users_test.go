@@ -80,9 +80,12 @@ func TestWithdrawnUserIsClosedAndRefused(t *testing.T) {
 	if n := b.conns(t, nodePub); n != 0 {
 		t.Fatalf("SetUsers returned with %d connections of the withdrawn user open", n)
 	}
-	poll.Until(t, 10*time.Second, "the withdrawn user refused at reconnect", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the withdrawn user refused at reconnect", func() error {
 		err := nc.LastError()
-		return !nc.IsConnected() && errors.Is(err, nats.ErrAuthorization), fmt.Sprintf("connected %v, last error %v", nc.IsConnected(), err)
+		if !nc.IsConnected() && errors.Is(err, nats.ErrAuthorization) {
+			return nil
+		}
+		return fmt.Errorf("connected %v, last error %v", nc.IsConnected(), err)
 	})
 	if _, err := b.connect(t, node); !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("a new connection of the withdrawn user: %v, want an authorization violation", err)
@@ -129,8 +132,11 @@ func TestChangedListsReconnect(t *testing.T) {
 	if n := b.conns(t, nodePub); n > 1 {
 		t.Fatalf("%d connections of the user after SetUsers: the old one was not closed", n)
 	}
-	poll.Until(t, 10*time.Second, "the user connected again", func() (bool, string) {
-		return nc.IsConnected() && nc.Stats().Reconnects == 1, fmt.Sprintf("connected %v after %d reconnects", nc.IsConnected(), nc.Stats().Reconnects)
+	poll.Until(t, 10*time.Second, "the user connected again", func() error {
+		if nc.IsConnected() && nc.Stats().Reconnects == 1 {
+			return nil
+		}
+		return fmt.Errorf("connected %v after %d reconnects", nc.IsConnected(), nc.Stats().Reconnects)
 	})
 
 	sub, err := ctlc.SubscribeSync("new.x")
@@ -260,9 +266,12 @@ func TestReconnectsAreForgotten(t *testing.T) {
 		}
 		nc.Close()
 	}
-	poll.Until(t, 10*time.Second, "the closed connections gone from the server", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the closed connections gone from the server", func() error {
 		n := b.conns(t, nodePub)
-		return n == 0, fmt.Sprintf("%d open", n)
+		if n == 0 {
+			return nil
+		}
+		return fmt.Errorf("%d open", n)
 	})
 	if _, err := b.connect(t, node, reconnecting(make(chan error, 8))...); err != nil {
 		t.Fatal(err)
@@ -362,13 +371,21 @@ func TestWithdrawalRacesConnects(t *testing.T) {
 				}
 			}()
 		}
-		poll.Until(t, 10*time.Second, "a connection admitted", func() (bool, string) { return len(admitted) > 0, "none yet" })
+		poll.Until(t, 10*time.Second, "a connection admitted", func() error {
+			if len(admitted) > 0 {
+				return nil
+			}
+			return errors.New("none yet")
+		})
 		if err := b.srv.SetUsers(nil); err != nil {
 			t.Fatal(err)
 		}
 		withdrawn.Store(true)
-		poll.Until(t, 10*time.Second, "connections tried after the withdrawal", func() (bool, string) {
-			return tried.Load() >= 8, fmt.Sprintf("%d tried", tried.Load())
+		poll.Until(t, 10*time.Second, "connections tried after the withdrawal", func() error {
+			if tried.Load() >= 8 {
+				return nil
+			}
+			return fmt.Errorf("%d tried", tried.Load())
 		})
 		close(stop)
 		wg.Wait()
@@ -379,14 +396,20 @@ func TestWithdrawalRacesConnects(t *testing.T) {
 		default:
 		}
 		for nc := range admitted {
-			poll.Until(t, 10*time.Second, "an admitted connection closed by the withdrawal", func() (bool, string) {
-				return !nc.IsConnected(), fmt.Sprintf("round %d: status %v", round, nc.Status())
+			poll.Until(t, 10*time.Second, "an admitted connection closed by the withdrawal", func() error {
+				if !nc.IsConnected() {
+					return nil
+				}
+				return fmt.Errorf("round %d: status %v", round, nc.Status())
 			})
 			nc.Close()
 		}
-		poll.Until(t, 10*time.Second, "no connection of the withdrawn user", func() (bool, string) {
+		poll.Until(t, 10*time.Second, "no connection of the withdrawn user", func() error {
 			n := b.conns(t, nodePub)
-			return n == 0, fmt.Sprintf("round %d: %d open", round, n)
+			if n == 0 {
+				return nil
+			}
+			return fmt.Errorf("round %d: %d open", round, n)
 		})
 	}
 }
@@ -461,14 +484,17 @@ func TestOneUserChangeEqualsRecomposition(t *testing.T) {
 		if got, want := inc.srv.Users(), full.srv.Users(); !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: one user changed gives users\n%+v\nwhere composing all gives\n%+v", step.name, got, want)
 		}
-		poll.Until(t, 10*time.Second, step.name+": the node's connection as SetUsers leaves it", func() (bool, string) {
+		poll.Until(t, 10*time.Second, step.name+": the node's connection as SetUsers leaves it", func() error {
 			// A client whose user was withdrawn keeps trying
 			// (IgnoreAuthErrorAbort), and nats.go counts each try whose
 			// socket connects as a reconnect before the bus refuses it:
 			// past the kick, the count only says it was kicked.
 			r := nc.Stats().Reconnects
 			counted := r == step.reconnects || !step.connected && r >= step.reconnects
-			return counted && nc.IsConnected() == step.connected, fmt.Sprintf("connected %v after %d reconnects, want %v after %d", nc.IsConnected(), r, step.connected, step.reconnects)
+			if counted && nc.IsConnected() == step.connected {
+				return nil
+			}
+			return fmt.Errorf("connected %v after %d reconnects, want %v after %d", nc.IsConnected(), r, step.connected, step.reconnects)
 		})
 	}
 	if _, err := inc.connect(t, node); !errors.Is(err, nats.ErrAuthorization) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -121,19 +122,22 @@ func TestPushSaysALostControllerAtOnce(t *testing.T) {
 	if err := nc.Publish("progress", mustMarshal(t, spec.PushEvent{PushID: "p1", Report: spec.Report{Node: "alpha", Seq: 4}})); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "alpha's report printed", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "alpha's report printed", func() error {
 		mu.Lock()
 		defer mu.Unlock()
-		return strings.Contains(out.String(), "alpha: applied declaration 4"), out.String()
+		if strings.Contains(out.String(), "alpha: applied declaration 4") {
+			return nil
+		}
+		return errors.New(out.String())
 	})
 	srv.Shutdown()
 	var o PushOutcome
-	poll.Until(t, 10*time.Second, "the wait ended by the bus's end", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the wait ended by the bus's end", func() error {
 		select {
 		case o = <-done:
-			return true, ""
+			return nil
 		default:
-			return false, "still waiting"
+			return errors.New("still waiting")
 		}
 	})
 	mu.Lock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -110,7 +109,7 @@ func operatorCall[Req, Res any](ctx context.Context, dir, bus string, v spec.Ver
 func controllerToken(t *testing.T, dir, bus, node string) spec.Token {
 	t.Helper()
 	var tok spec.Token
-	poll.UntilOK(t, 90*time.Second, "a controller's token for "+node, func() error {
+	poll.Until(t, 90*time.Second, "a controller's token for "+node, func() error {
 		res, err := operatorCall(t.Context(), dir, bus, spec.TokenCreate, spec.TokenCreateRequest{Node: node, TTL: time.Hour, Controller: true})
 		if err != nil {
 			return err
@@ -231,14 +230,17 @@ func TestThreeControllersFormedByJoins(t *testing.T) {
 	}
 	runRig(t, dirC, busC)
 	for _, dir := range []string{dirA, dirB, dirC} {
-		poll.Until(t, time.Minute, "three peers in "+dir, func() (bool, string) {
+		poll.Until(t, time.Minute, "three peers in "+dir, func() error {
 			peers := peersOf(t, dir)
-			return len(peers) == 3, strings.Join(peers, ",")
+			if len(peers) == 3 {
+				return nil
+			}
+			return errors.New(strings.Join(peers, ","))
 		})
 	}
-	poll.Until(t, time.Minute, "the genesis controller runs in the peer set of three", func() (bool, string) {
+	poll.Until(t, time.Minute, "the genesis controller runs in the peer set of three", func() error {
 		_, err := operatorCall(t.Context(), dirA, busA, spec.TokenList, spec.TokenListRequest{})
-		return err == nil, fmt.Sprint(err)
+		return err
 	})
 	asked, failed := stopAsking()
 	if len(failed) > 0 {
@@ -248,7 +250,7 @@ func TestThreeControllersFormedByJoins(t *testing.T) {
 	// A write through the controller is in all three views.
 	marker := controllerToken(t, dirA, busA, "delta")
 	for _, dir := range []string{dirA, dirB, dirC} {
-		poll.UntilOK(t, time.Minute, "token "+marker.ID+" in the view of "+dir, func() error {
+		poll.Until(t, time.Minute, "token "+marker.ID+" in the view of "+dir, func() error {
 			tokens, _, err := viewOf(t, dir)
 			if err != nil {
 				return err
@@ -263,8 +265,11 @@ func TestThreeControllersFormedByJoins(t *testing.T) {
 	}
 	// The store's log is kept by every server.
 	for _, dir := range []string{dirA, dirB, dirC} {
-		poll.Until(t, time.Minute, "the store's log kept by "+dir, func() (bool, string) {
-			return storesStream(dir, "KV_truth"), ""
+		poll.Until(t, time.Minute, "the store's log kept by "+dir, func() error {
+			if storesStream(dir, "KV_truth") {
+				return nil
+			}
+			return errors.New("")
 		})
 	}
 
@@ -278,7 +283,7 @@ func TestThreeControllersFormedByJoins(t *testing.T) {
 		os.Remove(filepath.Join(statedir.Controller(dirB), mesh.DBFile+suffix))
 	}
 	runRig(t, dirB, busB)
-	poll.UntilOK(t, 2*time.Minute, "the rebuilt view of "+dirB, func() error {
+	poll.Until(t, 2*time.Minute, "the rebuilt view of "+dirB, func() error {
 		tokens, nodes, err := viewOf(t, dirB)
 		if err != nil {
 			return err

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -82,8 +83,11 @@ func startRouted(t *testing.T, n int) ([]*broker.Server, []func(), func(i int) f
 		stops = append(stops, stop)
 	}
 	for i, srv := range srvs {
-		poll.Until(t, 30*time.Second, fmt.Sprintf("bus %d routes to every other", i), func() (bool, string) {
-			return len(srv.Peers()) == n-1, fmt.Sprintf("routes to %q", srv.Peers())
+		poll.Until(t, 30*time.Second, fmt.Sprintf("bus %d routes to every other", i), func() error {
+			if len(srv.Peers()) == n-1 {
+				return nil
+			}
+			return fmt.Errorf("routes to %q", srv.Peers())
 		})
 	}
 	addrs := make([]string, n)
@@ -162,7 +166,7 @@ func TestOneControllerLeadsAndFollowersSayWho(t *testing.T) {
 	t.Parallel()
 	optin.NeedSlow(t, "three servers and a leader taken over")
 	_, stops, connect := startRouted(t, 3)
-	poll.UntilOK(t, 60*time.Second, "the log's bucket is made, replicated", func() error {
+	poll.Until(t, 60*time.Second, "the log's bucket is made, replicated", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		js, err := connect(0)(ctx)
@@ -191,14 +195,17 @@ func TestOneControllerLeadsAndFollowersSayWho(t *testing.T) {
 	}
 	leader := func(not int) int {
 		found := -1
-		poll.Until(t, 30*time.Second, "one leads", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "one leads", func() error {
 			found = -1
 			for i, l := range ls {
 				if i != not && l.campaign.Load() != nil && l.leading() {
 					found = i
 				}
 			}
-			return found >= 0, "none yet"
+			if found >= 0 {
+				return nil
+			}
+			return errors.New("none yet")
 		})
 		return found
 	}
@@ -265,9 +272,12 @@ func TestOneControllerLeadsAndFollowersSayWho(t *testing.T) {
 		if i == first {
 			want = "leader"
 		}
-		poll.Until(t, 10*time.Second, fmt.Sprintf("controller %d's /healthz", i), func() (bool, string) {
+		poll.Until(t, 10*time.Second, fmt.Sprintf("controller %d's /healthz", i), func() error {
 			got := healthz(l.httpAddr())
-			return got == want, got
+			if got == want {
+				return nil
+			}
+			return errors.New(got)
 		})
 	}
 	if n := running.Load(); n != 1 {
@@ -284,13 +294,19 @@ func TestOneControllerLeadsAndFollowersSayWho(t *testing.T) {
 	if took := time.Since(began); took > testLeaseTTL+testLeaseTTL/3+time.Second {
 		t.Fatalf("another led %s after the leader's server went, want within the TTL", took)
 	}
-	poll.Until(t, 10*time.Second, "the new leader runs a controller of its own", func() (bool, string) {
-		return ls[next].made.Load() == 1 && healthz(ls[next].httpAddr()) == "leader", healthz(ls[next].httpAddr())
+	poll.Until(t, 10*time.Second, "the new leader runs a controller of its own", func() error {
+		if ls[next].made.Load() == 1 && healthz(ls[next].httpAddr()) == "leader" {
+			return nil
+		}
+		return errors.New(healthz(ls[next].httpAddr()))
 	})
-	poll.Until(t, 10*time.Second, "the deposed leader's controller stops", func() (bool, string) {
-		return running.Load() == 1, fmt.Sprintf("%d running", running.Load())
+	poll.Until(t, 10*time.Second, "the deposed leader's controller stops", func() error {
+		if running.Load() == 1 {
+			return nil
+		}
+		return fmt.Errorf("%d running", running.Load())
 	})
-	poll.UntilOK(t, 10*time.Second, "the new leader writes", func() error {
+	poll.Until(t, 10*time.Second, "the new leader writes", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		return views[next].Audit(ctx, store.AuditEntry{At: time.Now(), Operator: "op", Verb: "after", Args: "{}", Outcome: "ok"})

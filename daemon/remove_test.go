@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,9 +35,12 @@ func TestRemovedControllerIsReplaced(t *testing.T) {
 	b, dirB := join("beta")
 	c, dirC := join("gamma")
 	for _, dir := range []string{dirA, dirB, dirC} {
-		poll.Until(t, time.Minute, "three peers in "+dir, func() (bool, string) {
+		poll.Until(t, time.Minute, "three peers in "+dir, func() error {
 			peers := peersOf(t, dir)
-			return len(peers) == 3, strings.Join(peers, ",")
+			if len(peers) == 3 {
+				return nil
+			}
+			return errors.New(strings.Join(peers, ","))
 		})
 	}
 	// Gamma runs, and a write through the three lands, before it stops:
@@ -47,7 +51,7 @@ func TestRemovedControllerIsReplaced(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("gamma was not ready within 2 minutes")
 	}
-	poll.UntilOK(t, 2*time.Minute, "a write with the three up", func() error {
+	poll.Until(t, 2*time.Minute, "a write with the three up", func() error {
 		_, err := operatorCall(t.Context(), dirA, busA, spec.TokenCreate, spec.TokenCreateRequest{Node: "eta", TTL: time.Hour})
 		return err
 	})
@@ -55,7 +59,7 @@ func TestRemovedControllerIsReplaced(t *testing.T) {
 	c.stop()
 
 	var res spec.ControllerRemoveResult
-	poll.UntilOK(t, 3*time.Minute, "gamma removed", func() error {
+	poll.Until(t, 3*time.Minute, "gamma removed", func() error {
 		var err error
 		res, err = operatorCall(t.Context(), dirA, busA, spec.ClusterRemove, spec.ControllerRemoveRequest{Name: "gamma"})
 		return err
@@ -64,9 +68,12 @@ func TestRemovedControllerIsReplaced(t *testing.T) {
 		t.Fatalf("the removal answered %+v, want server %s, node gamma, two peers left", res, gamma)
 	}
 	for _, dir := range []string{dirA, dirB} {
-		poll.Until(t, time.Minute, "two peers in "+dir, func() (bool, string) {
+		poll.Until(t, time.Minute, "two peers in "+dir, func() error {
 			peers := peersOf(t, dir)
-			return len(peers) == 2 && !slices.Contains(peers, gamma), strings.Join(peers, ",")
+			if len(peers) == 2 && !slices.Contains(peers, gamma) {
+				return nil
+			}
+			return errors.New(strings.Join(peers, ","))
 		})
 	}
 	// Two left: neither can go.
@@ -81,9 +88,12 @@ func TestRemovedControllerIsReplaced(t *testing.T) {
 
 	d, dirD := join("delta")
 	for _, dir := range []string{dirA, dirB, dirD} {
-		poll.Until(t, time.Minute, "three peers in "+dir, func() (bool, string) {
+		poll.Until(t, time.Minute, "three peers in "+dir, func() error {
 			peers := peersOf(t, dir)
-			return len(peers) == 3 && !slices.Contains(peers, gamma), strings.Join(peers, ",")
+			if len(peers) == 3 && !slices.Contains(peers, gamma) {
+				return nil
+			}
+			return errors.New(strings.Join(peers, ","))
 		})
 	}
 	// The fourth holds the truth's replicas once the cluster placed them.
@@ -94,17 +104,20 @@ func TestRemovedControllerIsReplaced(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("delta was not ready within 2 minutes")
 	}
-	poll.UntilOK(t, 2*time.Minute, "a write with the three up", func() error {
+	poll.Until(t, 2*time.Minute, "a write with the three up", func() error {
 		_, err := operatorCall(t.Context(), dirA, busA, spec.TokenCreate, spec.TokenCreateRequest{Node: "zeta", TTL: time.Hour})
 		return err
 	})
 	for _, stream := range []string{"KV_truth", spec.DeclarationStream} {
-		poll.Until(t, 2*time.Minute, stream+" kept by delta", func() (bool, string) {
-			return storesStream(dirD, stream), ""
+		poll.Until(t, 2*time.Minute, stream+" kept by delta", func() error {
+			if storesStream(dirD, stream) {
+				return nil
+			}
+			return errors.New("")
 		})
 	}
 	b.stop()
-	poll.UntilOK(t, 2*time.Minute, "a write with alpha and delta up", func() error {
+	poll.Until(t, 2*time.Minute, "a write with alpha and delta up", func() error {
 		_, err := operatorCall(t.Context(), dirA, busA, spec.TokenCreate, spec.TokenCreateRequest{Node: "epsilon", TTL: time.Hour})
 		return err
 	})
@@ -126,9 +139,12 @@ func callWhenServed(t *testing.T, dir, bus string, req spec.ControllerRemoveRequ
 	t.Helper()
 	var res spec.ControllerRemoveResult
 	var err error
-	poll.Until(t, 90*time.Second, "cluster.remove served", func() (bool, string) {
+	poll.Until(t, 90*time.Second, "cluster.remove served", func() error {
 		res, err = operatorCall(t.Context(), dir, bus, spec.ClusterRemove, req)
-		return spec.KindOf(err) != spec.ReplyFailed || err == nil, fmt.Sprint(err)
+		if spec.KindOf(err) != spec.ReplyFailed || err == nil {
+			return nil
+		}
+		return errors.New(fmt.Sprint(err))
 	})
 	return res, err
 }

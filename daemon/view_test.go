@@ -153,13 +153,16 @@ func TestStoreBehindItsLogIsRebuilt(t *testing.T) {
 		// A compaction starts from an apply, one at a time: writes go on
 		// until one has gone past the copy (a loaded machine runs fewer).
 		n := 0
-		poll.Until(t, 60*time.Second, "the log compacted past the store put back", func() (bool, string) {
+		poll.Until(t, 60*time.Second, "the log compacted past the store put back", func() error {
 			for range compactEntries {
 				audit(fmt.Sprint("after ", n))
 				n++
 			}
 			at := first()
-			return at > began+compactEntries, fmt.Sprintf("the log begins at %d, began at %d", at, began)
+			if at > began+compactEntries {
+				return nil
+			}
+			return fmt.Errorf("the log begins at %d, began at %d", at, began)
 		})
 	})
 	if err := store.Restore(behind, path); err != nil {

@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -40,11 +41,11 @@ func TestOverlayRelayLossShowsInStatus(t *testing.T) {
 
 	rd.kill9(t)
 	killed := time.Now()
-	poll.Until(t, spec.OverlayStale+time.Minute, "status naming the lost paths", func() (bool, string) {
+	poll.Until(t, spec.OverlayStale+time.Minute, "status naming the lost paths", func() error {
 		out, _, code := cliIn(t, s.ctl, "status", "--dir", m.dir, "--json")
 		var st spec.StatusResult
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
-			return false, fmt.Sprintf("%v: %s", err, out)
+			return fmt.Errorf("%v: %s", err, out)
 		}
 		failures := map[string]string{}
 		for _, n := range st.Nodes {
@@ -52,7 +53,10 @@ func TestOverlayRelayLossShowsInStatus(t *testing.T) {
 		}
 		ok := code != 0 && !st.AllClear &&
 			strings.Contains(failures["site-a"], "site-b") && strings.Contains(failures["site-b"], "site-a")
-		return ok, fmt.Sprintf("exit %d, failures %q", code, failures)
+		if ok {
+			return nil
+		}
+		return fmt.Errorf("exit %d, failures %q", code, failures)
 	})
 	if took := time.Since(killed); took > spec.OverlayStale+30*time.Second {
 		t.Errorf("status named the lost paths %s after the relay was killed, more than %s", took, spec.OverlayStale)
@@ -63,8 +67,11 @@ func TestOverlayRelayLossShowsInStatus(t *testing.T) {
 
 	meshIn(t, relayNS, "host", "--dir", relayDir)
 	reaches(t, a, svc, by["site-a"].IP, 90*time.Second)
-	poll.Until(t, 60*time.Second, "status all clear again", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "status all clear again", func() error {
 		out, _, code := cliIn(t, s.ctl, "status", "--dir", m.dir)
-		return code == 0, out
+		if code == 0 {
+			return nil
+		}
+		return errors.New(out)
 	})
 }

@@ -9,6 +9,7 @@ package e2e
 // is an opt-in's.)
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,19 +42,25 @@ func TestHealthzNamesThePartNotReady(t *testing.T) {
 	d2 := start(t, "controller", "--dir", dir)
 	// Restarted on the addresses kept: the HTTP listener answers at the
 	// same place, and the host never becomes ready there.
-	poll.Until(t, 30*time.Second, "/healthz names the host", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "/healthz names the host", func() error {
 		d2.alive(t)
 		ok, why := healthy(addrs.HTTP)
 		if ok {
 			t.Fatal("/healthz ready while the bus refuses the host")
 		}
-		return strings.Contains(why, "503") && strings.Contains(why, "host"), why
+		if strings.Contains(why, "503") && strings.Contains(why, "host") {
+			return nil
+		}
+		return errors.New(why)
 	})
 	// Once the host has given up (the bus refused it for good), the
 	// controller serves on and still says so.
-	poll.Until(t, 30*time.Second, "the host given up", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the host given up", func() error {
 		out := d2.out.String()
-		return strings.Contains(out, "serves on without a host"), out
+		if strings.Contains(out, "serves on without a host") {
+			return nil
+		}
+		return errors.New(out)
 	})
 	if ok, why := healthy(addrs.HTTP); ok || !strings.Contains(why, "503") || !strings.Contains(why, "host") {
 		t.Errorf("/healthz after the host gave up: %s, want 503 naming the host", why)

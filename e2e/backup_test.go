@@ -92,12 +92,14 @@ func TestBackupRestoredTakesOverTheFleet(t *testing.T) {
 	}
 	// beta reconnects to the same bus address and takes the restored
 	// declaration: the backup's value, numbered past the later push.
-	poll.Until(t, 60*time.Second, "beta serves the backup's secret again", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "beta serves the backup's secret again", func() error {
 		d.alive(t)
 		got, _ := os.ReadFile(dest)
 		n := nodeShow(t, restored, "beta")
-		return string(got) == "token="+secret+"\n" && n.AppliedSeq > seen && n.AppliedSeq == n.SentSeq,
-			fmt.Sprintf("beta holds %q, applied %d, sent %d", got, n.AppliedSeq, n.SentSeq)
+		if string(got) == "token="+secret+"\n" && n.AppliedSeq > seen && n.AppliedSeq == n.SentSeq {
+			return nil
+		}
+		return fmt.Errorf("beta holds %q, applied %d, sent %d", got, n.AppliedSeq, n.SentSeq)
 	})
 	mustRun(t, "assign", "--dir", restored, "--set", "token="+secret+"-after", "vault", "beta")
 	o, code := pushJSON(t, restored, "beta")

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -104,7 +105,7 @@ func newTab(t *testing.T, browser context.Context) *tab {
 // because the machine's network changed (networkChanged).
 func (tb *tab) open(t *testing.T, url string) {
 	t.Helper()
-	poll.UntilOK(t, 60*time.Second, "open "+url, func() error {
+	poll.Until(t, 60*time.Second, "open "+url, func() error {
 		err := tb.try(url)
 		if err != nil && !networkChanged(err) {
 			t.Fatalf("open %s: %v", url, err)
@@ -169,9 +170,12 @@ func TestStatusPageFollowsTheFleetInABrowser(t *testing.T) {
 	base := "http://" + m.addrs.HTTP
 
 	tb.open(t, base+"/nodes")
-	poll.Until(t, 10*time.Second, "the nodes page lists alpha, beta and gamma, its stream open", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the nodes page lists alpha, beta and gamma, its stream open", func() error {
 		names, err := eval[string](t, tb, `[...document.querySelectorAll("tr[data-node]")].map(r => r.dataset.node).join(",") + (document.getElementById("live").hidden ? "" : " live")`)
-		return names == "alpha,beta,gamma live", fmt.Sprint(names, err)
+		if names == "alpha,beta,gamma live" {
+			return nil
+		}
+		return errors.New(fmt.Sprint(names, err))
 	})
 	// A reload would lose the mark.
 	if _, err := eval[int](t, tb, `window.meshMark = 1`); err != nil {
@@ -188,21 +192,27 @@ func TestStatusPageFollowsTheFleetInABrowser(t *testing.T) {
 	for _, n := range o.Nodes {
 		seqs[n.Node] = n.Seq
 	}
-	poll.Until(t, 5*time.Second, "the open page shows the pushed sequences", func() (bool, string) {
+	poll.Until(t, 5*time.Second, "the open page shows the pushed sequences", func() error {
 		shown, err := eval[map[string]string](t, tb, `Object.fromEntries([...document.querySelectorAll("tr[data-node]")].map(r => [r.dataset.node, r.querySelector(".applied").textContent]))`)
 		for node, seq := range seqs {
 			if shown[node] != fmt.Sprint(seq) {
-				return false, fmt.Sprintf("shown %v, pushed %v, %v", shown, seqs, err)
+				return fmt.Errorf("shown %v, pushed %v, %v", shown, seqs, err)
 			}
 		}
-		return unreloaded(), "reloaded"
+		if unreloaded() {
+			return nil
+		}
+		return errors.New("reloaded")
 	})
 
 	gamma.kill9(t)
 	killed := time.Now()
-	poll.Until(t, mesh.SilentAfter(500*time.Millisecond)+time.Second, "gamma silent on the open page", func() (bool, string) {
+	poll.Until(t, mesh.SilentAfter(500*time.Millisecond)+time.Second, "gamma silent on the open page", func() error {
 		silent, err := eval[bool](t, tb, `document.querySelector('tr[data-node="gamma"]').classList.contains("silent")`)
-		return silent && unreloaded(), fmt.Sprint(silent, err)
+		if silent && unreloaded() {
+			return nil
+		}
+		return errors.New(fmt.Sprint(silent, err))
 	})
 	t.Logf("gamma shown silent %s after its kill", time.Since(killed).Round(10*time.Millisecond))
 
@@ -242,10 +252,13 @@ func TestStatusPageFollowsTheFleetInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc.Flush()
-	poll.Until(t, 10*time.Second, "gamma's page shows its facts as text", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "gamma's page shows its facts as text", func() error {
 		tb.open(t, base+"/nodes/gamma")
 		text := tb.text(t)
-		return strings.Contains(text, "Kernel\t"+hostile), text
+		if strings.Contains(text, "Kernel\t"+hostile) {
+			return nil
+		}
+		return errors.New(text)
 	})
 	if n, err := eval[int](t, tb, `document.querySelectorAll("img").length`); err != nil || n != 0 {
 		t.Fatalf("gamma's facts made %d img element(s) (%v)", n, err)
@@ -273,7 +286,7 @@ func TestStatusPageNeedsASignInOffLoopback(t *testing.T) {
 	d := genesis(t, dir, "--http", listen)
 	base := "https://127.0.0.1:" + listen[strings.LastIndex(listen, ":")+1:]
 	roots := x509.NewCertPool()
-	poll.UntilOK(t, 30*time.Second, "the controller's /healthz over TLS", func() error {
+	poll.Until(t, 30*time.Second, "the controller's /healthz over TLS", func() error {
 		d.alive(t)
 		pem, errOut, code := runMesh(t, "ca", "roots", "--dir", dir)
 		if code != 0 {
@@ -300,7 +313,7 @@ func TestStatusPageNeedsASignInOffLoopback(t *testing.T) {
 	// link at the controller without keeping the cookie: a new link then.
 	var link string
 	first := newTab(t, b)
-	poll.UntilOK(t, 60*time.Second, "a login link opened", func() error {
+	poll.Until(t, 60*time.Second, "a login link opened", func() error {
 		link = strings.TrimSpace(mustRun(t, "ui", "--dir", dir, "--host", "127.0.0.1"))
 		if !strings.HasPrefix(link, base+"/login?token=") {
 			t.Fatalf("mesh ui printed %q, want a link under %s", link, base)

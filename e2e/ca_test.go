@@ -232,8 +232,11 @@ func TestCertificates(t *testing.T) {
 	since := time.Now()
 	d := start(t, "controller", "--dir", m.dir)
 	m.addrs = waitReady(t, d, m.dir)
-	poll.Until(t, 30*time.Second, "beta heard on the bus of the new intermediate", func() (bool, string) {
-		return heardAfter(t, m.dir, "beta", since)
+	poll.Until(t, 30*time.Second, "beta heard on the bus of the new intermediate", func() error {
+		if ok, why := heardAfter(t, m.dir, "beta", since); !ok {
+			return errors.New(why)
+		}
+		return nil
 	})
 	nc2, _, err := nodeConn(t, m, m.dir)
 	if err != nil {

@@ -269,18 +269,24 @@ func TestCertificateThroughTheMesh(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, spec.CertKeyFile)); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 20*time.Second, "key.pem back", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "key.pem back", func() error {
 		target, err := os.Readlink(filepath.Join(dir, spec.CertKeyFile))
-		return err == nil && target == spec.CertDataLink+"/"+spec.CertKeyFile, fmt.Sprint(target, err)
+		if err == nil && target == spec.CertDataLink+"/"+spec.CertKeyFile {
+			return nil
+		}
+		return errors.New(fmt.Sprint(target, err))
 	})
 	waitCertReport(t, m.dir, since, spec.Changed)
 	keyFile := filepath.Join(dir, first.version, spec.CertKeyFile)
 	if err := os.WriteFile(keyFile, []byte("not a key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 20*time.Second, "a new version with the right key", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "a new version with the right key", func() error {
 		in, err := readInstalled(dir)
-		return err == nil && in.version != first.version, fmt.Sprint(in.version, err)
+		if err == nil && in.version != first.version {
+			return nil
+		}
+		return errors.New(fmt.Sprint(in.version, err))
 	})
 	fixed := checkCertDir(t, dir, name)
 	if fixed.serial != first.serial {
@@ -303,9 +309,12 @@ func TestCertificateThroughTheMesh(t *testing.T) {
 		restarted := time.Now()
 		m.d = start(t, "controller", "--dir", m.dir)
 		m.addrs = waitReady(t, m.d, m.dir)
-		poll.Until(t, 30*time.Second, "the restarted host's first report", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "the restarted host's first report", func() error {
 			r := nodeShow(t, m.dir, "alpha").LastReport
-			return r != nil && r.Time.After(restarted), fmt.Sprintf("%+v", r)
+			if r != nil && r.Time.After(restarted) {
+				return nil
+			}
+			return fmt.Errorf("%+v", r)
 		})
 		if r := nodeShow(t, m.dir, "alpha").LastReport; certResult(t, r).Outcome != spec.Unchanged {
 			t.Errorf("after a restart (%s): %+v, want the certificate unchanged", how, certResult(t, r))
@@ -347,17 +356,20 @@ func TestCertificateThroughTheMesh(t *testing.T) {
 func waitCertReport(t *testing.T, dir string, since time.Time, want string) spec.ResourceResult {
 	t.Helper()
 	var got spec.ResourceResult
-	poll.Until(t, 20*time.Second, "a report saying the certificate "+want, func() (bool, string) {
+	poll.Until(t, 20*time.Second, "a report saying the certificate "+want, func() error {
 		r := nodeShow(t, dir, "alpha").LastReport
 		if r == nil || !r.Time.After(since) {
-			return false, "no report since"
+			return errors.New("no report since")
 		}
 		for _, res := range r.Results {
 			if res.Name == certResource {
 				got = res
 			}
 		}
-		return got.Outcome == want, fmt.Sprintf("%+v", got)
+		if got.Outcome == want {
+			return nil
+		}
+		return fmt.Errorf("%+v", got)
 	})
 	return got
 }
@@ -446,13 +458,16 @@ func TestCertificateRenewal(t *testing.T) {
 	defer r.end()
 	renewal := renewedOnce(t, m.dir, "alpha", dir, first)
 	t.Logf("renewal: %d writes, note %q", renewal.writes, renewal.result.Note)
-	poll.Until(t, 20*time.Second, "mesh node show names the renewed certificate", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "mesh node show names the renewed certificate", func() error {
 		n := nodeShow(t, m.dir, "alpha")
 		if n.Facts == nil || len(n.Facts.Certificates) != 1 {
-			return false, "no certificate in the facts"
+			return errors.New("no certificate in the facts")
 		}
 		c := n.Facts.Certificates[0]
-		return c.Serial == renewal.in.serial && c.Path == certPath && c.Name == name && c.NotAfter.Equal(renewal.in.leaf.NotAfter), fmt.Sprintf("%+v", c)
+		if c.Serial == renewal.in.serial && c.Path == certPath && c.Name == name && c.NotAfter.Equal(renewal.in.leaf.NotAfter) {
+			return nil
+		}
+		return fmt.Errorf("%+v", c)
 	})
 
 	r.end()
@@ -495,9 +510,12 @@ func TestCertificateUnassignedIsRenewedNoMore(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(root, "/srv/web")); err != nil {
 		t.Errorf("the certificate's parent directory went with it: %v", err)
 	}
-	poll.Until(t, 20*time.Second, "the facts name no certificate", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the facts name no certificate", func() error {
 		n := nodeShow(t, m.dir, "alpha")
-		return n.Facts != nil && len(n.Facts.Certificates) == 0, fmt.Sprintf("%+v", n.Facts)
+		if n.Facts != nil && len(n.Facts.Certificates) == 0 {
+			return nil
+		}
+		return fmt.Errorf("%+v", n.Facts)
 	})
 	issued := len(issuedFor(t, m.dir, name))
 	// Past when the leaf would have been renewed (two thirds of its life
@@ -525,13 +543,13 @@ func renewedOnce(t *testing.T, meshDir, node, dir string, first installed) renew
 	t.Helper()
 	name := first.leaf.DNSNames[0]
 	var got renewal
-	poll.Until(t, 90*time.Second, "the certificate renewed and swapped in", func() (bool, string) {
+	poll.Until(t, 90*time.Second, "the certificate renewed and swapped in", func() error {
 		in, err := readInstalled(dir)
 		if err != nil || in.serial == first.serial {
-			return false, fmt.Sprint(in.serial, err)
+			return errors.New(fmt.Sprint(in.serial, err))
 		}
 		got.in = in
-		return true, ""
+		return nil
 	})
 	renewedAt := time.Now()
 	life := first.leaf.NotAfter.Sub(first.leaf.NotBefore)
@@ -553,18 +571,21 @@ func renewedOnce(t *testing.T, meshDir, node, dir string, first installed) renew
 	if n := len(issued) - from; n < 2 || n > most {
 		t.Errorf("the controller issued %d certificates for %s from %s to the first renewal, want 2 to %d (no renewal at every check)", n, name, first.serial, most)
 	}
-	poll.Until(t, 20*time.Second, "the renewal reported", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the renewal reported", func() error {
 		r := nodeShow(t, meshDir, node).LastReport
 		if r == nil {
-			return false, "no report"
+			return errors.New("no report")
 		}
 		for _, res := range r.Results {
 			if res.Name == certResource && res.Outcome == spec.Changed && strings.Contains(res.Note, got.in.serial) {
 				got.result, got.writes = res, r.Writes
-				return r.Reconcile, fmt.Sprintf("%+v", r)
+				if r.Reconcile {
+					return nil
+				}
+				return fmt.Errorf("%+v", r)
 			}
 		}
-		return false, fmt.Sprintf("%+v", r.Results)
+		return fmt.Errorf("%+v", r.Results)
 	})
 	return got
 }

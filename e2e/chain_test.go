@@ -99,14 +99,16 @@ func TestDomainAddHandsHostsTheNewChain(t *testing.T) {
 	first := ca.SerialOf(mustParseCert(t, must(os.ReadFile(filepath.Join(caDir, "intermediate.crt")))))
 	holds := func(serial string) {
 		t.Helper()
-		poll.Until(t, 20*time.Second, "every node saying it holds intermediate "+serial, func() (bool, string) {
+		poll.Until(t, 20*time.Second, "every node saying it holds intermediate "+serial, func() error {
 			st, _ := statusOf(t, m.dir)
 			var held []string
 			for _, n := range st.Nodes {
 				held = append(held, n.Node+": "+n.Intermediate)
 			}
-			return st.Intermediate == serial && nodeStatusOf(st, "alpha").Intermediate == serial && nodeStatusOf(st, "beta").Intermediate == serial,
-				fmt.Sprintf("the mesh signs with %s; %s", st.Intermediate, strings.Join(held, ", "))
+			if st.Intermediate == serial && nodeStatusOf(st, "alpha").Intermediate == serial && nodeStatusOf(st, "beta").Intermediate == serial {
+				return nil
+			}
+			return fmt.Errorf("the mesh signs with %s; %s", st.Intermediate, strings.Join(held, ", "))
 		})
 	}
 	holds(first)

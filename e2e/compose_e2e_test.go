@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,9 +140,12 @@ func TestSettingsRoutesAndALockedStore(t *testing.T) {
 	if o, code := pushJSON(t, m.dir); code != 0 {
 		t.Fatalf("push after the lock: %+v", o)
 	}
-	poll.Until(t, 10*time.Second, "alpha's roster carries beta's new public name", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "alpha's roster carries beta's new public name", func() error {
 		r := keptRoster(t, m.dir)
-		return strings.Contains(r, "hello.moved.example.net"), r
+		if strings.Contains(r, "hello.moved.example.net") {
+			return nil
+		}
+		return errors.New(r)
 	})
 }
 

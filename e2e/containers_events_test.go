@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -47,12 +48,15 @@ func TestContainerStopsAreReportedWithinSeconds(t *testing.T) {
 		}
 		// Seconds here; a loaded engine takes tens of seconds to start it
 		// (22 s seen beside two other test runs).
-		poll.Until(t, time.Minute, what+": alpha reported web started again", func() (bool, string) {
+		poll.Until(t, time.Minute, what+": alpha reported web started again", func() error {
 			res, r, ok := lastResult(t, m.dir, m.a, web)
 			if !ok || r.Time.Before(stopped) {
-				return false, fmt.Sprintf("last report %+v", r)
+				return fmt.Errorf("last report %+v", r)
 			}
-			return res.Outcome == spec.Changed && strings.Contains(res.Note, "started again: it had exited with code"), fmt.Sprintf("%+v", res)
+			if res.Outcome == spec.Changed && strings.Contains(res.Note, "started again: it had exited with code") {
+				return nil
+			}
+			return fmt.Errorf("%+v", res)
 		})
 		if got, _ := m.container(t, m.a, "web"); !got.Container.State.Running || got.Container.ID != webID {
 			t.Fatalf("%s: alpha's web is running %v, the same container %v", what, got.Container.State.Running, got.Container.ID == webID)
@@ -90,7 +94,7 @@ func TestCrashingContainerFails(t *testing.T) {
 	var failure string
 	// Four passes at least 2 s apart; each start of the container takes
 	// the engine seconds, tens when it is loaded.
-	poll.Until(t, 2*time.Minute, "status says alpha's crash container keeps stopping, 4 times", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "status says alpha's crash container keeps stopping, 4 times", func() error {
 		res, code := statusJSON(t, m.dir)
 		for _, n := range res.Nodes {
 			if n.Node != m.a {
@@ -100,12 +104,15 @@ func TestCrashingContainerFails(t *testing.T) {
 				if mm := stopsSaid.FindStringSubmatch(f); mm != nil {
 					failure = f
 					times, _ := strconv.Atoi(mm[1])
-					return code != 0 && !res.AllClear && times >= 4, fmt.Sprintf("exit %d: %s", code, f)
+					if code != 0 && !res.AllClear && times >= 4 {
+						return nil
+					}
+					return fmt.Errorf("exit %d: %s", code, f)
 				}
 			}
-			return false, fmt.Sprintf("exit %d, alpha's failures %q", code, n.Failures)
+			return fmt.Errorf("exit %d, alpha's failures %q", code, n.Failures)
 		}
-		return false, "alpha not in status"
+		return errors.New("alpha not in status")
 	})
 	elapsed := time.Since(since)
 	reports = m.metric(t, "mesh_reports_total") - reports

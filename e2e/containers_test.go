@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -46,13 +47,19 @@ func TestContainersFindEachOtherByName(t *testing.T) {
 	if dnsServers := ctr.Container.HostConfig.DNS; len(dnsServers) != 1 || dnsServers[0] != gatewayB {
 		t.Errorf("beta's container has DNS servers %v, want only beta's gateway %s", dnsServers, gatewayB)
 	}
-	poll.Until(t, 30*time.Second, "beta's container looked web.alpha.internal up", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta's container looked web.alpha.internal up", func() error {
 		b, err := os.ReadFile(filepath.Join(m.rootB, "srv/client/lookup"))
-		return err == nil && strings.Contains(string(b), "Name:\tweb."+m.a+".internal") && strings.Contains(string(b), m.addrA), fmt.Sprintf("%q %v", b, err)
+		if err == nil && strings.Contains(string(b), "Name:\tweb."+m.a+".internal") && strings.Contains(string(b), m.addrA) {
+			return nil
+		}
+		return fmt.Errorf("%q %v", b, err)
 	})
-	poll.Until(t, 30*time.Second, "beta's container fetched alpha's page by name", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta's container fetched alpha's page by name", func() error {
 		b, err := os.ReadFile(filepath.Join(m.rootB, "srv/client/page"))
-		return err == nil && string(b) == "Hello from "+m.a+"\n", fmt.Sprintf("%q %v", b, err)
+		if err == nil && string(b) == "Hello from "+m.a+"\n" {
+			return nil
+		}
+		return fmt.Errorf("%q %v", b, err)
 	})
 	// A route added on beta changes the roster every host holds, alpha's
 	// too, as one roster message: no declaration is sent (neither node's
@@ -67,12 +74,15 @@ func TestContainersFindEachOtherByName(t *testing.T) {
 	since := time.Now()
 	o = push(t, m.dir)
 	for node, dir := range map[string]string{m.a: m.dir, m.b: m.betaDir} {
-		poll.Until(t, 10*time.Second, node+"'s resolver answers the new route", func() (bool, string) {
+		poll.Until(t, 10*time.Second, node+"'s resolver answers the new route", func() error {
 			r, err := ask(t, dnsAddr(t, dir), "extra."+m.b+".internal", dns.TypeA)
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
-			return answers(r) == m.addrB, r.String()
+			if answers(r) == m.addrB {
+				return nil
+			}
+			return errors.New(r.String())
 		})
 		if !strings.Contains(keptRoster(t, dir), "extra."+m.b+".internal") {
 			t.Errorf("%s's kept roster lacks the new route: %s", node, keptRoster(t, dir))
@@ -108,9 +118,12 @@ func TestContainersFindEachOtherByName(t *testing.T) {
 			t.Errorf("an environment change of alpha's web: the engine saw %q", ev)
 		}
 	}
-	poll.Until(t, 30*time.Second, "the new greeting fetched by name", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the new greeting fetched by name", func() error {
 		b, err := os.ReadFile(filepath.Join(m.rootB, "srv/client/page"))
-		return err == nil && string(b) == "Hi from "+m.a+"\n", fmt.Sprintf("%q %v", b, err)
+		if err == nil && string(b) == "Hi from "+m.a+"\n" {
+			return nil
+		}
+		return fmt.Errorf("%q %v", b, err)
 	})
 	since = time.Now()
 	o = push(t, m.dir, "--force")
@@ -129,17 +142,20 @@ func TestContainersFindEachOtherByName(t *testing.T) {
 	if _, err := m.cli.ContainerKill(context.Background(), webID, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 30*time.Second, "alpha's reconcile reported web started again", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "alpha's reconcile reported web started again", func() error {
 		n := nodeShow(t, m.dir, m.a)
 		if n.LastReport == nil || !n.LastReport.Reconcile {
-			return false, fmt.Sprintf("last report %+v", n.LastReport)
+			return fmt.Errorf("last report %+v", n.LastReport)
 		}
 		for _, res := range n.LastReport.Results {
 			if res.Name == "web:container:web" {
-				return res.Outcome == spec.Changed && strings.Contains(res.Note, "started again") && strings.Contains(res.Note, "137"), fmt.Sprintf("%+v", res)
+				if res.Outcome == spec.Changed && strings.Contains(res.Note, "started again") && strings.Contains(res.Note, "137") {
+					return nil
+				}
+				return fmt.Errorf("%+v", res)
 			}
 		}
-		return false, "no result for web"
+		return errors.New("no result for web")
 	})
 	if got, _ := m.container(t, m.a, "web"); !got.Container.State.Running || got.Container.ID != webID {
 		t.Errorf("after reconcile alpha's web is running %v, the same container %v", got.Container.State.Running, got.Container.ID == webID)
@@ -152,9 +168,12 @@ func TestContainersFindEachOtherByName(t *testing.T) {
 	since = time.Now()
 	start(t, "host", "--dir", m.betaDir, "--root", m.rootB, "--subnet", m.subnetB.String(), "--heartbeat", "500ms",
 		"--dns", port(t), "--dns-upstream", deadUpstream)
-	poll.Until(t, 30*time.Second, "beta's container looks web.alpha.internal up again after beta's host restarted", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta's container looks web.alpha.internal up again after beta's host restarted", func() error {
 		b, err := os.ReadFile(filepath.Join(m.rootB, "srv/client/lookup"))
-		return err == nil && strings.Contains(string(b), m.addrA), fmt.Sprintf("%q %v", b, err)
+		if err == nil && strings.Contains(string(b), m.addrA) {
+			return nil
+		}
+		return fmt.Errorf("%q %v", b, err)
 	})
 	if m.id(t, m.b, "client") != clientID {
 		t.Error("beta's host restarting replaced its container")
@@ -196,9 +215,12 @@ func TestNoEngineNoContainers(t *testing.T) {
 	m := newMesh(t, "--root", t.TempDir())
 	join(t, m.token(t, "beta"), "--root", t.TempDir(), "--docker", endpoint)
 	var beta spec.Node
-	poll.Until(t, 30*time.Second, "beta's facts", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta's facts", func() error {
 		beta = nodeShow(t, m.dir, "beta")
-		return beta.Facts != nil, "no facts yet"
+		if beta.Facts != nil {
+			return nil
+		}
+		return errors.New("no facts yet")
 	})
 	if slices.Contains(beta.Facts.Capabilities, spec.CapContainers) {
 		t.Errorf("beta reports the containers capability with no engine: %v", beta.Facts.Capabilities)
@@ -249,13 +271,16 @@ func TestCapabilityFollowsTheEngine(t *testing.T) {
 	t.Cleanup(p.stop)
 	m := newMesh(t, "--root", t.TempDir())
 	join(t, m.token(t, "beta"), "--root", t.TempDir(), "--docker", "unix://"+p.sock)
-	capable := func(want bool) func() (bool, string) {
-		return func() (bool, string) {
+	capable := func(want bool) func() error {
+		return func() error {
 			n := nodeShow(t, m.dir, "beta")
 			if n.Facts == nil {
-				return false, "no facts yet"
+				return errors.New("no facts yet")
 			}
-			return slices.Contains(n.Facts.Capabilities, spec.CapContainers) == want, fmt.Sprintf("capabilities %v, errors %v", n.Facts.Capabilities, n.Facts.Errors)
+			if slices.Contains(n.Facts.Capabilities, spec.CapContainers) == want {
+				return nil
+			}
+			return fmt.Errorf("capabilities %v, errors %v", n.Facts.Capabilities, n.Facts.Errors)
 		}
 	}
 	poll.Until(t, 30*time.Second, "beta reports the containers capability", capable(true))

@@ -214,7 +214,7 @@ func newClusterFleet(b *testing.B, nodes int) *fleet {
 	}
 	// Settled: the leader runs the mesh's controller (which makes the
 	// declaration stream with the three replicas) once a push succeeds.
-	poll.UntilOK(b, 90*time.Second, "a push through the three controllers", func() error {
+	poll.Until(b, 90*time.Second, "a push through the three controllers", func() error {
 		if _, errOut, code := runMesh(b, "push", "--dir", c.dirs[0], "--wait", "20s"); code != 0 {
 			return fmt.Errorf("exit %d: %s", code, errOut)
 		}

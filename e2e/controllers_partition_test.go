@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -119,14 +120,14 @@ func newPartRig(t testing.TB) *partRig {
 // waitAddrs waits until controller i wrote where it listens.
 func (r *partRig) waitAddrs(i int) {
 	r.t.Helper()
-	poll.Until(r.t, 60*time.Second, r.dirs[i]+"/addrs.json written", func() (bool, string) {
+	poll.Until(r.t, 60*time.Second, r.dirs[i]+"/addrs.json written", func() error {
 		r.ds[i].alive(r.t)
 		var a spec.Addrs
 		body, err := os.ReadFile(filepath.Join(r.dirs[i], "addrs.json"))
 		if err != nil || json.Unmarshal(body, &a) != nil || a.Bus == "" {
-			return false, fmt.Sprintf("%s %v", body, err)
+			return fmt.Errorf("%s %v", body, err)
 		}
-		return true, ""
+		return nil
 	})
 }
 
@@ -142,7 +143,7 @@ func (r *partRig) cli(i int, args ...string) (string, string, int) {
 func (r *partRig) cliOK(i int, args ...string) string {
 	r.t.Helper()
 	var out string
-	poll.UntilOK(r.t, 30*time.Second, "mesh "+strings.Join(args, " ")+" in "+r.nodes[i], func() error {
+	poll.Until(r.t, 30*time.Second, "mesh "+strings.Join(args, " ")+" in "+r.nodes[i], func() error {
 		o, errOut, code := r.cli(i, args...)
 		if code != 0 {
 			return fmt.Errorf("exit %d: %s", code, errOut)
@@ -185,10 +186,10 @@ func (r *partRig) roles(i, want int) (map[string]spec.ControllerRole, error) {
 func (r *partRig) leader(view []int, within time.Duration) int {
 	r.t.Helper()
 	found := -1
-	poll.Until(r.t, within, "one controller of "+fmt.Sprint(view)+" leads", func() (bool, string) {
+	poll.Until(r.t, within, "one controller of "+fmt.Sprint(view)+" leads", func() error {
 		rs, err := r.roles(view[0], len(view))
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		found = -1
 		var why []string
@@ -203,14 +204,14 @@ func (r *partRig) leader(view []int, within time.Duration) int {
 			}
 		}
 		if found < 0 {
-			return false, strings.Join(why, "; ")
+			return errors.New(strings.Join(why, "; "))
 		}
 		for _, i := range view {
 			if role := rs[r.server(i)]; role.Leader != r.server(found) {
-				return false, fmt.Sprintf("%s leads, %s says %+v", r.nodes[found], r.nodes[i], role)
+				return fmt.Errorf("%s leads, %s says %+v", r.nodes[found], r.nodes[i], role)
 			}
 		}
-		return true, ""
+		return nil
 	})
 	return found
 }
@@ -233,7 +234,7 @@ func (r *partRig) join(i int, node, ip string, refused []string) {
 	// leader made it (it brings its users up to its view each second),
 	// and a join refused there exits: it is run again.
 	var d *daemon
-	poll.UntilOK(r.t, 30*time.Second, node+" joined and running", func() error {
+	poll.Until(r.t, 30*time.Second, node+" joined and running", func() error {
 		if d == nil {
 			d = meshIn(r.t, ns, "host", "--dir", dir, "--join", token, "--address", ip, "--root", root,
 				"--heartbeat", "500ms", "--dns", rigDNS, "--dns-upstream", deadUpstream, "--docker", "none")
@@ -249,9 +250,12 @@ func (r *partRig) join(i int, node, ip string, refused []string) {
 		_, err := os.Stat(filepath.Join(dir, "addrs.json"))
 		return err
 	})
-	poll.Until(r.t, 30*time.Second, node+" heard", func() (bool, string) {
+	poll.Until(r.t, 30*time.Second, node+" heard", func() error {
 		n := r.show(i, node)
-		return n.LastHeard != nil, fmt.Sprintf("%s last heard %v", node, n.LastHeard)
+		if n.LastHeard != nil {
+			return nil
+		}
+		return fmt.Errorf("%s last heard %v", node, n.LastHeard)
 	})
 	r.hosts = append(r.hosts, partHost{node: node, ns: ns, dir: dir, root: root, d: d, seqs: watchSeqs(r.t, dir)})
 }
@@ -277,7 +281,7 @@ func (r *partRig) push(i int, text string, hosts []partHost, within time.Duratio
 		nodes = append(nodes, h.node)
 	}
 	var o cli.PushOutcome
-	poll.UntilOK(r.t, within, "a push of "+strings.Join(nodes, ",")+" through "+r.nodes[i], func() error {
+	poll.Until(r.t, within, "a push of "+strings.Join(nodes, ",")+" through "+r.nodes[i], func() error {
 		for _, node := range nodes {
 			if text != "" {
 				if _, errOut, code := r.cli(i, "assign", "--dir", r.dirs[i], "--set", "text="+text, "note", node); code != 0 {
@@ -304,12 +308,14 @@ func (r *partRig) push(i int, text string, hosts []partHost, within time.Duratio
 func (r *partRig) converged(i int, text string, hosts []partHost, within time.Duration) {
 	r.t.Helper()
 	for _, h := range hosts {
-		poll.Until(r.t, within, h.node+" holds "+text, func() (bool, string) {
+		poll.Until(r.t, within, h.node+" holds "+text, func() error {
 			h.d.alive(r.t)
 			got, _ := os.ReadFile(filepath.Join(h.root, "etc/note"))
 			n := r.show(i, h.node)
-			return string(got) == text+"\n" && n.AppliedSeq == n.SentSeq,
-				fmt.Sprintf("%s holds %q, applied %d, sent %d", h.node, got, n.AppliedSeq, n.SentSeq)
+			if string(got) == text+"\n" && n.AppliedSeq == n.SentSeq {
+				return nil
+			}
+			return fmt.Errorf("%s holds %q, applied %d, sent %d", h.node, got, n.AppliedSeq, n.SentSeq)
 		})
 	}
 }
@@ -377,13 +383,16 @@ func TestControllersPartitionedLeaderStepsDown(t *testing.T) {
 	cut := time.Now()
 
 	// The cut-off controller steps down within the TTL and a margin.
-	poll.Until(t, meshdaemon.DefaultLeaseTTL+4*time.Second, r.nodes[old]+" no longer leads", func() (bool, string) {
+	poll.Until(t, meshdaemon.DefaultLeaseTTL+4*time.Second, r.nodes[old]+" no longer leads", func() error {
 		rs, err := r.roles(old, 1)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		role, ok := rs[r.server(old)]
-		return ok && (role.Role == "follower" || role.Role == "candidate"), fmt.Sprintf("%+v", rs)
+		if ok && (role.Role == "follower" || role.Role == "candidate") {
+			return nil
+		}
+		return fmt.Errorf("%+v", rs)
 	})
 	t.Logf("the partitioned leader stepped down %s after the cut", time.Since(cut).Round(time.Millisecond))
 
@@ -401,12 +410,15 @@ func TestControllersPartitionedLeaderStepsDown(t *testing.T) {
 	// is routed to the other side and goes unanswered for the verb's 30
 	// s: the one after is refused.
 	want := "reachable controllers: " + r.server(old) + " ("
-	poll.Until(t, 75*time.Second, "a write through "+r.nodes[old]+" refused, naming it", func() (bool, string) {
+	poll.Until(t, 75*time.Second, "a write through "+r.nodes[old]+" refused, naming it", func() error {
 		out, errOut, code := r.cli(old, "assign", "--dir", r.dirs[old], "--set", "text=late", "note", "h2")
 		if code == 0 {
 			t.Fatalf("a write through the partitioned controller %s succeeded:\n%s", r.nodes[old], out)
 		}
-		return strings.Contains(errOut, want) && strings.Contains(errOut, " of 3"), fmt.Sprintf("exit %d, not %q: %s", code, want, errOut)
+		if strings.Contains(errOut, want) && strings.Contains(errOut, " of 3") {
+			return nil
+		}
+		return fmt.Errorf("exit %d, not %q: %s", code, want, errOut)
 	})
 	if got, _ := os.ReadFile(filepath.Join(h2[0].root, "etc/note")); string(got) != "one\n" {
 		t.Errorf("h2, on the partitioned controller's bus, holds %q", got)

@@ -78,7 +78,7 @@ func (c *ctlCluster) freeze(t testing.TB, i int) (thaw func()) {
 func (c *ctlCluster) pushTaken(t testing.TB, i int, text string, within time.Duration) map[string]uint64 {
 	t.Helper()
 	seqs := map[string]uint64{}
-	poll.UntilOK(t, within, "a push through "+c.nodes[i]+" taken", func() error {
+	poll.Until(t, within, "a push through "+c.nodes[i]+" taken", func() error {
 		c.ds[i].alive(t)
 		for _, h := range c.hosts {
 			if _, errOut, code := runMesh(t, "assign", "--dir", c.dirs[i], "--set", "text="+text, "note", h.node); code != 0 {
@@ -132,14 +132,17 @@ func TestControllersStoppedLeaderDoesNotLead(t *testing.T) {
 	thaw()
 
 	woken := c.server(t, lead)
-	poll.Until(t, 30*time.Second, c.nodes[lead]+" says it follows", func() (bool, string) {
+	poll.Until(t, 30*time.Second, c.nodes[lead]+" says it follows", func() error {
 		c.ds[lead].alive(t)
 		rs, err := c.roles(t, c.dirs[lead], 3)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		r := rs[woken]
-		return r.Role == "follower" && r.Leader != "" && r.Leader != woken, fmt.Sprintf("%+v", rs)
+		if r.Role == "follower" && r.Leader != "" && r.Leader != woken {
+			return nil
+		}
+		return fmt.Errorf("%+v", rs)
 	})
 	// Once it followed, a later election may choose it again, as any
 	// controller: what it must not do is lead by the lease it held when
@@ -205,9 +208,12 @@ func TestControllersLeaderKilledMidPush(t *testing.T) {
 		cmd.Env = meshEnv
 		out, _ := cmd.CombinedOutput()
 		cancel()
-		poll.Until(t, 30*time.Second, c.nodes[lead]+" died at "+point, func() (bool, string) {
+		poll.Until(t, 30*time.Second, c.nodes[lead]+" died at "+point, func() error {
 			_, err := os.Stat(crash)
-			return errors.Is(err, os.ErrNotExist), fmt.Sprintf("%s is still there: %v", crash, err)
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return fmt.Errorf("%s is still there: %v", crash, err)
 		})
 		t.Logf("round %d (%s): the push in flight: %s", k+1, point, strings.Join(strings.Fields(string(out)), " "))
 		// Its process ends: genesis's, or the launcher's, which ends with a

@@ -3,6 +3,7 @@ package e2e
 import (
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -65,7 +66,7 @@ func newControllers(t testing.TB, hosts int) *ctlCluster {
 	os.WriteFile(filepath.Join(mod, "module.json"), []byte(noteModule), 0o644)
 	// A controller that answered a join starts again in the grown peer
 	// set a moment after: a call cut short by it is made again.
-	poll.UntilOK(t, 60*time.Second, "module note registered", func() error {
+	poll.Until(t, 60*time.Second, "module note registered", func() error {
 		if _, errOut, code := runMesh(t, "module", "register", "--dir", m.dir, mod); code != 0 {
 			return fmt.Errorf("exit %d: %s", code, errOut)
 		}
@@ -149,14 +150,14 @@ func (c *ctlCluster) up() []int {
 func (c *ctlCluster) leader(t testing.TB, within time.Duration) int {
 	t.Helper()
 	found := -1
-	poll.Until(t, within, "one controller leads", func() (bool, string) {
+	poll.Until(t, within, "one controller leads", func() error {
 		up := c.up()
 		for _, i := range up {
 			c.ds[i].alive(t)
 		}
 		rs, err := c.roles(t, c.dirs[up[0]], len(up))
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		found = -1
 		var why []string
@@ -171,14 +172,14 @@ func (c *ctlCluster) leader(t testing.TB, within time.Duration) int {
 			}
 		}
 		if found < 0 {
-			return false, strings.Join(why, "; ")
+			return errors.New(strings.Join(why, "; "))
 		}
 		for _, i := range up {
 			if r := rs[c.server(t, i)]; r.Leader != c.server(t, found) {
-				return false, fmt.Sprintf("%s leads, %s says %+v", c.nodes[found], c.nodes[i], r)
+				return fmt.Errorf("%s leads, %s says %+v", c.nodes[found], c.nodes[i], r)
 			}
 		}
-		return true, ""
+		return nil
 	})
 	return found
 }
@@ -203,16 +204,21 @@ func (c *ctlCluster) restart(t testing.TB, i int) {
 func waitController(t testing.TB, d *daemon, dir string) {
 	t.Helper()
 	var a spec.Addrs
-	poll.Until(t, 60*time.Second, dir+"/addrs.json written", func() (bool, string) {
+	poll.Until(t, 60*time.Second, dir+"/addrs.json written", func() error {
 		d.alive(t)
 		body, err := os.ReadFile(filepath.Join(dir, "addrs.json"))
 		if err != nil || json.Unmarshal(body, &a) != nil || a.Bus == "" {
-			return false, fmt.Sprintf("%s %v", body, err)
+			return fmt.Errorf("%s %v", body, err)
 		}
-		return true, ""
+		return nil
 	})
 	if a.HTTP != "" {
-		poll.Until(t, 60*time.Second, dir+" /healthz ready", func() (bool, string) { return healthy(a.HTTP) })
+		poll.Until(t, 60*time.Second, dir+" /healthz ready", func() error {
+			if ok, why := healthy(a.HTTP); !ok {
+				return errors.New(why)
+			}
+			return nil
+		})
 	}
 }
 
@@ -222,7 +228,7 @@ func waitController(t testing.TB, d *daemon, dir string) {
 func (c *ctlCluster) pushText(t testing.TB, i int, text string, within time.Duration) map[string]uint64 {
 	t.Helper()
 	var o cli.PushOutcome
-	poll.UntilOK(t, within, "a push through "+c.nodes[i], func() error {
+	poll.Until(t, within, "a push through "+c.nodes[i], func() error {
 		c.ds[i].alive(t)
 		for _, h := range c.hosts {
 			if _, errOut, code := runMesh(t, "assign", "--dir", c.dirs[i], "--set", "text="+text, "note", h.node); code != 0 {
@@ -256,12 +262,14 @@ func (c *ctlCluster) pushText(t testing.TB, i int, text string, within time.Dura
 func (c *ctlCluster) converged(t testing.TB, i int, text string, within time.Duration) {
 	t.Helper()
 	for _, h := range c.hosts {
-		poll.Until(t, within, h.node+" holds "+text, func() (bool, string) {
+		poll.Until(t, within, h.node+" holds "+text, func() error {
 			h.d.alive(t)
 			got, _ := os.ReadFile(filepath.Join(h.root, "etc/note"))
 			n := nodeShow(t, c.dirs[i], h.node)
-			return string(got) == text+"\n" && n.AppliedSeq == n.SentSeq,
-				fmt.Sprintf("%s holds %q, applied %d, sent %d", h.node, got, n.AppliedSeq, n.SentSeq)
+			if string(got) == text+"\n" && n.AppliedSeq == n.SentSeq {
+				return nil
+			}
+			return fmt.Errorf("%s holds %q, applied %d, sent %d", h.node, got, n.AppliedSeq, n.SentSeq)
 		})
 	}
 }
@@ -389,7 +397,7 @@ func TestControllersLeaderKilledAnotherPushes(t *testing.T) {
 	last := (lead + 1) % 3
 	c.kill(t, lead)
 	c.kill(t, (lead+2)%3)
-	poll.Until(t, 60*time.Second, "a push through the last controller refused, naming it", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "a push through the last controller refused, naming it", func() error {
 		c.ds[last].alive(t)
 		out, errOut, code := runMesh(t, "push", "--dir", c.dirs[last], "--wait", "20s")
 		if code == 0 {
@@ -397,9 +405,9 @@ func TestControllersLeaderKilledAnotherPushes(t *testing.T) {
 		}
 		want := "reachable controllers: " + c.server(t, last) + " (follower) of 3"
 		if !strings.Contains(errOut, want) {
-			return false, fmt.Sprintf("exit %d, not %q: %s", code, want, errOut)
+			return fmt.Errorf("exit %d, not %q: %s", code, want, errOut)
 		}
-		return true, ""
+		return nil
 	})
 	for _, h := range c.hosts {
 		if got, _ := os.ReadFile(filepath.Join(h.root, "etc/note")); string(got) != "three\n" {
@@ -469,12 +477,15 @@ func TestControllersKilledTogetherLoseNothing(t *testing.T) {
 	if got := mustRun(t, "module", "list", "--json", "--dir", c.dirs[lead]); got != modules {
 		t.Errorf("modules after %s's view was rebuilt:\n%s\nwant\n%s", c.nodes[lead], got, modules)
 	}
-	poll.Until(t, 60*time.Second, "every controller's view the same", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "every controller's view the same", func() error {
 		var views []string
 		for i := range c.dirs {
 			views = append(views, viewOf(t, c.dirs[i]))
 		}
-		return views[0] == views[1] && views[1] == views[2], strings.Join(views, "\n---\n")
+		if views[0] == views[1] && views[1] == views[2] {
+			return nil
+		}
+		return errors.New(strings.Join(views, "\n---\n"))
 	})
 	c.checkSeqs(t)
 }

@@ -53,20 +53,23 @@ func TestGenesisThenController(t *testing.T) {
 	}
 
 	var first time.Time
-	poll.Until(t, 10*time.Second, "alpha heard", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "alpha heard", func() error {
 		nodes := nodeList(t, dir)
 		if len(nodes) != 1 || nodes[0].Name != "alpha" {
-			return false, fmt.Sprintf("nodes %+v", nodes)
+			return fmt.Errorf("nodes %+v", nodes)
 		}
 		n := nodes[0]
 		if n.LastHeard == nil || n.Facts == nil {
-			return false, "alpha not heard yet, or no facts"
+			return errors.New("alpha not heard yet, or no facts")
 		}
 		first = *n.LastHeard
 		if len(n.HostVersion) != 64 || n.Protocol != spec.Protocol || !n.ProtocolKnown {
-			return false, fmt.Sprintf("heartbeat fields: version %q protocol %d", n.HostVersion, n.Protocol)
+			return fmt.Errorf("heartbeat fields: version %q protocol %d", n.HostVersion, n.Protocol)
 		}
-		return n.Facts.Kernel != "" && n.Facts.Cores > 0 && n.Facts.MemoryBytes > 0, fmt.Sprintf("facts %+v", n.Facts)
+		if n.Facts.Kernel != "" && n.Facts.Cores > 0 && n.Facts.MemoryBytes > 0 {
+			return nil
+		}
+		return fmt.Errorf("facts %+v", n.Facts)
 	})
 
 	verifyBusChain(t, addrs)
@@ -115,9 +118,12 @@ func TestGenesisThenController(t *testing.T) {
 	if addrs2.Bus != addrs.Bus {
 		t.Errorf("restarted bus on %s, want the first port %s", addrs2.Bus, addrs.Bus)
 	}
-	poll.Until(t, 10*time.Second, "alpha heard again", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "alpha heard again", func() error {
 		n := nodeList(t, dir)[0]
-		return n.LastHeard != nil && n.LastHeard.After(first), fmt.Sprintf("last heard %v, first %v", n.LastHeard, first)
+		if n.LastHeard != nil && n.LastHeard.After(first) {
+			return nil
+		}
+		return fmt.Errorf("last heard %v, first %v", n.LastHeard, first)
 	})
 	d2.stop(t)
 }
@@ -283,13 +289,13 @@ func TestKernelPortIsRefused(t *testing.T) {
 	before := kept()
 	c := launch(t, meshBin, "controller", "--dir", dir)
 	var exit error
-	poll.Until(t, 60*time.Second, "the controller's exit", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "the controller's exit", func() error {
 		select {
 		case exit = <-c.done:
 			c.done <- exit
-			return true, ""
+			return nil
 		default:
-			return false, "still running:\n" + c.out.String()
+			return errors.New("still running:\n" + c.out.String())
 		}
 	})
 	var ee *exec.ExitError

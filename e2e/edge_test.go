@@ -60,7 +60,7 @@ func TestEdgeServesAPublicNameThroughTheHost(t *testing.T) {
 		return strings.TrimSpace(string(out)), err
 	}
 	page := fmt.Sprintf("https://www.example.test:%d/", httpsPort)
-	poll.UntilOK(t, 60*time.Second, "www.example.test served over HTTPS, its chain verified", func() error {
+	poll.Until(t, 60*time.Second, "www.example.test served over HTTPS, its chain verified", func() error {
 		out, err := curl(page)
 		if err != nil || out != fmt.Sprintf("the site, for www.example.test:%d via https", httpsPort) {
 			return fmt.Errorf("%v: %s", err, out)
@@ -72,7 +72,7 @@ func TestEdgeServesAPublicNameThroughTheHost(t *testing.T) {
 		t.Errorf("plain HTTP: %q (%v), want %q", out, err, want)
 	}
 	backend.Close()
-	poll.UntilOK(t, 20*time.Second, "a 502 naming the route once the backend is down", func() error {
+	poll.Until(t, 20*time.Second, "a 502 naming the route once the backend is down", func() error {
 		out, err := curl("-w", " %{http_code}", page)
 		if err != nil || !strings.HasSuffix(out, " 502") || !strings.Contains(out, "site.alpha.internal") {
 			return fmt.Errorf("%v: %s", err, out)
@@ -162,7 +162,7 @@ func edgeHostRestarted(t *testing.T, controllerDown bool) {
 	served := func(within time.Duration, what string) string {
 		t.Helper()
 		var serial string
-		poll.UntilOK(t, within, what, func() error {
+		poll.Until(t, within, what, func() error {
 			beta.alive(t)
 			res, err := client.Get(page)
 			if err != nil {

@@ -385,7 +385,7 @@ func (f *fleet) restart(tb testing.TB) (time.Time, time.Duration) {
 func (f *fleet) heardSince(tb testing.TB, since time.Time, within time.Duration) time.Duration {
 	tb.Helper()
 	var took time.Duration
-	poll.Until(tb, within, "every host heard after the controller's restart", func() (bool, string) {
+	poll.Until(tb, within, "every host heard after the controller's restart", func() error {
 		heard, total := 0, 0
 		var after string
 		for {
@@ -407,7 +407,10 @@ func (f *fleet) heardSince(tb testing.TB, since time.Time, within time.Duration)
 			}
 		}
 		took = time.Since(since)
-		return heard == total && total == len(f.nodes), fmt.Sprintf("%d of %d hosts heard", heard, total)
+		if heard == total && total == len(f.nodes) {
+			return nil
+		}
+		return fmt.Errorf("%d of %d hosts heard", heard, total)
 	})
 	return took
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -38,13 +39,21 @@ func TestHeartbeatFloodDelaysNoOtherNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := time.Now()
-	poll.Until(t, 30*time.Second, "the flood received", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the flood received", func() error {
 		got := m.metric(t, "mesh_heartbeats_total") - received
-		return got >= flood, fmt.Sprintf("%d of %d", got, flood)
+		if got >= flood {
+			return nil
+		}
+		return fmt.Errorf("%d of %d", got, flood)
 	})
 	drained := time.Now()
 	t.Logf("%d heartbeats published in %s and received by %s after the first", flood, sent.Sub(began).Round(time.Millisecond), drained.Sub(began).Round(time.Millisecond))
-	poll.Until(t, 5*time.Second, "alpha heard after the flood", func() (bool, string) { return heardAfter(t, m.dir, "alpha", sent) })
+	poll.Until(t, 5*time.Second, "alpha heard after the flood", func() error {
+		if ok, why := heardAfter(t, m.dir, "alpha", sent); !ok {
+			return errors.New(why)
+		}
+		return nil
+	})
 	res, clear := statusOf(t, m.dir)
 	if clear || !strings.Contains(strings.Join(res.Problems, "\n"), "beta sent") {
 		t.Fatalf("status does not name the flooding node: %v", res.Problems)

@@ -36,12 +36,14 @@ func TestGrantExamplesOnTwoHosts(t *testing.T) {
 	fetched := func(root string, since time.Time) {
 		t.Helper()
 		status := filepath.Join(root, "srv/authclient/status")
-		poll.Until(t, 60*time.Second, "the client in "+root+" fetched the page with its credential", func() (bool, string) {
+		poll.Until(t, 60*time.Second, "the client in "+root+" fetched the page with its credential", func() error {
 			b, err := os.ReadFile(status)
 			info, serr := os.Stat(status)
 			body, _ := os.ReadFile(filepath.Join(root, "srv/authclient/page"))
-			return err == nil && serr == nil && string(b) == "200\n" && info.ModTime().After(since) && string(body) == page,
-				fmt.Sprintf("status %q %v, page %q", b, err, body)
+			if err == nil && serr == nil && string(b) == "200\n" && info.ModTime().After(since) && string(body) == page {
+				return nil
+			}
+			return fmt.Errorf("status %q %v, page %q", b, err, body)
 		})
 	}
 	start := time.Now()
@@ -208,8 +210,11 @@ func (m *containerMesh) fetchPage(t *testing.T, user, password string) int {
 // answers want.
 func (m *containerMesh) pageAnswers(t *testing.T, user, password string, want int) {
 	t.Helper()
-	poll.Until(t, 30*time.Second, fmt.Sprintf("GET as %s answers %d", user, want), func() (bool, string) {
+	poll.Until(t, 30*time.Second, fmt.Sprintf("GET as %s answers %d", user, want), func() error {
 		got := m.fetchPage(t, user, password)
-		return got == want, fmt.Sprintf("%d", got)
+		if got == want {
+			return nil
+		}
+		return fmt.Errorf("%d", got)
 	})
 }

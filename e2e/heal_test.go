@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -83,9 +84,12 @@ func failCSRFromOutside(t *testing.T, m *testMesh, node string, start func() *da
 	logged := len(m.d.out.String())
 	start()
 	var line string
-	poll.Until(t, 60*time.Second, "the controller failed "+node+"'s certificate request, its store held", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "the controller failed "+node+"'s certificate request, its store held", func() error {
 		line = lineWith(m.d.out.String()[logged:], `msg="certificate request failed"`, " node="+node+" ")
-		return line != "", "not logged yet"
+		if line != "" {
+			return nil
+		}
+		return errors.New("not logged yet")
 	})
 	if !strings.Contains(line, "SQLITE_BUSY") {
 		t.Errorf("the certificate request failed for another cause than the store held: %s", line)
@@ -109,19 +113,22 @@ func lineWith(text string, words ...string) string {
 // the controller sent node no declaration after seq.
 func healed(t *testing.T, dir, node string, seq uint64, want map[string]string) {
 	t.Helper()
-	poll.Until(t, 90*time.Second, node+" applied its declaration again by itself", func() (bool, string) {
+	poll.Until(t, 90*time.Second, node+" applied its declaration again by itself", func() error {
 		n := nodeShow(t, dir, node)
 		r := n.LastReport
 		if r == nil || r.Seq != seq {
-			return false, fmt.Sprintf("last report %+v", r)
+			return fmt.Errorf("last report %+v", r)
 		}
 		for _, res := range r.Results {
 			if res.Outcome == spec.Failed {
-				return false, fmt.Sprintf("declaration %d: %s failed: %s", r.Seq, res.Name, res.Error)
+				return fmt.Errorf("declaration %d: %s failed: %s", r.Seq, res.Name, res.Error)
 			}
 		}
 		st, clear := statusOf(t, dir)
-		return clear, fmt.Sprintf("status %+v", st)
+		if clear {
+			return nil
+		}
+		return fmt.Errorf("status %+v", st)
 	})
 	n := nodeShow(t, dir, node)
 	got := map[string]string{}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -30,14 +31,17 @@ func TestAHostileNodeForgesNoScreen(t *testing.T) {
 		Protocol: spec.Protocol, IntervalMS: 500})
 	publish(spec.NodeSubject("beta", spec.KindReport), spec.Report{Node: "beta", Seq: 1, Time: time.Now(), Results: []spec.ResourceResult{
 		{Name: "m:file:/" + reversed, Kind: spec.KindFile, Outcome: spec.Failed, Error: forged + ownLine}}})
-	poll.Until(t, 20*time.Second, "node show beta shows the hostile facts and report", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "node show beta shows the hostile facts and report", func() error {
 		out, errOut, _ := runMesh(t, "node", "show", "--dir", m.dir, "--json", "beta")
 		var beta spec.Node
 		if err := json.Unmarshal([]byte(out), &beta); err != nil {
-			return false, fmt.Sprintf("%v: %s", err, errOut)
+			return fmt.Errorf("%v: %s", err, errOut)
 		}
-		return beta.Facts != nil && beta.Facts.Kernel == forged && beta.HostVersion == forged && beta.LastReport != nil && len(beta.LastReport.Results) == 1 &&
-			beta.LastReport.Results[0].Error == forged+ownLine, out
+		if beta.Facts != nil && beta.Facts.Kernel == forged && beta.HostVersion == forged && beta.LastReport != nil && len(beta.LastReport.Results) == 1 &&
+			beta.LastReport.Results[0].Error == forged+ownLine {
+			return nil
+		}
+		return errors.New(out)
 	})
 	d := "--dir=" + m.dir
 	for _, args := range [][]string{{"node", "list", d}, {"node", "list", d, "--json"}, {"node", "show", d, "beta"}, {"node", "show", d, "--json", "beta"},

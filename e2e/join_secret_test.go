@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,7 +23,12 @@ func TestNoProcessHoldsTheJoinToken(t *testing.T) {
 	m := newMesh(t)
 	tok := m.token(t, "beta")
 	_, h := join(t, tok)
-	poll.Until(t, 20*time.Second, "beta heard", func() (bool, string) { return heardAfter(t, m.dir, "beta", time.Time{}) })
+	poll.Until(t, 20*time.Second, "beta heard", func() error {
+		if ok, why := heardAfter(t, m.dir, "beta", time.Time{}); !ok {
+			return errors.New(why)
+		}
+		return nil
+	})
 
 	fileTok := m.token(t, "gamma")
 	file := filepath.Join(t.TempDir(), "gamma.token")
@@ -31,9 +37,12 @@ func TestNoProcessHoldsTheJoinToken(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "host")
 	g := start(t, "host", "--dir", dir, "--join-file", file, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", port(t), "--dns-upstream", deadUpstream, "--docker", "none")
-	poll.Until(t, 30*time.Second, "gamma heard", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "gamma heard", func() error {
 		g.alive(t)
-		return heardAfter(t, m.dir, "gamma", time.Time{})
+		if ok, why := heardAfter(t, m.dir, "gamma", time.Time{}); !ok {
+			return errors.New(why)
+		}
+		return nil
 	})
 
 	secrets := map[string]string{"beta": mustParse(t, tok).Secret, "gamma": mustParse(t, fileTok).Secret}

@@ -25,17 +25,20 @@ func TestJoin(t *testing.T) {
 	tok := m.token(t, "beta")
 	hostDir, h := join(t, tok)
 
-	poll.Until(t, 20*time.Second, "both nodes listed and heard", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "both nodes listed and heard", func() error {
 		nodes := nodeList(t, m.dir)
 		if len(nodes) != 2 {
-			return false, fmt.Sprintf("%d nodes", len(nodes))
+			return fmt.Errorf("%d nodes", len(nodes))
 		}
 		for _, n := range nodes {
 			if n.LastHeard == nil {
-				return false, n.Name + " not heard"
+				return errors.New(n.Name + " not heard")
 			}
 		}
-		return nodes[1].Name == "beta" && nodes[1].Address == "127.0.0.2" && nodes[1].Facts != nil, fmt.Sprintf("%+v", nodes[1])
+		if nodes[1].Name == "beta" && nodes[1].Address == "127.0.0.2" && nodes[1].Facts != nil {
+			return nil
+		}
+		return fmt.Errorf("%+v", nodes[1])
 	})
 
 	// The host keeps its seed (0600) and the pin; the seed never left it.
@@ -71,8 +74,11 @@ func TestJoin(t *testing.T) {
 	stopped := time.Now()
 	d2 := start(t, "controller", "--dir", m.dir)
 	waitReady(t, d2, m.dir)
-	poll.Until(t, 30*time.Second, "beta heard again after the controller restarted", func() (bool, string) {
-		return heardAfter(t, m.dir, "beta", stopped)
+	poll.Until(t, 30*time.Second, "beta heard again after the controller restarted", func() error {
+		if ok, why := heardAfter(t, m.dir, "beta", stopped); !ok {
+			return errors.New(why)
+		}
+		return nil
 	})
 	h.stop(t)
 }
@@ -103,9 +109,9 @@ func TestBadTokensAreRefusedAndLeaveNothing(t *testing.T) {
 
 	joined := func(tok string) {
 		dir, h := join(t, tok)
-		poll.Until(t, 20*time.Second, "joined", func() (bool, string) {
+		poll.Until(t, 20*time.Second, "joined", func() error {
 			_, err := os.Stat(filepath.Join(dir, "host", "state.json"))
-			return err == nil, fmt.Sprint(err)
+			return err
 		})
 		h.stop(t)
 	}
@@ -230,7 +236,12 @@ func TestNodeTouchesOnlyItsOwnSubjects(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	betaDir, h := join(t, m.token(t, "beta"))
-	poll.Until(t, 20*time.Second, "beta joined", func() (bool, string) { return m.nodeNames(t) == "alpha,beta", m.nodeNames(t) })
+	poll.Until(t, 20*time.Second, "beta joined", func() error {
+		if m.nodeNames(t) == "alpha,beta" {
+			return nil
+		}
+		return errors.New(m.nodeNames(t))
+	})
 	h.stop(t)
 
 	nc, errs, err := nodeConn(t, m, m.dir)
@@ -344,10 +355,13 @@ func TestForeignProtocolIsShownAsSuch(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc.Flush()
-	poll.Until(t, 10*time.Second, "the foreign protocol shown", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the foreign protocol shown", func() error {
 		out, _, _ := runMesh(t, "node", "show", "--dir", m.dir, "alpha")
-		return strings.Contains(out, fmt.Sprintf("%d (refused: this controller speaks %d; upgrade the host with `mesh release roll`)", spec.Protocol+98, spec.Protocol)) &&
-			strings.Contains(out, "ago ("), out
+		if strings.Contains(out, fmt.Sprintf("%d (refused: this controller speaks %d; upgrade the host with `mesh release roll`)", spec.Protocol+98, spec.Protocol)) &&
+			strings.Contains(out, "ago (") {
+			return nil
+		}
+		return errors.New(out)
 	})
 	n := nodeList(t, m.dir)[0]
 	if n.ProtocolKnown || n.Protocol != spec.Protocol+98 || n.LastHeard == nil {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,13 +33,13 @@ func TestRollRunsTheNewVersionAndHaltsAtAFallback(t *testing.T) {
 	gammaDir, _ := m.join(t, "gamma", "--healthy-within", "20s")
 	m.launched(t)
 	dirs := map[string]string{"alpha": m.dir, "beta": betaDir, "gamma": gammaDir}
-	poll.Until(t, 30*time.Second, "every host to report the binaries capability", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "every host to report the binaries capability", func() error {
 		for _, n := range nodeList(t, m.dir) {
 			if n.Facts == nil || !strings.Contains(strings.Join(n.Facts.Capabilities, ","), spec.CapBinaries) {
-				return false, n.Name
+				return errors.New(n.Name)
 			}
 		}
-		return true, ""
+		return nil
 	})
 
 	v2 := meshRelease(t, "meshrel-v2")
@@ -57,10 +58,13 @@ func TestRollRunsTheNewVersionAndHaltsAtAFallback(t *testing.T) {
 			mode = "controller"
 		}
 		var pid int
-		poll.Until(t, 30*time.Second, node+" runs v2 from its versions", func() (bool, string) {
+		poll.Until(t, 30*time.Second, node+" runs v2 from its versions", func() error {
 			p, exe := serveChild(t, mode, dir)
 			pid = p
-			return exe == filepath.Join(dir, "host", spec.VersionsDir, d2, spec.VersionBinary), fmt.Sprintf("child %d from %s", p, exe)
+			if exe == filepath.Join(dir, "host", spec.VersionsDir, d2, spec.VersionBinary) {
+				return nil
+			}
+			return fmt.Errorf("child %d from %s", p, exe)
 		})
 		pids[node] = pid
 		if n := nodeShow(t, m.dir, node); n.HostVersion != d2 {
@@ -101,9 +105,12 @@ func TestRollRunsTheNewVersionAndHaltsAtAFallback(t *testing.T) {
 			t.Errorf("%s was sent v3: %v", node, err)
 		}
 	}
-	poll.Until(t, 30*time.Second, "beta back on v2", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta back on v2", func() error {
 		n := nodeShow(t, m.dir, "beta")
-		return n.HostVersion == d2, n.HostVersion
+		if n.HostVersion == d2 {
+			return nil
+		}
+		return errors.New(n.HostVersion)
 	})
 
 	// Resumed: beta is asked to try v3 again (its launcher marked it bad
@@ -117,9 +124,12 @@ func TestRollRunsTheNewVersionAndHaltsAtAFallback(t *testing.T) {
 	if l := launchRecord(t, betaDir); l.Retried[d3] != 1 || l.Bad[d3].Retry != 1 || l.Good != d2 {
 		t.Errorf("beta's launcher after the retry: %+v, want v3 retried once and bad again, v2 good", l)
 	}
-	poll.Until(t, 30*time.Second, "beta back on v2 after the retry", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta back on v2 after the retry", func() error {
 		n := nodeShow(t, m.dir, "beta")
-		return n.HostVersion == d2, n.HostVersion
+		if n.HostVersion == d2 {
+			return nil
+		}
+		return errors.New(n.HostVersion)
 	})
 	for _, node := range []string{"alpha", "gamma"} {
 		if _, err := os.Stat(filepath.Join(dirs[node], "host", spec.VersionsDir, d3)); !os.IsNotExist(err) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -129,16 +130,22 @@ func TestLauncherRunsTheWantedVersionAndFallsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 20*time.Second, "beta reports the launcher's own version", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "beta reports the launcher's own version", func() error {
 		n := nodeShow(t, m.dir, "beta")
-		return n.HostVersion == own, n.HostVersion
+		if n.HostVersion == own {
+			return nil
+		}
+		return errors.New(n.HostVersion)
 	})
 
 	v2 := deliverVersion(t, betaDir, meshRelease(t, "meshrel-v2"))
-	poll.Until(t, 30*time.Second, "beta runs v2", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta runs v2", func() error {
 		n := nodeShow(t, m.dir, "beta")
 		l := launchRecord(t, betaDir)
-		return n.HostVersion == v2 && l.Good == v2 && l.Running == v2, fmt.Sprintf("reports %s, record %+v", n.HostVersion, l)
+		if n.HostVersion == v2 && l.Good == v2 && l.Running == v2 {
+			return nil
+		}
+		return fmt.Errorf("reports %s, record %+v", n.HostVersion, l)
 	})
 	pid, exe := serveChild(t, "host", betaDir)
 	if want := filepath.Join(betaDir, "host", spec.VersionsDir, v2, spec.VersionBinary); pid == 0 || exe != want {
@@ -156,35 +163,49 @@ func TestLauncherRunsTheWantedVersionAndFallsBack(t *testing.T) {
 		{"never ready", hangs(t), "not ready within 5s"},
 	} {
 		d := deliverVersion(t, betaDir, bad.bin)
-		poll.Until(t, 40*time.Second, bad.name+": marked bad, v2 back", func() (bool, string) {
+		poll.Until(t, 40*time.Second, bad.name+": marked bad, v2 back", func() error {
 			l := launchRecord(t, betaDir)
 			pid, exe := serveChild(t, "host", betaDir)
-			return l.Bad[d].Reason == bad.reason && l.Running == v2 && l.Good == v2 && pid != 0 && strings.Contains(exe, v2),
-				fmt.Sprintf("record %+v, child %d %s", l, pid, exe)
+			if l.Bad[d].Reason == bad.reason && l.Running == v2 && l.Good == v2 && pid != 0 && strings.Contains(exe, v2) {
+				return nil
+			}
+			return fmt.Errorf("record %+v, child %d %s", l, pid, exe)
 		})
 		since := time.Now()
-		poll.Until(t, 20*time.Second, bad.name+": beta heard on v2", func() (bool, string) {
+		poll.Until(t, 20*time.Second, bad.name+": beta heard on v2", func() error {
 			n := nodeShow(t, m.dir, "beta")
-			return n.LastHeard != nil && n.LastHeard.After(since) && n.HostVersion == v2, fmt.Sprintf("%v %s", n.LastHeard, n.HostVersion)
+			if n.LastHeard != nil && n.LastHeard.After(since) && n.HostVersion == v2 {
+				return nil
+			}
+			return fmt.Errorf("%v %s", n.LastHeard, n.HostVersion)
 		})
 	}
 
 	pid, _ = serveChild(t, "host", betaDir)
 	beta.kill9(t)
-	poll.Until(t, 10*time.Second, "the child gone with its launcher", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the child gone with its launcher", func() error {
 		p, _ := serveChild(t, "host", betaDir)
-		return p == 0, fmt.Sprintf("child %d (was %d) still runs", p, pid)
+		if p == 0 {
+			return nil
+		}
+		return fmt.Errorf("child %d (was %d) still runs", p, pid)
 	})
 	again := start(t, "host", "--dir", betaDir)
-	poll.Until(t, 30*time.Second, "the same version after kill -9", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the same version after kill -9", func() error {
 		again.alive(t)
 		p, exe := serveChild(t, "host", betaDir)
-		return p != 0 && p != pid && strings.Contains(exe, v2), fmt.Sprintf("child %d from %s", p, exe)
+		if p != 0 && p != pid && strings.Contains(exe, v2) {
+			return nil
+		}
+		return fmt.Errorf("child %d from %s", p, exe)
 	})
 	since := time.Now()
-	poll.Until(t, 20*time.Second, "beta heard on v2 after kill -9", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "beta heard on v2 after kill -9", func() error {
 		n := nodeShow(t, m.dir, "beta")
-		return n.LastHeard != nil && n.LastHeard.After(since) && n.HostVersion == v2, fmt.Sprintf("%v %s", n.LastHeard, n.HostVersion)
+		if n.LastHeard != nil && n.LastHeard.After(since) && n.HostVersion == v2 {
+			return nil
+		}
+		return fmt.Errorf("%v %s", n.LastHeard, n.HostVersion)
 	})
 
 	again.cmd.Process.Signal(syscall.SIGINT)
@@ -211,16 +232,19 @@ func TestControllerFallbackRestoresTheStore(t *testing.T) {
 	m := newMesh(t, "--reconcile", "1s", "--healthy-within", "20s")
 	m.launched(t)
 	v2 := deliverVersion(t, m.dir, meshRelease(t, "meshrel-v2"))
-	poll.Until(t, 40*time.Second, "the controller runs v2", func() (bool, string) {
+	poll.Until(t, 40*time.Second, "the controller runs v2", func() error {
 		l := launchRecord(t, m.dir)
 		if l.Good != v2 {
-			return false, fmt.Sprintf("record %+v", l)
+			return fmt.Errorf("record %+v", l)
 		}
 		if up, why := healthy(m.addrs.HTTP); !up {
-			return false, why
+			return errors.New(why)
 		}
 		n := nodeShow(t, m.dir, "alpha")
-		return n.HostVersion == v2, n.HostVersion
+		if n.HostVersion == v2 {
+			return nil
+		}
+		return errors.New(n.HostVersion)
 	})
 	db := filepath.Join(m.dir, "controller", "mesh.db")
 	if _, err := os.Stat(db + ".before-" + v2); !os.IsNotExist(err) {
@@ -232,22 +256,27 @@ func TestControllerFallbackRestoresTheStore(t *testing.T) {
 
 	migrates := builds.Binary(t, gobuild.Build{Dir: "../launch/testdata/child", GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, LDFlags: "-s -w -X main.behaviour=migrate"})
 	v3 := deliverVersion(t, m.dir, migrates)
-	poll.Until(t, 40*time.Second, "v3 bad, v2 back", func() (bool, string) {
+	poll.Until(t, 40*time.Second, "v3 bad, v2 back", func() error {
 		l := launchRecord(t, m.dir)
 		pid, exe := serveChild(t, "controller", m.dir)
-		return l.Bad[v3].Reason == "exited with status 1 before it was ready" && l.Running == v2 && pid != 0 && strings.Contains(exe, v2),
-			fmt.Sprintf("record %+v, child %d %s", l, pid, exe)
+		if l.Bad[v3].Reason == "exited with status 1 before it was ready" && l.Running == v2 && pid != 0 && strings.Contains(exe, v2) {
+			return nil
+		}
+		return fmt.Errorf("record %+v, child %d %s", l, pid, exe)
 	})
 	if log, _ := os.ReadFile(filepath.Join(m.dir, "children.log")); !strings.Contains(string(log), ": <nil>") {
 		t.Fatalf("v3 did not migrate the store:\n%s", log)
 	}
 	since := time.Now()
-	poll.Until(t, 30*time.Second, "alpha heard on v2 again", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "alpha heard on v2 again", func() error {
 		if up, why := healthy(m.addrs.HTTP); !up {
-			return false, why
+			return errors.New(why)
 		}
 		n := nodeShow(t, m.dir, "alpha")
-		return n.LastHeard != nil && n.LastHeard.After(since) && n.HostVersion == v2, fmt.Sprintf("%v %s", n.LastHeard, n.HostVersion)
+		if n.LastHeard != nil && n.LastHeard.After(since) && n.HostVersion == v2 {
+			return nil
+		}
+		return fmt.Errorf("%v %s", n.LastHeard, n.HostVersion)
 	})
 	raw, err := sql.Open("sqlite", store.DSN(db))
 	if err != nil {
@@ -289,13 +318,21 @@ func TestResolverAnswersThroughASwap(t *testing.T) {
 	beta.stop(t)
 	beta = start(t, "host", "--dir", betaDir)
 	addr := dnsAddr(t, betaDir)
-	poll.Until(t, 20*time.Second, "beta's resolver back", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "beta's resolver back", func() error {
 		beta.alive(t)
 		r, err := ask(t, addr, "beta.internal", dns.TypeA)
-		return err == nil && answers(r) == "127.0.0.2", fmt.Sprint(r, err)
+		if err == nil && answers(r) == "127.0.0.2" {
+			return nil
+		}
+		return errors.New(fmt.Sprint(r, err))
 	})
 	since := time.Now()
-	poll.Until(t, 20*time.Second, "beta back", func() (bool, string) { return heardAfter(t, m.dir, "beta", since) })
+	poll.Until(t, 20*time.Second, "beta back", func() error {
+		if ok, why := heardAfter(t, m.dir, "beta", since); !ok {
+			return errors.New(why)
+		}
+		return nil
+	})
 
 	type result struct {
 		took time.Duration
@@ -327,9 +364,12 @@ func TestResolverAnswersThroughASwap(t *testing.T) {
 		}
 	}()
 	v2 := deliverVersion(t, betaDir, meshRelease(t, "meshrel-v2"))
-	poll.Until(t, 30*time.Second, "beta runs v2", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta runs v2", func() error {
 		n := nodeShow(t, m.dir, "beta")
-		return n.HostVersion == v2, n.HostVersion
+		if n.HostVersion == v2 {
+			return nil
+		}
+		return errors.New(n.HostVersion)
 	})
 	close(stop)
 	var longest time.Duration

@@ -19,9 +19,12 @@ func TestKilledHostIsSilentWithinSeconds(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	_, h := join(t, m.token(t, "beta"), "--heartbeat", "1s")
-	poll.Until(t, 20*time.Second, "the mesh all clear with beta heard", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the mesh all clear with beta heard", func() error {
 		res, code := statusJSON(t, m.dir)
-		return code == 0 && res.AllClear && len(res.Nodes) == 2, fmt.Sprintf("exit %d, problems %q", code, res.Problems)
+		if code == 0 && res.AllClear && len(res.Nodes) == 2 {
+			return nil
+		}
+		return fmt.Errorf("exit %d, problems %q", code, res.Problems)
 	})
 	if n := nodeShow(t, m.dir, "beta"); n.HeartbeatMS != 1000 || n.SilentAfterMS != 3000 {
 		t.Fatalf("beta's heartbeat: every %d ms, silent after %d ms; want 1000 and 3000", n.HeartbeatMS, n.SilentAfterMS)
@@ -33,7 +36,7 @@ func TestKilledHostIsSilentWithinSeconds(t *testing.T) {
 	// The poll's deadline is no timing claim: the rule makes beta silent
 	// 3 s after its last heartbeat at most; 10 s leaves room for a loaded
 	// machine, and stays well short of the old 30 s window.
-	poll.Until(t, 10*time.Second, "mesh status no longer all clear, beta silent", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "mesh status no longer all clear, beta silent", func() error {
 		res, code := statusJSON(t, m.dir)
 		var beta spec.NodeStatus
 		for _, n := range res.Nodes {
@@ -42,6 +45,9 @@ func TestKilledHostIsSilentWithinSeconds(t *testing.T) {
 			}
 		}
 		named := strings.Contains(strings.Join(res.Problems, "\n"), "beta has not been heard for")
-		return code != 0 && !res.AllClear && beta.Silent && named, fmt.Sprintf("exit %d, beta %+v, problems %q", code, beta, res.Problems)
+		if code != 0 && !res.AllClear && beta.Silent && named {
+			return nil
+		}
+		return fmt.Errorf("exit %d, beta %+v, problems %q", code, beta, res.Problems)
 	})
 }

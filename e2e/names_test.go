@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -41,9 +40,9 @@ func TestRouteAddedOnAResolvesOnB(t *testing.T) {
 	m := newMesh(t, "--root", t.TempDir())
 	betaDir, _ := m.join(t, "beta", "--root", t.TempDir())
 	var betaDNS string
-	poll.Until(t, 10*time.Second, "beta's resolver address", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "beta's resolver address", func() error {
 		_, err := os.Stat(filepath.Join(betaDir, "addrs.json"))
-		return err == nil, fmt.Sprint(err)
+		return err
 	})
 	betaDNS = dnsAddr(t, betaDir)
 

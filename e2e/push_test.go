@@ -93,10 +93,13 @@ func TestPushApplyAndRemove(t *testing.T) {
 	// of them, counted at debug, and not one line at info or above.
 	before := len(m.d.out.String())
 	var idle string
-	poll.Until(t, 20*time.Second, "four idle reconcile passes on alpha", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "four idle reconcile passes on alpha", func() error {
 		idle = m.d.out.String()[before:]
 		n := strings.Count(idle, `msg="reconcile: nothing to change" component=host`)
-		return n >= 4, fmt.Sprintf("%d so far", n)
+		if n >= 4 {
+			return nil
+		}
+		return fmt.Errorf("%d so far", n)
 	})
 	for _, line := range strings.Split(strings.TrimSpace(idle), "\n") {
 		if !strings.Contains(line, " level=DEBUG ") {
@@ -106,13 +109,16 @@ func TestPushApplyAndRemove(t *testing.T) {
 
 	// A managed file deleted by hand is restored at reconcile, and reported.
 	os.Remove(filepath.Join(rootA, "etc/motd"))
-	poll.Until(t, 10*time.Second, "/etc/motd restored and reported", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "/etc/motd restored and reported", func() error {
 		n := nodeShow(t, m.dir, "alpha")
 		if n.LastReport == nil || !n.LastReport.Reconcile {
-			return false, fmt.Sprintf("last report %+v", n.LastReport)
+			return fmt.Errorf("last report %+v", n.LastReport)
 		}
 		_, err := os.Stat(filepath.Join(rootA, "etc/motd"))
-		return err == nil && n.LastReport.Results[0].Outcome == spec.Created, fmt.Sprintf("%v %+v", err, n.LastReport.Results)
+		if err == nil && n.LastReport.Results[0].Outcome == spec.Created {
+			return nil
+		}
+		return fmt.Errorf("%v %+v", err, n.LastReport.Results)
 	})
 
 	// Unassign: what the module declared is gone.
@@ -183,10 +189,13 @@ func TestKilledMidApplyConverges(t *testing.T) {
 		Seq        uint64 `json:"seq"`
 		AppliedSeq uint64 `json:"applied_seq"`
 	}
-	poll.Until(t, 30*time.Second, "beta kept the declaration", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta kept the declaration", func() error {
 		body, _ := os.ReadFile(statePath)
 		json.Unmarshal(body, &kept)
-		return kept.Seq == 1, fmt.Sprintf("kept %d", kept.Seq)
+		if kept.Seq == 1 {
+			return nil
+		}
+		return fmt.Errorf("kept %d", kept.Seq)
 	})
 	beta.cmd.Process.Kill()
 	<-beta.done
@@ -198,11 +207,14 @@ func TestKilledMidApplyConverges(t *testing.T) {
 	// synced one by one, which a loaded machine (CI runs the suite at
 	// once) has been seen to take past a minute over.
 	start(t, "host", "--dir", hostDir, "--root", rootB, "--heartbeat", "500ms", "--dns", port(t), "--dns-upstream", deadUpstream)
-	poll.Until(t, 3*time.Minute, "beta converged", func() (bool, string) {
+	poll.Until(t, 3*time.Minute, "beta converged", func() error {
 		entries, _ := os.ReadDir(filepath.Join(rootB, "data"))
 		body, _ := os.ReadFile(statePath)
 		json.Unmarshal(body, &kept)
-		return len(entries) == 1500 && kept.AppliedSeq == 1, fmt.Sprintf("%d files, applied %d", len(entries), kept.AppliedSeq)
+		if len(entries) == 1500 && kept.AppliedSeq == 1 {
+			return nil
+		}
+		return fmt.Errorf("%d files, applied %d", len(entries), kept.AppliedSeq)
 	})
 	// A push with nothing changed sends nothing; forced, it carries a
 	// higher sequence, and is applied with no write.

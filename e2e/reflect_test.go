@@ -115,16 +115,22 @@ func TestRevokedTokenIsRefusedAtConnect(t *testing.T) {
 	if _, errOut, code := runMesh(t, "token", "revoke", "--dir", m.dir, tok.ID); code != 0 {
 		t.Fatalf("token revoke: %s", errOut)
 	}
-	poll.Until(t, time.Second, "the revoked token's secret refused at connect", func() (bool, string) {
+	poll.Until(t, time.Second, "the revoked token's secret refused at connect", func() error {
 		nc, err := connect()
 		if err == nil {
 			nc.Close()
-			return false, "connected"
+			return errors.New("connected")
 		}
-		return errors.Is(err, nats.ErrAuthorization), fmt.Sprint(err)
+		if errors.Is(err, nats.ErrAuthorization) {
+			return nil
+		}
+		return errors.New(fmt.Sprint(err))
 	})
-	poll.Until(t, time.Second, "the connection that held the revoked secret closed", func() (bool, string) {
-		return held.IsClosed(), held.Status().String()
+	poll.Until(t, time.Second, "the connection that held the revoked secret closed", func() error {
+		if held.IsClosed() {
+			return nil
+		}
+		return errors.New(held.Status().String())
 	})
 }
 
@@ -150,14 +156,17 @@ func TestJoinHearsItsAnswerAsTheTokenLeaves(t *testing.T) {
 		// A connection the server closes before it answers (its auth
 		// timeout, on a loaded machine) says nothing either way: only the
 		// server's own verdict ends the wait.
-		poll.Until(t, 10*time.Second, fmt.Sprintf("token %s's secret refused at connect after the join used it", tok.ID), func() (bool, string) {
+		poll.Until(t, 10*time.Second, fmt.Sprintf("token %s's secret refused at connect after the join used it", tok.ID), func() error {
 			nc, err := nats.Connect(strings.Join(tok.Bus, ","), nats.Nkey(pub, kp.Sign),
 				nats.Secure(ca.PinnedTLS(tok.Pin, spec.BusTLSName, nil)), nats.TLSHandshakeFirst(), nats.NoReconnect())
 			if err == nil {
 				nc.Close()
-				return false, "it connects"
+				return errors.New("it connects")
 			}
-			return errors.Is(err, nats.ErrAuthorization), err.Error()
+			if errors.Is(err, nats.ErrAuthorization) {
+				return nil
+			}
+			return err
 		})
 	}
 }

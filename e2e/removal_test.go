@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -176,15 +177,21 @@ func TestRemovedNodesNamesGoWithoutAPush(t *testing.T) {
 	// more, so it goes to the upstream (a dead one: SERVFAIL).
 	for node, addr := range resolvers {
 		for _, name := range names {
-			poll.Until(t, 20*time.Second, node+"'s resolver no longer answers "+name, func() (bool, string) {
+			poll.Until(t, 20*time.Second, node+"'s resolver no longer answers "+name, func() error {
 				r, err := ask(t, addr, name, dns.TypeA)
 				if err != nil {
-					return false, err.Error()
+					return err
 				}
 				if strings.HasSuffix(name, ".internal") {
-					return r.Rcode == dns.RcodeNameError && r.Authoritative, r.String()
+					if r.Rcode == dns.RcodeNameError && r.Authoritative {
+						return nil
+					}
+					return errors.New(r.String())
 				}
-				return len(r.Answer) == 0 && !r.Authoritative, r.String()
+				if len(r.Answer) == 0 && !r.Authoritative {
+					return nil
+				}
+				return errors.New(r.String())
 			})
 		}
 	}

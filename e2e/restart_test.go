@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -43,19 +44,19 @@ func TestDriftAtStartBeforeAnyPush(t *testing.T) {
 	}
 	d := start(t, "controller", "--dir", m.dir, "--root", root, "--dns", port(t), "--dns-upstream", deadUpstream)
 	waitReady(t, d, m.dir)
-	poll.Until(t, 20*time.Second, "the drift corrected and reported", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the drift corrected and reported", func() error {
 		d.alive(t)
 		got, _ := os.ReadFile(motd)
 		n := nodeShow(t, m.dir, "alpha")
 		if string(got) != string(want) || n.LastReport == nil {
-			return false, "motd " + strings.TrimSpace(string(got))
+			return errors.New("motd " + strings.TrimSpace(string(got)))
 		}
 		for _, r := range n.LastReport.Results {
 			if r.Name == "motd:file:/etc/motd" && r.Outcome == spec.Changed {
-				return true, ""
+				return nil
 			}
 		}
-		return false, "last report has no correction of /etc/motd"
+		return errors.New("last report has no correction of /etc/motd")
 	})
 	d.alive(t)
 	if n := m.metric(t, "mesh_panics_total"); n != 0 {
@@ -112,10 +113,10 @@ func TestRestartKeepsHowItWasStarted(t *testing.T) {
 	waitReady(t, d, m.dir)
 	os.Remove(filepath.Join(betaDir, "addrs.json")) // written again once the host runs
 	beta = start(t, "host", "--dir", betaDir)
-	poll.Until(t, 20*time.Second, "beta running again", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "beta running again", func() error {
 		beta.alive(t)
 		_, err := os.Stat(filepath.Join(betaDir, "addrs.json"))
-		return err == nil, fmt.Sprint(err)
+		return err
 	})
 	// Checked before anything is pushed: a host that forgot its flags
 	// would apply under the machine's own /.
@@ -138,13 +139,13 @@ func TestRestartKeepsHowItWasStarted(t *testing.T) {
 		// Drift is corrected at the kept pace (the default is 5 minutes).
 		os.WriteFile(filepath.Join(root, "etc/motd"), []byte("drift\n"), 0o644)
 	}
-	poll.Until(t, 10*time.Second, "drift corrected at the kept --reconcile", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "drift corrected at the kept --reconcile", func() error {
 		for _, root := range []string{rootA, rootB} {
 			if b, _ := os.ReadFile(filepath.Join(root, "etc/motd")); string(b) == "drift\n" {
-				return false, root + " still drifted"
+				return errors.New(root + " still drifted")
 			}
 		}
-		return true, ""
+		return nil
 	})
 
 	// A flag given at a start overrides the file, is kept, and is logged.
@@ -222,14 +223,20 @@ func TestBusRebindAndAdvertise(t *testing.T) {
 	m.d.stop(t)
 
 	d := start(t, "controller", "--dir", m.dir, "--bus", port(t), "--advertise", "192.0.2.10", "--advertise", "mesh.example.org:7422")
-	poll.Until(t, 20*time.Second, "addrs.json names the new bus", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "addrs.json names the new bus", func() error {
 		d.alive(t)
 		a, _ := readAddrsFile(t, m.dir)
-		return a.Bus != m.addrs.Bus, "still " + a.Bus
+		if a.Bus != m.addrs.Bus {
+			return nil
+		}
+		return errors.New("still " + a.Bus)
 	})
 	addrs := waitReady(t, d, m.dir)
-	poll.Until(t, 20*time.Second, "the controller's own host heard on the new bus", func() (bool, string) {
-		return heardAfter(t, m.dir, "alpha", time.Now().Add(-time.Second))
+	poll.Until(t, 20*time.Second, "the controller's own host heard on the new bus", func() error {
+		if ok, why := heardAfter(t, m.dir, "alpha", time.Now().Add(-time.Second)); !ok {
+			return errors.New(why)
+		}
+		return nil
 	})
 	_, port, _ := net.SplitHostPort(addrs.Bus)
 	out, errOut, code := runMesh(t, "token", "create", "--dir", m.dir, "gamma")
@@ -286,16 +293,16 @@ func TestSubnetMoveUnderContainersIsRefused(t *testing.T) {
 	// Heard again with its engine: the stopped host's last heartbeat may be
 	// recorded after since (heartbeats are written in batches), and a host
 	// that stops sends it without the engine, which it no longer asks.
-	poll.Until(t, 30*time.Second, "beta heard again with its engine", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta heard again with its engine", func() error {
 		if ok, why := heardAfter(t, m.dir, m.b, since); !ok {
-			return false, why
+			return errors.New(why)
 		}
 		for _, n := range nodeList(t, m.dir) {
 			if n.Name == m.b && n.Facts != nil && slices.Contains(n.Facts.Capabilities, spec.CapContainers) {
-				return true, ""
+				return nil
 			}
 		}
-		return false, m.b + " reports no container engine"
+		return errors.New(m.b + " reports no container engine")
 	})
 	o := push(t, m.dir, "--force")
 	if got := outcomes(o); got[m.b]["web:container:web"] != spec.Unchanged || got[m.b]["mesh:network:mesh-"+m.b] != spec.Unchanged {
@@ -399,16 +406,16 @@ func restartRounds(t *testing.T, rounds []restart) {
 
 		// The hosts converge on what was sent without a push: nothing is
 		// left sent and never applied, nothing failed.
-		poll.Until(t, 60*time.Second, kind.name+": every node applied what was sent", func() (bool, string) {
+		poll.Until(t, 60*time.Second, kind.name+": every node applied what was sent", func() error {
 			ctl.alive(t)
 			host.alive(t)
 			res, _ := statusOf(t, m.dir)
 			for _, n := range res.Nodes {
 				if n.Silent || n.SentSeq != n.AppliedSeq || len(n.Failures) > 0 || n.Refused != "" {
-					return false, fmt.Sprintf("%+v", n)
+					return fmt.Errorf("%+v", n)
 				}
 			}
-			return true, ""
+			return nil
 		})
 		// A push the restart cut short before it sent is the operator's to
 		// push again.
@@ -417,9 +424,12 @@ func restartRounds(t *testing.T, rounds []restart) {
 				t.Fatalf("%s: push after the restart: exit %d %+v", kind.name, code, o)
 			}
 		}
-		poll.Until(t, 30*time.Second, kind.name+": all-clear", func() (bool, string) {
+		poll.Until(t, 30*time.Second, kind.name+": all-clear", func() error {
 			res, clear := statusOf(t, m.dir)
-			return clear, fmt.Sprint(res.Problems)
+			if clear {
+				return nil
+			}
+			return errors.New(fmt.Sprint(res.Problems))
 		})
 		for node, root := range roots {
 			if b, _ := os.ReadFile(filepath.Join(root, "etc/motd")); string(b) == "drift\n" {

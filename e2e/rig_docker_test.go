@@ -210,14 +210,17 @@ func startContainerMesh(t *testing.T, withBeta bool, alphaFlags ...string) *cont
 	if withBeta {
 		m.betaDir, m.beta = join(t, m.token(t, m.b), "--docker", engine, "--root", m.rootB, "--address", m.addrB, "--subnet", m.subnetB.String())
 	}
-	poll.Until(t, 30*time.Second, "every host reports a container engine", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "every host reports a container engine", func() error {
 		var have []string
 		for _, n := range nodeList(t, m.dir) {
 			if n.Facts != nil && slices.Contains(n.Facts.Capabilities, spec.CapContainers) {
 				have = append(have, n.Name)
 			}
 		}
-		return len(have) == len(nodes), fmt.Sprintf("with the containers capability: %v", have)
+		if len(have) == len(nodes) {
+			return nil
+		}
+		return fmt.Errorf("with the containers capability: %v", have)
 	})
 	return m
 }

@@ -405,7 +405,12 @@ func (m *testMesh) token(t testing.TB, node string, extra ...string) string {
 func (m *testMesh) join(t testing.TB, node string, extra ...string) (string, *daemon) {
 	t.Helper()
 	dir, d := join(t, m.token(t, node), extra...)
-	poll.Until(t, 20*time.Second, node+" heard", func() (bool, string) { return heardAfter(t, m.dir, node, time.Time{}) })
+	poll.Until(t, 20*time.Second, node+" heard", func() error {
+		if ok, why := heardAfter(t, m.dir, node, time.Time{}); !ok {
+			return errors.New(why)
+		}
+		return nil
+	})
 	return dir, d
 }
 
@@ -446,7 +451,7 @@ func join(t testing.TB, token string, extra ...string) (string, *daemon) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "host")
 	d := start(t, append([]string{"host", "--dir", dir, "--join", token, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", port(t), "--dns-upstream", deadUpstream}, noEngine(extra)...)...)
-	poll.Until(t, 30*time.Second, "the joined host running", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the joined host running", func() error {
 		select {
 		case err := <-d.done:
 			d.done <- err
@@ -454,7 +459,7 @@ func join(t testing.TB, token string, extra ...string) (string, *daemon) {
 		default:
 		}
 		_, err := os.Stat(filepath.Join(dir, "addrs.json"))
-		return err == nil, fmt.Sprint(err)
+		return err
 	})
 	return dir, d
 }
@@ -483,13 +488,21 @@ func healthy(addr string) (bool, string) {
 func waitReady(t testing.TB, d *daemon, dir string) spec.Addrs {
 	t.Helper()
 	var a spec.Addrs
-	poll.Until(t, 30*time.Second, "addrs.json written", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "addrs.json written", func() error {
 		d.alive(t)
 		var ok bool
 		a, ok = readAddrsFile(t, dir)
-		return ok, "no addrs.json"
+		if ok {
+			return nil
+		}
+		return errors.New("no addrs.json")
 	})
-	poll.Until(t, 30*time.Second, "/healthz ready", func() (bool, string) { return healthy(a.HTTP) })
+	poll.Until(t, 30*time.Second, "/healthz ready", func() error {
+		if ok, why := healthy(a.HTTP); !ok {
+			return errors.New(why)
+		}
+		return nil
+	})
 	return a
 }
 

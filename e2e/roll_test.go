@@ -35,13 +35,13 @@ func TestReleaseRollDelivers(t *testing.T) {
 	m := newMesh(t)
 	betaDir, _ := m.join(t, "beta")
 	gammaDir, _ := m.join(t, "gamma")
-	poll.Until(t, 30*time.Second, "every host to report the binaries capability", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "every host to report the binaries capability", func() error {
 		for _, n := range nodeList(t, m.dir) {
 			if n.Facts == nil || !slices.Contains(n.Facts.Capabilities, spec.CapBinaries) {
-				return false, n.Name
+				return errors.New(n.Name)
 			}
 		}
-		return true, ""
+		return nil
 	})
 	digest := fileDigest(t, meshBin)
 	mustRun(t, "release", "publish", "--dir", m.dir, meshBin)
@@ -58,9 +58,12 @@ func TestReleaseRollDelivers(t *testing.T) {
 	for node, dir := range map[string]string{"alpha": m.dir, "beta": betaDir, "gamma": gammaDir} {
 		versions := filepath.Join(dir, "host", spec.VersionsDir)
 		bin := filepath.Join(versions, digest, spec.VersionBinary)
-		poll.Until(t, 2*time.Minute, node+" to deliver its binary", func() (bool, string) {
+		poll.Until(t, 2*time.Minute, node+" to deliver its binary", func() error {
 			b, err := os.ReadFile(filepath.Join(versions, spec.WantFile))
-			return err == nil && string(b) == digest+"\n", string(b)
+			if err == nil && string(b) == digest+"\n" {
+				return nil
+			}
+			return errors.New(string(b))
 		})
 		if fi, err := os.Stat(bin); err != nil || fi.Mode().Perm() != 0o755 || !bytes.Equal(readBytes(t, bin), readBytes(t, meshBin)) {
 			t.Errorf("%s: %v %v, want the running binary, 0755", bin, fi, err)
@@ -93,17 +96,23 @@ func TestReleaseRollDelivers(t *testing.T) {
 		t.Errorf("a roll beta misses: exit %d, stdout %q, stderr %q; want exit 1 and %q", code, out, errOut, want)
 	}
 	betaVersions := filepath.Join(betaDir, "host", spec.VersionsDir)
-	poll.Until(t, 2*time.Minute, "beta to hold v2", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "beta to hold v2", func() error {
 		b, err := os.ReadFile(filepath.Join(betaVersions, spec.WantFile))
-		return err == nil && string(b) == d2+"\n", string(b)
+		if err == nil && string(b) == d2+"\n" {
+			return nil
+		}
+		return errors.New(string(b))
 	})
 	out = mustRun(t, "release", "roll", "--dir", m.dir, "--abort")
 	if !strings.Contains(out, "roll 3 aborted: 0 healthy (they keep the release), 0 never sent\n  beta: declared the binary it had before the roll: sent declaration") {
 		t.Errorf("abort:\n%s", out)
 	}
-	poll.Until(t, 30*time.Second, "beta to want v1 again", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta to want v1 again", func() error {
 		b, err := os.ReadFile(filepath.Join(betaVersions, spec.WantFile))
-		return err == nil && string(b) == digest+"\n", string(b)
+		if err == nil && string(b) == digest+"\n" {
+			return nil
+		}
+		return errors.New(string(b))
 	})
 	if !bytes.Equal(readBytes(t, filepath.Join(betaVersions, d2, spec.VersionBinary)), readBytes(t, v2)) {
 		t.Error("v2's binary on beta is not whole after the abort")
@@ -134,13 +143,13 @@ func TestReleaseRollFollowsThroughARestart(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	_, beta := m.join(t, "beta")
-	poll.Until(t, 30*time.Second, "beta to report the binaries capability", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta to report the binaries capability", func() error {
 		for _, n := range nodeList(t, m.dir) {
 			if n.Name == "beta" && n.Facts != nil && slices.Contains(n.Facts.Capabilities, spec.CapBinaries) {
-				return true, ""
+				return nil
 			}
 		}
-		return false, "not yet"
+		return errors.New("not yet")
 	})
 	beta.stop(t)
 	v2 := meshRelease(t, "meshrel-v2")
@@ -156,8 +165,11 @@ func TestReleaseRollFollowsThroughARestart(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() { cmd.Process.Kill() })
-	poll.Until(t, 20*time.Second, "the roll to send beta the release", func() (bool, string) {
-		return strings.Contains(stdout.String(), "beta: sending"), stdout.String()
+	poll.Until(t, 20*time.Second, "the roll to send beta the release", func() error {
+		if strings.Contains(stdout.String(), "beta: sending") {
+			return nil
+		}
+		return errors.New(stdout.String())
 	})
 	m.d.stop(t)
 	d := start(t, "controller", "--dir", m.dir)

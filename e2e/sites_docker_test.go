@@ -87,7 +87,7 @@ func engineIn(t testing.TB, ns, bip string) *siteEngine {
 	}
 	t.Cleanup(func() { c.Close() })
 	e.cli = c
-	poll.UntilOK(t, 60*time.Second, "dockerd's API in "+ns, func() error {
+	poll.Until(t, 60*time.Second, "dockerd's API in "+ns, func() error {
 		select {
 		case err := <-d.done:
 			d.done <- err
@@ -155,7 +155,7 @@ func TestOverlayContainersAcrossSites(t *testing.T) {
 	aIP, bIP := by["site-a"].IP, by["site-b"].IP
 	waitOverlayAddr(t, a, aIP)
 	waitOverlayAddr(t, b, bIP)
-	poll.Until(t, 30*time.Second, "both hosts report their engine", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "both hosts report their engine", func() error {
 		have := map[string]bool{}
 		for _, n := range m.nodes() {
 			if n.Facts != nil {
@@ -164,7 +164,10 @@ func TestOverlayContainersAcrossSites(t *testing.T) {
 				}
 			}
 		}
-		return have["site-a"] && have["site-b"], fmt.Sprintf("with the containers capability: %v", have)
+		if have["site-a"] && have["site-b"] {
+			return nil
+		}
+		return fmt.Errorf("with the containers capability: %v", have)
 	})
 
 	mustCLIIn(t, s.ctl, "module", "register", "--dir", m.dir, webDir, clientDir)
@@ -191,14 +194,20 @@ func TestOverlayContainersAcrossSites(t *testing.T) {
 
 	// From inside A's container: the name through A's resolver, and the
 	// page over TLS through the overlay.
-	poll.Until(t, 60*time.Second, "site A's container looked web.site-b.internal up", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "site A's container looked web.site-b.internal up", func() error {
 		got, err := os.ReadFile(filepath.Join(rootA, "srv/client/lookup"))
-		return err == nil && strings.Contains(string(got), "Name:\tweb.site-b.internal") && strings.Contains(string(got), bIP), fmt.Sprintf("%q %v", got, err)
+		if err == nil && strings.Contains(string(got), "Name:\tweb.site-b.internal") && strings.Contains(string(got), bIP) {
+			return nil
+		}
+		return fmt.Errorf("%q %v", got, err)
 	})
 	start := time.Now()
-	poll.Until(t, 90*time.Second, "site A's container fetched site B's page by name", func() (bool, string) {
+	poll.Until(t, 90*time.Second, "site A's container fetched site B's page by name", func() error {
 		got, err := os.ReadFile(filepath.Join(rootA, "srv/client/page"))
-		return err == nil && string(got) == "Hello from site-b\n", fmt.Sprintf("%q %v", got, err)
+		if err == nil && string(got) == "Hello from site-b\n" {
+			return nil
+		}
+		return fmt.Errorf("%q %v", got, err)
 	})
 	t.Logf("site A's container fetched https://web.site-b.internal:8443/ (%s) %s after the push", bIP, time.Since(start).Round(time.Millisecond))
 

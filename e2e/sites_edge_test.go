@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -68,14 +69,14 @@ func TestEdgeServesAContainerAtAnotherSite(t *testing.T) {
 
 	// The roster the edge holds sends both names to site B's overlay
 	// address.
-	poll.Until(t, 30*time.Second, "the edge's roster giving the public names at site-b's overlay address", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the edge's roster giving the public names at site-b's overlay address", func() error {
 		got := publicAddrs(t, edgeDir)
 		for _, n := range names {
 			if got[n] != bIP {
-				return false, fmt.Sprintf("public routes %v, want each of %v at %s", got, names, bIP)
+				return fmt.Errorf("public routes %v, want each of %v at %s", got, names, bIP)
 			}
 		}
-		return true, ""
+		return nil
 	})
 
 	// Nothing at site B's private address is in the edge's reach.
@@ -93,7 +94,7 @@ func TestEdgeServesAContainerAtAnotherSite(t *testing.T) {
 		return strings.TrimSpace(out), err
 	}
 	for _, n := range names {
-		poll.UntilOK(t, 120*time.Second, n+" served over HTTPS from site-b's container, its chain verified", func() error {
+		poll.Until(t, 120*time.Second, n+" served over HTTPS from site-b's container, its chain verified", func() error {
 			edge.alive(t)
 			if out, err := curl("https://" + n + "/"); err != nil || out != "Hello from site-b" {
 				return fmt.Errorf("%v: %s", err, out)
@@ -168,12 +169,12 @@ func publicAddrs(t testing.TB, dir string) map[string]string {
 // waitContainers waits until node reports a container engine.
 func waitContainers(m *sitesMesh, node string) {
 	m.s.t.Helper()
-	poll.Until(m.s.t, 30*time.Second, node+" reports its engine", func() (bool, string) {
+	poll.Until(m.s.t, 30*time.Second, node+" reports its engine", func() error {
 		for _, n := range m.nodes() {
 			if n.Name == node && n.Facts != nil && slices.Contains(n.Facts.Capabilities, spec.CapContainers) {
-				return true, ""
+				return nil
 			}
 		}
-		return false, node + " has no containers capability yet"
+		return errors.New(node + " has no containers capability yet")
 	})
 }

@@ -94,27 +94,27 @@ func (m *sitesMesh) waitMembers(nodes ...string) map[string]overlayMember {
 	m.s.t.Helper()
 	var by map[string]overlayMember
 	cidr := netip.MustParsePrefix(overlayCIDR)
-	poll.Until(m.s.t, 30*time.Second, "the overlay's members", func() (bool, string) {
+	poll.Until(m.s.t, 30*time.Second, "the overlay's members", func() error {
 		by = m.members()
 		if len(by) != len(nodes) {
-			return false, fmt.Sprintf("%d members: %+v", len(by), by)
+			return fmt.Errorf("%d members: %+v", len(by), by)
 		}
 		seen := map[string]bool{}
 		for _, n := range nodes {
 			o, ok := by[n]
 			if !ok {
-				return false, n + " is not a member"
+				return errors.New(n + " is not a member")
 			}
 			ip, err := netip.ParseAddr(o.IP)
 			if spec.CheckWGKey(o.Key) != nil || err != nil || !cidr.Contains(ip) || seen[o.IP] {
-				return false, fmt.Sprintf("%s: %+v", n, o)
+				return fmt.Errorf("%s: %+v", n, o)
 			}
 			if len(o.Endpoints) == 0 {
-				return false, n + " has reported no endpoints yet"
+				return errors.New(n + " has reported no endpoints yet")
 			}
 			seen[o.IP] = true
 		}
-		return true, ""
+		return nil
 	})
 	return by
 }
@@ -188,7 +188,7 @@ func overlayAddr(ns string) (string, error) {
 // waitOverlayAddr waits until mesh0 in ns has address ip.
 func waitOverlayAddr(t testing.TB, ns, ip string) {
 	t.Helper()
-	poll.UntilOK(t, 30*time.Second, spec.OverlayInterface+" up with "+ip+" in "+ns, func() error {
+	poll.Until(t, 30*time.Second, spec.OverlayInterface+" up with "+ip+" in "+ns, func() error {
 		got, err := overlayAddr(ns)
 		if err == nil && got != ip {
 			err = fmt.Errorf("%s has %s", spec.OverlayInterface, got)
@@ -201,14 +201,14 @@ func waitOverlayAddr(t testing.TB, ns, ip string) {
 func serveOnOverlay(t testing.TB, ns, ip string) string {
 	t.Helper()
 	addr := ip + ":7000"
-	poll.UntilOK(t, 30*time.Second, "an echo on "+addr+" in "+ns, func() error { return serveEcho(t, ns, addr) })
+	poll.Until(t, 30*time.Second, "an echo on "+addr+" in "+ns, func() error { return serveEcho(t, ns, addr) })
 	return addr
 }
 
 // resolvesTo waits until ns's resolver gives name the address ip.
 func resolvesTo(t testing.TB, ns, name, ip string) {
 	t.Helper()
-	poll.UntilOK(t, 30*time.Second, name+" resolved to "+ip+" in "+ns, func() error {
+	poll.Until(t, 30*time.Second, name+" resolved to "+ip+" in "+ns, func() error {
 		ips, err := resolve(ns, rigDNS, name)
 		if err == nil && !slices.Equal(ips, []string{ip}) {
 			err = fmt.Errorf("%s is %v", name, ips)
@@ -222,7 +222,7 @@ func resolvesTo(t testing.TB, ns, name, ip string) {
 func reaches(t testing.TB, ns, addr, fromIP string, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	poll.UntilOK(t, within, ns+" reaching "+addr, func() error {
+	poll.Until(t, within, ns+" reaching "+addr, func() error {
 		seen, err := dialEcho(ns, addr)
 		if err == nil && !strings.HasPrefix(seen, fromIP+":") {
 			err = fmt.Errorf("seen from %s, not %s", seen, fromIP)
@@ -289,20 +289,23 @@ func TestOverlayReachesAcrossSites(t *testing.T) {
 	if w.Key != by["site-b"].Key {
 		t.Errorf("site-b's mesh0 key %s, the roster's %s", w.Key, by["site-b"].Key)
 	}
-	poll.Until(t, 30*time.Second, "site-a's path to site-b through ctl", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "site-a's path to site-b through ctl", func() error {
 		st := m.nodeOverlay("site-a")
 		if st == nil {
-			return false, "no overlay state"
+			return errors.New("no overlay state")
 		}
 		if st.Mode != spec.OverlayUserspace {
-			return false, "mode " + st.Mode
+			return errors.New("mode " + st.Mode)
 		}
 		for _, p := range st.Peers {
 			if p.Node == "site-b" {
-				return p.Via == "ctl" && !p.Handshake.IsZero(), fmt.Sprintf("%+v", p)
+				if p.Via == "ctl" && !p.Handshake.IsZero() {
+					return nil
+				}
+				return fmt.Errorf("%+v", p)
 			}
 		}
-		return false, fmt.Sprintf("site-b is not among %+v", st.Peers)
+		return fmt.Errorf("site-b is not among %+v", st.Peers)
 	})
 }
 
@@ -323,7 +326,7 @@ func TestOverlayRemovedNodeLeavesPeers(t *testing.T) {
 	holders := map[string]*daemon{s.ctl: m.d, s.a.hosts[0]: a1, s.a.hosts[1]: a2}
 	before := map[string]wgIface{}
 	for ns, d := range holders {
-		poll.UntilOK(t, 60*time.Second, "every peer on "+ns+" with a handshake", func() error {
+		poll.Until(t, 60*time.Second, "every peer on "+ns+" with a handshake", func() error {
 			w, err := wgShow(ns, d)
 			if err != nil {
 				return err
@@ -344,7 +347,7 @@ func TestOverlayRemovedNodeLeavesPeers(t *testing.T) {
 	mustCLIIn(t, s.ctl, "node", "remove", "--dir", m.dir, "site-b")
 	removed := time.Now()
 	for ns, d := range holders {
-		poll.UntilOK(t, 5*time.Second, "site-b's key gone from "+ns, func() error {
+		poll.Until(t, 5*time.Second, "site-b's key gone from "+ns, func() error {
 			w, err := wgShow(ns, d)
 			if err != nil {
 				return err
@@ -370,9 +373,12 @@ func TestOverlayRemovedNodeLeavesPeers(t *testing.T) {
 	}
 	// The removed host exits and takes mesh0 and its key with it.
 	bd.exited(t, 30*time.Second)
-	poll.Until(t, 10*time.Second, "mesh0 gone at site B", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "mesh0 gone at site B", func() error {
 		_, err := overlayAddr(s.b.hosts[0])
-		return err != nil, "mesh0 still up"
+		if err != nil {
+			return nil
+		}
+		return errors.New("mesh0 still up")
 	})
 	if _, err := os.Stat(filepath.Join(bDir, "host", "wg.key")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the removed node's wireguard key is still in its directory (%v)", err)
@@ -385,8 +391,11 @@ func TestOverlayRemovedNodeLeavesPeers(t *testing.T) {
 	if again.Key == gone || again.IP == by["site-b"].IP {
 		t.Errorf("site-b joined again with key %s and address %s; the removed one had %s and %s", again.Key, again.IP, gone, by["site-b"].IP)
 	}
-	poll.Until(t, 30*time.Second, "site-b joined again, reached from site A over mesh0", func() (bool, string) {
-		return ping(s.a.hosts[0], again.IP)
+	poll.Until(t, 30*time.Second, "site-b joined again, reached from site A over mesh0", func() error {
+		if ok, why := ping(s.a.hosts[0], again.IP); !ok {
+			return errors.New(why)
+		}
+		return nil
 	})
 }
 
@@ -417,7 +426,7 @@ func TestOverlayHostRestartKeepsAddressAndKey(t *testing.T) {
 	restarted := time.Now()
 	d = meshIn(t, a, "host", "--dir", dir)
 	waitOverlayAddr(t, a, by["site-a"].IP)
-	poll.UntilOK(t, 30*time.Second, "mesh0 back with its key and a handshake with the relay", func() error {
+	poll.Until(t, 30*time.Second, "mesh0 back with its key and a handshake with the relay", func() error {
 		w, err := wgShow(a, d)
 		if err != nil {
 			return err
@@ -496,15 +505,18 @@ func TestOverlayMembershipChangeKeepsTCP(t *testing.T) {
 	// A hundred lines more (5 s at a line every 50 ms): both roster
 	// messages applied everywhere meanwhile.
 	after := sent.Load()
-	poll.Until(t, 30*time.Second, "traffic after the changes", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "traffic after the changes", func() error {
 		select {
 		case err := <-done:
 			done <- err
-			return true, ""
+			return nil
 		default:
 		}
 		n := sent.Load()
-		return n >= after+100, fmt.Sprintf("%d lines", n)
+		if n >= after+100 {
+			return nil
+		}
+		return fmt.Errorf("%d lines", n)
 	})
 	close(stop)
 	if err := <-done; err != nil {
@@ -538,9 +550,12 @@ func TestOverlayEnableOnExistingMesh(t *testing.T) {
 
 	mustCLIIn(t, s.ctl, "overlay", "disable", "--dir", m.dir)
 	for _, ns := range []string{a, b} {
-		poll.Until(t, 10*time.Second, "mesh0 gone in "+ns, func() (bool, string) {
+		poll.Until(t, 10*time.Second, "mesh0 gone in "+ns, func() error {
 			_, err := overlayAddr(ns)
-			return err != nil, "mesh0 still up"
+			if err != nil {
+				return nil
+			}
+			return errors.New("mesh0 still up")
 		})
 	}
 	resolvesTo(t, a, "site-b.internal", s.b.hostIPs[0])

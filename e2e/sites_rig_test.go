@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -294,7 +295,7 @@ func (s *sites) genesis(extra ...string) *sitesMesh {
 		"--address", controllerIP, "--advertise", controllerIP,
 		"--dns", rigDNS, "--dns-upstream", deadUpstream, "--heartbeat", "500ms"}, noEngine(extra)...)
 	m := &sitesMesh{s: s, dir: dir, d: meshIn(s.t, s.ctl, args...)}
-	poll.UntilOK(s.t, 30*time.Second, "the controller's /healthz", func() error {
+	poll.Until(s.t, 30*time.Second, "the controller's /healthz", func() error {
 		m.d.alive(s.t)
 		// Off loopback the listener serves TLS under the mesh's root.
 		_, err := try(s.ctl, "curl", "-fsS", "--max-time", "2", "--cacert", m.rootPEM(), "https://"+controllerIP+":"+rigHTTP+"/healthz")
@@ -322,12 +323,17 @@ func (m *sitesMesh) join(ns, node, addr string, extra ...string) (string, *daemo
 	dir := filepath.Join(t.TempDir(), node)
 	d := meshIn(t, ns, append([]string{"host", "--dir", dir, "--join", m.token(node), "--address", addr,
 		"--heartbeat", "500ms", "--dns", rigDNS, "--dns-upstream", deadUpstream}, noEngine(extra)...)...)
-	poll.Until(t, 30*time.Second, node+" running", func() (bool, string) {
+	poll.Until(t, 30*time.Second, node+" running", func() error {
 		d.alive(t)
 		_, err := os.Stat(filepath.Join(dir, "addrs.json"))
-		return err == nil, fmt.Sprint(err)
+		return err
 	})
-	poll.Until(t, 20*time.Second, node+" heard", func() (bool, string) { return m.heard(node) })
+	poll.Until(t, 20*time.Second, node+" heard", func() error {
+		if ok, why := m.heard(node); !ok {
+			return errors.New(why)
+		}
+		return nil
+	})
 	return dir, d
 }
 

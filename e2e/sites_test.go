@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -68,7 +69,7 @@ func TestHostsJoinAcrossNAT(t *testing.T) {
 	m.join(s.a.hosts[0], "site-a", s.a.hostIPs[0])
 	m.join(s.b.hosts[0], "site-b", s.b.hostIPs[0])
 
-	poll.Until(t, 20*time.Second, "every node listed and heard", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "every node listed and heard", func() error {
 		nodes := m.nodes()
 		var got []string
 		heard := 0
@@ -78,7 +79,10 @@ func TestHostsJoinAcrossNAT(t *testing.T) {
 				heard++
 			}
 		}
-		return len(nodes) == 3 && heard == 3, strings.Join(got, ", ")
+		if len(nodes) == 3 && heard == 3 {
+			return nil
+		}
+		return errors.New(strings.Join(got, ", "))
 	})
 	want := map[string]string{"ctl": controllerIP, "site-a": s.a.hostIPs[0], "site-b": s.b.hostIPs[0]}
 	for _, n := range m.nodes() {
@@ -104,7 +108,7 @@ func TestSitesWithoutOverlayNamesDoNotReach(t *testing.T) {
 	mustCLIIn(t, s.ctl, "push", "--dir", m.dir, "--wait", "1m")
 
 	var ips []string
-	poll.UntilOK(t, 20*time.Second, "site-b.internal resolved at site A", func() (err error) {
+	poll.Until(t, 20*time.Second, "site-b.internal resolved at site A", func() (err error) {
 		ips, err = resolve(a, rigDNS, "site-b.internal")
 		if err == nil && len(ips) == 0 {
 			err = fmt.Errorf("no address")

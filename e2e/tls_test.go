@@ -70,9 +70,12 @@ func TestTLSRouteByName(t *testing.T) {
 		return string(out), 0
 	}
 	page := "Hello from " + m.a + "\n"
-	poll.Until(t, 30*time.Second, "curl --cacert roots.pem "+url, func() (bool, string) {
+	poll.Until(t, 30*time.Second, "curl --cacert roots.pem "+url, func() error {
 		out, code := curl(t, "--cacert", roots)
-		return code == 0 && out == page, fmt.Sprintf("exit %d: %s", code, out)
+		if code == 0 && out == page {
+			return nil
+		}
+		return fmt.Errorf("exit %d: %s", code, out)
 	})
 	served := servedSerial(t, addr, web, roots)
 	if out, code := curl(t); code != 60 || !strings.Contains(out, "SSL certificate problem: unable to get local issuer certificate") {
@@ -80,9 +83,12 @@ func TestTLSRouteByName(t *testing.T) {
 	}
 
 	// Inside beta's container, verification on.
-	poll.Until(t, 30*time.Second, "beta's client fetched alpha's page over TLS by name", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta's client fetched alpha's page over TLS by name", func() error {
 		b, err := os.ReadFile(filepath.Join(m.rootB, "srv/client/page"))
-		return err == nil && string(b) == page, fmt.Sprintf("%q %v", b, err)
+		if err == nil && string(b) == page {
+			return nil
+		}
+		return fmt.Errorf("%q %v", b, err)
 	})
 	// alpha.internal is alpha's address too, but web's certificate does not
 	// name it: the client refuses the server and writes nothing. The page
@@ -94,9 +100,12 @@ func TestTLSRouteByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "x509: certificate is valid for " + web + ", not " + m.a + ".internal"
-	poll.Until(t, 30*time.Second, "beta's client refused a name the certificate does not carry", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "beta's client refused a name the certificate does not carry", func() error {
 		logs := containerLogs(t, m.cli, m.id(t, m.b, "client"))
-		return strings.Contains(logs, want), logs
+		if strings.Contains(logs, want) {
+			return nil
+		}
+		return errors.New(logs)
 	})
 	if _, err := os.Stat(filepath.Join(m.rootB, "srv/client/page")); !os.IsNotExist(err) {
 		t.Errorf("the client wrote a page from a server it refused: %v", err)
@@ -106,9 +115,12 @@ func TestTLSRouteByName(t *testing.T) {
 	t.Run("renewed", func(t *testing.T) {
 		optin.NeedSlow(t, "waits out a one-minute certificate's renewal")
 		webID := m.id(t, m.a, "web")
-		poll.Until(t, 2*time.Minute, "alpha serves its renewed certificate", func() (bool, string) {
+		poll.Until(t, 2*time.Minute, "alpha serves its renewed certificate", func() error {
 			now := servedSerial(t, addr, web, roots)
-			return now != served, "still serial " + now
+			if now != served {
+				return nil
+			}
+			return errors.New("still serial " + now)
 		})
 		if m.id(t, m.a, "web") != webID {
 			t.Error("the renewal replaced alpha's web container")

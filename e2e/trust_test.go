@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +49,7 @@ func TestTrustThroughTheMesh(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(root, anchor)); err != nil || string(got) != want {
 		t.Fatalf("%s holds %q (%v), want the mesh root", anchor, got, err)
 	}
-	poll.Until(t, 20*time.Second, "the report and the facts name the anchor", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the report and the facts name the anchor", func() error {
 		n := nodeShow(t, m.dir, "alpha")
 		note := ""
 		if n.LastReport != nil {
@@ -59,9 +60,9 @@ func TestTrustThroughTheMesh(t *testing.T) {
 			}
 		}
 		if n.Facts == nil || n.Facts.TrustInstalled != anchor || !strings.Contains(note, "the trust store was not refreshed") {
-			return false, "note " + note + "; facts " + factsTrust(n)
+			return errors.New("note " + note + "; facts " + factsTrust(n))
 		}
-		return true, ""
+		return nil
 	})
 	if out := mustRun(t, "node", "show", "--dir", m.dir, "alpha"); !strings.Contains(out, "trust store       the mesh root is installed: "+anchor) {
 		t.Errorf("mesh node show does not say the root is installed:\n%s", out)
@@ -74,9 +75,12 @@ func TestTrustThroughTheMesh(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(root, anchor)); !os.IsNotExist(err) {
 		t.Errorf("%s after unassign: %v, want it gone", anchor, err)
 	}
-	poll.Until(t, 20*time.Second, "the facts say the root is not installed", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the facts say the root is not installed", func() error {
 		n := nodeShow(t, m.dir, "alpha")
-		return n.Facts != nil && n.Facts.TrustInstalled == "", factsTrust(n)
+		if n.Facts != nil && n.Facts.TrustInstalled == "" {
+			return nil
+		}
+		return errors.New(factsTrust(n))
 	})
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -56,9 +57,12 @@ func TestALyingNodeStopsNoPush(t *testing.T) {
 	t.Parallel()
 	m, publish := liarMesh(t)
 	publish(spec.NodeSubject("beta", spec.KindHeartbeat), spec.Heartbeat{Node: "beta", Time: time.Now(), AppliedSeq: math.MaxInt64, Protocol: spec.Protocol})
-	poll.Until(t, 10*time.Second, "status names beta's claim", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "status names beta's claim", func() error {
 		st, _ := statusOf(t, m.dir)
-		return strings.Contains(strings.Join(st.Problems, "\n"), "beta reports applying declaration 9223372036854775807"), strings.Join(st.Problems, "\n")
+		if strings.Contains(strings.Join(st.Problems, "\n"), "beta reports applying declaration 9223372036854775807") {
+			return nil
+		}
+		return errors.New(strings.Join(st.Problems, "\n"))
 	})
 
 	// --force: the content is what both nodes hold; the push must still be
@@ -83,7 +87,7 @@ func TestALyingNodeStopsNoPush(t *testing.T) {
 
 	// A claim past what the store keeps: the same.
 	publish(spec.NodeSubject("beta", spec.KindHeartbeat), spec.Heartbeat{Node: "beta", Time: time.Now(), AppliedSeq: math.MaxUint64, Protocol: spec.Protocol})
-	poll.Until(t, 10*time.Second, "status names beta's larger claim", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "status names beta's larger claim", func() error {
 		st, _ := statusOf(t, m.dir)
 		var beta spec.NodeStatus
 		for _, n := range st.Nodes {
@@ -92,8 +96,11 @@ func TestALyingNodeStopsNoPush(t *testing.T) {
 			}
 		}
 		problems := strings.Join(st.Problems, "\n")
-		return strings.Contains(problems, "beta reports applying declaration 18446744073709551615, more than 1048576 above the last sent to it (2): not believed") &&
-			beta.State == "not believed" && beta.SentSeq == 2 && !st.AllClear, fmt.Sprintf("%s: %+v", problems, beta)
+		if strings.Contains(problems, "beta reports applying declaration 18446744073709551615, more than 1048576 above the last sent to it (2): not believed") &&
+			beta.State == "not believed" && beta.SentSeq == 2 && !st.AllClear {
+			return nil
+		}
+		return fmt.Errorf("%s: %+v", problems, beta)
 	})
 	out, _, code := runMesh(t, "status", "--dir", m.dir)
 	if code != 1 || !strings.Contains(out, "beta reports applying declaration 18446744073709551615") {
@@ -123,14 +130,17 @@ func TestOversizedReportBlindsNobody(t *testing.T) {
 	sent := publish(spec.NodeSubject("beta", spec.KindReport), r)
 
 	var beta spec.Node
-	poll.Until(t, 20*time.Second, "node show beta shows the report", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "node show beta shows the report", func() error {
 		out, errOut, code := runMesh(t, "node", "show", "--dir", m.dir, "--json", "beta")
 		if code != 0 {
 			t.Fatalf("mesh node show: exit %d: %s", code, errOut)
 		}
 		beta = spec.Node{}
 		err := json.Unmarshal([]byte(out), &beta)
-		return err == nil && beta.LastReport != nil && beta.LastReport.Omitted > 0, fmt.Sprintf("%d bytes, %v", len(out), err)
+		if err == nil && beta.LastReport != nil && beta.LastReport.Omitted > 0 {
+			return nil
+		}
+		return fmt.Errorf("%d bytes, %v", len(out), err)
 	})
 	kept, _ := json.Marshal(beta.LastReport)
 	t.Logf("a report of %d bytes on the wire (%d once encoded as the controller encodes) is kept as %d bytes: %d results of %d, %d not kept",

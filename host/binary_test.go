@@ -297,9 +297,9 @@ func TestBinaryKilledMidFetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	poll.Until(t, 30*time.Second, "the child to fetch half the binary", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the child to fetch half the binary", func() error {
 		_, err := os.Stat(filepath.Join(d, "started"))
-		return err == nil, fmt.Sprint(err)
+		return err
 	})
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

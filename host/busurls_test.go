@@ -172,9 +172,12 @@ func TestHostReconnectsToAnotherController(t *testing.T) {
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 20*time.Second, "the host keeps both buses", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the host keeps both buses", func() error {
 		got := keptBus(t, dir)
-		return slices.Equal(got, both), fmt.Sprintf("it keeps %q", got)
+		if slices.Equal(got, both) {
+			return nil
+		}
+		return fmt.Errorf("it keeps %q", got)
 	})
 
 	first.stop()

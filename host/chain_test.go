@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -47,13 +48,16 @@ func factsOf(t *testing.T, b *bench) func() []spec.Facts {
 // waitFacts waits until the latest facts name the intermediate serial.
 func waitFacts(t *testing.T, facts func() []spec.Facts, serial string) {
 	t.Helper()
-	poll.Until(t, 20*time.Second, "facts naming intermediate "+serial, func() (bool, string) {
+	poll.Until(t, 20*time.Second, "facts naming intermediate "+serial, func() error {
 		fs := facts()
 		if len(fs) == 0 {
-			return false, "no facts yet"
+			return errors.New("no facts yet")
 		}
 		last := fs[len(fs)-1].Intermediate
-		return last == serial, "the latest facts name " + last
+		if last == serial {
+			return nil
+		}
+		return errors.New("the latest facts name " + last)
 	})
 }
 

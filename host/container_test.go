@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -149,12 +150,15 @@ func (r *engineRig) inspect(name string) (client.ContainerInspectResult, bool) {
 // waitStopped waits until the container is not running.
 func (r *engineRig) waitStopped(name string) {
 	r.t.Helper()
-	poll.Until(r.t, 30*time.Second, "container "+name+" stopped", func() (bool, string) {
+	poll.Until(r.t, 30*time.Second, "container "+name+" stopped", func() error {
 		res, ok := r.inspect(name)
 		if !ok {
-			return false, "no such container"
+			return errors.New("no such container")
 		}
-		return !res.Container.State.Running && !res.Container.State.Restarting, "state " + string(res.Container.State.Status)
+		if !res.Container.State.Running && !res.Container.State.Restarting {
+			return nil
+		}
+		return errors.New("state " + string(res.Container.State.Status))
 	})
 }
 
@@ -315,7 +319,7 @@ func TestContainerPublishesOnTheNodeAddress(t *testing.T) {
 func fetch(t *testing.T, url string) string {
 	t.Helper()
 	var body string
-	poll.UntilOK(t, 20*time.Second, "an answer from "+url, func() error {
+	poll.Until(t, 20*time.Second, "an answer from "+url, func() error {
 		conn, err := net.DialTimeout("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/"), time.Second)
 		if err != nil {
 			return err

@@ -116,9 +116,12 @@ func TestContainerSecretOnTmpfs(t *testing.T) {
 		if got, err := os.ReadFile(file); err != nil || string(got) != value {
 			t.Errorf("the secret's file holds %q, %v; want the value", got, err)
 		}
-		poll.Until(t, 30*time.Second, "the container wrote out its secret", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "the container wrote out its secret", func() error {
 			got, err := os.ReadFile(out)
-			return err == nil && string(got) == value, "it wrote " + string(got)
+			if err == nil && string(got) == value {
+				return nil
+			}
+			return errors.New("it wrote " + string(got))
 		})
 	}
 	// inspected checks that docker inspect shows the secret's path, bound

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -81,9 +82,12 @@ func TestEngineWatchedByPing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.watch(ctx, make(chan struct{}, 1)) }()
-	poll.Until(t, 10*time.Second, "five checks of the engine", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "five checks of the engine", func() error {
 		n := engine.count("/_ping")
-		return n >= 5, strings.Repeat("ping ", n)
+		if n >= 5 {
+			return nil
+		}
+		return errors.New(strings.Repeat("ping ", n))
 	})
 	cancel()
 	<-done

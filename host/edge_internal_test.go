@@ -127,9 +127,12 @@ func TestEdgeServesPublicNamesWithACME(t *testing.T) {
 	serves := func(name, want string) {
 		t.Helper()
 		url := fmt.Sprintf("https://%s:%d/page", name, httpsPort)
-		poll.Until(t, 60*time.Second, name+" served over HTTPS", func() (bool, string) {
+		poll.Until(t, 60*time.Second, name+" served over HTTPS", func() error {
 			out, err := curl(pb.Root, httpsPort, name, url)
-			return err == nil && strings.Contains(out, want), fmt.Sprintf("%s (%v)", out, err)
+			if err == nil && strings.Contains(out, want) {
+				return nil
+			}
+			return fmt.Errorf("%s (%v)", out, err)
 		})
 	}
 	serves("one.example.test", "one for one.example.test via https one.example.test forwarded-for")

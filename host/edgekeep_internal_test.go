@@ -1,6 +1,7 @@
 package host
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -60,24 +61,27 @@ func TestEdgeRenewsBeforeExpiryWithNoFailedRequest(t *testing.T) {
 	load := rig.load(name, "renew")
 	defer load.end()
 	var renewed servedAt
-	poll.Until(t, edgeShortLife, "a renewed certificate served", func() (bool, string) {
+	poll.Until(t, edgeShortLife, "a renewed certificate served", func() error {
 		served, failed := load.state()
 		for _, s := range served {
 			if s.serial != first.SerialNumber.String() {
 				renewed = s
-				return true, ""
+				return nil
 			}
 		}
-		return false, strings.Join(failed, "; ")
+		return errors.New(strings.Join(failed, "; "))
 	})
 	if !renewed.at.Before(first.NotAfter) {
 		t.Errorf("the renewed certificate was first served at %s, after the first expired at %s", renewed.at, first.NotAfter)
 	}
 	t.Logf("renewed: served %s after the first certificate's start, %s before its end", renewed.at.Sub(first.NotBefore).Round(time.Millisecond), first.NotAfter.Sub(renewed.at).Round(time.Millisecond))
 	// A few requests more, on the renewed certificate.
-	poll.Until(t, 10*time.Second, "requests on the renewed certificate", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "requests on the renewed certificate", func() error {
 		served, _ := load.state()
-		return len(servedSince(served, renewed.at)) > 5, ""
+		if len(servedSince(served, renewed.at)) > 5 {
+			return nil
+		}
+		return errors.New("")
 	})
 	load.end()
 	served, failed := load.state()
@@ -110,15 +114,21 @@ func TestEdgeKeepsServingWhenTheACMECAIsGone(t *testing.T) {
 	rig.pb.Stop()
 	gone := time.Now()
 	kept := rig.waitLeaf(t, name, 5*time.Second)
-	poll.Until(t, edgeShortLife, "a renewal failed with the CA gone", func() (bool, string) {
-		return renewalFailed(rig.logSince(mark), name), ""
+	poll.Until(t, edgeShortLife, "a renewal failed with the CA gone", func() error {
+		if renewalFailed(rig.logSince(mark), name) {
+			return nil
+		}
+		return errors.New("")
 	})
 	failedAt := time.Now()
 	t.Logf("a renewal failed %s after the CA went away; the certificate has %s left",
 		failedAt.Sub(gone).Round(time.Millisecond), time.Until(kept.NotAfter).Round(time.Millisecond))
-	poll.Until(t, 10*time.Second, "requests after the failed renewal", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "requests after the failed renewal", func() error {
 		served, _ := load.state()
-		return len(servedSince(served, failedAt)) > 5, ""
+		if len(servedSince(served, failedAt)) > 5 {
+			return nil
+		}
+		return errors.New("")
 	})
 	if got := rig.waitLeaf(t, name, 5*time.Second); got.SerialNumber.Cmp(kept.SerialNumber) != 0 {
 		t.Errorf("served with serial %s after the failed renewal, want the one served when the CA went away, %s", got.SerialNumber, kept.SerialNumber)

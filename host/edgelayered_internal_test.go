@@ -182,15 +182,15 @@ func TestEdgeKeepsServingWhenTheBusIsGone(t *testing.T) {
 	b.stop()
 	gone := time.Now()
 	var renewed string
-	poll.Until(t, edgeShortLife, "a certificate renewed with the bus gone", func() (bool, string) {
+	poll.Until(t, edgeShortLife, "a certificate renewed with the bus gone", func() error {
 		served, failed := load.state()
 		for _, s := range servedSince(served, gone) {
 			if s.serial != first.SerialNumber.String() {
 				renewed = s.serial
-				return true, ""
+				return nil
 			}
 		}
-		return false, strings.Join(failed, "; ")
+		return errors.New(strings.Join(failed, "; "))
 	})
 	t.Logf("renewed %s after the bus went away", time.Since(gone).Round(time.Millisecond))
 	if kept, err := keptLeaf(rig.dir, name); err != nil || kept.SerialNumber.String() != renewed {
@@ -205,18 +205,21 @@ func TestEdgeKeepsServingWhenTheBusIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	mark := len(rig.logs.String())
-	poll.Until(t, edgeShortLife, "a renewal failed on storage", func() (bool, string) {
+	poll.Until(t, edgeShortLife, "a renewal failed on storage", func() error {
 		for line := range strings.Lines(rig.logSince(mark)) {
 			if strings.Contains(line, name) && (strings.Contains(line, "job failed") || strings.Contains(line, `msg="certificate not obtained`)) {
-				return true, ""
+				return nil
 			}
 		}
-		return false, ""
+		return errors.New("")
 	})
 	failedAt := time.Now()
-	poll.Until(t, 10*time.Second, "requests after the failed renewal", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "requests after the failed renewal", func() error {
 		served, _ := load.state()
-		return len(servedSince(served, failedAt)) > 5, ""
+		if len(servedSince(served, failedAt)) > 5 {
+			return nil
+		}
+		return errors.New("")
 	})
 	load.end()
 	served, failed := load.state()
@@ -277,7 +280,12 @@ func TestEdgeLayeredStorage(t *testing.T) {
 	}
 
 	b.stop()
-	poll.Until(t, 10*time.Second, "the connection down", func() (bool, string) { return !nc.IsConnected(), "" })
+	poll.Until(t, 10*time.Second, "the connection down", func() error {
+		if !nc.IsConnected() {
+			return nil
+		}
+		return errors.New("")
+	})
 	start := time.Now()
 	if v, err := s.Load(ctx, x); err != nil || string(v) != "PEM x" {
 		t.Errorf("load %s with the bus gone: %q, %v", x, v, err)
@@ -311,14 +319,17 @@ func TestEdgeLayeredStorage(t *testing.T) {
 	}
 
 	b.run(t)
-	poll.Until(t, 20*time.Second, "what was written with the bus gone copied up", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "what was written with the bus gone copied up", func() error {
 		s.Exists(ctx, "certificates") // the bucket answering starts the copying
 		v, err := other.Load(ctx, y)
 		if err != nil || string(v) != "PEM y" {
-			return false, fmt.Sprintf("%s: %q, %v", y, v, err)
+			return fmt.Errorf("%s: %q, %v", y, v, err)
 		}
 		_, err = other.Load(ctx, x)
-		return errors.Is(err, fs.ErrNotExist), fmt.Sprintf("%s: %v", x, err)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("%s: %v", x, err)
 	})
 	if err := s.Lock(ctx, "issue_cert_z"); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -92,7 +93,7 @@ func (r *edgeRig) leaf(name string) (*x509.Certificate, error) {
 func (r *edgeRig) waitLeaf(t *testing.T, name string, within time.Duration) *x509.Certificate {
 	t.Helper()
 	var got *x509.Certificate
-	poll.UntilOK(t, within, name+" served with a certificate from pebble", func() error {
+	poll.Until(t, within, name+" served with a certificate from pebble", func() error {
 		var err error
 		got, err = r.leaf(name)
 		return err
@@ -236,9 +237,12 @@ func (r *edgeRig) servesAsKept(t *testing.T, backends, first map[string]string, 
 	}
 	t.Logf("both names served again %s %s", time.Since(restarted).Round(time.Millisecond), when)
 	load := r.load(name, body)
-	poll.Until(t, 10*time.Second, "a page through the edge made again "+when, func() (bool, string) {
+	poll.Until(t, 10*time.Second, "a page through the edge made again "+when, func() error {
 		served, failed := load.state()
-		return len(served) > 0, strings.Join(failed, "; ")
+		if len(served) > 0 {
+			return nil
+		}
+		return errors.New(strings.Join(failed, "; "))
 	})
 	load.end()
 	if n, m := r.pb.Orders(t), r.pb.Issued(t); n != orders || m != issued {

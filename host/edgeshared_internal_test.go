@@ -118,10 +118,10 @@ func TestEdgesShareOneCertificate(t *testing.T) {
 	for _, name := range names {
 		var serials [2]string
 		for i := range addrs {
-			poll.Until(t, 90*time.Second, fmt.Sprintf("%s served by edge %d", name, i), func() (bool, string) {
+			poll.Until(t, 90*time.Second, fmt.Sprintf("%s served by edge %d", name, i), func() error {
 				s, err := servedSerial(pb.Root, addrs[i][1], name)
 				serials[i] = s
-				return err == nil, fmt.Sprint(err)
+				return err
 			})
 		}
 		if serials[0] != serials[1] {

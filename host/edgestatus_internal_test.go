@@ -133,7 +133,12 @@ func TestEdgeStateReportsCertificatesAndFailures(t *testing.T) {
 	waitTicks := func() {
 		t.Helper()
 		from := ticks.Load()
-		poll.Until(t, 5*time.Second, "ten ticks", func() (bool, string) { return ticks.Load() >= from+10, "" })
+		poll.Until(t, 5*time.Second, "ten ticks", func() error {
+			if ticks.Load() >= from+10 {
+				return nil
+			}
+			return errors.New("")
+		})
 	}
 	waitTicks()
 	if _, n := last(); n != 0 {
@@ -145,10 +150,13 @@ func TestEdgeStateReportsCertificatesAndFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	var one spec.EdgeName
-	poll.Until(t, 60*time.Second, "status-one.example.test reported valid", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "status-one.example.test reported valid", func() error {
 		st, _ := last()
 		one = nameIn(st, "status-one.example.test")
-		return st.Edge == "edge" && st.Node == "alpha" && one.State == spec.EdgeValid && st.Check() == nil, fmt.Sprintf("%+v", st)
+		if st.Edge == "edge" && st.Node == "alpha" && one.State == spec.EdgeValid && st.Check() == nil {
+			return nil
+		}
+		return fmt.Errorf("%+v", st)
 	})
 	if d := time.Until(one.NotAfter); d < 80*24*time.Hour || one.Error != "" {
 		t.Errorf("valid: %+v, want an expiry about 90 days on and no error", one)
@@ -159,9 +167,12 @@ func TestEdgeStateReportsCertificatesAndFailures(t *testing.T) {
 		t.Errorf("%d reports sent, then %d with nothing changed, want none more", n, again)
 	}
 	reconnects.Add(1)
-	poll.Until(t, 5*time.Second, "the report sent again on reconnection", func() (bool, string) {
+	poll.Until(t, 5*time.Second, "the report sent again on reconnection", func() error {
 		st, again := last()
-		return again == n+1 && nameIn(st, "status-one.example.test").State == spec.EdgeValid, fmt.Sprintf("%d sent, then %d", n, again)
+		if again == n+1 && nameIn(st, "status-one.example.test").State == spec.EdgeValid {
+			return nil
+		}
+		return fmt.Errorf("%d sent, then %d", n, again)
 	})
 
 	// Pebble's issuing root is not the root of its TLS: every ACME
@@ -173,10 +184,13 @@ func TestEdgeStateReportsCertificatesAndFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	var two spec.EdgeName
-	poll.Until(t, 30*time.Second, "status-two.example.test reported failed", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "status-two.example.test reported failed", func() error {
 		st, _ := last()
 		two, one = nameIn(st, "status-two.example.test"), nameIn(st, "status-one.example.test")
-		return two.State == spec.EdgeFailed && one.State == spec.EdgeValid, fmt.Sprintf("%+v", st)
+		if two.State == spec.EdgeFailed && one.State == spec.EdgeValid {
+			return nil
+		}
+		return fmt.Errorf("%+v", st)
 	})
 	if !strings.Contains(two.Error, "certificate") || two.ErrorAt.IsZero() || two.Retry.Sub(two.ErrorAt) != time.Minute || !two.NotAfter.IsZero() {
 		t.Errorf("failed: %+v, want the TLS error and a retry a minute after it", two)
@@ -189,10 +203,13 @@ func TestEdgeStateReportsCertificatesAndFailures(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); s.magic.RenewCertAsync(renewing, "status-one.example.test", true) }()
 	t.Cleanup(func() { stopRenewing(); <-done })
-	poll.Until(t, 30*time.Second, "status-one.example.test's renewal reported failed", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "status-one.example.test's renewal reported failed", func() error {
 		st, _ := last()
 		one = nameIn(st, "status-one.example.test")
-		return one.Error != "", fmt.Sprintf("%+v", st)
+		if one.Error != "" {
+			return nil
+		}
+		return fmt.Errorf("%+v", st)
 	})
 	if one.State != spec.EdgeValid || time.Until(one.NotAfter) < 80*24*time.Hour || one.Retry.Sub(one.ErrorAt) != time.Minute {
 		t.Errorf("a renewal failed: %+v, want still valid with its expiry, the error and a retry", one)

@@ -304,12 +304,15 @@ func TestEdgeStoreLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	taken := e.Revision()
-	poll.Until(t, 20*time.Second, "the lock renewed four times", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the lock renewed four times", func() error {
 		e, err := kv.Get(ctx, bucketKey("l", name))
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return e.Revision() >= taken+4, fmt.Sprintf("revision %d, taken at %d", e.Revision(), taken)
+		if e.Revision() >= taken+4 {
+			return nil
+		}
+		return fmt.Errorf("revision %d, taken at %d", e.Revision(), taken)
 	})
 	select {
 	case second := <-got:

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,9 +40,12 @@ func TestFileChangeReloadsItsContainer(t *testing.T) {
 	declared := []spec.Resource{r.network(), conf("v1", hup), r.container(files)}
 	results, record, _ := r.engine.Apply(ctx, declared, nil)
 	checkOutcomes(t, results, allOutcome(declared, spec.Created))
-	poll.Until(t, 30*time.Second, "the container started", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the container started", func() error {
 		b, err := os.ReadFile(filepath.Join(r.root, "srv/state/starts"))
-		return err == nil && string(b) == "start\n", string(b)
+		if err == nil && string(b) == "start\n" {
+			return nil
+		}
+		return errors.New(string(b))
 	})
 	first, _ := r.inspect("files")
 
@@ -51,9 +55,12 @@ func TestFileChangeReloadsItsContainer(t *testing.T) {
 	if !strings.Contains(note, "sent SIGHUP to container "+spec.ContainerName(r.node, "files")) {
 		t.Fatalf("the changed file's note %q, want it to say the signal sent", note)
 	}
-	poll.Until(t, 30*time.Second, "the container took SIGHUP", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the container took SIGHUP", func() error {
 		b, err := os.ReadFile(hups)
-		return err == nil && string(b) == "hup\n", string(b)
+		if err == nil && string(b) == "hup\n" {
+			return nil
+		}
+		return errors.New(string(b))
 	})
 
 	_, _, writes := r.engine.Apply(ctx, declared, record)
@@ -66,9 +73,12 @@ func TestFileChangeReloadsItsContainer(t *testing.T) {
 	if note := noteOf(results, declared[1].Name); !strings.Contains(note, "restarted container") {
 		t.Fatalf("the changed file's note %q, want it to say the restart", note)
 	}
-	poll.Until(t, 30*time.Second, "the container started again", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the container started again", func() error {
 		b, err := os.ReadFile(filepath.Join(r.root, "srv/state/starts"))
-		return err == nil && string(b) == "start\nstart\n", string(b)
+		if err == nil && string(b) == "start\nstart\n" {
+			return nil
+		}
+		return errors.New(string(b))
 	})
 	if again, ok := r.inspect("files"); !ok || again.Container.ID != first.Container.ID {
 		t.Fatal("the container was replaced, not restarted")

@@ -119,8 +119,11 @@ func TestPanicInTheAgentsLoopLeavesItRunning(t *testing.T) {
 	b.panics = new(atomic.Uint64)
 	b.start()
 	b.publishRoster(encodeRoster(t, rosterDoc(5, "10.1.0.5")), nil)
-	poll.Until(t, 20*time.Second, "the panic serving roster 5 is recovered and counted", func() (bool, string) {
-		return b.panics.Load() == 1, fmt.Sprintf("%d panics", b.panics.Load())
+	poll.Until(t, 20*time.Second, "the panic serving roster 5 is recovered and counted", func() error {
+		if b.panics.Load() == 1 {
+			return nil
+		}
+		return fmt.Errorf("%d panics", b.panics.Load())
 	})
 	// Roster 5's delivery, cut short, is not answered (the stream gives it
 	// again later); roster 6 is taken and served meanwhile.

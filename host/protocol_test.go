@@ -49,9 +49,12 @@ func TestOtherProtocolRefused(t *testing.T) {
 	doc.Protocol = spec.Protocol - 1
 	b.publishRoster(encodeRoster(t, doc), nil)
 	b.publishRoster(encodeRoster(t, rosterDoc(2, "10.1.0.2")), nil)
-	poll.Until(t, 20*time.Second, "roster 2 kept", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "roster 2 kept", func() error {
 		seq := keptRosterSeq(t, b)
-		return seq == 2, fmt.Sprintf("kept roster %d", seq)
+		if seq == 2 {
+			return nil
+		}
+		return fmt.Errorf("kept roster %d", seq)
 	})
 	logs := b.logs.String()
 	if !strings.Contains(logs, "roster refused") || !strings.Contains(logs, fmt.Sprintf("protocol %d refused", spec.Protocol-1)) {

@@ -85,11 +85,17 @@ func TestFailedTriesLeaveNoSocketOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	poll.Until(t, 20*time.Second, "five tries", func() (bool, string) {
-		return accepted.Load() >= 5, fmt.Sprintf("%d tries", accepted.Load())
+	poll.Until(t, 20*time.Second, "five tries", func() error {
+		if accepted.Load() >= 5 {
+			return nil
+		}
+		return fmt.Errorf("%d tries", accepted.Load())
 	})
-	poll.Until(t, 5*time.Second, "every try but the one in flight closed", func() (bool, string) {
+	poll.Until(t, 5*time.Second, "every try but the one in flight closed", func() error {
 		a, c := accepted.Load(), closed.Load()
-		return c >= a-1, fmt.Sprintf("%d tries, %d of them closed", a, c)
+		if c >= a-1 {
+			return nil
+		}
+		return fmt.Errorf("%d tries, %d of them closed", a, c)
 	})
 }

@@ -106,9 +106,12 @@ func TestRosterPoolShares(t *testing.T) {
 	}
 	runtime.KeepAlive(a)
 	a, b = nil, nil
-	poll.Until(t, 10*time.Second, "the pool forgets the roster no host holds", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the pool forgets the roster no host holds", func() error {
 		runtime.GC()
-		return p.size() == 1, fmt.Sprintf("%d entries", p.size())
+		if p.size() == 1 {
+			return nil
+		}
+		return fmt.Errorf("%d entries", p.size())
 	})
 	if p.share(held(`{"seq":2}`)) != c {
 		t.Fatal("the roster still held is not shared")

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -52,13 +53,16 @@ func (b *bench) publishRoster(raw, sig []byte) uint64 {
 // sequence seq (or a later one).
 func (b *bench) answered(seq uint64) {
 	b.t.Helper()
-	poll.Until(b.t, 20*time.Second, "the host handles the stream's message", func() (bool, string) {
+	poll.Until(b.t, 20*time.Second, "the host handles the stream's message", func() error {
 		a := b.agent.Load()
 		if a == nil {
-			return false, "no host started"
+			return errors.New("no host started")
 		}
 		got := host.HandledSeq(a)
-		return got >= seq, fmt.Sprintf("handled %d, want %d", got, seq)
+		if got >= seq {
+			return nil
+		}
+		return fmt.Errorf("handled %d, want %d", got, seq)
 	})
 }
 
@@ -78,9 +82,12 @@ func webAnswers(t *testing.T, names *resolver.Server) []string {
 
 func servesWeb(t *testing.T, names *resolver.Server, addr string) {
 	t.Helper()
-	poll.Until(t, 20*time.Second, "web.alpha.internal answers "+addr, func() (bool, string) {
+	poll.Until(t, 20*time.Second, "web.alpha.internal answers "+addr, func() error {
 		got := webAnswers(t, names)
-		return slices.Equal(got, []string{addr}), fmt.Sprintf("it answers %v", got)
+		if slices.Equal(got, []string{addr}) {
+			return nil
+		}
+		return fmt.Errorf("it answers %v", got)
 	})
 }
 

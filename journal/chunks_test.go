@@ -98,9 +98,12 @@ func TestCompactionDropsTheChunksItHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	poll.Until(t, 30*time.Second, "the chunks dropped by a compaction", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the chunks dropped by a compaction", func() error {
 		n := chunks()
-		return n == 0, fmt.Sprintf("%d chunks kept", n)
+		if n == 0 {
+			return nil
+		}
+		return fmt.Errorf("%d chunks kept", n)
 	})
 	stop()
 	v, stop = rebuilt(t, path, connect, cfg)

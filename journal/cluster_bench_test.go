@@ -70,8 +70,11 @@ func startBuses(t testing.TB, n int, syncInterval time.Duration) func(context.Co
 		srvs = append(srvs, srv)
 	}
 	for i, srv := range srvs {
-		poll.Until(t, 30*time.Second, fmt.Sprintf("bus %d routes to every other", i), func() (bool, string) {
-			return len(srv.Peers()) == n-1, fmt.Sprintf("routes to %q", srv.Peers())
+		poll.Until(t, 30*time.Second, fmt.Sprintf("bus %d routes to every other", i), func() error {
+			if len(srv.Peers()) == n-1 {
+				return nil
+			}
+			return fmt.Errorf("routes to %q", srv.Peers())
 		})
 	}
 	connect := func(context.Context) (jetstream.JetStream, error) {
@@ -84,7 +87,7 @@ func startBuses(t testing.TB, n int, syncInterval time.Duration) func(context.Co
 	}
 	// A cluster's JetStream answers once its servers have elected the
 	// leader of their metadata.
-	poll.UntilOK(t, 60*time.Second, "JetStream answers", func() error {
+	poll.Until(t, 60*time.Second, "JetStream answers", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		js, err := connect(ctx)

@@ -198,10 +198,13 @@ func TestLogCompactedAndRebuilt(t *testing.T) {
 	}
 	v, stop = runningWith(t, path, connect, compacted)
 	heartbeat(t, v, hbs, rounds/2, at.Add(time.Hour))
-	poll.Until(t, 30*time.Second, "the log compacted", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the log compacted", func() error {
 		s := logState(t, js, compacted.Bucket)
 		names := snapshotNames(t, js, compacted.Bucket)
-		return s.Msgs <= 2*50+4 && len(names) == 1, fmt.Sprintf("%d messages, snapshots %v", s.Msgs, names)
+		if s.Msgs <= 2*50+4 && len(names) == 1 {
+			return nil
+		}
+		return fmt.Errorf("%d messages, snapshots %v", s.Msgs, names)
 	})
 	for key, kept := range map[string]bool{"lease": true, "void.old": false, "void.later": true} {
 		if _, err := kv.Get(ctx, key); (err == nil) != kept {
@@ -301,9 +304,12 @@ func TestCompactionCutShortIsSafe(t *testing.T) {
 	cfg := journal.Config{CompactEntries: 5, CompactEvery: time.Nanosecond}
 	v, stop = runningWith(t, path, connect, cfg)
 	heartbeat(t, v, hbs, 10, at.Add(time.Hour))
-	poll.Until(t, 30*time.Second, "the leftover snapshots deleted", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the leftover snapshots deleted", func() error {
 		names := snapshotNames(t, js, journal.DefaultBucket)
-		return len(names) == 1 && strings.HasPrefix(names[0], "snapshot-") && names[0] != "snapshot-cut", fmt.Sprint(names)
+		if len(names) == 1 && strings.HasPrefix(names[0], "snapshot-") && names[0] != "snapshot-cut" {
+			return nil
+		}
+		return errors.New(fmt.Sprint(names))
 	})
 	want = reads(t, v)
 	stop()
@@ -446,9 +452,12 @@ func TestCompactionCountsTheLogAcrossRestarts(t *testing.T) {
 	stop()
 	v, _ = runningWith(t, path, connect, cfg)
 	heartbeat(t, v, hbs, 15, at.Add(time.Hour))
-	poll.Until(t, 30*time.Second, "the log compacted", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the log compacted", func() error {
 		s := logState(t, js, journal.DefaultBucket)
-		return s.Msgs < 30, fmt.Sprintf("%d messages", s.Msgs)
+		if s.Msgs < 30 {
+			return nil
+		}
+		return fmt.Errorf("%d messages", s.Msgs)
 	})
 }
 

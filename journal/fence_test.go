@@ -88,8 +88,11 @@ func startCluster(t testing.TB, n int) *cluster {
 		c.stops = append(c.stops, stop)
 	}
 	for i, srv := range c.srvs {
-		poll.Until(t, 30*time.Second, fmt.Sprintf("bus %d routes to every other", i), func() (bool, string) {
-			return len(srv.Peers()) == n-1, fmt.Sprintf("routes to %q", srv.Peers())
+		poll.Until(t, 30*time.Second, fmt.Sprintf("bus %d routes to every other", i), func() error {
+			if len(srv.Peers()) == n-1 {
+				return nil
+			}
+			return fmt.Errorf("routes to %q", srv.Peers())
 		})
 	}
 	return c
@@ -265,7 +268,7 @@ func (p *pauser) isHeld() bool {
 func fencedControllers(t testing.TB, nows ...func() time.Time) (*cluster, []*controller, int) {
 	t.Helper()
 	c := startCluster(t, 3)
-	poll.UntilOK(t, 60*time.Second, "the log's bucket is made, replicated", func() error {
+	poll.Until(t, 60*time.Second, "the log's bucket is made, replicated", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, err := lease.Bucket(ctx, c.js(t, 0), jetstream.KeyValueConfig{Bucket: journal.DefaultBucket, History: 1,
@@ -301,7 +304,7 @@ func fencedControllers(t testing.TB, nows ...func() time.Time) (*cluster, []*con
 func waitLeading(t testing.TB, within time.Duration, what string, cs []*controller, not int) int {
 	t.Helper()
 	found := -1
-	poll.Until(t, within, what, func() (bool, string) {
+	poll.Until(t, within, what, func() error {
 		var names []string
 		found = -1
 		for i, c := range cs {
@@ -315,7 +318,10 @@ func waitLeading(t testing.TB, within time.Duration, what string, cs []*controll
 		if len(names) > 1 {
 			t.Fatalf("%s: two lead at once: %q", what, names)
 		}
-		return found >= 0, fmt.Sprintf("leading: %q", names)
+		if found >= 0 {
+			return nil
+		}
+		return fmt.Errorf("leading: %q", names)
 	})
 	return found
 }
@@ -386,9 +392,12 @@ func TestDeposedLeaderWriteIsRefused(t *testing.T) {
 		t.Fatalf("the new leader's write: %v", err)
 	}
 	for _, ctl := range cs {
-		poll.Until(t, 10*time.Second, ctl.name+"'s view has the leaders' writes alone", func() (bool, string) {
+		poll.Until(t, 10*time.Second, ctl.name+"'s view has the leaders' writes alone", func() error {
 			got := fmt.Sprint(audited(t, ctl.view))
-			return got == "[first second]", got
+			if got == "[first second]" {
+				return nil
+			}
+			return errors.New(got)
 		})
 	}
 
@@ -411,8 +420,11 @@ func TestPausedCampaignWritesAreRefused(t *testing.T) {
 	optin.NeedSlow(t, "three servers and a lease waited out")
 	_, cs, old := fencedControllers(t)
 	cs[old].paused.pause()
-	poll.Until(t, leaseTTL, "the leader's campaign is held", func() (bool, string) {
-		return cs[old].paused.isHeld(), "not yet"
+	poll.Until(t, leaseTTL, "the leader's campaign is held", func() error {
+		if cs[old].paused.isHeld() {
+			return nil
+		}
+		return errors.New("not yet")
 	})
 	next := waitLeading(t, 30*time.Second, "another leads while the leader is paused", cs, old)
 	cs[old].paused.resume()
@@ -425,13 +437,19 @@ func TestPausedCampaignWritesAreRefused(t *testing.T) {
 	if err := audit(cs[next].view, "new"); err != nil {
 		t.Fatalf("the new leader's write: %v", err)
 	}
-	poll.Until(t, leaseTTL, "the resumed campaign steps down", func() (bool, string) {
+	poll.Until(t, leaseTTL, "the resumed campaign steps down", func() error {
 		st := cs[old].state()
-		return st.Role == lease.Follower, fmt.Sprintf("%+v", st)
+		if st.Role == lease.Follower {
+			return nil
+		}
+		return fmt.Errorf("%+v", st)
 	})
-	poll.Until(t, 10*time.Second, "the resumed controller's view has the new leader's write alone", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the resumed controller's view has the new leader's write alone", func() error {
 		got := fmt.Sprint(audited(t, cs[old].view))
-		return got == "[new]", got
+		if got == "[new]" {
+			return nil
+		}
+		return errors.New(got)
 	})
 }
 
@@ -452,7 +470,7 @@ func TestLeaderServerDownAnotherLeads(t *testing.T) {
 	if took := time.Since(began); took > leaseTTL+leaseTTL/3+time.Second {
 		t.Fatalf("another led %s after the leader's server went, want within the TTL", took)
 	}
-	poll.UntilOK(t, 10*time.Second, "the new leader's write", func() error { return audit(cs[next].view, "after") })
+	poll.Until(t, 10*time.Second, "the new leader's write", func() error { return audit(cs[next].view, "after") })
 	got := fmt.Sprint(audited(t, cs[next].view))
 	if got != "[before after]" {
 		t.Fatalf("the new leader's view: %s", got)
@@ -470,7 +488,7 @@ func TestClockSkewDoesNotChangeTheLeader(t *testing.T) {
 	first := cs[lead].state().Revision
 	renewals := 0
 	last := first
-	poll.Until(t, 4*leaseTTL, "the leader renews three times", func() (bool, string) {
+	poll.Until(t, 4*leaseTTL, "the leader renews three times", func() error {
 		for i, c := range cs {
 			if st := c.state(); i != lead && st.Leading {
 				t.Fatalf("%s leads beside %s", c.name, cs[lead].name)
@@ -484,7 +502,10 @@ func TestClockSkewDoesNotChangeTheLeader(t *testing.T) {
 			renewals++
 			last = st.Revision
 		}
-		return renewals >= 3, fmt.Sprintf("%d renewals", renewals)
+		if renewals >= 3 {
+			return nil
+		}
+		return fmt.Errorf("%d renewals", renewals)
 	})
 	if err := audit(cs[lead].view, "skewed"); err != nil {
 		t.Fatalf("the leader's write: %v", err)

@@ -2,6 +2,7 @@ package journal_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -39,9 +40,12 @@ func leadAlone(t *testing.T, cs []*controller, i int) {
 			c.paused.pause()
 		}
 	}
-	poll.Until(t, 30*time.Second, cs[i].name+" leads", func() (bool, string) {
+	poll.Until(t, 30*time.Second, cs[i].name+" leads", func() error {
 		st := cs[i].state()
-		return st.Leading, fmt.Sprintf("%+v", st)
+		if st.Leading {
+			return nil
+		}
+		return fmt.Errorf("%+v", st)
 	})
 }
 
@@ -73,9 +77,12 @@ func TestPutBackYieldsToALogWrittenSince(t *testing.T) {
 		t.Fatal(err)
 	}
 	put := (lead + 1) % len(cs)
-	poll.Until(t, 10*time.Second, cs[put].name+"'s view has the first write", func() (bool, string) {
+	poll.Until(t, 10*time.Second, cs[put].name+"'s view has the first write", func() error {
 		got := fmt.Sprint(audited(t, cs[put].view))
-		return got == "[first]", got
+		if got == "[first]" {
+			return nil
+		}
+		return errors.New(got)
 	})
 	cs[put].stopJournal()
 	if err := audit(cs[lead].view, "second"); err != nil {
@@ -84,17 +91,23 @@ func TestPutBackYieldsToALogWrittenSince(t *testing.T) {
 
 	leadAlone(t, cs, put)
 	restartMarked(t, c, cs[put], put)
-	poll.Until(t, 10*time.Second, cs[put].name+"'s view follows the log", func() (bool, string) {
+	poll.Until(t, 10*time.Second, cs[put].name+"'s view follows the log", func() error {
 		got := fmt.Sprint(audited(t, cs[put].view))
-		return got == "[first second]", got
+		if got == "[first second]" {
+			return nil
+		}
+		return errors.New(got)
 	})
 	if err := audit(cs[put].view, "third"); err != nil {
 		t.Fatalf("the put-back controller's write: %v", err)
 	}
 	for _, ctl := range cs {
-		poll.Until(t, 10*time.Second, ctl.name+"'s view has every write", func() (bool, string) {
+		poll.Until(t, 10*time.Second, ctl.name+"'s view has every write", func() error {
 			got := fmt.Sprint(audited(t, ctl.view))
-			return got == "[first second third]", got
+			if got == "[first second third]" {
+				return nil
+			}
+			return errors.New(got)
 		})
 	}
 

@@ -1,6 +1,7 @@
 package launch_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,9 +37,12 @@ func TestAttachedAddressAnswersAcrossSwaps(t *testing.T) {
 	}
 	v1, v2 := child(t, "resolver"), child(t, "resolver2")
 	start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: v1.path})
-	poll.Until(t, 20*time.Second, "the first version good", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the first version good", func() error {
 		l := readLaunch(t, dir)
-		return l.Good == v1.digest, fmt.Sprintf("%+v\n%s", l, children(dir))
+		if l.Good == v1.digest {
+			return nil
+		}
+		return fmt.Errorf("%+v\n%s", l, children(dir))
 	})
 
 	quit := make(chan struct{})
@@ -72,18 +76,23 @@ func TestAttachedAddressAnswersAcrossSwaps(t *testing.T) {
 	}
 	answered := func() {
 		before := asked.Load()
-		poll.Until(t, 20*time.Second, "20 more queries asked", func() (bool, string) {
-			return asked.Load() >= before+20, fmt.Sprint(asked.Load() - before)
+		poll.Until(t, 20*time.Second, "20 more queries asked", func() error {
+			if asked.Load() >= before+20 {
+				return nil
+			}
+			return errors.New(fmt.Sprint(asked.Load() - before))
 		})
 	}
 	answered()
 	for i := range 4 {
 		v := []version{v2, v1}[i%2]
 		deliver(t, dir, v, true)
-		poll.Until(t, 20*time.Second, "the wanted version running and good", func() (bool, string) {
+		poll.Until(t, 20*time.Second, "the wanted version running and good", func() error {
 			l := readLaunch(t, dir)
-			return l.Good == v.digest && l.Running == v.digest && strings.Count(children(dir), "start ") == i+2,
-				fmt.Sprintf("%+v\n%s", l, children(dir))
+			if l.Good == v.digest && l.Running == v.digest && strings.Count(children(dir), "start ") == i+2 {
+				return nil
+			}
+			return fmt.Errorf("%+v\n%s", l, children(dir))
 		})
 		answered()
 	}

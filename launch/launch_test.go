@@ -157,9 +157,12 @@ func TestFallback(t *testing.T) {
 			bad := child(t, tc.behaviour)
 			deliver(t, dir, bad, true)
 			start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path, HealthyWithin: healthyWithin, StopGrace: time.Second})
-			poll.Until(t, 20*time.Second, "the fallback good", func() (bool, string) {
+			poll.Until(t, 20*time.Second, "the fallback good", func() error {
 				l := readLaunch(t, dir)
-				return l.Good == self.digest && l.Running == self.digest, fmt.Sprintf("%+v", l)
+				if l.Good == self.digest && l.Running == self.digest {
+					return nil
+				}
+				return fmt.Errorf("%+v", l)
 			})
 			l := readLaunch(t, dir)
 			if f := l.Bad[bad.digest]; f.Reason != tc.reason || f.Digest != bad.digest || f.At.IsZero() {
@@ -183,15 +186,21 @@ func TestStandAsideStartsTheWantedVersion(t *testing.T) {
 	dir := newDir(t)
 	self := child(t, "ready")
 	start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path, Args: []string{"--subnet=10.9.0.0/24"}})
-	poll.Until(t, 20*time.Second, "the own executable good", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the own executable good", func() error {
 		l := readLaunch(t, dir)
-		return l.Good == self.digest, fmt.Sprintf("%+v", l)
+		if l.Good == self.digest {
+			return nil
+		}
+		return fmt.Errorf("%+v", l)
 	})
 	v2 := child(t, "ready2")
 	deliver(t, dir, v2, true)
-	poll.Until(t, 20*time.Second, "v2 good", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "v2 good", func() error {
 		l := readLaunch(t, dir)
-		return l.Good == v2.digest && l.Running == v2.digest, fmt.Sprintf("%+v\n%s", l, children(dir))
+		if l.Good == v2.digest && l.Running == v2.digest {
+			return nil
+		}
+		return fmt.Errorf("%+v\n%s", l, children(dir))
 	})
 	log := children(dir)
 	if !strings.Contains(log, "aside ready ") {
@@ -232,9 +241,12 @@ func TestBadWantIsIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path})
-	poll.Until(t, 20*time.Second, "the own executable good", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the own executable good", func() error {
 		l := readLaunch(t, dir)
-		return l.Good == self.digest && l.Running == self.digest, fmt.Sprintf("%+v", l)
+		if l.Good == self.digest && l.Running == self.digest {
+			return nil
+		}
+		return fmt.Errorf("%+v", l)
 	})
 	if l := readLaunch(t, dir); len(l.Bad) != 0 {
 		t.Errorf("bad %+v, want none: an ignored want marks nothing", l.Bad)
@@ -279,7 +291,12 @@ func TestStopReachesTheChild(t *testing.T) {
 	dir := newDir(t)
 	self := child(t, "ready")
 	r := start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path})
-	poll.Until(t, 20*time.Second, "ready", func() (bool, string) { return readLaunch(t, dir).Good != "", children(dir) })
+	poll.Until(t, 20*time.Second, "ready", func() error {
+		if readLaunch(t, dir).Good != "" {
+			return nil
+		}
+		return errors.New(children(dir))
+	})
 	r.cancel()
 	if err := r.ended(t, 20*time.Second); err != nil {
 		t.Fatalf("Run after a stop: %v", err)
@@ -303,9 +320,12 @@ func TestIncompleteVersionIsNeverRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path})
-	poll.Until(t, 20*time.Second, "the own executable good", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the own executable good", func() error {
 		l := readLaunch(t, dir)
-		return l.Good == self.digest, fmt.Sprintf("%+v", l)
+		if l.Good == self.digest {
+			return nil
+		}
+		return fmt.Errorf("%+v", l)
 	})
 	l := readLaunch(t, dir)
 	if f, ok := l.Bad[v2.digest]; !ok || !strings.Contains(f.Reason, "not to the digest it is delivered as") {
@@ -339,9 +359,12 @@ func TestControllerStoreRestoredOnFallback(t *testing.T) {
 	v3 := child(t, "migrate")
 	deliver(t, dir, v3, true)
 	start(t, launch.Config{Dir: dir, Mode: launch.Controller, Self: self.path})
-	poll.Until(t, 20*time.Second, "fallen back", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "fallen back", func() error {
 		l := readLaunch(t, dir)
-		return l.Good == self.digest && l.Bad[v3.digest].Reason != "", fmt.Sprintf("%+v\n%s", l, children(dir))
+		if l.Good == self.digest && l.Bad[v3.digest].Reason != "" {
+			return nil
+		}
+		return fmt.Errorf("%+v\n%s", l, children(dir))
 	})
 	if !strings.Contains(children(dir), ": <nil>") {
 		t.Fatalf("the failing version did not migrate the store:\n%s", children(dir))
@@ -386,17 +409,22 @@ func TestKilledLauncherTakesItsChildAndComesBackTheSame(t *testing.T) {
 			t.Fatal(err)
 		}
 		var pid int
-		poll.Until(t, 20*time.Second, "v2 running", func() (bool, string) {
+		poll.Until(t, 20*time.Second, "v2 running", func() error {
 			l := readLaunch(t, dir)
 			pid = lastStart(children(dir), "ready2")
-			return l.Good == v2.digest && l.Running == v2.digest && pid > 0 && strings.Count(children(dir), "start ready2") == round+1,
-				fmt.Sprintf("%+v\n%s", l, children(dir))
+			if l.Good == v2.digest && l.Running == v2.digest && pid > 0 && strings.Count(children(dir), "start ready2") == round+1 {
+				return nil
+			}
+			return fmt.Errorf("%+v\n%s", l, children(dir))
 		})
 		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
 		cmd.Process.Kill()
 		cmd.Wait()
-		poll.Until(t, 10*time.Second, "the child gone with its launcher", func() (bool, string) {
-			return syscall.Kill(pid, 0) != nil || zombie(pid), fmt.Sprintf("pid %d still there", pid)
+		poll.Until(t, 10*time.Second, "the child gone with its launcher", func() error {
+			if syscall.Kill(pid, 0) != nil || zombie(pid) {
+				return nil
+			}
+			return fmt.Errorf("pid %d still there", pid)
 		})
 	}
 	if strings.Contains(children(dir), "start ready ") {
@@ -461,7 +489,12 @@ func TestResolverAddressHeldAndHanded(t *testing.T) {
 	dir := newDir(t)
 	self := child(t, "ready")
 	start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path, DNS: "127.0.0.1:0", Args: []string{"--dns=127.0.0.1:0", "--heartbeat=1s"}})
-	poll.Until(t, 20*time.Second, "ready", func() (bool, string) { return readLaunch(t, dir).Good != "", children(dir) })
+	poll.Until(t, 20*time.Second, "ready", func() error {
+		if readLaunch(t, dir).Good != "" {
+			return nil
+		}
+		return errors.New(children(dir))
+	})
 	var dns, held string
 	for _, line := range strings.Split(children(dir), "\n") {
 		f := strings.Fields(line)
@@ -510,11 +543,13 @@ func TestKilledMidSwapComesBackWhole(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Up in this round: started by this launcher, ready, and running.
-		poll.Until(t, 20*time.Second, "round "+strconv.Itoa(round)+": "+names[from.digest]+" running", func() (bool, string) {
+		poll.Until(t, 20*time.Second, "round "+strconv.Itoa(round)+": "+names[from.digest]+" running", func() error {
 			l := readLaunch(t, dir)
 			pid := lastStart(children(dir)[before:], names[from.digest])
-			return l.Good == from.digest && l.Running == from.digest && pid > 0 && syscall.Kill(pid, 0) == nil && !zombie(pid),
-				fmt.Sprintf("%+v\n%s", l, children(dir))
+			if l.Good == from.digest && l.Running == from.digest && pid > 0 && syscall.Kill(pid, 0) == nil && !zombie(pid) {
+				return nil
+			}
+			return fmt.Errorf("%+v\n%s", l, children(dir))
 		})
 		want(t, dir, to.digest)
 		appendLog(dir, fmt.Sprintf("round %d want %s", round, names[to.digest]))
@@ -526,13 +561,13 @@ func TestKilledMidSwapComesBackWhole(t *testing.T) {
 		cmd.Process.Kill()
 		cmd.Wait()
 		appendLog(dir, "killed")
-		poll.Until(t, 10*time.Second, "the children gone with their launcher", func() (bool, string) {
+		poll.Until(t, 10*time.Second, "the children gone with their launcher", func() error {
 			for _, v := range pair {
 				if p := lastStart(children(dir), names[v.digest]); p > 0 && syscall.Kill(p, 0) == nil && !zombie(p) {
-					return false, fmt.Sprintf("%s (pid %d) still runs", names[v.digest], p)
+					return fmt.Errorf("%s (pid %d) still runs", names[v.digest], p)
 				}
 			}
-			return true, ""
+			return nil
 		})
 		if l := readLaunch(t, dir); len(l.Bad) != 0 {
 			t.Fatalf("round %d: a kill mid-swap marked a version bad: %+v", round, l.Bad)
@@ -587,9 +622,12 @@ func TestRetryTriesABadVersionOncePerCount(t *testing.T) {
 	deliver(t, dir, v3, true)
 	starts := func() int { return strings.Count(children(dir), "start exit ") }
 	r := start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path})
-	poll.Until(t, 20*time.Second, "v3 marked bad, the own executable good", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "v3 marked bad, the own executable good", func() error {
 		l := readLaunch(t, dir)
-		return l.Good == self.digest && l.Bad[v3.digest].Reason != "", fmt.Sprintf("%+v\n%s", l, children(dir))
+		if l.Good == self.digest && l.Bad[v3.digest].Reason != "" {
+			return nil
+		}
+		return fmt.Errorf("%+v\n%s", l, children(dir))
 	})
 	if n := starts(); n != 1 {
 		t.Fatalf("v3 started %d times, want once:\n%s", n, children(dir))
@@ -607,10 +645,13 @@ func TestRetryTriesABadVersionOncePerCount(t *testing.T) {
 		}
 	}
 	retry(1)
-	poll.Until(t, 20*time.Second, "v3 tried again for retry 1", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "v3 tried again for retry 1", func() error {
 		l := readLaunch(t, dir)
-		return starts() == 2 && l.Retried[v3.digest] == 1 && l.Bad[v3.digest].Reason != "" && l.Good == self.digest &&
-			strings.Count(children(dir), "start ready ") == 2, fmt.Sprintf("%+v\n%s", l, children(dir))
+		if starts() == 2 && l.Retried[v3.digest] == 1 && l.Bad[v3.digest].Reason != "" && l.Good == self.digest &&
+			strings.Count(children(dir), "start ready ") == 2 {
+			return nil
+		}
+		return fmt.Errorf("%+v\n%s", l, children(dir))
 	})
 
 	// A restart with the same count: v3 stays bad.
@@ -619,13 +660,19 @@ func TestRetryTriesABadVersionOncePerCount(t *testing.T) {
 		t.Fatalf("Run after a stop: %v", err)
 	}
 	start(t, launch.Config{Dir: dir, Mode: launch.Host, Self: self.path})
-	poll.Until(t, 20*time.Second, "the own executable again", func() (bool, string) {
-		return strings.Count(children(dir), "start ready ") == 3, children(dir)
+	poll.Until(t, 20*time.Second, "the own executable again", func() error {
+		if strings.Count(children(dir), "start ready ") == 3 {
+			return nil
+		}
+		return errors.New(children(dir))
 	})
 	retry(2)
-	poll.Until(t, 20*time.Second, "v3 tried again for retry 2", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "v3 tried again for retry 2", func() error {
 		l := readLaunch(t, dir)
-		return starts() == 3 && l.Retried[v3.digest] == 2 && l.Bad[v3.digest].Reason != "", fmt.Sprintf("%+v\n%s", l, children(dir))
+		if starts() == 3 && l.Retried[v3.digest] == 2 && l.Bad[v3.digest].Reason != "" {
+			return nil
+		}
+		return fmt.Errorf("%+v\n%s", l, children(dir))
 	})
 	if n := starts(); n != 3 {
 		t.Errorf("v3 started %d times, want 3 (once, and once per retry):\n%s", n, children(dir))

@@ -103,8 +103,11 @@ func startBus(t *testing.T, n int) *testBus {
 		b.stops = append(b.stops, stop)
 	}
 	for i, srv := range b.srvs {
-		poll.Until(t, 30*time.Second, fmt.Sprintf("bus %d routes to every other", i), func() (bool, string) {
-			return len(srv.Peers()) == n-1, fmt.Sprintf("routes to %q", srv.Peers())
+		poll.Until(t, 30*time.Second, fmt.Sprintf("bus %d routes to every other", i), func() error {
+			if len(srv.Peers()) == n-1 {
+				return nil
+			}
+			return fmt.Errorf("routes to %q", srv.Peers())
 		})
 	}
 	return b
@@ -135,7 +138,7 @@ func (b *testBus) js(t *testing.T, i int) jetstream.JetStream {
 func bucket(t *testing.T, js jetstream.JetStream, replicas int) jetstream.KeyValue {
 	t.Helper()
 	var kv jetstream.KeyValue
-	poll.UntilOK(t, 60*time.Second, "the bucket is made", func() error {
+	poll.Until(t, 60*time.Second, "the bucket is made", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err error
@@ -247,7 +250,7 @@ func leading(cs []*campaigner) []string {
 func waitLeader(t *testing.T, within time.Duration, what string, cs []*campaigner, not ...int) int {
 	t.Helper()
 	found := -1
-	poll.Until(t, within, what, func() (bool, string) {
+	poll.Until(t, within, what, func() error {
 		names := leading(cs)
 		if len(names) > 1 {
 			t.Fatalf("%s: two campaigners lead at once: %q", what, names)
@@ -255,10 +258,10 @@ func waitLeader(t *testing.T, within time.Duration, what string, cs []*campaigne
 		for i, c := range cs {
 			if c != nil && c.state().Leading && !contains(not, i) {
 				found = i
-				return true, ""
+				return nil
 			}
 		}
-		return false, fmt.Sprintf("leading: %q", names)
+		return fmt.Errorf("leading: %q", names)
 	})
 	return found
 }

@@ -30,9 +30,12 @@ func TestPartitionedLeaderStepsDown(t *testing.T) {
 	old := waitLeader(t, 60*time.Second, "one of three leads", cs)
 
 	b.stops[old]()
-	poll.Until(t, ttl, "the partitioned leader steps down within the TTL", func() (bool, string) {
+	poll.Until(t, ttl, "the partitioned leader steps down within the TTL", func() error {
 		st := cs[old].state()
-		return !st.Leading && st.Role == lease.Follower, fmt.Sprintf("%+v", st)
+		if !st.Leading && st.Role == lease.Follower {
+			return nil
+		}
+		return fmt.Errorf("%+v", st)
 	})
 	next := waitLeader(t, 60*time.Second, "another leads", cs, old)
 	if st := cs[old].state(); st.Leading {
@@ -54,8 +57,11 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 	held := cs[old].state().Revision
 
 	cs[old].pause.pause()
-	poll.Until(t, ttl, "the paused leader is held", func() (bool, string) {
-		return cs[old].pause.isHeld(), "not yet"
+	poll.Until(t, ttl, "the paused leader is held", func() error {
+		if cs[old].pause.isHeld() {
+			return nil
+		}
+		return errors.New("not yet")
 	})
 	next := waitLeader(t, 30*time.Second, "another leads while the leader is paused", cs, old)
 	if st := cs[old].state(); st.Leading {
@@ -75,9 +81,12 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 	}
 
 	cs[old].pause.resume()
-	poll.Until(t, ttl, "the resumed leader steps down", func() (bool, string) {
+	poll.Until(t, ttl, "the resumed leader steps down", func() error {
 		st := cs[old].state()
-		return st.Role == lease.Follower, fmt.Sprintf("%+v", st)
+		if st.Role == lease.Follower {
+			return nil
+		}
+		return fmt.Errorf("%+v", st)
 	})
 	if got := leading(cs); len(got) != 1 || got[0] != cs[next].name {
 		t.Fatalf("after the old leader resumed, leading: %q, want %s alone", got, cs[next].name)
@@ -120,7 +129,7 @@ func TestClockSkewDoesNotDecide(t *testing.T) {
 func keeps(t *testing.T, leader, other *campaigner) {
 	t.Helper()
 	seen := map[uint64]bool{}
-	poll.Until(t, 10*ttl, leader.name+" renews three times while "+other.name+" campaigns", func() (bool, string) {
+	poll.Until(t, 10*ttl, leader.name+" renews three times while "+other.name+" campaigns", func() error {
 		st := leader.state()
 		if !st.Leading {
 			t.Fatalf("%s stopped leading: %+v", leader.name, st)
@@ -129,7 +138,10 @@ func keeps(t *testing.T, leader, other *campaigner) {
 			t.Fatalf("%s took the lease from %s: %+v", other.name, leader.name, o)
 		}
 		seen[st.Revision] = true
-		return len(seen) > 3, fmt.Sprintf("revisions seen: %d", len(seen))
+		if len(seen) > 3 {
+			return nil
+		}
+		return fmt.Errorf("revisions seen: %d", len(seen))
 	})
 }
 
@@ -270,9 +282,12 @@ func TestOwnNameInTheKeyIsTakenAgain(t *testing.T) {
 	}
 	other := campaign(t, js, "b", nil)
 	own := campaign(t, js, "a", nil)
-	poll.Until(t, ttl, "the campaigner named in the key leads", func() (bool, string) {
+	poll.Until(t, ttl, "the campaigner named in the key leads", func() error {
 		st := own.state()
-		return st.Leading, fmt.Sprintf("%+v", st)
+		if st.Leading {
+			return nil
+		}
+		return fmt.Errorf("%+v", st)
 	})
 	if st := other.state(); st.Role != lease.Follower {
 		t.Fatalf("the campaigner whose name the key does not hold: %+v", st)
@@ -291,9 +306,12 @@ func TestRenewalOutlastsFencedWrites(t *testing.T) {
 	js := b.js(t, 0)
 	bucket(t, js, 3)
 	c := campaign(t, js, "a", nil)
-	poll.Until(t, 30*time.Second, "the campaigner leads", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the campaigner leads", func() error {
 		st := c.state()
-		return st.Leading, fmt.Sprintf("%+v", st)
+		if st.Leading {
+			return nil
+		}
+		return fmt.Errorf("%+v", st)
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

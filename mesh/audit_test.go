@@ -60,7 +60,7 @@ func TestBusyStoreLosesNoAudit(t *testing.T) {
 		t.Fatalf("node hold: %s", r.Error)
 	}
 	var got []string
-	poll.Until(t, 10*time.Second, "both calls audited after the store took writes again", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "both calls audited after the store took writes again", func() error {
 		es, err := db.AuditSince(context.Background(), time.Time{}, 100)
 		if err != nil {
 			t.Fatal(err)
@@ -69,15 +69,21 @@ func TestBusyStoreLosesNoAudit(t *testing.T) {
 		for _, e := range es {
 			got = append(got, e.Verb+" "+e.Outcome)
 		}
-		return len(got) == 2, fmt.Sprintf("audited %q", got)
+		if len(got) == 2 {
+			return nil
+		}
+		return fmt.Errorf("audited %q", got)
 	})
 	if !strings.HasPrefix(got[0], spec.NodeShow.Name+` failed: no node called "ghost"`) || got[1] != spec.NodeHold.Name+" ok" {
 		t.Fatalf("audited %q, want the failed node.show then the hold", got)
 	}
 	// The queue's count falls once the write that emptied it returns, a
 	// moment after the rows are readable.
-	poll.Until(t, 10*time.Second, "the audit queue empty", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the audit queue empty", func() error {
 		n := c.auditor.auditQueued()
-		return n == 0, fmt.Sprintf("%d entries still queued", n)
+		if n == 0 {
+			return nil
+		}
+		return fmt.Errorf("%d entries still queued", n)
 	})
 }

@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -148,8 +149,11 @@ func TestUnusedBlobsAreCollected(t *testing.T) {
 	register(fileModule("x", "1", "/srv/x", d, len(fresh)))
 	clk.Add(BlobGrace + time.Minute)
 	register(fileModule("x", "2", "/srv/x", "", 0))
-	poll.Until(t, 10*time.Second, "the replaced version's blob collected without the timer", func() (bool, string) {
-		return !has(d), "still stored"
+	poll.Until(t, 10*time.Second, "the replaced version's blob collected without the timer", func() error {
+		if !has(d) {
+			return nil
+		}
+		return errors.New("still stored")
 	})
 
 	if n := metric(t, c, "mesh_blobs_collected_total"); n != 3 {

@@ -47,7 +47,7 @@ func TestClaimsAboveWhatWasSent(t *testing.T) {
 	// sequence (the heartbeat recorded).
 	wantStatus := func(want, state string, applied uint64) {
 		t.Helper()
-		poll.UntilOK(t, 10*time.Second, "alpha's status", func() error {
+		poll.Until(t, 10*time.Second, "alpha's status", func() error {
 			res := statusOf(t, c)
 			problems := strings.Join(res.Problems, "\n")
 			named := strings.Contains(problems, "alpha reports applying declaration")
@@ -69,12 +69,15 @@ func TestClaimsAboveWhatWasSent(t *testing.T) {
 	heartbeat(math.MaxInt64)
 	wantStatus("alpha reports applying declaration 9223372036854775807, more than 1048576 above the last sent to it (3): not believed", "not believed", 0)
 	// Status shows a heartbeat as heard before the store records it.
-	poll.Until(t, 10*time.Second, "the heartbeat recorded, its claim not kept", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the heartbeat recorded, its claim not kept", func() error {
 		n, _ := db.Node(ctx, "alpha")
 		if !n.LastHeard.IsZero() && n.AppliedSeq != 0 {
 			t.Fatalf("stored: applied %d; want the claim not kept", n.AppliedSeq)
 		}
-		return !n.LastHeard.IsZero(), fmt.Sprintf("stored: applied %d, heard %v", n.AppliedSeq, n.LastHeard)
+		if !n.LastHeard.IsZero() {
+			return nil
+		}
+		return fmt.Errorf("stored: applied %d, heard %v", n.AppliedSeq, n.LastHeard)
 	})
 	wantNext(4)
 	heartbeat(math.MaxUint64)

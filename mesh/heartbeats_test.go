@@ -81,13 +81,19 @@ func TestHeartbeatsResendWhatExpired(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	poll.Until(t, 10*time.Second, "alpha's expired declaration is sent again", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "alpha's expired declaration is sent again", func() error {
 		d, err := db.LastDeclaration(ctx, "alpha")
-		return err == nil && d.Seq == sent["alpha"]+1, fmt.Sprintf("last %d, %v", d.Seq, err)
+		if err == nil && d.Seq == sent["alpha"]+1 {
+			return nil
+		}
+		return fmt.Errorf("last %d, %v", d.Seq, err)
 	})
-	poll.Until(t, 10*time.Second, "beta's heartbeat is recorded", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "beta's heartbeat is recorded", func() error {
 		n, err := db.Node(ctx, "beta")
-		return err == nil && n.AppliedSeq == sent["beta"], fmt.Sprintf("applied %d, %v", n.AppliedSeq, err)
+		if err == nil && n.AppliedSeq == sent["beta"] {
+			return nil
+		}
+		return fmt.Errorf("applied %d, %v", n.AppliedSeq, err)
 	})
 	if d, err := db.LastDeclaration(ctx, "beta"); err != nil || d.Seq != sent["beta"] {
 		t.Errorf("beta, which applied its declaration, was sent %d (%v)", d.Seq, err)
@@ -122,9 +128,12 @@ func TestHeartbeatsHandAMissedDeclarationAgain(t *testing.T) {
 		if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindHeartbeat), mustJSON(t, hb)); err != nil {
 			t.Fatal(err)
 		}
-		poll.Until(t, 10*time.Second, "the heartbeat is recorded", func() (bool, string) {
+		poll.Until(t, 10*time.Second, "the heartbeat is recorded", func() error {
 			n, err := db.Node(ctx, "alpha")
-			return err == nil && !n.LastHeard.Before(at) && n.AppliedSeq == applied, fmt.Sprintf("%+v, %v", n, err)
+			if err == nil && !n.LastHeard.Before(at) && n.AppliedSeq == applied {
+				return nil
+			}
+			return fmt.Errorf("%+v, %v", n, err)
 		})
 	}
 	pending := func() int {
@@ -198,9 +207,12 @@ func TestHeartbeatsAnnounceAMissedRosterAgain(t *testing.T) {
 		if err := c.nc.Publish(spec.NodeSubject("beta", spec.KindHeartbeat), mustJSON(t, hb)); err != nil {
 			t.Fatal(err)
 		}
-		poll.Until(t, 10*time.Second, "the heartbeat is recorded", func() (bool, string) {
+		poll.Until(t, 10*time.Second, "the heartbeat is recorded", func() error {
 			n, err := db.Node(ctx, "beta")
-			return err == nil && !n.LastHeard.Before(at) && n.RosterSeq == roster, fmt.Sprintf("%+v, %v", n, err)
+			if err == nil && !n.LastHeard.Before(at) && n.RosterSeq == roster {
+				return nil
+			}
+			return fmt.Errorf("%+v, %v", n, err)
 		})
 	}
 	pending := func() int {

@@ -38,23 +38,32 @@ func TestJunkReportSetsNothing(t *testing.T) {
 	}
 	applied := func(want uint64) {
 		t.Helper()
-		poll.Until(t, 10*time.Second, fmt.Sprintf("alpha applied %d", want), func() (bool, string) {
+		poll.Until(t, 10*time.Second, fmt.Sprintf("alpha applied %d", want), func() error {
 			st := nodeStatus(statusOf(t, c), "alpha")
-			return st.AppliedSeq == want && st.State == "current", fmt.Sprintf("applied %d, state %s", st.AppliedSeq, st.State)
+			if st.AppliedSeq == want && st.State == "current" {
+				return nil
+			}
+			return fmt.Errorf("applied %d, state %s", st.AppliedSeq, st.State)
 		})
 	}
 	publish(spec.KindHeartbeat, spec.Heartbeat{Node: "alpha", Time: clk.Now(), Protocol: spec.Protocol})
-	poll.Until(t, 10*time.Second, "alpha's heartbeat recorded", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "alpha's heartbeat recorded", func() error {
 		n, err := db.Node(ctx, "alpha")
-		return err == nil && !n.LastHeard.IsZero(), fmt.Sprintf("last heard %v, %v", n.LastHeard, err)
+		if err == nil && !n.LastHeard.IsZero() {
+			return nil
+		}
+		return fmt.Errorf("last heard %v, %v", n.LastHeard, err)
 	})
 	report(2)
 	applied(2)
 
 	report(114149)
-	poll.Until(t, 10*time.Second, "the junk report counted", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the junk report counted", func() error {
 		n := metric(t, c, "mesh_reports_unsent_total")
-		return n == 1, fmt.Sprintf("%d reports of a declaration never sent", n)
+		if n == 1 {
+			return nil
+		}
+		return fmt.Errorf("%d reports of a declaration never sent", n)
 	})
 	if st := nodeStatus(statusOf(t, c), "alpha"); st.AppliedSeq != 2 {
 		t.Fatalf("after a report of 114149, never sent: applied %d, want 2", st.AppliedSeq)
@@ -72,12 +81,15 @@ func TestJunkReportSetsNothing(t *testing.T) {
 		{Digest: hexDigest([]byte("v3")), Reason: "no time"},
 		{Digest: hexDigest([]byte("v4")), Reason: "from the future", At: clk.Now().Add(time.Hour)},
 	}})
-	poll.Until(t, 10*time.Second, "the true fall-back alone kept", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the true fall-back alone kept", func() error {
 		n, err := db.Node(ctx, "alpha")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(n.Fallbacks) == 1 && n.Fallbacks[0].Digest == good, fmt.Sprintf("kept %+v", n.Fallbacks)
+		if len(n.Fallbacks) == 1 && n.Fallbacks[0].Digest == good {
+			return nil
+		}
+		return fmt.Errorf("kept %+v", n.Fallbacks)
 	})
 	if n := metric(t, c, "mesh_fallbacks_refused_total"); n != 3 {
 		t.Errorf("fall-backs refused: %d, want 3", n)

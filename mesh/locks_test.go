@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -45,12 +46,12 @@ func TestNodeLocksTakeSharedStripesOnce(t *testing.T) {
 		l.lockAll([]string{b, a, "other", a})()
 		close(done)
 	}()
-	poll.Until(t, 5*time.Second, "nodes sharing a stripe locked together", func() (bool, string) {
+	poll.Until(t, 5*time.Second, "nodes sharing a stripe locked together", func() error {
 		select {
 		case <-done:
-			return true, ""
+			return nil
 		default:
-			return false, "lockAll has not returned"
+			return errors.New("lockAll has not returned")
 		}
 	})
 	for i := range l.stripes {

@@ -41,9 +41,12 @@ func heardAt(t *testing.T, c *Controller, db *store.DB, clk *clock, version stri
 	if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindHeartbeat), mustJSON(t, hb)); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "alpha's heartbeat recorded", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "alpha's heartbeat recorded", func() error {
 		n, err := db.Node(context.Background(), "alpha")
-		return err == nil && n.HostVersion == version, fmt.Sprintf("version %q, %v", n.HostVersion, err)
+		if err == nil && n.HostVersion == version {
+			return nil
+		}
+		return fmt.Errorf("version %q, %v", n.HostVersion, err)
 	})
 }
 
@@ -161,9 +164,12 @@ func TestPushAndApplyAreTimed(t *testing.T) {
 	if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindReport), mustJSON(t, r)); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "the apply timed", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the apply timed", func() error {
 		n := metric(t, c, "mesh_apply_duration_seconds_count")
-		return n == 1, fmt.Sprintf("%d applies timed", n)
+		if n == 1 {
+			return nil
+		}
+		return fmt.Errorf("%d applies timed", n)
 	})
 	if body := scrape(t, c); !strings.Contains(body, "\nmesh_apply_duration_seconds_sum 1.5\n") {
 		t.Errorf("an apply of 1.5 s is not summed as 1.5 s:\n%s", body)

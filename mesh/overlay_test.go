@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -129,14 +130,22 @@ func TestOverlayMembershipChangeIsOneRosterMessage(t *testing.T) {
 		reportOverlay(t, c, spec.OverlayState{Node: "alpha", Mode: spec.OverlayUserspace, Endpoints: []string{"192.0.2.1:" + port}})
 	}
 	reportOverlay(t, c, spec.OverlayState{Node: "alpha", Mode: spec.OverlayUserspace, Endpoints: []string{"192.0.2.1:51820", "203.0.113.7:51820"}, Relay: true})
-	poll.Until(t, 10*time.Second, "the roster with alpha's last endpoints", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the roster with alpha's last endpoints", func() error {
 		roster, seq := rosterInForce(t, db)
 		i := slices.IndexFunc(roster.Nodes, func(n spec.RosterNode) bool { return n.Name == "alpha" })
 		m := roster.Nodes[i].Overlay
-		return m != nil && len(m.Endpoints) == 2 && m.Relay, fmt.Sprintf("roster %d: alpha %+v", seq, m)
+		if m != nil && len(m.Endpoints) == 2 && m.Relay {
+			return nil
+		}
+		return fmt.Errorf("roster %d: alpha %+v", seq, m)
 	})
 	// Nothing more comes of the five reports: no change is waiting.
-	poll.Until(t, 3*membershipDelay, "no change waiting", func() (bool, string) { return len(c.overlays.kick) == 0, "a change waits" })
+	poll.Until(t, 3*membershipDelay, "no change waiting", func() error {
+		if len(c.overlays.kick) == 0 {
+			return nil
+		}
+		return errors.New("a change waits")
+	})
 	if got := onSubject(t, c, spec.RosterSubject); got > rosters+2 {
 		t.Fatalf("%d roster messages for five reports within the delay, want at most 2 (the first at once, the rest at the delay's end)", got-rosters)
 	}
@@ -148,9 +157,12 @@ func TestOverlayMembershipChangeIsOneRosterMessage(t *testing.T) {
 	if _, err := c.enrolment.enrol(ctx, data); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "delta in the roster", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "delta in the roster", func() error {
 		r, seq := rosterInForce(t, db)
-		return slices.ContainsFunc(r.Nodes, func(n spec.RosterNode) bool { return n.Name == "delta" && n.Overlay != nil }), fmt.Sprintf("roster %d without it", seq)
+		if slices.ContainsFunc(r.Nodes, func(n spec.RosterNode) bool { return n.Name == "delta" && n.Overlay != nil }) {
+			return nil
+		}
+		return fmt.Errorf("roster %d without it", seq)
 	})
 }
 

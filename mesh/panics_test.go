@@ -94,9 +94,12 @@ func TestPanicInAHandlerLeavesTheBusServing(t *testing.T) {
 	if err := json.Unmarshal(r.Result, &nodes); err != nil || len(nodes.Nodes) != 1 {
 		t.Fatalf("node list after the panics: %s (%v)", r.Result, err)
 	}
-	poll.Until(t, 10*time.Second, "three panics counted (the facts', the heartbeat batch's and the verb's)", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "three panics counted (the facts', the heartbeat batch's and the verb's)", func() error {
 		n := c.cfg.Panics.Load()
-		return n == 3, fmt.Sprintf("mesh_panics_total counts %d", n)
+		if n == 3 {
+			return nil
+		}
+		return fmt.Errorf("mesh_panics_total counts %d", n)
 	})
 	resp, err := http.Get("http://" + c.HTTPAddr() + "/metrics")
 	if err != nil {
@@ -190,7 +193,7 @@ func TestReportBeforeAnyPush(t *testing.T) {
 	if err := c.nc.Publish(spec.NodeSubject("alpha", spec.KindReport), r); err != nil {
 		t.Fatal(err)
 	}
-	poll.UntilOK(t, 10*time.Second, "the early report recorded", func() error {
+	poll.Until(t, 10*time.Second, "the early report recorded", func() error {
 		got, err := db.LastReport(context.Background(), "alpha")
 		if err == nil && got.Seq != 3 {
 			err = fmt.Errorf("the last report recorded is %+v", got)

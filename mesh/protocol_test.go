@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -52,21 +53,21 @@ func TestHostOfAnotherProtocolRefused(t *testing.T) {
 			}
 			says := []string{fmt.Sprintf("protocol %d refused", tc.protocol), fmt.Sprintf("speaks protocol %d", spec.Protocol), "mesh release roll"}
 			beat(tc.protocol, tc.extra)
-			poll.Until(t, 20*time.Second, "status shows beta refused", func() (bool, string) {
+			poll.Until(t, 20*time.Second, "status shows beta refused", func() error {
 				st, err := c.status(ctx, spec.StatusRequest{})
 				if err != nil {
-					return false, err.Error()
+					return err
 				}
 				i := slices.IndexFunc(st.Problems, func(p string) bool { return strings.HasPrefix(p, "beta: ") })
 				if i < 0 {
-					return false, strings.Join(st.Problems, "; ")
+					return errors.New(strings.Join(st.Problems, "; "))
 				}
 				for _, want := range says {
 					if !strings.Contains(st.Problems[i], want) {
-						return false, st.Problems[i]
+						return errors.New(st.Problems[i])
 					}
 				}
-				return true, ""
+				return nil
 			})
 			n, err := c.deps.DB.Node(ctx, "beta")
 			if err != nil || n.Protocol != tc.protocol || n.HostVersion != fmt.Sprintf("v%d", tc.protocol) {
@@ -83,9 +84,9 @@ func TestHostOfAnotherProtocolRefused(t *testing.T) {
 			}
 
 			beat(spec.Protocol, "")
-			poll.Until(t, 20*time.Second, "beta's roster request answered", func() (bool, string) {
+			poll.Until(t, 20*time.Second, "beta's roster request answered", func() error {
 				_, err := askRoster(t, nc, spec.RosterRequest{})
-				return err == nil, fmt.Sprint(err)
+				return err
 			})
 		})
 	}

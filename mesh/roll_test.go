@@ -39,6 +39,11 @@ type simHosts struct {
 
 	mu     sync.Mutex
 	behave map[string]string
+	// stamped counts the heartbeats sent, and sent is the time of each
+	// node's last: a heartbeat's time is the clock's plus its count in
+	// nanoseconds, so the last a node sent is told from those before.
+	stamped int64
+	sent    map[string]time.Time
 }
 
 // newRollMesh is a controller whose own node is alpha, beside it beta and
@@ -90,7 +95,7 @@ func publishFake(t *testing.T, db *store.DB, clk *clock, content, goarch string)
 // reports old until the node's declaration carries a binary, and then as
 // behave says.
 func simulate(t *testing.T, c *Controller, db *store.DB, clk *clock, old string, behave map[string]string) *simHosts {
-	h := &simHosts{t: t, c: c, db: db, clk: clk, old: old, behave: behave}
+	h := &simHosts{t: t, c: c, db: db, clk: clk, old: old, behave: behave, sent: map[string]time.Time{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -104,13 +109,13 @@ func simulate(t *testing.T, c *Controller, db *store.DB, clk *clock, old string,
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	poll.Until(t, 10*time.Second, "every simulated host to be heard", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "every simulated host to be heard", func() error {
 		for node := range behave {
 			if n, err := db.Node(context.Background(), node); err != nil || n.HostVersion != old {
-				return false, node
+				return errors.New(node)
 			}
 		}
-		return true, ""
+		return nil
 	})
 	return h
 }
@@ -137,6 +142,13 @@ func (h *simHosts) carried(node string) string {
 		return b.Digest
 	}
 	return ""
+}
+
+// lastSent is the time of node's last heartbeat sent.
+func (h *simHosts) lastSent(node string) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sent[node]
 }
 
 // setController has the hosts talk to c (a controller restarted).
@@ -166,7 +178,8 @@ func (h *simHosts) beat(ctx context.Context) {
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return // the store closing at the end
 		}
-		hb := spec.Heartbeat{Node: node, Time: h.clk.Now(), HostVersion: h.old, Protocol: spec.Protocol, IntervalMS: 1000}
+		h.stamped++
+		hb := spec.Heartbeat{Node: node, Time: h.clk.Now().Add(time.Duration(h.stamped)), HostVersion: h.old, Protocol: spec.Protocol, IntervalMS: 1000}
 		switch {
 		case digest == "":
 		case behave == upgrade:
@@ -182,6 +195,7 @@ func (h *simHosts) beat(ctx context.Context) {
 			return
 		}
 		h.c.nc.Publish(spec.NodeSubject(node, spec.KindHeartbeat), mustJSON(h.t, hb))
+		h.sent[node] = hb.Time
 	}
 }
 
@@ -197,10 +211,13 @@ func roll(t *testing.T, op *nats.Conn, verb string, req any) (spec.Roll, error) 
 func waitRoll(t *testing.T, op *nats.Conn) spec.Roll {
 	t.Helper()
 	var r spec.Roll
-	poll.Until(t, 20*time.Second, "the roll to finish or halt", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the roll to finish or halt", func() error {
 		var err error
 		r, err = roll(t, op, spec.RollShow.Name, spec.ReleaseRollShowRequest{})
-		return err == nil && r.Finished(), r.State
+		if err == nil && r.Finished() {
+			return nil
+		}
+		return errors.New(r.State)
 	})
 	return r
 }
@@ -456,8 +473,11 @@ func TestRollHaltsAtFallback(t *testing.T) {
 	if rv := aborted.Reverted; len(rv) != 1 || rv[0].Node != "beta" || rv[0].Error != "" || rv[0].Seq == 0 || rv[0].Unchanged {
 		t.Errorf("reverted %+v, want beta sent a declaration", rv)
 	}
-	poll.Until(t, 10*time.Second, "beta's declaration to carry no binary", func() (bool, string) {
-		return hosts.carried("beta") == "", hosts.carried("beta")
+	poll.Until(t, 10*time.Second, "beta's declaration to carry no binary", func() error {
+		if hosts.carried("beta") == "" {
+			return nil
+		}
+		return errors.New(hosts.carried("beta"))
 	})
 	if p := strings.Join(statusOf(t, c).Problems, "\n"); strings.Contains(p, "gave up on") || strings.Contains(p, "pending") {
 		t.Errorf("after the abort, status still says:\n%s", p)
@@ -487,8 +507,11 @@ func TestRollDeadline(t *testing.T) {
 	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"alpha", "beta"}, HealthyWithinMS: 5000}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
-		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
+	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() error {
+		if hosts.carried("beta") == rel.Digest {
+			return nil
+		}
+		return errors.New(hosts.carried("beta"))
 	})
 	// beta's host reports that it could not take the binary.
 	sentTo, _ := db.LastDeclaration(context.Background(), "beta")
@@ -497,9 +520,12 @@ func TestRollDeadline(t *testing.T) {
 	if err := c.nc.Publish(spec.NodeSubject("beta", spec.KindReport), mustJSON(t, failed)); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "beta's report to be kept", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "beta's report to be kept", func() error {
 		r, err := db.LastReport(context.Background(), "beta")
-		return err == nil && r.Seq == sentTo.Seq, fmt.Sprint(err)
+		if err == nil && r.Seq == sentTo.Seq {
+			return nil
+		}
+		return errors.New(fmt.Sprint(err))
 	})
 	clk.Add(6 * time.Second)
 	r := waitRoll(t, op)
@@ -622,8 +648,11 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
-		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
+	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() error {
+		if hosts.carried("beta") == rel.Digest {
+			return nil
+		}
+		return errors.New(hosts.carried("beta"))
 	})
 	sent, _ := db.LastDeclaration(context.Background(), "beta")
 
@@ -663,8 +692,11 @@ func TestRollGoesOnAfterRestart(t *testing.T) {
 	if err := callAPI(t, op, spec.RollAbort.Name, spec.ReleaseRollAbortRequest{}, &aborted); err != nil || len(aborted.Reverted) != 1 {
 		t.Fatalf("abort: %+v %v", aborted, err)
 	}
-	poll.Until(t, 10*time.Second, "beta's declaration to carry v5 again", func() (bool, string) {
-		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
+	poll.Until(t, 10*time.Second, "beta's declaration to carry v5 again", func() error {
+		if hosts.carried("beta") == rel.Digest {
+			return nil
+		}
+		return errors.New(hosts.carried("beta"))
 	})
 }
 
@@ -685,8 +717,11 @@ func TestRollDeadlinePassedWhileDown(t *testing.T) {
 	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"beta"}}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() (bool, string) {
-		return hosts.carried("beta") == rel.Digest, hosts.carried("beta")
+	poll.Until(t, 10*time.Second, "beta to be sent the binary", func() error {
+		if hosts.carried("beta") == rel.Digest {
+			return nil
+		}
+		return errors.New(hosts.carried("beta"))
 	})
 	stop, _ := controllerStops.Load(c)
 	stop.(func())()
@@ -738,6 +773,36 @@ func (s *sendFailing) RecordDeclarations(ctx context.Context, ds []store.Declara
 	return failed, err
 }
 
+// beatsNoted is a store that notes the time of each node's last recorded
+// heartbeat, as its host stamped it.
+type beatsNoted struct {
+	Store
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (s *beatsNoted) RecordHeartbeats(ctx context.Context, hbs []spec.Heartbeat, at time.Time) (map[string]error, error) {
+	failed, err := s.Store.RecordHeartbeats(ctx, hbs, at)
+	if err != nil {
+		return failed, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, hb := range hbs {
+		if failed[hb.Node] == nil {
+			s.last[hb.Node] = hb.Time
+		}
+	}
+	return failed, nil
+}
+
+// lastRecorded is the time of node's last heartbeat recorded.
+func (s *beatsNoted) lastRecorded(node string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last[node]
+}
+
 // TestRollSendFailureIsRetried: a node whose step was recorded but whose
 // declaration the controller failed to send is sent it again on the next
 // look, and the roll goes on; a silent node whose last heartbeat named the
@@ -746,8 +811,9 @@ func TestRollSendFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
 	failing := &sendFailing{node: "beta", fail: 2}
+	noted := &beatsNoted{Store: failing, last: map[string]time.Time{}}
 	ticks := newRollTicks(t)
-	c, db := newControllerCfg(t, clk, func(db *store.DB) Store { failing.DB = db; return failing }, func(cfg *Config) { cfg.Node, cfg.RollTicks = "alpha", ticks })
+	c, db := newControllerCfg(t, clk, func(db *store.DB) Store { failing.DB = db; return noted }, func(cfg *Config) { cfg.Node, cfg.RollTicks = "alpha", ticks })
 	joinNode(t, c, "beta")
 	ctx := context.Background()
 	for _, n := range []string{"alpha", "beta"} {
@@ -773,7 +839,15 @@ func TestRollSendFailureIsRetried(t *testing.T) {
 	}
 
 	hosts.set("alpha", silent)
-	time.Sleep(5 * beatBatchGap) // the heartbeats sent before are written at the clock as it is
+	// Every heartbeat alpha sent is written at the clock as it is: once
+	// its last is recorded, none is held to be written after the clock
+	// moves (the controller keeps only a node's latest).
+	poll.Until(t, 10*time.Second, "alpha's last heartbeat recorded", func() error {
+		if sent, got := hosts.lastSent("alpha"), noted.lastRecorded("alpha"); !got.Equal(sent) {
+			return fmt.Errorf("alpha's last heartbeat sent is stamped %s, its last recorded %s", sent.Format(time.RFC3339Nano), got.Format(time.RFC3339Nano))
+		}
+		return nil
+	})
 	clk.Add(10 * time.Second)
 	if _, err := roll(t, op, spec.ReleaseRoll.Name, spec.ReleaseRollRequest{Digest: rel.Digest, Nodes: []string{"alpha"}, HealthyWithinMS: 5000}); err != nil {
 		t.Fatal(err)

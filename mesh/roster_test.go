@@ -229,17 +229,23 @@ func TestWaitingForTheRosterIsShown(t *testing.T) {
 	}
 	// Reports are written by the report writer: wait for it.
 	report(spec.Report{Seq: 1, Waiting: "it names roster 7, which this host has not got"})
-	poll.Until(t, 10*time.Second, "status says alpha waits for its roster", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "status says alpha waits for its roster", func() error {
 		st, err := c.status(ctx, spec.StatusRequest{})
-		return err == nil && has(st), fmt.Sprintf("%v %q", err, st.Problems)
+		if err == nil && has(st) {
+			return nil
+		}
+		return fmt.Errorf("%v %q", err, st.Problems)
 	})
 	if n, err := db.Node(ctx, "alpha"); err != nil || n.AppliedSeq != 0 {
 		t.Fatalf("a waiting report was taken for an apply: applied %d, %v", n.AppliedSeq, err)
 	}
 	report(spec.Report{Seq: 1, Results: []spec.ResourceResult{}})
-	poll.Until(t, 10*time.Second, "status no longer says alpha waits", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "status no longer says alpha waits", func() error {
 		st, err := c.status(ctx, spec.StatusRequest{})
-		return err == nil && !has(st), fmt.Sprintf("%v %q", err, st.Problems)
+		if err == nil && !has(st) {
+			return nil
+		}
+		return fmt.Errorf("%v %q", err, st.Problems)
 	})
 	if n, err := db.Node(ctx, "alpha"); err != nil || n.AppliedSeq != 1 {
 		t.Fatalf("the apply's report: applied %d, %v; want 1", n.AppliedSeq, err)

@@ -111,24 +111,30 @@ func TestStoreBusyIsNotSilentNodes(t *testing.T) {
 		}
 	}
 	beat()
-	poll.Until(t, 10*time.Second, "alpha's heartbeat recorded", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "alpha's heartbeat recorded", func() error {
 		n, err := db.Node(ctx, "alpha")
-		return err == nil && n.LastHeard.Equal(clk.Now()), fmt.Sprintf("last heard %v, %v", n.LastHeard, err)
+		if err == nil && n.LastHeard.Equal(clk.Now()) {
+			return nil
+		}
+		return fmt.Errorf("last heard %v, %v", n.LastHeard, err)
 	})
 
 	release := lockStore(t, c)
 	clk.Add(time.Minute) // the store's record of alpha is a minute old: silent, were it believed
 	beat()
-	poll.Until(t, 30*time.Second, "status names the busy store and alpha heard", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "status names the busy store and alpha heard", func() error {
 		res, err := c.status(ctx, spec.StatusRequest{})
 		if err != nil {
-			return false, fmt.Sprintf("status: %v", err)
+			return fmt.Errorf("status: %v", err)
 		}
 		st := nodeStatus(res, "alpha")
 		ok := strings.HasPrefix(res.StoreBusy, "the store is busy since ") && strings.Contains(res.StoreBusy, "heartbeats are not being recorded") &&
 			!st.Silent && st.LastHeard != nil && st.LastHeard.Equal(clk.Now()) && !res.AllClear &&
 			len(res.Problems) > 0 && res.Problems[0] == res.StoreBusy
-		return ok, fmt.Sprintf("store %q, alpha heard %s silent %v, all clear %v, problems %q", res.StoreBusy, st.Heard, st.Silent, res.AllClear, res.Problems)
+		if ok {
+			return nil
+		}
+		return fmt.Errorf("store %q, alpha heard %s silent %v, all clear %v, problems %q", res.StoreBusy, st.Heard, st.Silent, res.AllClear, res.Problems)
 	})
 	if n, err := db.Node(ctx, "alpha"); err != nil || n.LastHeard.Equal(clk.Now()) {
 		t.Fatalf("alpha's heartbeat recorded while the store was held: %v %v", n.LastHeard, err)
@@ -174,14 +180,20 @@ func TestStoreBusyIsNotSilentNodes(t *testing.T) {
 
 	release()
 	beat()
-	poll.Until(t, 30*time.Second, "the push audited, failed", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the push audited, failed", func() error {
 		got := pushAudits(t, db)
-		return len(got) == 1 && strings.HasPrefix(got[0], "failed: alpha (") && busy(got[0]), fmt.Sprintf("push audits %q", got)
+		if len(got) == 1 && strings.HasPrefix(got[0], "failed: alpha (") && busy(got[0]) {
+			return nil
+		}
+		return fmt.Errorf("push audits %q", got)
 	})
-	poll.Until(t, 30*time.Second, "heartbeats recorded again", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "heartbeats recorded again", func() error {
 		res := statusOf(t, c)
 		n, err := db.Node(ctx, "alpha")
-		return res.StoreBusy == "" && err == nil && n.LastHeard.Equal(clk.Now()), fmt.Sprintf("store %q, recorded %v", res.StoreBusy, n.LastHeard)
+		if res.StoreBusy == "" && err == nil && n.LastHeard.Equal(clk.Now()) {
+			return nil
+		}
+		return fmt.Errorf("store %q, recorded %v", res.StoreBusy, n.LastHeard)
 	})
 }
 
@@ -207,9 +219,12 @@ func TestPushAuditedAsItsOutcome(t *testing.T) {
 	push("beta")
 	push("alpha")
 	var got []string
-	poll.Until(t, 10*time.Second, "three pushes audited", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "three pushes audited", func() error {
 		got = pushAudits(t, db)
-		return len(got) == 3, fmt.Sprintf("push audits %q", got)
+		if len(got) == 3 {
+			return nil
+		}
+		return fmt.Errorf("push audits %q", got)
 	})
 	if !strings.HasPrefix(got[0], "partial: beta (held since ") || !strings.Contains(got[0], "audit test") {
 		t.Errorf("push to alpha and held beta audited %q, want partial naming beta", got[0])

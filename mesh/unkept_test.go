@@ -32,9 +32,12 @@ func TestUnkeptDeclarationIsShown(t *testing.T) {
 	const says = "alpha could not keep declaration 1: write state.json: no space left on device"
 	has := func(st spec.StatusResult) bool { return slices.Contains(st.Problems, says) }
 	report(spec.Report{Seq: 1, Unkept: "write state.json: no space left on device"})
-	poll.Until(t, 10*time.Second, "status says alpha could not keep its declaration", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "status says alpha could not keep its declaration", func() error {
 		st, err := c.status(ctx, spec.StatusRequest{})
-		return err == nil && has(st), fmt.Sprintf("%v %q", err, st.Problems)
+		if err == nil && has(st) {
+			return nil
+		}
+		return fmt.Errorf("%v %q", err, st.Problems)
 	})
 	if n, err := db.Node(ctx, "alpha"); err != nil || n.AppliedSeq != 0 {
 		t.Fatalf("an unkept report was taken for an apply: applied %d, %v", n.AppliedSeq, err)
@@ -43,8 +46,11 @@ func TestUnkeptDeclarationIsShown(t *testing.T) {
 		t.Fatalf("failed reports %v, %v; want alpha's 1, for a push to send it again", failed, err)
 	}
 	report(spec.Report{Seq: 1, Results: []spec.ResourceResult{}})
-	poll.Until(t, 10*time.Second, "status no longer says alpha could not keep it", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "status no longer says alpha could not keep it", func() error {
 		st, err := c.status(ctx, spec.StatusRequest{})
-		return err == nil && !has(st) && !slices.ContainsFunc(st.Problems, func(p string) bool { return strings.Contains(p, "could not keep") }), fmt.Sprintf("%v %q", err, st.Problems)
+		if err == nil && !has(st) && !slices.ContainsFunc(st.Problems, func(p string) bool { return strings.Contains(p, "could not keep") }) {
+			return nil
+		}
+		return fmt.Errorf("%v %q", err, st.Problems)
 	})
 }

@@ -182,10 +182,10 @@ func TestRoleQuestionIsNoVerb(t *testing.T) {
 	if _, err := op.Request(spec.APISubject(spec.NodeList.Name), []byte(`{}`), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "the verb after the question audited", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the verb after the question audited", func() error {
 		es, err := db.AuditSince(context.Background(), time.Time{}, 100)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		var verbs []string
 		for _, e := range es {
@@ -194,6 +194,9 @@ func TestRoleQuestionIsNoVerb(t *testing.T) {
 			}
 			verbs = append(verbs, e.Verb)
 		}
-		return slices.Contains(verbs, spec.NodeList.Name), strings.Join(verbs, ",")
+		if slices.Contains(verbs, spec.NodeList.Name) {
+			return nil
+		}
+		return errors.New(strings.Join(verbs, ","))
 	})
 }

@@ -111,7 +111,7 @@ func TestTunnelBetweenNamespaces(t *testing.T) {
 		_, err := h.try(command{Op: "run", Args: []string{"ping", "-c", "1", "-W", "1", to}})
 		return err
 	}
-	poll.UntilOK(t, 20*time.Second, "a pings b over mesh0", func() error { return ping(a, "10.88.0.2") })
+	poll.Until(t, 20*time.Second, "a pings b over mesh0", func() error { return ping(a, "10.88.0.2") })
 	if err := ping(b, "10.88.0.1"); err != nil {
 		t.Fatalf("b pings a over mesh0: %v", err)
 	}
@@ -124,7 +124,7 @@ func TestTunnelBetweenNamespaces(t *testing.T) {
 	flowing := func(from int64) int64 {
 		t.Helper()
 		var now int64
-		poll.UntilOK(t, 20*time.Second, "the TCP stream over mesh0", func() error {
+		poll.Until(t, 20*time.Second, "the TCP stream over mesh0", func() error {
 			s, err := a.try(command{Op: "streamed"})
 			if err != nil {
 				return err

@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -35,13 +36,19 @@ func TestForwardCachedAndExpired(t *testing.T) {
 		t.Fatalf("upstream asked %d times after cached queries, want 1", n)
 	}
 	// The TTL handed out counts down, and the answer expires.
-	poll.Until(t, 5*time.Second, "the cached TTL counted down below 2", func() (bool, string) {
+	poll.Until(t, 5*time.Second, "the cached TTL counted down below 2", func() error {
 		r := ask(t, "udp", addr, "www.example.com.", dns.TypeA, 0)
-		return len(r.Answer) == 1 && r.Answer[0].Header().Ttl < 2, fmt.Sprint(r.Answer)
+		if len(r.Answer) == 1 && r.Answer[0].Header().Ttl < 2 {
+			return nil
+		}
+		return errors.New(fmt.Sprint(r.Answer))
 	})
-	poll.Until(t, 5*time.Second, "the cached answer expired", func() (bool, string) {
+	poll.Until(t, 5*time.Second, "the cached answer expired", func() error {
 		ask(t, "udp", addr, "www.example.com.", dns.TypeA, 0)
-		return up.count() >= 2, fmt.Sprintf("upstream asked %d times", up.count())
+		if up.count() >= 2 {
+			return nil
+		}
+		return fmt.Errorf("upstream asked %d times", up.count())
 	})
 	// Another type is another entry.
 	ask(t, "udp", addr, "www.example.com.", dns.TypeTXT, 0)
@@ -105,9 +112,12 @@ func TestForwardNegativeCached(t *testing.T) {
 				t.Errorf("upstream asked %d times for 3 queries, want %d", went, want)
 			}
 			if tc.cached {
-				poll.Until(t, 5*time.Second, "the negative answer expired", func() (bool, string) {
+				poll.Until(t, 5*time.Second, "the negative answer expired", func() error {
 					ask(t, "udp", addr, tc.name, dns.TypeA, 0)
-					return up.countOf(tc.name) >= 2, fmt.Sprintf("upstream asked %d times", up.countOf(tc.name))
+					if up.countOf(tc.name) >= 2 {
+						return nil
+					}
+					return fmt.Errorf("upstream asked %d times", up.countOf(tc.name))
 				})
 			}
 		})
@@ -284,13 +294,21 @@ func TestForwardCoalesced(t *testing.T) {
 			}
 		})
 	}
-	poll.Until(t, 5*time.Second, "a query reached the upstream", func() (bool, string) { return up.count() >= 1, "none did" })
+	poll.Until(t, 5*time.Second, "a query reached the upstream", func() error {
+		if up.count() >= 1 {
+			return nil
+		}
+		return errors.New("none did")
+	})
 	// Wait until the other n-1 wait on the one in flight.
-	poll.Until(t, 5*time.Second, "every query waits on the one in flight", func() (bool, string) {
+	poll.Until(t, 5*time.Second, "every query waits on the one in flight", func() error {
 		s.fwd.mu.Lock()
 		defer s.fwd.mu.Unlock()
 		c := s.fwd.inflight["slow.example.\x00\x01\x00\x01\x00"]
-		return len(s.fwd.inflight) == 1 && c != nil && c.waiters == n-1, fmt.Sprintf("%d in flight", len(s.fwd.inflight))
+		if len(s.fwd.inflight) == 1 && c != nil && c.waiters == n-1 {
+			return nil
+		}
+		return fmt.Errorf("%d in flight", len(s.fwd.inflight))
 	})
 	close(release)
 	wg.Wait()

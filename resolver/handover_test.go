@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -105,8 +106,11 @@ func TestNoQueryFailsAcrossHandOvers(t *testing.T) {
 	}
 	for range 5 {
 		before := asked.Load()
-		poll.Until(t, 10*time.Second, "40 more queries answered", func() (bool, string) {
-			return asked.Load() >= before+40, fmt.Sprint(asked.Load() - before)
+		poll.Until(t, 10*time.Second, "40 more queries answered", func() error {
+			if asked.Load() >= before+40 {
+				return nil
+			}
+			return errors.New(fmt.Sprint(asked.Load() - before))
 		})
 		if err := stop(); err != nil {
 			t.Fatalf("Run: %v", err)
@@ -115,8 +119,11 @@ func TestNoQueryFailsAcrossHandOvers(t *testing.T) {
 		// answer. (Not on one sent after stop returned: a query sent
 		// while the one before shut down waits as well, and its querier
 		// sends no other until it is answered.)
-		poll.Until(t, 10*time.Second, "the 4 queriers waiting on queries sent while no resolver serves", func() (bool, string) {
-			return sent.Load()-asked.Load() == 4, fmt.Sprint(sent.Load() - asked.Load())
+		poll.Until(t, 10*time.Second, "the 4 queriers waiting on queries sent while no resolver serves", func() error {
+			if sent.Load()-asked.Load() == 4 {
+				return nil
+			}
+			return errors.New(fmt.Sprint(sent.Load() - asked.Load()))
 		})
 		mu.Lock()
 		handed := kept
@@ -136,8 +143,11 @@ func TestNoQueryFailsAcrossHandOvers(t *testing.T) {
 		}
 	}
 	before := asked.Load()
-	poll.Until(t, 10*time.Second, "40 more queries answered", func() (bool, string) {
-		return asked.Load() >= before+40, fmt.Sprint(asked.Load() - before)
+	poll.Until(t, 10*time.Second, "40 more queries answered", func() error {
+		if asked.Load() >= before+40 {
+			return nil
+		}
+		return errors.New(fmt.Sprint(asked.Load() - before))
 	})
 	close(quit)
 	wg.Wait()

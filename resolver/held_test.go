@@ -3,6 +3,7 @@ package resolver
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -193,7 +194,12 @@ func TestNoQueryLostAcrossSwaps(t *testing.T) {
 	for range 10 {
 		// Each server answers a few hundred before it stops.
 		at := n.Load()
-		poll.Until(t, 10*time.Second, "200 more answered", func() (bool, string) { return n.Load() >= at+200, fmt.Sprint(n.Load() - at) })
+		poll.Until(t, 10*time.Second, "200 more answered", func() error {
+			if n.Load() >= at+200 {
+				return nil
+			}
+			return errors.New(fmt.Sprint(n.Load() - at))
+		})
 		stop()
 		stop = run()
 	}

@@ -47,9 +47,12 @@ func TestLatencyObservesEveryAnswer(t *testing.T) {
 		if r := ask(t, q.network, addr, q.name, dns.TypeA, 0); r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
 			t.Fatalf("%s %s: rcode %d, %d answers", q.network, q.name, r.Rcode, len(r.Answer))
 		}
-		poll.Until(t, 5*time.Second, fmt.Sprintf("the answer to %s over %s observed", q.name, q.network), func() (bool, string) {
+		poll.Until(t, 5*time.Second, fmt.Sprintf("the answer to %s over %s observed", q.name, q.network), func() error {
 			n := lat.count()
-			return n == i+1, fmt.Sprintf("%d observed", n)
+			if n == i+1 {
+				return nil
+			}
+			return fmt.Errorf("%d observed", n)
 		})
 	}
 	lat.mu.Lock()

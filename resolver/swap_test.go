@@ -102,10 +102,12 @@ func TestSwapUnderQueries(t *testing.T) {
 			}
 		})
 	}
-	poll.Until(t, 55*time.Second, "both zones' answers, enough queries and swaps", func() (bool, string) {
+	poll.Until(t, 55*time.Second, "both zones' answers, enough queries and swaps", func() error {
 		a, b, n := seen[0].Load(), seen[1].Load(), swaps.Load()
-		return a > 0 && b > 0 && a+b >= queriesUnderSwaps && n >= swapsUnderQueries,
-			fmt.Sprintf("answers from A %d, from B %d, after %d swaps", a, b, n)
+		if a > 0 && b > 0 && a+b >= queriesUnderSwaps && n >= swapsUnderQueries {
+			return nil
+		}
+		return fmt.Errorf("answers from A %d, from B %d, after %d swaps", a, b, n)
 	})
 	cancel()
 	wg.Wait()

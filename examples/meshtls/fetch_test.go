@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -122,27 +123,39 @@ func TestFetchEvery(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"fetch", "-every", "10ms", "-ca", rootsFile, "-out", out, "https://" + localName + ":" + port + "/"}, &bytes.Buffer{}, logs)
 	}()
-	poll.Until(t, 10*time.Second, "the missing roots logged", func() (bool, string) {
-		return strings.Contains(logs.String(), "no such file or directory"), logs.String()
+	poll.Until(t, 10*time.Second, "the missing roots logged", func() error {
+		if strings.Contains(logs.String(), "no such file or directory") {
+			return nil
+		}
+		return errors.New(logs.String())
 	})
 	// Each roots file is put in place whole: fetch, reading every 10 ms,
 	// would otherwise read one empty between its truncation and its write
 	// once in a while, and log that as a failure of its own.
 	replace(t, rootsFile, other.rootPEM)
-	poll.Until(t, 10*time.Second, "three rounds refused the server", func() (bool, string) {
-		return accepted.Load() >= 3, fmt.Sprintf("%d connections", accepted.Load())
+	poll.Until(t, 10*time.Second, "three rounds refused the server", func() error {
+		if accepted.Load() >= 3 {
+			return nil
+		}
+		return fmt.Errorf("%d connections", accepted.Load())
 	})
 	replace(t, rootsFile, ca.rootPEM)
-	poll.Until(t, 10*time.Second, "the page fetched", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the page fetched", func() error {
 		b, _ := os.ReadFile(out)
-		return string(b) == "Hello from test\n", string(b) + " " + logs.String()
+		if string(b) == "Hello from test\n" {
+			return nil
+		}
+		return errors.New(string(b) + " " + logs.String())
 	})
 	if err := os.WriteFile(filepath.Join(root, "index.html"), []byte("Howdy from test\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "the changed page fetched", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the changed page fetched", func() error {
 		b, _ := os.ReadFile(out)
-		return string(b) == "Howdy from test\n", string(b) + " " + logs.String()
+		if string(b) == "Howdy from test\n" {
+			return nil
+		}
+		return errors.New(string(b) + " " + logs.String())
 	})
 	cancel()
 	if code := <-done; code != 0 {

@@ -148,7 +148,7 @@ func Start(t testing.TB, httpPort, tlsPort int, opts ...Option) *Pebble {
 		t.Fatal(err)
 	}
 	var root []byte
-	poll.UntilOK(t, 30*time.Second, "pebble answers", func() error {
+	poll.Until(t, 30*time.Second, "pebble answers", func() error {
 		if _, err := get(client, p.Directory); err != nil {
 			return err
 		}

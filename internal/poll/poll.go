@@ -7,37 +7,24 @@ import (
 	"time"
 )
 
-// Until calls cond until it holds, or fails t once within has passed,
-// naming what was awaited and cond's last reason. It polls at once, then
-// after 10 ms, the wait doubling up to 200 ms: a condition met at once
+// Until calls cond until it returns nil, or fails t once within has
+// passed, naming what was awaited and cond's last error. It polls at once,
+// then after 10 ms, the wait doubling up to 200 ms: a condition met at once
 // costs nothing, and one that takes seconds is not asked hundreds of times
 // (an end-to-end test's condition often runs the mesh binary).
-func Until(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
+func Until(t testing.TB, within time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	wait := 10 * time.Millisecond
 	for {
-		ok, why := cond()
-		if ok {
+		err := cond()
+		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, within, why)
+			t.Fatalf("%s: not within %s: %v", what, within, err)
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, 200*time.Millisecond)
 	}
-}
-
-// UntilOK is Until for a condition that says why it does not hold as an
-// error: it holds once cond returns nil, and a failure names cond's last
-// error.
-func UntilOK(t testing.TB, within time.Duration, what string, cond func() error) {
-	t.Helper()
-	Until(t, within, what, func() (bool, string) {
-		if err := cond(); err != nil {
-			return false, err.Error()
-		}
-		return true, ""
-	})
 }

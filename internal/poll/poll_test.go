@@ -1,6 +1,7 @@
 package poll_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,9 +12,12 @@ import (
 
 func TestUntilReturnsOnceTheConditionHolds(t *testing.T) {
 	calls := 0
-	poll.Until(t, time.Minute, "the third call", func() (bool, string) {
+	poll.Until(t, time.Minute, "the third call", func() error {
 		calls++
-		return calls == 3, fmt.Sprintf("call %d", calls)
+		if calls == 3 {
+			return nil
+		}
+		return fmt.Errorf("call %d", calls)
 	})
 	if calls != 3 {
 		t.Fatalf("cond called %d times, want 3", calls)
@@ -40,38 +44,9 @@ func TestUntilFailsNamingWhatAndWhy(t *testing.T) {
 				panic(r)
 			}
 		}()
-		poll.Until(f, 0, "the flag set", func() (bool, string) { return false, "still unset" })
+		poll.Until(f, 0, "the flag set", func() error { return errors.New("still unset") })
 	}()
 	if !strings.Contains(f.msg, "the flag set: not within 0s: still unset") {
-		t.Fatalf("failure said %q", f.msg)
-	}
-}
-
-func TestUntilOKReturnsOnceTheConditionHolds(t *testing.T) {
-	calls := 0
-	poll.UntilOK(t, time.Minute, "the third call", func() error {
-		calls++
-		if calls < 3 {
-			return fmt.Errorf("call %d", calls)
-		}
-		return nil
-	})
-	if calls != 3 {
-		t.Fatalf("cond called %d times, want 3", calls)
-	}
-}
-
-func TestUntilOKFailsNamingTheLastError(t *testing.T) {
-	f := &fatalT{TB: t}
-	func() {
-		defer func() {
-			if r := recover(); r != nil && r != any(f) {
-				panic(r)
-			}
-		}()
-		poll.UntilOK(f, 0, "the file written", func() error { return fmt.Errorf("open x: no such file") })
-	}()
-	if !strings.Contains(f.msg, "the file written: not within 0s: open x: no such file") {
 		t.Fatalf("failure said %q", f.msg)
 	}
 }

@@ -235,10 +235,13 @@ func TestClaimPassesOverBoundPorts(t *testing.T) {
 			// The port is this test's claim, but a process that does not
 			// claim (another package's test binding a port of its own)
 			// may hold it a moment: the claim is asked again until then.
-			poll.Until(t, 5*time.Second, "the closed port claimed again", func() (bool, string) {
+			poll.Until(t, 5*time.Second, "the closed port claimed again", func() error {
 				p, release := mustClaim(t, dir, ps)
 				release()
-				return p == ps[0], fmt.Sprintf("once %s %s was closed: claimed %d, want %d", tc.network, addr, p, ps[0])
+				if p == ps[0] {
+					return nil
+				}
+				return fmt.Errorf("once %s %s was closed: claimed %d, want %d", tc.network, addr, p, ps[0])
 			})
 		})
 	}
