@@ -42,7 +42,7 @@ func TestControllersBackupRestoresAsOne(t *testing.T) {
 		"settings": [{"name": "token", "type": "string", "required": true, "secret": true}],
 		"resources": [{"file": {"path": "/etc/vault/token", "content": "token=${token}\n"}}]}`), 0o644)
 	secret := "ClusterSecret-" + strings.Repeat("7", 12)
-	poll.UntilOK(t, 60*time.Second, "module vault registered and assigned", func() error {
+	poll.Until(t, 60*time.Second, "module vault registered and assigned", func() error {
 		if _, errOut, code := runMesh(t, "module", "register", "--dir", c.dirs[lead], mod); code != 0 {
 			return fmt.Errorf("register: exit %d: %s", code, errOut)
 		}
@@ -65,9 +65,12 @@ func TestControllersBackupRestoresAsOne(t *testing.T) {
 	// acknowledged: mesh backup copies the view kept in its directory.
 	lead = c.leader(t, 30*time.Second)
 	f := (lead + 1) % 3
-	poll.Until(t, 30*time.Second, c.nodes[f]+"'s view holds the push", func() (bool, string) {
+	poll.Until(t, 30*time.Second, c.nodes[f]+"'s view holds the push", func() error {
 		want, got := viewOf(t, c.dirs[lead]), viewOf(t, c.dirs[f])
-		return got == want, fmt.Sprintf("%s's view:\n%s\nthe leader's:\n%s", c.nodes[f], got, want)
+		if got == want {
+			return nil
+		}
+		return fmt.Errorf("%s's view:\n%s\nthe leader's:\n%s", c.nodes[f], got, want)
 	})
 	pass := filepath.Join(t.TempDir(), "pass")
 	os.WriteFile(pass, []byte("correct horse battery staple\n"), 0o600)
@@ -125,14 +128,16 @@ func TestControllersBackupRestoresAsOne(t *testing.T) {
 	}
 	// The host reconnects to the follower's bus address, which it holds
 	// among the controllers', and takes the restored declaration.
-	poll.Until(t, 90*time.Second, h.node+" holds the backup's text and secret", func() (bool, string) {
+	poll.Until(t, 90*time.Second, h.node+" holds the backup's text and secret", func() error {
 		d.alive(t)
 		h.d.alive(t)
 		note, _ := os.ReadFile(filepath.Join(h.root, "etc/note"))
 		tok, _ := os.ReadFile(token)
 		n := nodeShow(t, restored, h.node)
-		return string(note) == "one\n" && string(tok) == "token="+secret+"\n" && n.AppliedSeq > seen && n.AppliedSeq == n.SentSeq,
-			fmt.Sprintf("%s holds %q and %q, applied %d, sent %d, saw %d", h.node, note, tok, n.AppliedSeq, n.SentSeq, seen)
+		if string(note) == "one\n" && string(tok) == "token="+secret+"\n" && n.AppliedSeq > seen && n.AppliedSeq == n.SentSeq {
+			return nil
+		}
+		return fmt.Errorf("%s holds %q and %q, applied %d, sent %d, saw %d", h.node, note, tok, n.AppliedSeq, n.SentSeq, seen)
 	})
 	mustRun(t, "assign", "--dir", restored, "--set", "text=three", "note", h.node)
 	o, code := pushJSON(t, restored, h.node)
