@@ -16,7 +16,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
@@ -136,25 +135,55 @@ func (p *Pages) fail(w http.ResponseWriter, err error) {
 	p.render(w, code, "problem", "layout.html", layout{Title: "Not shown", Data: err.Error()})
 }
 
-// problemLine is one thing standing in the way of the all-clear: the
-// node it names (shown as a link; "" when none), the text before it and
-// the rest.
-type problemLine struct {
-	Before string
-	Node   string
-	Rest   string
+// problemLine is one thing standing in the way of the all-clear, cut
+// into the text it says and the nodes it names, each shown as a link.
+type problemLine []problemPart
+
+// problemPart is a stretch of a problem line: a node's name when Node
+// is set, plain text otherwise.
+type problemPart struct {
+	Text string
+	Node string
 }
 
-// nodeOf is the node a problem line is about: the longest node name the
-// line starts with, followed by a space or a colon; "" when none.
-func nodeOf(line string, names []string) string {
-	best := ""
+// problemParts cuts line around every node of names it holds as a word
+// of its own: a run of letters, digits, '-', '_' and inner dots equal to
+// the name, so that neither "alpha-2" nor "www.alpha.example" names
+// alpha.
+func problemParts(line string, names []string) problemLine {
+	known := make(map[string]bool, len(names))
 	for _, n := range names {
-		if len(n) > len(best) && strings.HasPrefix(line, n) && len(line) > len(n) && (line[len(n)] == ' ' || line[len(n)] == ':') {
-			best = n
-		}
+		known[n] = true
 	}
-	return best
+	var out problemLine
+	text := 0 // where the text not yet in out starts
+	for i := 0; i < len(line); {
+		if !wordByte(line[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(line) && (wordByte(line[j]) || line[j] == '.' && j+1 < len(line) && wordByte(line[j+1])) {
+			j++
+		}
+		if known[line[i:j]] {
+			if text < i {
+				out = append(out, problemPart{Text: line[text:i]})
+			}
+			out = append(out, problemPart{Node: line[i:j]})
+			text = j
+		}
+		i = j
+	}
+	if text < len(line) {
+		out = append(out, problemPart{Text: line[text:]})
+	}
+	return out
+}
+
+// wordByte is whether c can be part of a name in a problem line.
+func wordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }
 
 // errNotFound is a page's own "no such thing", shown as a 404.

@@ -76,6 +76,42 @@ func TestFleetPageSaysWhatStopsTheAllClear(t *testing.T) {
 	}
 }
 
+// TestFleetPageLinksEveryNodeAProblemNames: a problem line links each
+// node it names wherever the name stands (a roll's next node, an
+// orphaned grant's provider and consumer), not a name inside a longer
+// word or a dotted name, and what the line holds around the names stays
+// text.
+func TestFleetPageLinksEveryNodeAProblemNames(t *testing.T) {
+	src := newFake(3, time.Now())
+	src.change(func(st *spec.StatusResult, _ *[]spec.Node) {
+		st.AllClear = false
+		st.Problems = []string{
+			"roll 4 of 1a2b3c is running: 1 of 3 nodes healthy, node0002 next or being sent (mesh release roll --show)",
+			"db-node0001 holds grant pw of node node0000, which provides it no more (orphaned): assign a provider and mesh grant rotate db node0001, or unassign db",
+			"roll 5 of 1a2b3c halted at node0001: <b>node0002</b> said <img src=x onerror=alert(1)> to node0000-old and www.node0000.example.",
+		}
+	})
+	_, srv := serve(t, src, nil)
+	_, body, _ := get(t, nil, srv.URL+"/")
+	link := func(n string) string { return `<a href="/nodes/` + n + `">` + n + `</a>` }
+	for _, want := range []string{
+		"1 of 3 nodes healthy, " + link("node0002") + " next or being sent",
+		"db-node0001 holds grant pw of node " + link("node0000") + ", which provides it no more",
+		"mesh grant rotate db " + link("node0001") + ", or unassign db</li>",
+		"halted at " + link("node0001") + ": &lt;b&gt;" + link("node0002") + "&lt;/b&gt; said &lt;img src=x onerror=alert(1)&gt; to node0000-old and www.node0000.example.</li>",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("fleet page without %q", want)
+		}
+	}
+	if strings.Contains(body, "<img") || strings.Contains(body, "<b>") {
+		t.Errorf("a problem's markup not escaped")
+	}
+	if t.Failed() {
+		t.Log(body)
+	}
+}
+
 // TestPagesEscapeWhatNodesSend: facts, a report and a version holding
 // markup are shown as text on every page that shows them.
 func TestPagesEscapeWhatNodesSend(t *testing.T) {

@@ -2,7 +2,6 @@ package web
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/mesh-fleet/mesh/spec"
@@ -97,27 +96,4 @@ func publicOf(public []spec.PublicStatus, node string) []spec.PublicStatus {
 		}
 	}
 	return out
-}
-
-// edgeProblem splits a problem status says of a public name on an edge
-// ("public name NAME: edge EDGE ...") around the edge's name, so that
-// it links to the edge's node; ok is false for any other line.
-func edgeProblem(line string, public []spec.PublicStatus) (pl problemLine, ok bool) {
-	for _, ps := range public {
-		head := "public name " + ps.Name + ": edge "
-		rest, found := strings.CutPrefix(line, head)
-		if !found {
-			continue
-		}
-		best := ""
-		for _, e := range ps.Edges {
-			if len(e.Edge) > len(best) && strings.HasPrefix(rest, e.Edge+" ") {
-				best = e.Edge
-			}
-		}
-		if best != "" {
-			return problemLine{Before: head, Node: best, Rest: rest[len(best):]}, true
-		}
-	}
-	return problemLine{}, false
 }

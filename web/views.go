@@ -48,12 +48,7 @@ func (p *Pages) fleet(r *http.Request) (view, error) {
 		}
 	}
 	for _, pr := range st.Problems {
-		if pl, ok := edgeProblem(pr, st.Public); ok {
-			v.Problems = append(v.Problems, pl)
-			continue
-		}
-		node := nodeOf(pr, names)
-		v.Problems = append(v.Problems, problemLine{Node: node, Rest: pr[len(node):]})
+		v.Problems = append(v.Problems, problemParts(pr, names))
 	}
 	v.Public = len(st.Public) + st.PublicOmitted
 	for _, ps := range st.Public {
