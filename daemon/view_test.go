@@ -36,6 +36,14 @@ const compactEntries = 5
 // calls with with the journal's view and, once with returns, stops.
 func withTinyCompactions(t *testing.T, dir string, with func(v *journal.View, js jetstream.JetStream)) {
 	t.Helper()
+	withJournal(t, dir, journal.Config{CompactEntries: compactEntries, CompactEvery: time.Nanosecond}, with)
+}
+
+// withJournal runs a journal configured by cfg on the store of the mesh
+// kept in dir, on the mesh's bus stopped; it calls with with the
+// journal's view and, once with returns, stops.
+func withJournal(t *testing.T, dir string, cfg journal.Config, with func(v *journal.View, js jetstream.JetStream)) {
+	t.Helper()
 	ctx := t.Context()
 	ctlDir := statedir.Controller(dir)
 	auth, err := ca.Load(filepath.Join(ctlDir, mesh.CADir))
@@ -81,7 +89,7 @@ func withTinyCompactions(t *testing.T, dir string, with func(v *journal.View, js
 		t.Fatal(err)
 	}
 	defer db.Close()
-	j := journal.New(journal.Config{CompactEntries: compactEntries, CompactEvery: time.Nanosecond}, quiet, db, connect)
+	j := journal.New(cfg, quiet, db, connect)
 	jctx, stopJournal := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- j.Run(jctx) }()

@@ -354,9 +354,9 @@ func (c *ctlCluster) checkSeqs(t testing.TB) {
 // within the lease's time, every host converges and no host is sent a
 // sequence it was sent before or applies one below another; the killed
 // controller, run again with no flag, follows, and a push through it
-// succeeds. With two of three down, a push through the last is refused,
-// naming the controllers, while the hosts keep serving; one back, pushes
-// go through again.
+// succeeds. With two of three down, a push through the last is refused
+// and status fails, each naming the controllers reachable and that none
+// leads, while the hosts keep serving; one back, pushes go through again.
 func TestControllersLeaderKilledAnotherPushes(t *testing.T) {
 	t.Parallel()
 	optin.NeedSlow(t, "three controllers, their leader killed and a push through another")
@@ -397,15 +397,28 @@ func TestControllersLeaderKilledAnotherPushes(t *testing.T) {
 	last := (lead + 1) % 3
 	c.kill(t, lead)
 	c.kill(t, (lead+2)%3)
+	want := "reachable controllers: " + c.server(t, last) + " (follower) of 3"
 	poll.Until(t, 60*time.Second, "a push through the last controller refused, naming it", func() error {
 		c.ds[last].alive(t)
 		out, errOut, code := runMesh(t, "push", "--dir", c.dirs[last], "--wait", "20s")
 		if code == 0 {
 			t.Fatalf("a push with two of three controllers down succeeded:\n%s", out)
 		}
-		want := "reachable controllers: " + c.server(t, last) + " (follower) of 3"
 		if !strings.Contains(errOut, want) {
 			return fmt.Errorf("exit %d, not %q: %s", code, want, errOut)
+		}
+		return nil
+	})
+	// Status says why: it fails, naming the reachable controller and
+	// that none leads.
+	poll.Until(t, 30*time.Second, "status through the last controller failing, saying why", func() error {
+		out, errOut, code := runMesh(t, "status", "--dir", c.dirs[last])
+		if code == 0 {
+			t.Fatalf("status with two of three controllers down exits 0:\n%s", out)
+		}
+		why := want + ", none leading"
+		if !strings.Contains(errOut, "status: no controller answers") || !strings.Contains(errOut, why) {
+			return fmt.Errorf("exit %d, not %q: %s", code, why, errOut)
 		}
 		return nil
 	})
