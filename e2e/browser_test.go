@@ -175,7 +175,10 @@ func TestStatusPageFollowsTheFleetInABrowser(t *testing.T) {
 		if names == "alpha,beta,gamma live" {
 			return nil
 		}
-		return errors.New(fmt.Sprint(names, err))
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("the page lists %q", names)
 	})
 	// A reload would lose the mark.
 	if _, err := eval[int](t, tb, `window.meshMark = 1`); err != nil {
@@ -209,10 +212,15 @@ func TestStatusPageFollowsTheFleetInABrowser(t *testing.T) {
 	killed := time.Now()
 	poll.Until(t, mesh.SilentAfter(500*time.Millisecond)+time.Second, "gamma silent on the open page", func() error {
 		silent, err := eval[bool](t, tb, `document.querySelector('tr[data-node="gamma"]').classList.contains("silent")`)
-		if silent && unreloaded() {
-			return nil
+		switch {
+		case err != nil:
+			return err
+		case !silent:
+			return errors.New("gamma not shown silent")
+		case !unreloaded():
+			return errors.New("the page reloaded")
 		}
-		return errors.New(fmt.Sprint(silent, err))
+		return nil
 	})
 	t.Logf("gamma shown silent %s after its kill", time.Since(killed).Round(10*time.Millisecond))
 
