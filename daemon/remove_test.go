@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -144,7 +143,7 @@ func callWhenServed(t *testing.T, dir, bus string, req spec.ControllerRemoveRequ
 		if spec.KindOf(err) != spec.ReplyFailed || err == nil {
 			return nil
 		}
-		return errors.New(fmt.Sprint(err))
+		return err
 	})
 	return res, err
 }

@@ -44,14 +44,14 @@ func TestHealthzNamesThePartNotReady(t *testing.T) {
 	// same place, and the host never becomes ready there.
 	poll.Until(t, 30*time.Second, "/healthz names the host", func() error {
 		d2.alive(t)
-		ok, why := healthy(addrs.HTTP)
-		if ok {
+		err := healthy(addrs.HTTP)
+		if err == nil {
 			t.Fatal("/healthz ready while the bus refuses the host")
 		}
-		if strings.Contains(why, "503") && strings.Contains(why, "host") {
+		if strings.Contains(err.Error(), "503") && strings.Contains(err.Error(), "host") {
 			return nil
 		}
-		return errors.New(why)
+		return err
 	})
 	// Once the host has given up (the bus refused it for good), the
 	// controller serves on and still says so.
@@ -62,7 +62,7 @@ func TestHealthzNamesThePartNotReady(t *testing.T) {
 		}
 		return errors.New(out)
 	})
-	if ok, why := healthy(addrs.HTTP); ok || !strings.Contains(why, "503") || !strings.Contains(why, "host") {
-		t.Errorf("/healthz after the host gave up: %s, want 503 naming the host", why)
+	if err := healthy(addrs.HTTP); err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "host") {
+		t.Errorf("/healthz after the host gave up: %v, want 503 naming the host", err)
 	}
 }

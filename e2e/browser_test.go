@@ -182,7 +182,10 @@ func TestStatusPageFollowsTheFleetInABrowser(t *testing.T) {
 		if names == "alpha,beta,gamma live" {
 			return nil
 		}
-		return errors.New(fmt.Sprint(names, err))
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("the page lists %q", names)
 	})
 	// A reload would lose the mark.
 	if _, err := eval[int](t, tb, `window.meshMark = 1`); err != nil {
@@ -225,10 +228,15 @@ func TestStatusPageFollowsTheFleetInABrowser(t *testing.T) {
 	rule := mesh.SilentAfter(500 * time.Millisecond)
 	poll.Until(t, rule+pageLag+5*time.Second, "gamma silent on the open page", func() error {
 		at, err := eval[float64](t, tb, `window.meshSilentAt || 0`)
-		if at > 0 && unreloaded() {
-			return nil
+		switch {
+		case err != nil:
+			return err
+		case at == 0:
+			return errors.New("gamma not shown silent")
+		case !unreloaded():
+			return errors.New("the page reloaded")
 		}
-		return errors.New(fmt.Sprint(at, err))
+		return nil
 	})
 	at, _ := eval[float64](t, tb, `window.meshSilentAt`)
 	shown := time.UnixMilli(int64(at))

@@ -233,10 +233,7 @@ func TestCertificates(t *testing.T) {
 	d := start(t, "controller", "--dir", m.dir)
 	m.addrs = waitReady(t, d, m.dir)
 	poll.Until(t, 30*time.Second, "beta heard on the bus of the new intermediate", func() error {
-		if ok, why := heardAfter(t, m.dir, "beta", since); !ok {
-			return errors.New(why)
-		}
-		return nil
+		return heardAfter(t, m.dir, "beta", since)
 	})
 	nc2, _, err := nodeConn(t, m, m.dir)
 	if err != nil {

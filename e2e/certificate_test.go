@@ -271,10 +271,13 @@ func TestCertificateThroughTheMesh(t *testing.T) {
 	}
 	poll.Until(t, 20*time.Second, "key.pem back", func() error {
 		target, err := os.Readlink(filepath.Join(dir, spec.CertKeyFile))
-		if err == nil && target == spec.CertDataLink+"/"+spec.CertKeyFile {
+		if err != nil {
+			return err
+		}
+		if target == spec.CertDataLink+"/"+spec.CertKeyFile {
 			return nil
 		}
-		return errors.New(fmt.Sprint(target, err))
+		return fmt.Errorf("key.pem links to %s", target)
 	})
 	waitCertReport(t, m.dir, since, spec.Changed)
 	keyFile := filepath.Join(dir, first.version, spec.CertKeyFile)
@@ -283,10 +286,13 @@ func TestCertificateThroughTheMesh(t *testing.T) {
 	}
 	poll.Until(t, 20*time.Second, "a new version with the right key", func() error {
 		in, err := readInstalled(dir)
-		if err == nil && in.version != first.version {
+		if err != nil {
+			return err
+		}
+		if in.version != first.version {
 			return nil
 		}
-		return errors.New(fmt.Sprint(in.version, err))
+		return fmt.Errorf("still version %s", in.version)
 	})
 	fixed := checkCertDir(t, dir, name)
 	if fixed.serial != first.serial {
@@ -545,8 +551,11 @@ func renewedOnce(t *testing.T, meshDir, node, dir string, first installed) renew
 	var got renewal
 	poll.Until(t, 90*time.Second, "the certificate renewed and swapped in", func() error {
 		in, err := readInstalled(dir)
-		if err != nil || in.serial == first.serial {
-			return errors.New(fmt.Sprint(in.serial, err))
+		if err != nil {
+			return err
+		}
+		if in.serial == first.serial {
+			return fmt.Errorf("still serial %s", in.serial)
 		}
 		got.in = in
 		return nil

@@ -214,10 +214,7 @@ func waitController(t testing.TB, d *daemon, dir string) {
 	})
 	if a.HTTP != "" {
 		poll.Until(t, 60*time.Second, dir+" /healthz ready", func() error {
-			if ok, why := healthy(a.HTTP); !ok {
-				return errors.New(why)
-			}
-			return nil
+			return healthy(a.HTTP)
 		})
 	}
 }

@@ -135,8 +135,9 @@ func benchFleet(b *testing.B, nodes int, motd motdValues) {
 		// changes, so no node reports. Timed to the push's reply, and to
 		// the last host serving the new names (each host gives its
 		// resolver the zone of each roster it takes).
-		// As long as a push's reports may take: each of 9,999 hosts in
-		// this process applies the delta to a 400 KB roster on 2 cores.
+		// As long as a push's reports may take: every simulated host
+		// applies the delta in this one process, a minute more a
+		// thousand hosts.
 		within := 2*time.Minute + time.Duration(nodes/1000)*time.Minute
 		// Polled every millisecond rather than through poll.Until, whose
 		// backoff would add up to 200 ms to the time measured.

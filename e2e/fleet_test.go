@@ -52,8 +52,8 @@ type fleet struct {
 	zones atomic.Int64
 	// rosters is shared by the simulated hosts: each roster is held once
 	// in this process, as ten thousand machines would each hold it once
-	// (held by each of 9,999 hosts, the rosters were 13–20 GB of this
-	// process, and the machine thrashed before a push could be timed).
+	// (held by each simulated host, a large fleet's rosters would not fit
+	// in one machine's memory).
 	rosters host.RosterPool
 }
 
@@ -151,8 +151,8 @@ func (f *fleet) joinHosts(tb testing.TB, nodes int) {
 	// One host after another: the controller takes each join in turn, so
 	// they would not go faster at once. Each runs as soon as it joined, as
 	// mesh host --join does: started all at once after the last join,
-	// 9,999 connected in one herd that no fleet meets but at a restart of
-	// the controller (which the benchmark times apart).
+	// they would connect in one herd that no fleet meets but at a restart
+	// of the controller (which the benchmark times apart).
 	begin := time.Now()
 	agents := make([]*host.Agent, nodes)
 	for i, node := range f.nodes {
@@ -185,10 +185,10 @@ func (f *fleet) joinHosts(tb testing.TB, nodes int) {
 
 // raiseOpenFiles lifts this process's open-file limit to want, before the
 // controller is started (it inherits it): each simulated host holds a
-// socket (one: busDialer closes a failed try's), and 9,999 of them with
-// the controller's own pass 10,000. Past the hard limit only a process
-// allowed to raise it can (root here is not: EPERM, at 20,000); one that
-// cannot is told what it has.
+// socket (one: busDialer closes a failed try's), and a fleet of
+// thousands with the controller's own passes a machine's usual limit.
+// Past the hard limit only a process allowed to raise it can (root in a
+// container may not be); one that cannot is told what it has.
 func raiseOpenFiles(tb testing.TB, want uint64) {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil || l.Cur >= want {
@@ -301,7 +301,7 @@ func (f *fleet) push(tb testing.TB, force bool) pushed {
 	p := pushed{reports: map[string]spec.Report{}}
 	start := time.Now()
 	// A push to a large fleet may take longer than the verb's 2 minutes
-	// to answer (it did at 9,999 hosts): a minute more a thousand hosts.
+	// to answer: a minute more a thousand hosts.
 	within := 2*time.Minute + time.Duration(len(f.nodes)/1000)*time.Minute
 	p.res, err = cli.CallWithin(f.op, spec.Push, spec.PushRequest{Progress: progress, Force: force}, within)
 	if err != nil {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -49,10 +48,7 @@ func TestHeartbeatFloodDelaysNoOtherNode(t *testing.T) {
 	drained := time.Now()
 	t.Logf("%d heartbeats published in %s and received by %s after the first", flood, sent.Sub(began).Round(time.Millisecond), drained.Sub(began).Round(time.Millisecond))
 	poll.Until(t, 5*time.Second, "alpha heard after the flood", func() error {
-		if ok, why := heardAfter(t, m.dir, "alpha", sent); !ok {
-			return errors.New(why)
-		}
-		return nil
+		return heardAfter(t, m.dir, "alpha", sent)
 	})
 	res, clear := statusOf(t, m.dir)
 	if clear || !strings.Contains(strings.Join(res.Problems, "\n"), "beta sent") {

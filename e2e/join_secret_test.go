@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,10 +23,7 @@ func TestNoProcessHoldsTheJoinToken(t *testing.T) {
 	tok := m.token(t, "beta")
 	_, h := join(t, tok)
 	poll.Until(t, 20*time.Second, "beta heard", func() error {
-		if ok, why := heardAfter(t, m.dir, "beta", time.Time{}); !ok {
-			return errors.New(why)
-		}
-		return nil
+		return heardAfter(t, m.dir, "beta", time.Time{})
 	})
 
 	fileTok := m.token(t, "gamma")
@@ -39,10 +35,7 @@ func TestNoProcessHoldsTheJoinToken(t *testing.T) {
 	g := start(t, "host", "--dir", dir, "--join-file", file, "--address", "127.0.0.2", "--heartbeat", "500ms", "--dns", port(t), "--dns-upstream", deadUpstream, "--docker", "none")
 	poll.Until(t, 30*time.Second, "gamma heard", func() error {
 		g.alive(t)
-		if ok, why := heardAfter(t, m.dir, "gamma", time.Time{}); !ok {
-			return errors.New(why)
-		}
-		return nil
+		return heardAfter(t, m.dir, "gamma", time.Time{})
 	})
 
 	secrets := map[string]string{"beta": mustParse(t, tok).Secret, "gamma": mustParse(t, fileTok).Secret}

@@ -75,10 +75,7 @@ func TestJoin(t *testing.T) {
 	d2 := start(t, "controller", "--dir", m.dir)
 	waitReady(t, d2, m.dir)
 	poll.Until(t, 30*time.Second, "beta heard again after the controller restarted", func() error {
-		if ok, why := heardAfter(t, m.dir, "beta", stopped); !ok {
-			return errors.New(why)
-		}
-		return nil
+		return heardAfter(t, m.dir, "beta", stopped)
 	})
 	h.stop(t)
 }

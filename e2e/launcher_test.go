@@ -237,8 +237,8 @@ func TestControllerFallbackRestoresTheStore(t *testing.T) {
 		if l.Good != v2 {
 			return fmt.Errorf("record %+v", l)
 		}
-		if up, why := healthy(m.addrs.HTTP); !up {
-			return errors.New(why)
+		if err := healthy(m.addrs.HTTP); err != nil {
+			return err
 		}
 		n := nodeShow(t, m.dir, "alpha")
 		if n.HostVersion == v2 {
@@ -269,8 +269,8 @@ func TestControllerFallbackRestoresTheStore(t *testing.T) {
 	}
 	since := time.Now()
 	poll.Until(t, 30*time.Second, "alpha heard on v2 again", func() error {
-		if up, why := healthy(m.addrs.HTTP); !up {
-			return errors.New(why)
+		if err := healthy(m.addrs.HTTP); err != nil {
+			return err
 		}
 		n := nodeShow(t, m.dir, "alpha")
 		if n.LastHeard != nil && n.LastHeard.After(since) && n.HostVersion == v2 {
@@ -321,17 +321,17 @@ func TestResolverAnswersThroughASwap(t *testing.T) {
 	poll.Until(t, 20*time.Second, "beta's resolver back", func() error {
 		beta.alive(t)
 		r, err := ask(t, addr, "beta.internal", dns.TypeA)
-		if err == nil && answers(r) == "127.0.0.2" {
+		if err != nil {
+			return err
+		}
+		if answers(r) == "127.0.0.2" {
 			return nil
 		}
-		return errors.New(fmt.Sprint(r, err))
+		return fmt.Errorf("answered %v", r)
 	})
 	since := time.Now()
 	poll.Until(t, 20*time.Second, "beta back", func() error {
-		if ok, why := heardAfter(t, m.dir, "beta", since); !ok {
-			return errors.New(why)
-		}
-		return nil
+		return heardAfter(t, m.dir, "beta", since)
 	})
 
 	type result struct {

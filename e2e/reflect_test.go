@@ -124,7 +124,7 @@ func TestRevokedTokenIsRefusedAtConnect(t *testing.T) {
 		if errors.Is(err, nats.ErrAuthorization) {
 			return nil
 		}
-		return errors.New(fmt.Sprint(err))
+		return err
 	})
 	poll.Until(t, time.Second, "the connection that held the revoked secret closed", func() error {
 		if held.IsClosed() {

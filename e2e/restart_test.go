@@ -233,10 +233,7 @@ func TestBusRebindAndAdvertise(t *testing.T) {
 	})
 	addrs := waitReady(t, d, m.dir)
 	poll.Until(t, 20*time.Second, "the controller's own host heard on the new bus", func() error {
-		if ok, why := heardAfter(t, m.dir, "alpha", time.Now().Add(-time.Second)); !ok {
-			return errors.New(why)
-		}
-		return nil
+		return heardAfter(t, m.dir, "alpha", time.Now().Add(-time.Second))
 	})
 	_, port, _ := net.SplitHostPort(addrs.Bus)
 	out, errOut, code := runMesh(t, "token", "create", "--dir", m.dir, "gamma")
@@ -294,8 +291,8 @@ func TestSubnetMoveUnderContainersIsRefused(t *testing.T) {
 	// recorded after since (heartbeats are written in batches), and a host
 	// that stops sends it without the engine, which it no longer asks.
 	poll.Until(t, 30*time.Second, "beta heard again with its engine", func() error {
-		if ok, why := heardAfter(t, m.dir, m.b, since); !ok {
-			return errors.New(why)
+		if err := heardAfter(t, m.dir, m.b, since); err != nil {
+			return err
 		}
 		for _, n := range nodeList(t, m.dir) {
 			if n.Name == m.b && n.Facts != nil && slices.Contains(n.Facts.Capabilities, spec.CapContainers) {
@@ -429,7 +426,7 @@ func restartRounds(t *testing.T, rounds []restart) {
 			if clear {
 				return nil
 			}
-			return errors.New(fmt.Sprint(res.Problems))
+			return fmt.Errorf("problems %q", res.Problems)
 		})
 		for node, root := range roots {
 			if b, _ := os.ReadFile(filepath.Join(root, "etc/motd")); string(b) == "drift\n" {

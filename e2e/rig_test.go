@@ -406,10 +406,7 @@ func (m *testMesh) join(t testing.TB, node string, extra ...string) (string, *da
 	t.Helper()
 	dir, d := join(t, m.token(t, node), extra...)
 	poll.Until(t, 20*time.Second, node+" heard", func() error {
-		if ok, why := heardAfter(t, m.dir, node, time.Time{}); !ok {
-			return errors.New(why)
-		}
-		return nil
+		return heardAfter(t, m.dir, node, time.Time{})
 	})
 	return dir, d
 }
@@ -474,14 +471,19 @@ func readAddrsFile(t testing.TB, dir string) (spec.Addrs, bool) {
 	return a, json.Unmarshal(body, &a) == nil && a.Bus != "" && a.HTTP != ""
 }
 
-func healthy(addr string) (bool, string) {
+// healthy is nil when the controller at addr answers /healthz 200, else
+// an error with the status and body it answered.
+func healthy(addr string) error {
 	resp, err := http.Get("http://" + addr + "/healthz")
 	if err != nil {
-		return false, err.Error()
+		return err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
 	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode == 200, fmt.Sprintf("%d %s", resp.StatusCode, body)
+	return fmt.Errorf("%d %s", resp.StatusCode, body)
 }
 
 // waitReady waits for addrs.json and /healthz, and returns the addresses.
@@ -498,10 +500,7 @@ func waitReady(t testing.TB, d *daemon, dir string) spec.Addrs {
 		return errors.New("no addrs.json")
 	})
 	poll.Until(t, 30*time.Second, "/healthz ready", func() error {
-		if ok, why := healthy(a.HTTP); !ok {
-			return errors.New(why)
-		}
-		return nil
+		return healthy(a.HTTP)
 	})
 	return a
 }
@@ -635,18 +634,22 @@ func nodeShow(t testing.TB, dir, node string) spec.Node {
 	return res.Node
 }
 
-// heardAfter says whether node was last heard after after.
-func heardAfter(t testing.TB, dir, node string, after time.Time) (bool, string) {
+// heardAfter is nil once node was last heard after after, else an error
+// saying when it was.
+func heardAfter(t testing.TB, dir, node string, after time.Time) error {
 	nodes, err := tryNodeList(t, dir)
 	if err != nil {
-		return false, err.Error()
+		return err
 	}
 	for _, n := range nodes {
 		if n.Name == node {
-			return n.LastHeard != nil && n.LastHeard.After(after), fmt.Sprintf("%s last heard %v", node, n.LastHeard)
+			if n.LastHeard != nil && n.LastHeard.After(after) {
+				return nil
+			}
+			return fmt.Errorf("%s last heard %v", node, n.LastHeard)
 		}
 	}
-	return false, node + " not listed"
+	return errors.New(node + " not listed")
 }
 
 // lastResult is the result named name in node's last report, and the

@@ -392,10 +392,7 @@ func TestOverlayRemovedNodeLeavesPeers(t *testing.T) {
 		t.Errorf("site-b joined again with key %s and address %s; the removed one had %s and %s", again.Key, again.IP, gone, by["site-b"].IP)
 	}
 	poll.Until(t, 30*time.Second, "site-b joined again, reached from site A over mesh0", func() error {
-		if ok, why := ping(s.a.hosts[0], again.IP); !ok {
-			return errors.New(why)
-		}
-		return nil
+		return ping(s.a.hosts[0], again.IP)
 	})
 }
 

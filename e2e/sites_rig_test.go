@@ -329,10 +329,7 @@ func (m *sitesMesh) join(ns, node, addr string, extra ...string) (string, *daemo
 		return err
 	})
 	poll.Until(t, 20*time.Second, node+" heard", func() error {
-		if ok, why := m.heard(node); !ok {
-			return errors.New(why)
-		}
-		return nil
+		return m.heard(node)
 	})
 	return dir, d
 }
@@ -349,14 +346,18 @@ func (m *sitesMesh) nodes() []spec.Node {
 	return nodes
 }
 
-// heard says whether node is listed and was heard.
-func (m *sitesMesh) heard(node string) (bool, string) {
+// heard is nil once node is listed and was heard, else an error saying
+// why not.
+func (m *sitesMesh) heard(node string) error {
 	for _, n := range m.nodes() {
 		if n.Name == node {
-			return n.LastHeard != nil, fmt.Sprintf("%s last heard %v", node, n.LastHeard)
+			if n.LastHeard != nil {
+				return nil
+			}
+			return fmt.Errorf("%s not heard yet", node)
 		}
 	}
-	return false, node + " not listed"
+	return errors.New(node + " not listed")
 }
 
 // inNS runs f on a thread in namespace ns's network. A socket keeps the
@@ -486,9 +487,11 @@ func dialIn(ns, addr string) (net.Conn, error) {
 	return c, err
 }
 
-// ping says whether one ICMP echo from namespace ns to ip is answered
-// within a second.
-func ping(ns, ip string) (bool, string) {
-	out, err := try(ns, "ping", "-n", "-c", "1", "-W", "1", ip)
-	return err == nil, out
+// ping is nil when one ICMP echo from namespace ns to ip is answered
+// within a second, else an error with what ping said.
+func ping(ns, ip string) error {
+	if out, err := try(ns, "ping", "-n", "-c", "1", "-W", "1", ip); err != nil {
+		return fmt.Errorf("ping %s from %s: %w\n%s", ip, ns, err, out)
+	}
+	return nil
 }

@@ -230,11 +230,8 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if cfg.Panics == nil {
 		cfg.Panics = new(atomic.Uint64)
 	}
-	if !cfg.Subnet.IsValid() {
-		cfg.Subnet = DefaultSubnet
-	}
-	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 29 {
-		return nil, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", cfg.Subnet)
+	if cfg.Subnet, err = containerSubnet(cfg.Subnet); err != nil {
+		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), state: st, key: key, sealKey: sealKey, overlay: ov, beatNow: make(chan struct{}, 1), factsNow: make(chan struct{}, 1), catchUp: make(chan struct{}, 1),
 		savedAppliedSeq: st.AppliedSeq, decode: spec.Decode, writeState: WriteState, writeRoster: WriteRoster}
@@ -606,10 +603,7 @@ func (a *Agent) sendFacts(ctx context.Context, nc *nats.Conn) {
 	f := GatherFacts()
 	f.Node, f.Time = a.state.Node, time.Now().UTC()
 	a.watch.facts(ctx, &f)
-	f.TrustInstalled = TrustInstalled(a.cfg.Root, a.state.CARoot)
-	if a.held != nil {
-		f.Certificates = CertificatesHeld(a.cfg.Root, a.held.decl.Resources)
-	}
+	a.engine.kindFacts(a.held.resources(), &f)
 	if chain := a.Intermediates(); len(chain) > 0 {
 		f.Intermediate = ca.SerialOf(chain[0])
 	}

@@ -75,10 +75,13 @@ type hostKind struct {
 	// applier makes the kind's applier for an engine, taking what the
 	// kind needs of the host's services.
 	applier func(*Services) Applier
-	// facts says that the facts report what resources of the kind hold
-	// (trust_installed, certificates): an apply that moves one has them
-	// sent again at once (Agent.factsMoved).
-	facts bool
+	// facts, when set, fills the kind's part of the facts the host sends
+	// (trust_installed, certificates): what resources of the kind hold
+	// now, read with the host's services among held, the resources of
+	// the declaration the host holds. A kind that sets it has the facts
+	// sent again at once when an apply moves one of its resources
+	// (Agent.factsMoved).
+	facts func(s *Services, held []spec.Resource, f *spec.Facts)
 	// run, when set, makes what the kind keeps running beside the agent
 	// (kindRun): one an agent, made with it.
 	run func(kindHost) kindRun

@@ -16,13 +16,16 @@ import (
 )
 
 func init() {
-	registerKind(hostKind{name: spec.KindCertificate, facts: true,
+	registerKind(hostKind{name: spec.KindCertificate,
 		record: func(s spec.Spec, a *Applied) {
 			if c, ok := s.(*spec.CertificateSpec); ok {
 				a.Certificate = c.Name
 			}
 		},
-		applier: func(s *Services) Applier { return certificateApplier{root: s.Root, certs: s.certs} }})
+		applier: func(s *Services) Applier { return certificateApplier{root: s.Root, certs: s.certs} },
+		facts: func(s *Services, held []spec.Resource, f *spec.Facts) {
+			f.Certificates = CertificatesHeld(s.Root, held)
+		}})
 }
 
 var errNoCerts = errors.New("this host has no certificate manager (it obtains certificates only while it runs on the bus)")

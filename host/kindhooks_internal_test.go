@@ -18,11 +18,6 @@ import (
 // registration and hooks (hostKind, kindRun), never by name.
 var agentFiles = []string{"agent.go", "roster.go"}
 
-// agentMay are what the agent takes from kinds' files that is not the
-// kind's run: the facts it reports of the trust and certificate kinds'
-// resources, and the default of its Config's container network.
-var agentMay = map[string]bool{"TrustInstalled": true, "CertificatesHeld": true, "DefaultSubnet": true}
-
 // kindNames are the names declared in the host's files of each kind of
 // kindOrder (host/<kind>*.go, tests aside), with the file declaring each,
 // and the kind's constant in spec (spec.Kind<Kind>); a name after a dot
@@ -123,7 +118,7 @@ func namesKinds(fset *token.FileSet, file string, src any, names map[string]stri
 			ast.Inspect(n.X, visit)
 			return false
 		case *ast.Ident:
-			if from, ok := names[n.Name]; ok && from != "spec" && n.Name != "_" && !agentMay[n.Name] {
+			if from, ok := names[n.Name]; ok && from != "spec" && n.Name != "_" {
 				say(n, from)
 			}
 		}
@@ -135,8 +130,9 @@ func namesKinds(fset *token.FileSet, file string, src any, names map[string]stri
 
 // TestAgentNamesNoKind: the agent's files name nothing a kind declares
 // (its types, functions, values, its spec constant): a kind reaches the
-// agent through its registration, its appliers through Services and what
-// it runs beside the agent through kindRun, so that a kind is its own
+// agent through its registration, its appliers through Services, the
+// facts it reports through hostKind.facts and what it runs beside the
+// agent through kindRun, so that a kind is its own
 // files and one line of kindOrder. A source that names a kind trips the
 // check.
 func TestAgentNamesNoKind(t *testing.T) {
@@ -154,7 +150,7 @@ func TestAgentNamesNoKind(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, f := range found {
-			t.Errorf("%s: reach the kind through its hooks (hostKind.run, kindRun)", f)
+			t.Errorf("%s: reach the kind through its hooks (hostKind.facts, hostKind.run, kindRun)", f)
 		}
 	}
 	src := "package host\nfunc (a *Agent) x() { var g *edge = newEdge(\"\", \"\", nil); _ = spec.KindEdge; a.edge.take(g.name()) }\n"

@@ -96,12 +96,23 @@ func orderOf(kind string) order {
 // they follow within seconds, not at the next daily facts.
 func (a *Agent) factsMoved(results []spec.ResourceResult) {
 	for _, r := range results {
-		if !hostKinds[r.Kind].facts {
+		if hostKinds[r.Kind].facts == nil {
 			continue
 		}
 		if r.Outcome == spec.Created || r.Outcome == spec.Changed || r.Outcome == spec.Removed {
 			nudge(a.factsNow)
 			return
+		}
+	}
+}
+
+// kindFacts has each kind that reports facts (hostKind.facts) fill its
+// part of f, with e's services, held the resources of the declaration the
+// host holds.
+func (e *Engine) kindFacts(held []spec.Resource, f *spec.Facts) {
+	for _, l := range kindOrder {
+		if k := hostKinds[l.kind]; k.facts != nil {
+			k.facts(&e.services, held, f)
 		}
 	}
 }

@@ -13,10 +13,6 @@ import (
 	"github.com/mesh-fleet/mesh/spec"
 )
 
-// DefaultSubnet is the node's container network when mesh host --subnet
-// does not name one.
-var DefaultSubnet = netip.MustParsePrefix("10.213.0.0/24")
-
 // Gateway is the address of a subnet's gateway: its first host address,
 // where the host's resolver listens for the containers.
 func Gateway(subnet netip.Prefix) netip.Addr { return subnet.Masked().Addr().Next() }

@@ -10,9 +10,8 @@ import (
 
 // TestReportSentAgainUntilAnswered: a report the controller does not
 // answer is sent again, the same, every ReportRetry until it is answered,
-// and then no more. At 9,999 hosts the
-// first push heard no report from 4 hosts that had applied it, and waited
-// for them to its end.
+// and then no more: a report lost on the way would leave the push
+// waiting for a host that applied it until the push ends.
 func TestReportSentAgainUntilAnswered(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"fmt"
 	"net/netip"
 	"path/filepath"
 
@@ -62,6 +63,23 @@ type Services struct {
 	goos, goarch string
 	// verified remembers the delivered binaries already hashed.
 	verified *verifiedBinaries
+}
+
+// DefaultSubnet is the node's container network (Services.Subnet) when
+// mesh host --subnet does not name one.
+var DefaultSubnet = netip.MustParsePrefix("10.213.0.0/24")
+
+// containerSubnet is the node's container network as p names it:
+// DefaultSubnet when p is zero. One that is not IPv4, or smaller than a
+// /29, is refused.
+func containerSubnet(p netip.Prefix) (netip.Prefix, error) {
+	if !p.IsValid() {
+		p = DefaultSubnet
+	}
+	if !p.Addr().Is4() || p.Bits() > 29 {
+		return netip.Prefix{}, fmt.Errorf("container subnet %s: give an IPv4 network of /29 or larger", p)
+	}
+	return p, nil
 }
 
 // withDefaults is s with what the host always has filled in: the system

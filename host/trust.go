@@ -14,9 +14,12 @@ import (
 )
 
 func init() {
-	registerKind(hostKind{name: spec.KindTrust, facts: true,
+	registerKind(hostKind{name: spec.KindTrust,
 		applier: func(s *Services) Applier {
 			return trustApplier{root: s.Root, caRoot: s.CARoot, refresh: runRefresh}
+		},
+		facts: func(s *Services, _ []spec.Resource, f *spec.Facts) {
+			f.TrustInstalled = TrustInstalled(s.Root, s.CARoot)
 		}})
 }
 

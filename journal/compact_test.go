@@ -309,7 +309,7 @@ func TestCompactionCutShortIsSafe(t *testing.T) {
 		if len(names) == 1 && strings.HasPrefix(names[0], "snapshot-") && names[0] != "snapshot-cut" {
 			return nil
 		}
-		return errors.New(fmt.Sprint(names))
+		return fmt.Errorf("snapshots %q", names)
 	})
 	want = reads(t, v)
 	stop()

@@ -1,7 +1,6 @@
 package launch_test
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -80,7 +79,7 @@ func TestAttachedAddressAnswersAcrossSwaps(t *testing.T) {
 			if asked.Load() >= before+20 {
 				return nil
 			}
-			return errors.New(fmt.Sprint(asked.Load() - before))
+			return fmt.Errorf("%d asked", asked.Load()-before)
 		})
 	}
 	answered()

@@ -99,9 +99,10 @@ func (noCatalogue) Modules(context.Context) ([]store.Module, error) {
 
 // TestAssignReadsOnlyWhatItNeeds: an assign, an unassign and the audit of
 // an assign read the module named and the node's own modules, never the
-// whole catalogue (10,000 modules made each assign decode every one, twice,
-// with the audit's redaction), a module with routes too: it alters the
-// roster, which travels apart, and the node's own declaration alone.
+// whole catalogue (a large one would have each assign decode every
+// module, twice, with the audit's redaction), a module with routes too:
+// it alters the roster, which travels apart, and the node's own
+// declaration alone.
 func TestAssignReadsOnlyWhatItNeeds(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Now()}
@@ -145,7 +146,7 @@ func (s *nodeKeyReads) NodeKeys(ctx context.Context) ([]store.NodeKey, error) {
 
 // TestAssignCountsTheNodes: an assign that changes no route says how many
 // nodes a push composes by counting them, without reading every node's
-// name (at 10,000 nodes that read was most of an assign's 51 ms), and
+// name (in a large fleet that read would be most of an assign's time), and
 // leaves out a node being removed; one that changes a route names them.
 func TestAssignCountsTheNodes(t *testing.T) {
 	t.Parallel()

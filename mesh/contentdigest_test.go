@@ -11,9 +11,9 @@ import (
 
 // TestContentDigestIsTheEncodersBytes: the digest status records with each
 // declaration and compares is the SHA-256 of json.NewEncoder's encoding of
-// the resources, roster and CA chain, as it was before the resources were
-// streamed into the hash, and without a chain as it was before declarations
-// carried one: a store that recorded digests keeps matching.
+// the resources, roster and CA chain (the resources streamed into the
+// hash give the same bytes), and without a chain for a declaration that
+// carries none: a store that recorded digests keeps matching.
 func TestContentDigestIsTheEncodersBytes(t *testing.T) {
 	t.Parallel()
 	ctr := spec.Resource{Name: "m:container:web", Kind: spec.KindContainer, Module: "m<&>",

@@ -170,9 +170,8 @@ func TestReportsAreRecordedBeforeForwarded(t *testing.T) {
 
 // TestWaitingReportWatchedThrough: a report that the declaration waits
 // (for the roster it names) is forwarded to the push, and the push goes
-// on watching: the apply's report that follows is forwarded too. At
-// 9,999 hosts every host waited for the first push's roster, and the push
-// then heard no apply at all.
+// on watching: the apply's report that follows is forwarded too, or a
+// push whose hosts each wait for its roster first hears no apply at all.
 func TestWaitingReportWatchedThrough(t *testing.T) {
 	t.Parallel()
 	c, _ := newController(t, &clock{now: time.Now()})

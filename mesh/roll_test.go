@@ -522,10 +522,13 @@ func TestRollDeadline(t *testing.T) {
 	}
 	poll.Until(t, 10*time.Second, "beta's report to be kept", func() error {
 		r, err := db.LastReport(context.Background(), "beta")
-		if err == nil && r.Seq == sentTo.Seq {
+		if err != nil {
+			return err
+		}
+		if r.Seq == sentTo.Seq {
 			return nil
 		}
-		return errors.New(fmt.Sprint(err))
+		return fmt.Errorf("beta's last report is %d, want %d", r.Seq, sentTo.Seq)
 	})
 	clk.Add(6 * time.Second)
 	r := waitRoll(t, op)

@@ -36,9 +36,9 @@ func Digest(path string) (string, error) {
 // directory's, statedir.ExecutableDigest): a digest kept there for the
 // file as it is now (the same identity) is taken without reading the file;
 // otherwise the file is hashed and keep written. A start of a mesh process
-// then reads its 45 MB binary only after the binary changed. keep is a
-// cache: a keep that cannot be read or written is the file hashed, as
-// Digest does, and no error.
+// then reads its binary (tens of MB) only after the binary changed. keep
+// is a cache: a keep that cannot be read or written is the file hashed,
+// as Digest does, and no error.
 func DigestKept(path, keep string) (string, error) {
 	f, path, err := openExecutable(path)
 	if err != nil {
@@ -66,7 +66,7 @@ func DigestKept(path, keep string) (string, error) {
 
 // HandoffEnv carries the digest of an executable to the process that runs
 // it (Handoff): a launcher hashes the version it runs before it runs it,
-// and its child, whose version is that digest, need not read 45 MB again.
+// and its child, whose version is that digest, need not read it again.
 // The entry names the file by its identity as well, so it is taken only
 // for that file as it was when hashed; any other file (a grandchild's, a
 // file written since) is hashed as before.

@@ -41,7 +41,7 @@ func TestForwardCachedAndExpired(t *testing.T) {
 		if len(r.Answer) == 1 && r.Answer[0].Header().Ttl < 2 {
 			return nil
 		}
-		return errors.New(fmt.Sprint(r.Answer))
+		return fmt.Errorf("answer %v", r.Answer)
 	})
 	poll.Until(t, 5*time.Second, "the cached answer expired", func() error {
 		ask(t, "udp", addr, "www.example.com.", dns.TypeA, 0)

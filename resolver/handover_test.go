@@ -1,7 +1,6 @@
 package resolver
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -110,7 +109,7 @@ func TestNoQueryFailsAcrossHandOvers(t *testing.T) {
 			if asked.Load() >= before+40 {
 				return nil
 			}
-			return errors.New(fmt.Sprint(asked.Load() - before))
+			return fmt.Errorf("%d answered", asked.Load()-before)
 		})
 		if err := stop(); err != nil {
 			t.Fatalf("Run: %v", err)
@@ -123,7 +122,7 @@ func TestNoQueryFailsAcrossHandOvers(t *testing.T) {
 			if sent.Load()-asked.Load() == 4 {
 				return nil
 			}
-			return errors.New(fmt.Sprint(sent.Load() - asked.Load()))
+			return fmt.Errorf("%d waiting", sent.Load()-asked.Load())
 		})
 		mu.Lock()
 		handed := kept
@@ -147,7 +146,7 @@ func TestNoQueryFailsAcrossHandOvers(t *testing.T) {
 		if asked.Load() >= before+40 {
 			return nil
 		}
-		return errors.New(fmt.Sprint(asked.Load() - before))
+		return fmt.Errorf("%d answered", asked.Load()-before)
 	})
 	close(quit)
 	wg.Wait()

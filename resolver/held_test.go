@@ -3,7 +3,6 @@ package resolver
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -198,7 +197,7 @@ func TestNoQueryLostAcrossSwaps(t *testing.T) {
 			if n.Load() >= at+200 {
 				return nil
 			}
-			return errors.New(fmt.Sprint(n.Load() - at))
+			return fmt.Errorf("%d answered", n.Load()-at)
 		})
 		stop()
 		stop = run()
