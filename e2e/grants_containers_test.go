@@ -2,17 +2,21 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mesh-fleet/mesh/internal/poll"
+	"github.com/moby/moby/client"
 )
 
 // TestGrantExamplesOnTwoHosts: the authweb example (busybox httpd with
@@ -21,7 +25,9 @@ import (
 // credential; a request with none, or with another's password, is
 // refused 401. Unassigned, beta's credential is refused while alpha's
 // still serves; rotated, alpha's old credential is refused and its new
-// one, which the replaced client fetches with, serves.
+// one, which the replaced client fetches with, serves. No credential is
+// in a client's docker top, nor in a command line or environment of its
+// processes.
 func TestGrantExamplesOnTwoHosts(t *testing.T) {
 	t.Parallel()
 	m := newContainerMesh(t)
@@ -85,6 +91,8 @@ func TestGrantExamplesOnTwoHosts(t *testing.T) {
 		}
 	}
 	m.credentialsOnlyWhereDeclared(t, credA, credB)
+	m.clientArgvHoldsNoCredential(t, m.a, credA, credB)
+	m.clientArgvHoldsNoCredential(t, m.b, credA, credB)
 
 	// Unassigned, beta's line leaves the provider's file, and its
 	// credential is refused once the provider has reloaded.
@@ -114,6 +122,99 @@ func TestGrantExamplesOnTwoHosts(t *testing.T) {
 	}
 	fetched(m.rootA, rotated)
 	m.credentialsOnlyWhereDeclared(t, credA, credB, newA)
+	m.clientArgvHoldsNoCredential(t, m.a, credA, credB, newA)
+}
+
+// clientArgvHoldsNoCredential fails the test where a process of node's
+// authclient container shows a credential, plain or base64, to anyone
+// who can list processes: in a row of docker top, or in the command line
+// or environment /proc gives of one of its processes. The fetch's
+// processes live for milliseconds, so the container's processes are
+// sampled from its cgroup (a read a sample) until one sample has caught a
+// fetch in flight, nc running; docker top is asked once each round.
+func (m *containerMesh) clientArgvHoldsNoCredential(t *testing.T, node string, creds ...string) {
+	t.Helper()
+	var forms [][]byte
+	for _, c := range creds {
+		forms = append(forms, encodedForms(c)...)
+	}
+	res, ok := m.container(t, node, "authclient")
+	if !ok || res.Container.State == nil || res.Container.State.Pid == 0 {
+		t.Fatalf("no running client on %s", node)
+	}
+	procs := cgroupProcs(t, res.Container.State.Pid)
+	seen := map[string]bool{}
+	poll.Until(t, 60*time.Second, "a fetch of "+node+"'s client caught in flight", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		top, err := m.cli.ContainerTop(ctx, res.Container.ID, client.ContainerTopOptions{})
+		if err != nil {
+			return fmt.Errorf("docker top: %w", err)
+		}
+		pidAt := slices.Index(top.Titles, "PID")
+		for _, row := range top.Processes {
+			if holdsAny([]byte(strings.Join(row, " ")), forms) {
+				pid := "?"
+				if pidAt >= 0 && pidAt < len(row) {
+					pid = row[pidAt]
+				}
+				t.Fatalf("docker top of %s's client shows a credential in the line of process %s", node, pid)
+			}
+		}
+		tick := time.NewTicker(500 * time.Microsecond)
+		defer tick.Stop()
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); <-tick.C {
+			b, err := os.ReadFile(procs)
+			if err != nil {
+				return fmt.Errorf("the client's processes: %w", err)
+			}
+			for _, pid := range strings.Fields(string(b)) {
+				cmdline, err := os.ReadFile("/proc/" + pid + "/cmdline")
+				environ, eerr := os.ReadFile("/proc/" + pid + "/environ")
+				if err != nil || eerr != nil || len(cmdline) == 0 {
+					continue // gone between the list and the read
+				}
+				name := filepath.Base(string(bytes.SplitN(cmdline, []byte{0}, 2)[0]))
+				if holdsAny(cmdline, forms) {
+					t.Fatalf("process %s (%s) of %s's client holds a credential in its command line", pid, name, node)
+				}
+				if holdsAny(environ, forms) {
+					t.Fatalf("process %s (%s) of %s's client holds a credential in its environment", pid, name, node)
+				}
+				seen[name] = true
+				if name == "nc" {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no nc among the processes seen: %v", slices.Sorted(maps.Keys(seen)))
+	})
+}
+
+// cgroupProcs is the cgroup.procs file that lists the processes of pid's
+// cgroup: the unified hierarchy's, or a v1 controller's.
+func cgroupProcs(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		dir := "/sys/fs/cgroup"
+		if f[1] != "" {
+			dir = filepath.Join(dir, strings.TrimPrefix(f[1], "name="))
+		}
+		p := filepath.Join(dir, f[2], "cgroup.procs")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Fatalf("no cgroup.procs for process %d in %q", pid, b)
+	return ""
 }
 
 // credentialsOnlyWhereDeclared fails the test where a credential is found,

@@ -113,8 +113,12 @@ func TestGrantNodeOwnFailureKeepsWhatItLastReceived(t *testing.T) {
 	registerManifest(t, c, strings.NewReplacer(`"name":"app"`, `"name":"reader"`, `"version":"1"`, `"version":"2"`).Replace(appManifest))
 	kept("no credential", "gamma", "holds no credential", gamma.Seq)
 
-	// No registered module provides the grant beta consumes any more:
-	// beta keeps its credential and the address it had.
+	// No registered module provides the grant beta consumes any more
+	// (its provider unassigned with --force, then registered without
+	// provides): beta keeps its credential and the address it had.
+	if _, err := c.modules.unassign(context.Background(), spec.AssignRequest{Module: "files", Node: "alpha", Force: true}); err != nil {
+		t.Fatal(err)
+	}
 	registerManifest(t, c, `{"name":"files","version":"2","routes":[{"name":"files","port":2049}],"resources":[]}`)
 	pn := pushNode(t, c, "beta")
 	if !strings.Contains(pn.Error, `node "beta"`) || !strings.Contains(pn.Error, "no registered module provides") {

@@ -39,6 +39,9 @@ func (cat *catalogue) registerModules(ctx context.Context, req spec.ModuleRegist
 		}
 		seen[m.Name] = true
 	}
+	if err := cat.providesKept(ctx, req.Modules); err != nil {
+		return spec.ModuleRegisterResult{}, err
+	}
 	now := cat.now()
 	previous, err := cat.db.RegisterModules(ctx, req.Modules, now)
 	if err != nil {

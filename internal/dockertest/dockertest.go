@@ -36,7 +36,7 @@ const EnvOptIn = "MESH_TEST_DOCKER"
 const Busybox = "/bin/busybox"
 
 // Applets are the busybox applets Build links in /bin.
-var Applets = []string{"sh", "httpd", "nslookup", "wget", "sleep", "cat", "echo"}
+var Applets = []string{"sh", "httpd", "nslookup", "wget", "nc", "base64", "sleep", "cat", "echo"}
 
 // timeout bounds each engine call a helper makes.
 const timeout = 2 * time.Minute
