@@ -172,11 +172,13 @@ type Controller struct {
 	// requests; mesh_replies_refused_total counts them all.
 	dropLog logGate
 	// pages are the status pages on the HTTP listener; ui is who may
-	// read them; changes tells them something reached the controller
-	// (view.go, ui.go).
-	pages   *web.Pages
-	ui      *uiAccess
-	changes pulse
+	// read them; changes tells them something reached the controller,
+	// recorded counts the facts and report batches recorded (view.go,
+	// ui.go).
+	pages    *web.Pages
+	ui       *uiAccess
+	changes  pulse
+	recorded atomic.Uint64
 }
 
 // New checks cfg and starts nothing.
@@ -248,7 +250,7 @@ func New(cfg Config, log *slog.Logger, deps Deps) (*Controller, error) {
 		sendNames: c.sendNames, membershipChanged: c.overlays.changed}
 	c.modules = &catalogue{base: b, composeOne: c.composer.composeOne, nudgeCollect: c.blobs.nudgeCollect, usersChanged: c.enrolment.syncUsers}
 	c.reports = &reportLine{base: b, queue: make(chan queuedReport, reportQueue), claims: c.claims, watches: c.watches, respond: c.respond,
-		unsent: &c.metrics.reportsUnsent, applied: c.timings.apply, dropLog: &c.dropLog, changed: c.changes.kick}
+		unsent: &c.metrics.reportsUnsent, applied: c.timings.apply, dropLog: &c.dropLog, changed: c.record}
 	c.beatLine = &beatLine{base: b, beats: c.beats, claims: c.claims, resend: c.sender.resendIfExpired, redeliver: c.sender.redeliver, rosterSeq: c.deps.DB.LastRosterSeq, redeliverRoster: c.rosters.redeliver, changed: c.changes.kick}
 	c.verbs = verbTable(c.verbRows())
 	c.auditor.verbs = c.verbs
@@ -531,7 +533,7 @@ func (c *Controller) onFacts(ctx context.Context, m *nats.Msg) {
 		c.log.Error("facts not recorded", "node", node, "err", err)
 		return
 	}
-	c.changes.kick()
+	c.record()
 	c.log.Debug("facts recorded", "node", node)
 }
 

@@ -121,6 +121,16 @@ func (v View) Audit(ctx context.Context, since time.Time) ([]spec.AuditEntry, er
 // call reached the controller.
 func (v View) Changes() <-chan struct{} { return v.c.changes }
 
+// Recorded counts the facts and report batches the controller recorded.
+func (v View) Recorded() uint64 { return v.c.recorded.Load() }
+
+// record tells the pages facts or reports were recorded: what they show
+// of a node changed, though status may say the same.
+func (c *Controller) record() {
+	c.recorded.Add(1)
+	c.changes.kick()
+}
+
 // SilentAfter is the rule status calls a node silent by.
 func (View) SilentAfter(interval time.Duration) time.Duration { return SilentAfter(interval) }
 

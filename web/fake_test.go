@@ -20,7 +20,9 @@ type fakeSource struct {
 	audit   []spec.AuditEntry
 	grants  []spec.GrantInfo
 	overlay spec.OverlayShowResult
-	changes chan struct{}
+	// recorded counts the facts and reports the fleet sent (record).
+	recorded uint64
+	changes  chan struct{}
 }
 
 // newFake is a fleet of n nodes, heard a second ago, all clear.
@@ -93,11 +95,29 @@ func (f *fakeSource) SilentAfter(interval time.Duration) time.Duration {
 	return 2*interval + time.Second
 }
 
+func (f *fakeSource) Recorded() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.recorded
+}
+
 // change changes the fleet and says so.
 func (f *fakeSource) change(fn func(*spec.StatusResult, *[]spec.Node)) {
 	f.mu.Lock()
 	fn(&f.status, &f.nodes)
 	f.mu.Unlock()
+	f.kick()
+}
+
+// record changes the fleet as facts or a report recorded do, and says so.
+func (f *fakeSource) record(fn func(*spec.StatusResult, *[]spec.Node)) {
+	f.mu.Lock()
+	f.recorded++
+	f.mu.Unlock()
+	f.change(fn)
+}
+
+func (f *fakeSource) kick() {
 	select {
 	case f.changes <- struct{}{}:
 	default:

@@ -20,9 +20,9 @@ import (
 // it reads status when the Source says something reached the controller
 // (at most every lookGap), when the next node would turn silent, and at
 // least every lookEvery; each stream sends its page a "change" event
-// when what status says differs from what its page shows (how long ago
-// nodes were heard aside), and a "heard" event with the nodes heard since
-// it last said.
+// when what status says, or how many facts and reports were recorded,
+// differs from what its page shows (how long ago nodes were heard
+// aside), and a "heard" event with the nodes heard since it last said.
 const (
 	lookGap   = 250 * time.Millisecond
 	lookEvery = 30 * time.Second
@@ -118,12 +118,13 @@ func (h *hub) run(ctx context.Context) {
 func (h *hub) look(ctx context.Context) time.Duration {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
+	recorded := h.src.Recorded()
 	st, err := h.src.Status(ctx)
 	if err != nil {
 		h.log.Warn("status for the live pages not read", "err", err)
 		return lookEvery
 	}
-	s := &snapshot{digest: digestOf(st), at: st.Time, heard: map[string]time.Time{}}
+	s := &snapshot{digest: digestOf(st, recorded), at: st.Time, heard: map[string]time.Time{}}
 	next := lookEvery
 	for _, n := range st.Nodes {
 		if n.LastHeard == nil {
@@ -153,9 +154,25 @@ func (h *hub) look(ctx context.Context) time.Duration {
 // the page's.
 var goDuration = regexp.MustCompile(`\b\d+(\.\d+)?(ns|µs|ms|s|m|h)(\d+(\.\d+)?(ns|µs|ms|s|m|h))*\b`)
 
+// status is the source's status and its digest, for a page made from
+// it and from what the source says after: the count of what was recorded
+// is read first, so a page that may show facts or a report newer than
+// its digest says gets a "change" from its stream.
+func (p *Pages) status(ctx context.Context) (spec.StatusResult, string, error) {
+	recorded := p.src.Recorded()
+	st, err := p.src.Status(ctx)
+	if err != nil {
+		return spec.StatusResult{}, "", err
+	}
+	return st, digestOf(st, recorded), nil
+}
+
 // digestOf is what a page shows of st, less the times that move on by
-// themselves: two answers with the same digest show the same page.
-func digestOf(st spec.StatusResult) string {
+// themselves, and of the facts and reports the source has recorded (of
+// which status says only some: a node's kernel, a resource's last
+// change), by their count: two answers with the same digest show the
+// same page.
+func digestOf(st spec.StatusResult, recorded uint64) string {
 	st.Time = time.Time{}
 	st.Nodes = slices.Clone(st.Nodes)
 	for i := range st.Nodes {
@@ -169,7 +186,7 @@ func digestOf(st spec.StatusResult) string {
 	if err != nil {
 		return ""
 	}
-	sum := sha256.Sum256(b)
+	sum := sha256.Sum256(fmt.Appendf(b, "\n%d", recorded))
 	return hex.EncodeToString(sum[:12])
 }
 

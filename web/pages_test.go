@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -244,7 +245,7 @@ func TestStreamSaysChangesWithinASecond(t *testing.T) {
 	src := newFake(3, now)
 	_, srv := serve(t, src, nil)
 	st, _ := src.Status(context.Background())
-	s := openStream(t, nil, srv.URL+"/events?digest="+digestOf(st))
+	s := openStream(t, nil, srv.URL+"/events?digest="+digestOf(st, src.Recorded()))
 	if heard := s.next(t, "heard", 2*time.Second); !strings.Contains(heard, `"node0002":`) {
 		t.Fatalf("first heard event %s", heard)
 	}
@@ -262,6 +263,22 @@ func TestStreamSaysChangesWithinASecond(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("change took %s", took)
 	}
+}
+
+// TestStreamSaysNewFacts: facts recorded that status does not say (a
+// node's kernel) make the stream say "change", as its page shows them.
+func TestStreamSaysNewFacts(t *testing.T) {
+	src := newFake(1, time.Now())
+	_, srv := serve(t, src, nil)
+	_, body, _ := get(t, nil, srv.URL+"/nodes/node0000")
+	digest := regexp.MustCompile(`data-digest="([0-9a-f]+)"`).FindStringSubmatch(body)
+	if digest == nil {
+		t.Fatalf("the node page gives no digest:\n%s", body)
+	}
+	s := openStream(t, nil, srv.URL+"/events?digest="+digest[1])
+	s.next(t, "heard", 2*time.Second)
+	src.record(func(_ *spec.StatusResult, nodes *[]spec.Node) { (*nodes)[0].Facts.Kernel = "6.12.0-1-arm64" })
+	s.next(t, "change", time.Second)
 }
 
 // TestStreamSeesSilenceComing: with nothing reaching the source, the hub

@@ -33,7 +33,7 @@ type publicRow struct {
 }
 
 func (p *Pages) public(r *http.Request) (view, error) {
-	st, err := p.src.Status(r.Context())
+	st, digest, err := p.status(r.Context())
 	if err != nil {
 		return view{}, err
 	}
@@ -43,7 +43,7 @@ func (p *Pages) public(r *http.Request) (view, error) {
 			v.Failing++
 		}
 	}
-	return view{"Public names", v, digestOf(st)}, nil
+	return view{"Public names", v, digest}, nil
 }
 
 // tableOfPublic is public as rows, at now.

@@ -34,6 +34,10 @@ type Source interface {
 	// Changes receives when a heartbeat, facts, a report or an operator's
 	// call reached the controller; kicks are coalesced, never queued.
 	Changes() <-chan struct{}
+	// Recorded counts the facts and reports recorded: the pages show
+	// more of them than status says, and a page is made again when the
+	// count moves.
+	Recorded() uint64
 	// SilentAfter is how long a node beating every interval may go
 	// unheard before status calls it silent.
 	SilentAfter(interval time.Duration) time.Duration

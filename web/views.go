@@ -35,7 +35,7 @@ type versionLine struct {
 }
 
 func (p *Pages) fleet(r *http.Request) (view, error) {
-	st, err := p.src.Status(r.Context())
+	st, digest, err := p.status(r.Context())
 	if err != nil {
 		return view{}, err
 	}
@@ -56,7 +56,7 @@ func (p *Pages) fleet(r *http.Request) (view, error) {
 			v.PublicFailing++
 		}
 	}
-	return view{"Fleet", v, digestOf(st)}, nil
+	return view{"Fleet", v, digest}, nil
 }
 
 // versions is status's version split, by version.
@@ -88,7 +88,7 @@ type nodesView struct {
 
 func (p *Pages) nodes(r *http.Request) (view, error) {
 	ctx := r.Context()
-	st, err := p.src.Status(ctx)
+	st, digest, err := p.status(ctx)
 	if err != nil {
 		return view{}, err
 	}
@@ -114,7 +114,7 @@ func (p *Pages) nodes(r *http.Request) (view, error) {
 	for _, n := range st.Nodes {
 		v.Rows = append(v.Rows, nodeRow{NodeStatus: n, Arch: arch[n.Node], Overlay: members[n.Node], AgeMS: ageMS(n.LastHeard, st.Time)})
 	}
-	return view{"Nodes", v, digestOf(st)}, nil
+	return view{"Nodes", v, digest}, nil
 }
 
 // ageMS is how long before now at was, in milliseconds; -1 for never.
@@ -146,11 +146,13 @@ func (p *Pages) node(r *http.Request) (view, error) {
 	if err := spec.CheckName("node", name); err != nil {
 		return view{}, errNotFound(err.Error())
 	}
-	n, err := p.src.Node(ctx, name)
+	// Status, and with it the digest, first: facts recorded between
+	// the two reads make the page's stream say "change".
+	st, digest, err := p.status(ctx)
 	if err != nil {
 		return view{}, err
 	}
-	st, err := p.src.Status(ctx)
+	n, err := p.src.Node(ctx, name)
 	if err != nil {
 		return view{}, err
 	}
@@ -175,7 +177,7 @@ func (p *Pages) node(r *http.Request) (view, error) {
 			v.Grants = append(v.Grants, g)
 		}
 	}
-	return view{"Node " + name, v, digestOf(st)}, nil
+	return view{"Node " + name, v, digest}, nil
 }
 
 // latestCerts keeps the latest leaf issued for each set of names, soonest
@@ -228,7 +230,7 @@ func (p *Pages) activity(r *http.Request) (view, error) {
 	if err != nil {
 		return view{}, err
 	}
-	st, err := p.src.Status(ctx)
+	st, digest, err := p.status(ctx)
 	if err != nil {
 		return view{}, err
 	}
@@ -238,7 +240,7 @@ func (p *Pages) activity(r *http.Request) (view, error) {
 			v.Entries = append(v.Entries, es[i])
 		}
 	}
-	return view{"Pushes and rolls", v, digestOf(st)}, nil
+	return view{"Pushes and rolls", v, digest}, nil
 }
 
 // section is a part of status's answer shown as a table: its name, its
