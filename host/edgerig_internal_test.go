@@ -40,10 +40,18 @@ type edgeRig struct {
 // newEdgeRig starts Pebble as opts say, on ports the test holds.
 func newEdgeRig(t *testing.T, opts ...pebbletest.Option) *edgeRig {
 	t.Helper()
+	return newEdgeRigValidating(t, func(httpPort, httpsPort int) (int, int) { return httpPort, httpsPort }, opts...)
+}
+
+// newEdgeRigValidating is newEdgeRig with Pebble validating HTTP-01 and
+// TLS-ALPN-01 on the ports ports gives for the edges' own.
+func newEdgeRigValidating(t *testing.T, ports func(httpPort, httpsPort int) (int, int), opts ...pebbletest.Option) *edgeRig {
+	t.Helper()
 	r := &edgeRig{httpAddr: testport.Addr(t, "127.0.0.1"), httpsAddr: testport.Addr(t, "127.0.0.1"),
 		dir: filepath.Join(t.TempDir(), EdgeDir), logs: &lockedBuffer{}}
 	r.httpsPort = pebbletest.Port(t, r.httpsAddr)
-	r.pb = pebbletest.Start(t, pebbletest.Port(t, r.httpAddr), r.httpsPort, opts...)
+	httpPort, tlsPort := ports(pebbletest.Port(t, r.httpAddr), r.httpsPort)
+	r.pb = pebbletest.Start(t, httpPort, tlsPort, opts...)
 	pemBytes, err := os.ReadFile(r.pb.Root)
 	if err != nil {
 		t.Fatal(err)
