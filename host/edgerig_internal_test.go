@@ -76,13 +76,21 @@ func (r *edgeRig) edge(t *testing.T, renew edgeRenew, backends map[string]string
 	t.Helper()
 	g := newEdge(r.dir, "", r.log)
 	g.renew = renew
+	r.serve(t, g, backends)
+	return g
+}
+
+// serve has g, configured on the rig's addresses against its Pebble,
+// serve the public names of backends (name to backend URL) until the
+// test ends.
+func (r *edgeRig) serve(t *testing.T, g *edge, backends map[string]string) {
+	t.Helper()
 	t.Cleanup(g.stop)
 	g.take(edgeRoster(t, backends))
 	e := spec.EdgeSpec{Name: "edge", HTTP: r.httpAddr, HTTPS: r.httpsAddr, ACMECA: r.pb.Directory, Email: "ops@example.org", ACMERoots: r.pb.TLSRoots}
 	if err := g.configure(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
-	return g
 }
 
 // leaf is the certificate the edge serves for name, its chain verified to
