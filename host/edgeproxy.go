@@ -70,7 +70,7 @@ func (s *edgeServe) proxy() http.Handler {
 // transport reaches a backend by its internal name, at its node's address
 // as the held roster gives it; tc nil: plain HTTP.
 func (s *edgeServe) transport(tc *tls.Config) *http.Transport {
-	d := &net.Dialer{Timeout: edgeBackendDial}
+	d := &net.Dialer{Timeout: s.timeouts.backendDial}
 	return &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			host, port, err := net.SplitHostPort(addr)
@@ -84,9 +84,9 @@ func (s *edgeServe) transport(tc *tls.Config) *http.Transport {
 			return d.DialContext(ctx, network, net.JoinHostPort(at, port))
 		},
 		TLSClientConfig:       tc,
-		TLSHandshakeTimeout:   edgeBackendDial,
-		ResponseHeaderTimeout: edgeBackendHeader,
-		IdleConnTimeout:       edgeIdle,
+		TLSHandshakeTimeout:   s.timeouts.backendDial,
+		ResponseHeaderTimeout: s.timeouts.backendHeader,
+		IdleConnTimeout:       s.timeouts.idle,
 		MaxIdleConnsPerHost:   edgeBackendIdle,
 	}
 }
@@ -94,7 +94,7 @@ func (s *edgeServe) transport(tc *tls.Config) *http.Transport {
 // edgeBackendIdle is how many idle connections the edge keeps to one
 // backend: more than it has requests to that backend at once, so every
 // connection goes back to the pool after its response and none is closed
-// and dialled again under load (idle ones close after edgeIdle).
+// and dialled again under load (idle ones close after the idle timeout).
 const edgeBackendIdle = 1024
 
 // edgeBufferSize is the size of the buffers a response's body is copied

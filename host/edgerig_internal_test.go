@@ -40,10 +40,18 @@ type edgeRig struct {
 // newEdgeRig starts Pebble as opts say, on ports the test holds.
 func newEdgeRig(t *testing.T, opts ...pebbletest.Option) *edgeRig {
 	t.Helper()
+	return newEdgeRigValidating(t, func(httpPort, httpsPort int) (int, int) { return httpPort, httpsPort }, opts...)
+}
+
+// newEdgeRigValidating is newEdgeRig with Pebble validating HTTP-01 and
+// TLS-ALPN-01 on the ports ports gives for the edges' own.
+func newEdgeRigValidating(t *testing.T, ports func(httpPort, httpsPort int) (int, int), opts ...pebbletest.Option) *edgeRig {
+	t.Helper()
 	r := &edgeRig{httpAddr: testport.Addr(t, "127.0.0.1"), httpsAddr: testport.Addr(t, "127.0.0.1"),
 		dir: filepath.Join(t.TempDir(), EdgeDir), logs: &lockedBuffer{}}
 	r.httpsPort = pebbletest.Port(t, r.httpsAddr)
-	r.pb = pebbletest.Start(t, pebbletest.Port(t, r.httpAddr), r.httpsPort, opts...)
+	httpPort, tlsPort := ports(pebbletest.Port(t, r.httpAddr), r.httpsPort)
+	r.pb = pebbletest.Start(t, httpPort, tlsPort, opts...)
 	pemBytes, err := os.ReadFile(r.pb.Root)
 	if err != nil {
 		t.Fatal(err)
@@ -68,13 +76,21 @@ func (r *edgeRig) edge(t *testing.T, renew edgeRenew, backends map[string]string
 	t.Helper()
 	g := newEdge(r.dir, "", r.log)
 	g.renew = renew
+	r.serve(t, g, backends)
+	return g
+}
+
+// serve has g, configured on the rig's addresses against its Pebble,
+// serve the public names of backends (name to backend URL) until the
+// test ends.
+func (r *edgeRig) serve(t *testing.T, g *edge, backends map[string]string) {
+	t.Helper()
 	t.Cleanup(g.stop)
 	g.take(edgeRoster(t, backends))
 	e := spec.EdgeSpec{Name: "edge", HTTP: r.httpAddr, HTTPS: r.httpsAddr, ACMECA: r.pb.Directory, Email: "ops@example.org", ACMERoots: r.pb.TLSRoots}
 	if err := g.configure(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
-	return g
 }
 
 // leaf is the certificate the edge serves for name, its chain verified to

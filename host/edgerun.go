@@ -29,6 +29,27 @@ const (
 	edgeBackendHeader = time.Minute
 )
 
+// edgeTimeouts are an edge's timeouts: readHeader for a client's request
+// headers, idle for an idle connection (a client's or one kept to a
+// backend), backendDial for a backend's dial and TLS handshake,
+// backendHeader for a backend's response headers. A zero value is the
+// constant of the same name; tests shorten them.
+type edgeTimeouts struct {
+	readHeader, idle, backendDial, backendHeader time.Duration
+}
+
+// orDefaults is t with each zero value the edge's constant.
+func (t edgeTimeouts) orDefaults() edgeTimeouts {
+	or := func(d, def time.Duration) time.Duration {
+		if d == 0 {
+			return def
+		}
+		return d
+	}
+	return edgeTimeouts{readHeader: or(t.readHeader, edgeReadHeader), idle: or(t.idle, edgeIdle),
+		backendDial: or(t.backendDial, edgeBackendDial), backendHeader: or(t.backendHeader, edgeBackendHeader)}
+}
+
 // edge is the host's edge: what it serves is the public names of the held
 // roster (take), how it serves them the edge resource it holds
 // (configure). It outlives applies; the agent makes it once and stops it
@@ -38,6 +59,8 @@ type edge struct {
 	caRoot string // the mesh's root, PEM, that TLS backends are verified against
 	log    *slog.Logger
 	renew  edgeRenew // certmagic's defaults unless a test shortens them
+	// timeouts are the edge's constants unless a test shortens them.
+	timeouts edgeTimeouts
 
 	mu     sync.Mutex
 	names  map[string]edgeTarget // the held roster's public names
@@ -201,6 +224,8 @@ type edgeServe struct {
 	http   *http.Server
 	https  *http.Server
 	log    *slog.Logger
+	// timeouts are the edge's, defaults filled in.
+	timeouts edgeTimeouts
 
 	mu sync.Mutex
 	// managed are the names certmagic manages, each with the cancel of
@@ -236,7 +261,7 @@ func (g *edge) start(e spec.EdgeSpec) (*edgeServe, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &edgeServe{spec: e, edge: g, log: g.log.With("edge", e.Name), managed: map[string]context.CancelFunc{}, done: make(chan struct{})}
+	s := &edgeServe{spec: e, edge: g, timeouts: g.timeouts.orDefaults(), log: g.log.With("edge", e.Name), managed: map[string]context.CancelFunc{}, done: make(chan struct{})}
 	s.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return s.magic, nil },
 		RenewCheckInterval: g.renew.every,
@@ -315,9 +340,9 @@ func (s *edgeServe) listen() error {
 	}
 	errs := slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
 	s.http = &http.Server{Handler: s.issuer.HTTPChallengeHandler(http.HandlerFunc(s.redirect)),
-		ReadHeaderTimeout: edgeReadHeader, IdleTimeout: edgeIdle, ErrorLog: errs}
+		ReadHeaderTimeout: s.timeouts.readHeader, IdleTimeout: s.timeouts.idle, ErrorLog: errs}
 	s.https = &http.Server{Handler: s.proxy(), TLSConfig: tc,
-		ReadHeaderTimeout: edgeReadHeader, IdleTimeout: edgeIdle, ErrorLog: errs}
+		ReadHeaderTimeout: s.timeouts.readHeader, IdleTimeout: s.timeouts.idle, ErrorLog: errs}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
