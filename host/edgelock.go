@@ -76,8 +76,13 @@ func (s *edgeStore) hold(name, k string, rev uint64) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), s.ttl/3)
 			rev, err := s.kv.Update(ctx, k, s.lockValue(), h.revision)
-			cancel()
 			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+				// A renewal whose answer was cut short may still have been
+				// written: a lock still ours goes on from its revision.
+				rev, err = s.stillOurs(ctx, k)
+			}
+			cancel()
+			if errors.Is(err, errLockTaken) {
 				return // taken over: it went stale meanwhile
 			}
 			if err == nil {
@@ -87,6 +92,26 @@ func (s *edgeStore) hold(name, k string, rev uint64) {
 			}
 		}
 	}()
+}
+
+// errLockTaken is a held lock found under another owner.
+var errLockTaken = errors.New("the lock was taken over")
+
+// stillOurs is the revision of lock key k when this storage still owns
+// it, or errLockTaken.
+func (s *edgeStore) stillOurs(ctx context.Context, k string) (uint64, error) {
+	e, err := s.kv.Get(ctx, k)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, errLockTaken
+	}
+	if err != nil {
+		return 0, err
+	}
+	var v edgeLockValue
+	if json.Unmarshal(e.Value(), &v) != nil || v.Owner != s.owner {
+		return 0, errLockTaken
+	}
+	return e.Revision(), nil
 }
 
 // Unlock releases the lock name, if this storage still holds it.

@@ -276,7 +276,7 @@ func TestEdgeStoreLocks(t *testing.T) {
 	key := edgeKey(t)
 	one, two := b.openStore(t, "alpha", key), b.openStore(t, "beta", key)
 	for _, s := range []*edgeStore{one, two} {
-		s.ttl, s.poll = 900*time.Millisecond, 50*time.Millisecond
+		s.ttl, s.poll = 2*time.Second, 50*time.Millisecond
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -425,5 +425,48 @@ func TestEdgeBucketDeniedToOtherNodes(t *testing.T) {
 	violation("another node gets")
 	if e, err := kv.Get(ctx, "v.x"); err != nil || string(e.Value()) != "sealed" {
 		t.Errorf("the value after another node's tries: %v", err)
+	}
+}
+
+// TestEdgeLockRenewalCutShortStaysHeld: a renewal written whose answer
+// never came (here: the lock rewritten under its owner behind the
+// holder's back) leaves the holder a stale revision; the next renewal
+// finds the lock still its own and goes on holding it.
+func TestEdgeLockRenewalCutShortStaysHeld(t *testing.T) {
+	t.Parallel()
+	b := startEdgeBus(t, map[string]bool{"alpha": true, "beta": true})
+	key := edgeKey(t)
+	one, two := b.openStore(t, "alpha", key), b.openStore(t, "beta", key)
+	for _, s := range []*edgeStore{one, two} {
+		s.ttl, s.poll = time.Second, 50*time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const name = "issue_cert_cut.example.org"
+	if err := one.Lock(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	kv := b.kvOf(t)
+	written, err := kv.Put(ctx, bucketKey("l", name), one.lockValue())
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "the lock renewed past the write it did not see", func() error {
+		e, err := kv.Get(ctx, bucketKey("l", name))
+		if err != nil {
+			return err
+		}
+		if e.Revision() >= written+3 {
+			return nil
+		}
+		return fmt.Errorf("revision %d, written behind its back at %d", e.Revision(), written)
+	})
+	short, stop := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer stop()
+	if err := two.Lock(short, name); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("another took the lock its holder still renews: %v", err)
+	}
+	if err := one.Unlock(ctx, name); err != nil {
+		t.Fatal(err)
 	}
 }
