@@ -138,7 +138,7 @@ func OpenWith(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	db := newDB(sqldb)
-	if err := db.migrate(ctx); err != nil {
+	if err := db.migrate(ctx, true); err != nil {
 		sqldb.Close()
 		return nil, fmt.Errorf("migrate store %s: %w", path, err)
 	}
@@ -181,7 +181,10 @@ func loadMigrations() ([]migration, error) {
 	return ms, nil
 }
 
-func (db *DB) migrate(ctx context.Context) error {
+// migrate applies every migration the store has not recorded. With
+// fresh, a file that holds nothing yet takes the schema they end in
+// (schema.sql) in one step.
+func (db *DB) migrate(ctx context.Context, fresh bool) error {
 	ms, err := loadMigrations()
 	if err != nil {
 		return err
@@ -230,9 +233,27 @@ func (db *DB) migrate(ctx context.Context) error {
 			return err
 		}
 		now := time.Now().UTC().Format(time.RFC3339Nano)
+		whole := fresh && len(unapplied) == len(ms)
+		if whole {
+			// Only a file holding nothing yet takes the schema whole; a
+			// store holding tables runs each migration, naming any that
+			// fails.
+			var held int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name != 'schema_migrations'`).Scan(&held); err != nil {
+				return fmt.Errorf("read the store's schema: %w", err)
+			}
+			whole = held == 0
+		}
+		if whole {
+			if err := applySchema(ctx, tx, len(ms)); err != nil {
+				return err
+			}
+		}
 		for _, m := range unapplied {
-			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-				return fmt.Errorf("apply migration %s: %w", m.name, err)
+			if !whole {
+				if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+					return fmt.Errorf("apply migration %s: %w", m.name, err)
+				}
 			}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`, m.version, m.name, now); err != nil {
 				return fmt.Errorf("apply migration %s: %w", m.name, err)
