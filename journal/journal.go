@@ -335,10 +335,13 @@ func (j *Journal) follow(ctx context.Context, js jetstream.JetStream, applied, l
 	if err != nil {
 		return fmt.Errorf("follow the store's log: %w", err)
 	}
+	// Stop ends a consumer's resets, which retry for ever; the context
+	// given to Next ends a wait for a message even on a subscription a
+	// reset replaced.
 	go func() { <-ctx.Done(); it.Stop() }()
 	var p parts
 	for {
-		msg, err := it.Next()
+		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
