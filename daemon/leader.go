@@ -440,10 +440,26 @@ func listenIPs(addr net.Addr) []net.IP {
 // would cut off ("the bus closed the connection before the controller
 // answered"); the leader keeps it so on its own server.
 func followerUsers(db *store.DB, bus *broker.Server, keys mesh.Keys) func(context.Context) error {
+	return syncUsers(bus, func(ctx context.Context) ([]broker.User, error) {
+		return mesh.Users(ctx, db, keys, time.Now())
+	})
+}
+
+// syncUsers puts the users read says in force on bus when they changed,
+// keeping the enrolment users it leaves out enrolGrace (keepEnrolments).
+// What it last put in force starts as the users the bus started with: a
+// controller started again (its peer set grew) admits a joining host
+// from its view at once, and must not cut that host off when its first
+// sync finds the token used meanwhile.
+func syncUsers(bus *broker.Server, read func(context.Context) ([]broker.User, error)) func(context.Context) error {
 	var last []broker.User
+	started := false
 	gone := map[string]time.Time{} // enrolment users left out, since when
 	return func(ctx context.Context) error {
-		users, err := mesh.Users(ctx, db, keys, time.Now())
+		if !started {
+			last, started = bus.Users(), true
+		}
+		users, err := read(ctx)
 		if err != nil {
 			return err
 		}
