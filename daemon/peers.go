@@ -26,6 +26,19 @@ import (
 // Run runs it again, its bus in the new set.
 var ErrRestart = errors.New("the controllers' peer set changed: the mesh starts again in it")
 
+// runAgain says whether a run that ended with err is run again (its
+// peer set changed), and otherwise what Run returns: a stop asked for
+// while the peer set changed is a stop, not an error.
+func runAgain(ctx context.Context, err error) (bool, error) {
+	switch {
+	case !errors.Is(err, ErrRestart):
+		return false, err
+	case ctx.Err() != nil:
+		return false, nil
+	}
+	return true, nil
+}
+
 // Run runs the mesh's parts in start order (CA, store, bus, journal,
 // resolver, controller, host), each ready before the next starts, until
 // ctx ends; then stops them in reverse, the store last. When the
@@ -47,8 +60,8 @@ func (m *Mesh) Run(ctx context.Context) (err error) {
 			}
 			err = m.recover(ctx, st, err)
 		}
-		if !errors.Is(err, ErrRestart) || ctx.Err() != nil {
-			return err
+		if again, end := runAgain(ctx, err); !again {
+			return end
 		}
 		// The resolver's sockets handed over by a launcher are the
 		// launcher's, bound still: it starts this process again with
