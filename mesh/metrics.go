@@ -84,7 +84,7 @@ func (c *Controller) newRegistry() (*prometheus.Registry, error) {
 		}, func() float64 { return 1 }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mesh_audit_queued", Help: "Operator API calls audited in memory only: the store did not take them yet."},
 			func() float64 { return float64(c.auditor.auditQueued()) }),
-		newFleetCollector(c.deps.DB, c.cfg.Now, c.guard),
+		newFleetCollector(c.deps.DB, c.beats.lastHeard, c.cfg.Now, c.guard),
 		c.timings.push,
 		c.timings.apply,
 	}
@@ -138,16 +138,17 @@ func (c *Controller) metricsHandler() http.Handler {
 // that does not answer shows as mesh_store_up 0 and no node series: never
 // as a fleet of no node.
 type fleetCollector struct {
-	db    Store
-	now   func() time.Time
-	guard guard
+	db        Store
+	lastHeard func(store.Node) store.Node // the node as its heartbeats say, recorded or not
+	now       func() time.Time
+	guard     guard
 
 	nodes, heard, running, storeUp *prometheus.Desc
 }
 
-func newFleetCollector(db Store, now func() time.Time, g guard) *fleetCollector {
+func newFleetCollector(db Store, heard func(store.Node) store.Node, now func() time.Time, g guard) *fleetCollector {
 	return &fleetCollector{
-		db: db, now: now, guard: g,
+		db: db, lastHeard: heard, now: now, guard: g,
 		nodes: prometheus.NewDesc("mesh_nodes", "Nodes in the mesh.", nil, nil),
 		heard: prometheus.NewDesc("mesh_nodes_heard", "Nodes heard from in the last minute.", nil, nil),
 		running: prometheus.NewDesc("mesh_nodes_running",
@@ -175,7 +176,9 @@ func (f *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	heard := 0
-	for _, n := range nodes {
+	for i, n := range nodes {
+		n = f.lastHeard(n)
+		nodes[i] = n
 		if !n.LastHeard.IsZero() && f.now().Sub(n.LastHeard) < time.Minute {
 			heard++
 		}

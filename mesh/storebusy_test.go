@@ -163,6 +163,12 @@ func TestStoreBusyIsNotSilentNodes(t *testing.T) {
 		}
 	}
 
+	// The metrics count alpha heard: a dashboard does not alert on nodes
+	// the store could not record.
+	if heard := gatheredGauge(t, c, "mesh_nodes_heard"); heard != 1 {
+		t.Fatalf("mesh_nodes_heard while the store is held: %v, want 1", heard)
+	}
+
 	// A push while the store is held fails on it, and is audited so.
 	op := operatorConn(t, c)
 	r := apiCall(t, op, spec.Push.Name, spec.PushRequest{Nodes: []string{"alpha"}, Progress: spec.OperatorInbox + ".p", Force: true})
@@ -235,4 +241,20 @@ func TestPushAuditedAsItsOutcome(t *testing.T) {
 	if got[2] != "ok" {
 		t.Errorf("push to alpha audited %q, want ok", got[2])
 	}
+}
+
+// gatheredGauge is the value of the gauge name c's registry gathers.
+func gatheredGauge(t *testing.T, c *Controller, name string) float64 {
+	t.Helper()
+	mfs, err := c.registry.Gather()
+	if err != nil {
+		t.Fatalf("gather the metrics: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no single series %s gathered", name)
+	return 0
 }
