@@ -147,10 +147,9 @@ func (db *overlays) DisableOverlay(ctx context.Context) (was bool, err error) {
 		was = n > 0
 		// Released when the roster in force was sent (the overlay's
 		// enable time when none was): the last time a host was told it.
-		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO overlay_released (ip, roster_seq, released_at)
-			SELECT overlay_ip, (SELECT coalesce(max(seq), 0) FROM rosters),
-				coalesce((SELECT sent_at FROM rosters ORDER BY seq DESC LIMIT 1), (SELECT enabled_at FROM overlay WHERE id = 1))
-			FROM nodes WHERE overlay_ip != ''`); err != nil {
+		if err := releaseOverlays(ctx, tx,
+			`coalesce((SELECT sent_at FROM rosters ORDER BY seq DESC LIMIT 1), (SELECT enabled_at FROM overlay WHERE id = 1))`,
+			`overlay_ip != ''`); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE nodes SET overlay_ip = '' WHERE overlay_ip != ''`)
@@ -293,13 +292,21 @@ func overlayBlocked(ctx context.Context, tx *sql.Tx, joining []string) (map[stri
 // released with the roster in force now. Called in the transaction that
 // deletes the node.
 func releaseOverlay(ctx context.Context, tx *sql.Tx, node string) error {
-	_, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO overlay_released (ip, roster_seq, released_at)
-		SELECT overlay_ip, (SELECT coalesce(max(seq), 0) FROM rosters), coalesce(removing_at, joined_at)
-		FROM nodes WHERE name = ? AND overlay_ip != ''`, node)
-	if err != nil {
+	if err := releaseOverlays(ctx, tx, `coalesce(removing_at, joined_at)`, `name = ? AND overlay_ip != ''`, node); err != nil {
 		return fmt.Errorf("release the overlay address of node %q: %w", node, err)
 	}
 	return nil
+}
+
+// releaseOverlays keeps the overlay addresses of the nodes where (an SQL
+// condition on nodes, with args) selects among the released, with the
+// roster in force now: a host that has not taken the next roster still
+// holds them. at is when they were released, an SQL expression.
+func releaseOverlays(ctx context.Context, tx *sql.Tx, at, where string, args ...any) error {
+	_, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO overlay_released (ip, roster_seq, released_at)
+		SELECT overlay_ip, (SELECT coalesce(max(seq), 0) FROM rosters), `+at+`
+		FROM nodes WHERE `+where, args...)
+	return err
 }
 
 // RecordOverlayState records what node's host reported of its overlay
