@@ -180,18 +180,9 @@ func assignmentsOf(t testing.TB, dir string) string {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(t.Context(), `SELECT module || ' ' || node || ' ' || settings FROM assignments ORDER BY module, node`)
+	lines, err := textRows(t.Context(), db, `SELECT module || ' ' || node || ' ' || settings FROM assignments ORDER BY module, node`)
 	if err != nil {
 		t.Fatalf("read the assignments in %s: %v", dir, err)
-	}
-	defer rows.Close()
-	var lines []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, s)
 	}
 	return strings.Join(lines, "\n")
 }

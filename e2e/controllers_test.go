@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -516,19 +517,32 @@ func viewOf(t testing.TB, dir string) string {
 		`SELECT module || ' ' || node FROM assignments`,
 		`SELECT node || ' ' || seq FROM declarations`,
 	} {
-		rows, err := db.QueryContext(t.Context(), q)
+		rows, err := textRows(t.Context(), db, q)
 		if err != nil {
 			return err.Error()
 		}
-		for rows.Next() {
-			var s string
-			rows.Scan(&s)
-			lines = append(lines, s)
-		}
-		rows.Close()
+		lines = append(lines, rows...)
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
+}
+
+// textRows are the rows of q, a query of one text column, on db.
+func textRows(ctx context.Context, db *sql.DB, q string) ([]string, error) {
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		lines = append(lines, s)
+	}
+	return lines, rows.Err()
 }
 
 // caDomains is mesh ca domain list --json through dir's controller.
